@@ -1,0 +1,65 @@
+//! Commands replicated through a group's log, and what applying one answers.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::directory::{NodeInfo, Placement};
+use crate::ids::{GroupId, NodeId};
+
+/// One replicated command. Plain groups take the key→value commands; group 0
+/// (the directory) takes the directory commands. A command sent to the wrong
+/// kind of group is rejected by `apply` with [`Response::WrongGroup`], the
+/// same way on every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Set `key` to `value`.
+    Put { key: String, value: Vec<u8> },
+    /// Remove `key`.
+    Delete { key: String },
+    /// Several key→value commands applied in order as one entry.
+    Batch(Vec<Command>),
+    /// Directory: add or update a node (id, region, gRPC address).
+    RegisterNode(NodeInfo),
+    /// Directory: create a group placed by `placement`. `group_id: None`
+    /// allocates the next free id. Creating an id that exists returns it.
+    CreateGroup {
+        group_id: Option<GroupId>,
+        placement: Placement,
+    },
+}
+
+/// The outcome of applying one [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Nothing to report (blank and membership entries).
+    None,
+    /// A `Put`/`Delete` applied; `existed` says whether the key was present.
+    Written { existed: bool },
+    /// The responses of a [`Command::Batch`], in order.
+    Batch(Vec<Response>),
+    NodeRegistered { node_id: NodeId },
+    GroupCreated { group_id: GroupId, members: Vec<NodeId> },
+    /// Placement could not find enough nodes.
+    PlacementFailed { reason: String },
+    /// A directory command sent to a plain group, or the reverse.
+    WrongGroup,
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Put { key, value } => write!(f, "put {key} ({} bytes)", value.len()),
+            Command::Delete { key } => write!(f, "delete {key}"),
+            Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
+            Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
+            Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
+        }
+    }
+}
+
+impl fmt::Display for Response {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

@@ -1,0 +1,173 @@
+//! The directory (group 0): which nodes exist, in which region, and which
+//! nodes host each group. Placement is decided here, inside `apply`, so every
+//! replica of the directory places a group identically.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{GroupId, NodeId, RegionId};
+
+/// A node as the directory knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    pub region: RegionId,
+    /// `host:port` of the node's gRPC server.
+    pub grpc_addr: String,
+}
+
+/// Where a new group's voters go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Placement {
+    /// "Zone survival": `replicas` distinct nodes of one region.
+    InRegion { region: RegionId, replicas: u8 },
+    /// "Region survival": one voter per region first, then further distinct
+    /// nodes, least loaded first.
+    Spread { replicas: u8 },
+}
+
+/// A group as the directory knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    pub id: GroupId,
+    /// Voters; the first one initializes the group (and usually leads first).
+    pub members: Vec<NodeId>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Directory {
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    pub groups: BTreeMap<GroupId, GroupInfo>,
+    /// The next id `CreateGroup { group_id: None }` hands out (never 0).
+    pub next_group_id: u64,
+}
+
+impl Directory {
+    /// The groups `node` is a member of.
+    pub fn groups_of(&self, node: NodeId) -> impl Iterator<Item = &GroupInfo> {
+        self.groups
+            .values()
+            .filter(move |g| g.members.contains(&node))
+    }
+
+    /// Choose the voters of a new group. Deterministic: the same directory
+    /// and placement give the same members on every replica.
+    pub fn place(&self, placement: &Placement) -> Result<Vec<NodeId>, String> {
+        let mut load: BTreeMap<NodeId, (usize, usize)> =
+            self.nodes.keys().map(|id| (*id, (0, 0))).collect();
+        for g in self.groups.values() {
+            for (i, m) in g.members.iter().enumerate() {
+                if let Some(l) = load.get_mut(m) {
+                    l.0 += 1;
+                    if i == 0 {
+                        l.1 += 1;
+                    }
+                }
+            }
+        }
+        let by_load = |ids: &mut Vec<&NodeInfo>| ids.sort_by_key(|n| (load[&n.id].0, n.id));
+        let mut picked: Vec<NodeId> = match placement {
+            Placement::InRegion { region, replicas } => {
+                let mut c: Vec<&NodeInfo> =
+                    self.nodes.values().filter(|n| &n.region == region).collect();
+                if c.len() < usize::from(*replicas) {
+                    return Err(format!(
+                        "region {region} has {} nodes, {replicas} replicas requested",
+                        c.len()
+                    ));
+                }
+                by_load(&mut c);
+                c.iter().take(usize::from(*replicas)).map(|n| n.id).collect()
+            }
+            Placement::Spread { replicas } => {
+                let want = usize::from(*replicas);
+                if self.nodes.len() < want {
+                    return Err(format!(
+                        "{} nodes known, {replicas} replicas requested",
+                        self.nodes.len()
+                    ));
+                }
+                let mut c: Vec<&NodeInfo> = self.nodes.values().collect();
+                by_load(&mut c);
+                let mut picked = Vec::with_capacity(want);
+                let mut regions = Vec::new();
+                for n in &c {
+                    if picked.len() < want && !regions.contains(&&n.region) {
+                        regions.push(&n.region);
+                        picked.push(n.id);
+                    }
+                }
+                for n in &c {
+                    if picked.len() < want && !picked.contains(&n.id) {
+                        picked.push(n.id);
+                    }
+                }
+                picked
+            }
+        };
+        if picked.is_empty() {
+            return Err("no replicas requested".into());
+        }
+        // Spread leadership: the member leading the fewest groups goes first.
+        let first = (0..picked.len())
+            .min_by_key(|&i| (load[&picked[i]].1, picked[i]))
+            .expect("picked is not empty");
+        picked.swap(0, first);
+        Ok(picked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(nodes: &[(u64, &str)]) -> Directory {
+        let mut d = Directory::default();
+        for (id, region) in nodes {
+            d.nodes.insert(
+                NodeId(*id),
+                NodeInfo {
+                    id: NodeId(*id),
+                    region: RegionId::from(*region),
+                    grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                },
+            );
+        }
+        d
+    }
+
+    #[test]
+    fn spread_puts_one_voter_per_region_first() {
+        let d = dir(&[(1, "a"), (2, "a"), (3, "b"), (4, "c")]);
+        let mut m = d.place(&Placement::Spread { replicas: 3 }).unwrap();
+        m.sort();
+        assert_eq!(m, vec![NodeId(1), NodeId(3), NodeId(4)]);
+    }
+
+    #[test]
+    fn in_region_refuses_when_region_is_too_small() {
+        let d = dir(&[(1, "a"), (2, "a"), (3, "b")]);
+        let err = d
+            .place(&Placement::InRegion {
+                region: "a".into(),
+                replicas: 3,
+            })
+            .unwrap_err();
+        assert!(err.contains("region a has 2 nodes"), "{err}");
+    }
+
+    #[test]
+    fn first_members_rotate_so_leaders_spread() {
+        let mut d = dir(&[(1, "a"), (2, "b"), (3, "c")]);
+        let mut firsts = Vec::new();
+        for g in 1..=6 {
+            let members = d.place(&Placement::Spread { replicas: 3 }).unwrap();
+            firsts.push(members[0]);
+            d.groups.insert(GroupId(g), GroupInfo { id: GroupId(g), members });
+        }
+        for n in 1..=3 {
+            assert_eq!(firsts.iter().filter(|f| f.0 == n).count(), 2, "{firsts:?}");
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! seatfence-core: the domain types every other crate shares, and the pure,
+//! deterministic state machine each Raft group replicates.
+//!
+//! ```text
+//!   Command ──▶ State::apply(&Command) ──▶ (Response, changed records)
+//!                 (pure: no clock, no I/O, same result on every replica)
+//! ```
+//!
+//! What lives here:
+//! - [`ids`]: newtypes for node, group and region ids.
+//! - [`command`]: the commands a group replicates and their responses.
+//! - [`state`]: the replicated state (a key→value table for plain groups, the
+//!   directory for group 0) and its `apply`.
+//! - [`directory`]: the directory's records and the placement rule.
+//!
+//! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
+//! executes it, and every replica must compute the same result.
+
+pub mod command;
+pub mod directory;
+pub mod ids;
+pub mod state;
+
+pub use command::{Command, Response};
+pub use directory::{Directory, GroupInfo, NodeInfo, Placement};
+pub use ids::{GroupId, NodeId, RegionId};
+pub use state::{Applied, RecordKey, State};

@@ -1,0 +1,273 @@
+//! The replicated state of one group and its pure `apply`.
+//!
+//! The state is stored record by record (one sled key per record), so `apply`
+//! also reports which records it changed: the storage layer writes exactly
+//! those, atomically with the applied log id.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, Response};
+use crate::directory::{Directory, GroupInfo};
+use crate::ids::{GroupId, NodeId};
+
+/// Everything a group replicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Plain groups: a key→value table.
+    pub kv: BTreeMap<String, Vec<u8>>,
+    /// Group 0 only: the directory.
+    pub directory: Directory,
+}
+
+/// One stored record of a [`State`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordKey {
+    Kv(String),
+    Node(NodeId),
+    Group(GroupId),
+    NextGroupId,
+}
+
+/// The result of one `apply`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub response: Response,
+    pub changed: Vec<RecordKey>,
+}
+
+/// A stored record that cannot be decoded: the storage is corrupt.
+#[derive(Debug, thiserror::Error)]
+#[error("undecodable record {key:?}: {reason}")]
+pub struct DecodeError {
+    pub key: Vec<u8>,
+    pub reason: String,
+}
+
+impl DecodeError {
+    pub fn code(&self) -> &'static str {
+        "record_corrupt"
+    }
+}
+
+impl RecordKey {
+    /// The record's storage key. Prefixes keep kinds apart; numbers are
+    /// big-endian so they sort.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            RecordKey::Kv(k) => [b"k/".as_slice(), k.as_bytes()].concat(),
+            RecordKey::Node(n) => [b"n/".as_slice(), &n.0.to_be_bytes()].concat(),
+            RecordKey::Group(g) => [b"g/".as_slice(), &g.0.to_be_bytes()].concat(),
+            RecordKey::NextGroupId => b"m/next_group_id".to_vec(),
+        }
+    }
+
+    pub fn decode(key: &[u8]) -> Option<RecordKey> {
+        let num = |b: &[u8]| b.try_into().ok().map(u64::from_be_bytes);
+        match key.split_at_checked(2)? {
+            (b"k/", k) => String::from_utf8(k.to_vec()).ok().map(RecordKey::Kv),
+            (b"n/", n) => num(n).map(|n| RecordKey::Node(NodeId(n))),
+            (b"g/", g) => num(g).map(|g| RecordKey::Group(GroupId(g))),
+            (b"m/", b"next_group_id") => Some(RecordKey::NextGroupId),
+            _ => None,
+        }
+    }
+}
+
+impl State {
+    /// Apply one command to the state of group `group`.
+    pub fn apply(&mut self, group: GroupId, cmd: &Command) -> Applied {
+        let mut changed = Vec::new();
+        let response = self.apply_one(group, cmd, &mut changed);
+        Applied { response, changed }
+    }
+
+    fn apply_one(&mut self, group: GroupId, cmd: &Command, changed: &mut Vec<RecordKey>) -> Response {
+        let directory_cmd = matches!(cmd, Command::RegisterNode(_) | Command::CreateGroup { .. });
+        if directory_cmd != group.is_directory() {
+            return Response::WrongGroup;
+        }
+        match cmd {
+            Command::Put { key, value } => {
+                changed.push(RecordKey::Kv(key.clone()));
+                let existed = self.kv.insert(key.clone(), value.clone()).is_some();
+                Response::Written { existed }
+            }
+            Command::Delete { key } => {
+                changed.push(RecordKey::Kv(key.clone()));
+                Response::Written {
+                    existed: self.kv.remove(key).is_some(),
+                }
+            }
+            Command::Batch(cmds) => {
+                Response::Batch(cmds.iter().map(|c| self.apply_one(group, c, changed)).collect())
+            }
+            Command::RegisterNode(node) => {
+                changed.push(RecordKey::Node(node.id));
+                self.directory.nodes.insert(node.id, node.clone());
+                Response::NodeRegistered { node_id: node.id }
+            }
+            Command::CreateGroup {
+                group_id,
+                placement,
+            } => {
+                let dir = &mut self.directory;
+                if let Some(existing) = group_id.and_then(|id| dir.groups.get(&id)) {
+                    return Response::GroupCreated {
+                        group_id: existing.id,
+                        members: existing.members.clone(),
+                    };
+                }
+                let members = match dir.place(placement) {
+                    Ok(m) => m,
+                    Err(reason) => return Response::PlacementFailed { reason },
+                };
+                let id = match group_id {
+                    Some(id) if !id.is_directory() => *id,
+                    Some(_) => {
+                        return Response::PlacementFailed {
+                            reason: "group 0 is the directory".into(),
+                        }
+                    }
+                    None => GroupId(dir.next_group_id.max(1)),
+                };
+                dir.next_group_id = dir.next_group_id.max(id.0 + 1).max(1);
+                changed.push(RecordKey::NextGroupId);
+                changed.push(RecordKey::Group(id));
+                dir.groups.insert(
+                    id,
+                    GroupInfo {
+                        id,
+                        members: members.clone(),
+                    },
+                );
+                Response::GroupCreated {
+                    group_id: id,
+                    members,
+                }
+            }
+        }
+    }
+
+    /// The stored bytes of one record, `None` if it does not exist.
+    pub fn encode_record(&self, key: &RecordKey) -> Option<Vec<u8>> {
+        fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+            bincode::serialize(v).expect("in-memory records always serialize")
+        }
+        match key {
+            RecordKey::Kv(k) => self.kv.get(k).cloned(),
+            RecordKey::Node(n) => self.directory.nodes.get(n).map(enc),
+            RecordKey::Group(g) => self.directory.groups.get(g).map(enc),
+            RecordKey::NextGroupId => Some(enc(&self.directory.next_group_id)),
+        }
+    }
+
+    /// Load one stored record back into the state (used when opening a group).
+    pub fn load_record(&mut self, key: &[u8], value: &[u8]) -> Result<(), DecodeError> {
+        let err = |reason: String| DecodeError {
+            key: key.to_vec(),
+            reason,
+        };
+        fn dec<T: for<'de> Deserialize<'de>>(v: &[u8]) -> Result<T, String> {
+            bincode::deserialize(v).map_err(|e| e.to_string())
+        }
+        match RecordKey::decode(key).ok_or_else(|| err("unknown key".into()))? {
+            RecordKey::Kv(k) => {
+                self.kv.insert(k, value.to_vec());
+            }
+            RecordKey::Node(n) => {
+                self.directory.nodes.insert(n, dec(value).map_err(err)?);
+            }
+            RecordKey::Group(g) => {
+                self.directory.groups.insert(g, dec(value).map_err(err)?);
+            }
+            RecordKey::NextGroupId => self.directory.next_group_id = dec(value).map_err(err)?,
+        }
+        Ok(())
+    }
+
+    /// Every record of the state, as stored.
+    pub fn records(&self) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
+        let keys = self
+            .kv
+            .keys()
+            .map(|k| RecordKey::Kv(k.clone()))
+            .chain(self.directory.nodes.keys().map(|n| RecordKey::Node(*n)))
+            .chain(self.directory.groups.keys().map(|g| RecordKey::Group(*g)))
+            .chain(std::iter::once(RecordKey::NextGroupId));
+        keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::{NodeInfo, Placement};
+
+    #[test]
+    fn records_round_trip_through_storage_encoding() {
+        let mut s = State::default();
+        let g0 = GroupId::DIRECTORY;
+        for id in 1..=3 {
+            s.apply(
+                g0,
+                &Command::RegisterNode(NodeInfo {
+                    id: NodeId(id),
+                    region: format!("r{id}").as_str().into(),
+                    grpc_addr: "127.0.0.1:1".into(),
+                }),
+            );
+        }
+        let a = s.apply(
+            g0,
+            &Command::CreateGroup {
+                group_id: None,
+                placement: Placement::Spread { replicas: 3 },
+            },
+        );
+        assert!(matches!(a.response, Response::GroupCreated { group_id: GroupId(1), .. }));
+        let mut loaded = State::default();
+        for (k, v) in s.records() {
+            loaded.load_record(&k, &v).unwrap();
+        }
+        assert_eq!(loaded, s);
+    }
+
+    #[test]
+    fn commands_for_the_other_kind_of_group_change_nothing() {
+        let mut s = State::default();
+        let a = s.apply(
+            GroupId::DIRECTORY,
+            &Command::Put {
+                key: "k".into(),
+                value: vec![1],
+            },
+        );
+        assert_eq!(a.response, Response::WrongGroup);
+        assert!(a.changed.is_empty());
+        assert_eq!(s, State::default());
+    }
+
+    #[test]
+    fn create_group_is_idempotent_by_id() {
+        let mut s = State::default();
+        let g0 = GroupId::DIRECTORY;
+        s.apply(
+            g0,
+            &Command::RegisterNode(NodeInfo {
+                id: NodeId(1),
+                region: "a".into(),
+                grpc_addr: "x".into(),
+            }),
+        );
+        let create = Command::CreateGroup {
+            group_id: Some(GroupId(7)),
+            placement: Placement::Spread { replicas: 1 },
+        };
+        let first = s.apply(g0, &create).response;
+        let second = s.apply(g0, &create).response;
+        assert_eq!(first, second);
+        assert_eq!(s.directory.next_group_id, 8);
+    }
+}

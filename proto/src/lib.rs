@@ -1,0 +1,9 @@
+//! seatfence-proto: the gRPC contract between nodes (`RaftService`) and the
+//! node's own API (`NodeService`), generated from `proto/seatfence.proto`
+//! with a vendored `protoc`. No logic lives here.
+
+#![allow(clippy::all)]
+
+pub mod v1 {
+    tonic::include_proto!("seatfence.v1");
+}

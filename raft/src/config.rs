@@ -1,0 +1,243 @@
+//! [`NodeConfig`]: what `seatfence node --config node.toml` reads, validated
+//! at start with precise errors.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::storage::FlushMode;
+
+/// A directory voter known before the cluster exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub id: u64,
+    pub region: String,
+    pub grpc_addr: String,
+}
+
+/// Raft timing and storage knobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTuning {
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many applied entries.
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind a snapshot (lets a lagging follower
+    /// catch up without a snapshot).
+    pub logs_to_keep: u64,
+    pub flush: FlushMode,
+}
+
+impl Default for RaftTuning {
+    fn default() -> Self {
+        RaftTuning {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_every: 20_000,
+            logs_to_keep: 5_000,
+            flush: FlushMode::Inline,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    pub node_id: u64,
+    pub region: String,
+    /// `host:port` the gRPC server listens on and peers dial.
+    pub grpc_addr: String,
+    pub data_dir: PathBuf,
+    /// The directory's voters, one per region; this node must be one.
+    pub initial_members: Vec<Peer>,
+    #[serde(default)]
+    pub raft: RaftTuning,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("cannot parse config: {0}")]
+    Parse(String),
+    #[error("node_id must be at least 1 (got 0)")]
+    ZeroNodeId,
+    #[error("grpc_addr {addr:?} is not host:port: {reason}")]
+    BadAddr { addr: String, reason: String },
+    #[error("region must not be empty")]
+    EmptyRegion,
+    #[error("initial_members is empty: list the directory voters, one per region")]
+    NoMembers,
+    #[error("initial_members lists node {0} twice")]
+    DuplicateMember(u64),
+    #[error("initial_members lists region {0:?} twice: the directory has one voter per region")]
+    DuplicateRegion(String),
+    #[error("node {0} is not in initial_members (joining an existing cluster is not supported yet)")]
+    NotAMember(u64),
+    #[error("initial_members entry for node {id} says {field} {theirs:?}, this config says {ours:?}")]
+    MemberMismatch {
+        id: u64,
+        field: &'static str,
+        theirs: String,
+        ours: String,
+    },
+    #[error("raft timing: need 0 < heartbeat_ms ({hb}) < election_timeout_min_ms ({min}) < election_timeout_max_ms ({max})")]
+    Timing { hb: u64, min: u64, max: u64 },
+    #[error("raft.snapshot_every must be at least 1")]
+    SnapshotEvery,
+}
+
+impl ConfigError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConfigError::Parse(_) => "config_parse",
+            _ => "config_invalid",
+        }
+    }
+}
+
+impl NodeConfig {
+    pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
+        let c: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id == 0 {
+            return Err(ConfigError::ZeroNodeId);
+        }
+        if self.region.trim().is_empty() {
+            return Err(ConfigError::EmptyRegion);
+        }
+        check_addr(&self.grpc_addr)?;
+        if self.initial_members.is_empty() {
+            return Err(ConfigError::NoMembers);
+        }
+        let mut ids = BTreeSet::new();
+        let mut regions = BTreeSet::new();
+        for p in &self.initial_members {
+            check_addr(&p.grpc_addr)?;
+            if !ids.insert(p.id) {
+                return Err(ConfigError::DuplicateMember(p.id));
+            }
+            if !regions.insert(p.region.clone()) {
+                return Err(ConfigError::DuplicateRegion(p.region.clone()));
+            }
+        }
+        let me = self
+            .initial_members
+            .iter()
+            .find(|p| p.id == self.node_id)
+            .ok_or(ConfigError::NotAMember(self.node_id))?;
+        for (field, theirs, ours) in [
+            ("region", &me.region, &self.region),
+            ("grpc_addr", &me.grpc_addr, &self.grpc_addr),
+        ] {
+            if theirs != ours {
+                return Err(ConfigError::MemberMismatch {
+                    id: me.id,
+                    field,
+                    theirs: theirs.clone(),
+                    ours: ours.clone(),
+                });
+            }
+        }
+        let r = &self.raft;
+        if !(0 < r.heartbeat_ms
+            && r.heartbeat_ms < r.election_timeout_min_ms
+            && r.election_timeout_min_ms < r.election_timeout_max_ms)
+        {
+            return Err(ConfigError::Timing {
+                hb: r.heartbeat_ms,
+                min: r.election_timeout_min_ms,
+                max: r.election_timeout_max_ms,
+            });
+        }
+        if r.snapshot_every == 0 {
+            return Err(ConfigError::SnapshotEvery);
+        }
+        Ok(())
+    }
+
+    /// The node that initializes the directory: the lowest member id.
+    pub fn is_bootstrapper(&self) -> bool {
+        self.initial_members.iter().map(|p| p.id).min() == Some(self.node_id)
+    }
+
+    pub fn directory_members(&self) -> BTreeMap<u64, openraft::BasicNode> {
+        self.initial_members
+            .iter()
+            .map(|p| (p.id, openraft::BasicNode::new(&p.grpc_addr)))
+            .collect()
+    }
+
+    pub fn openraft_config(&self) -> Arc<openraft::Config> {
+        let r = &self.raft;
+        let c = openraft::Config {
+            cluster_name: "seatfence".into(),
+            heartbeat_interval: r.heartbeat_ms,
+            election_timeout_min: r.election_timeout_min_ms,
+            election_timeout_max: r.election_timeout_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every),
+            max_in_snapshot_log_to_keep: r.logs_to_keep,
+            install_snapshot_timeout: 10_000,
+            ..Default::default()
+        };
+        Arc::new(c.validate().expect("timings were validated above"))
+    }
+}
+
+fn check_addr(addr: &str) -> Result<(), ConfigError> {
+    addr.parse::<SocketAddr>().map(drop).map_err(|e| ConfigError::BadAddr {
+        addr: addr.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+node_id = 1
+region = "us-east"
+grpc_addr = "127.0.0.1:7001"
+data_dir = "/tmp/n1"
+[[initial_members]]
+id = 1
+region = "us-east"
+grpc_addr = "127.0.0.1:7001"
+[[initial_members]]
+id = 2
+region = "eu-west"
+grpc_addr = "127.0.0.1:7002"
+"#;
+
+    #[test]
+    fn a_good_config_parses_with_defaults() {
+        let c = NodeConfig::from_toml(GOOD).unwrap();
+        assert!(c.is_bootstrapper());
+        assert_eq!(c.raft, RaftTuning::default());
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let e = NodeConfig::from_toml(&GOOD.replace("node_id = 1", "node_id = 3")).unwrap_err();
+        assert_eq!(e, ConfigError::NotAMember(3));
+        let e = NodeConfig::from_toml(&GOOD.replace("\"eu-west\"", "\"us-east\"")).unwrap_err();
+        assert_eq!(e, ConfigError::DuplicateRegion("us-east".into()));
+        let e = NodeConfig::from_toml(&GOOD.replace("grpc_addr = \"127.0.0.1:7001\"\ndata", "grpc_addr = \"nope\"\ndata"))
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::BadAddr { .. }), "{e}");
+        let e = NodeConfig::from_toml(&format!("{GOOD}\n[raft]\nheartbeat_ms = 900\n")).unwrap_err();
+        assert!(matches!(e, ConfigError::Timing { hb: 900, .. }), "{e}");
+        let e = NodeConfig::from_toml(&format!("{GOOD}\nbogus = 1\n")).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+}

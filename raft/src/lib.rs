@@ -1,0 +1,36 @@
+//! seatfence-raft: the consensus core. Many Raft groups per node (openraft
+//! 0.10 multi-raft), their log and state in one sled database per node, and
+//! the gRPC transport between nodes.
+//!
+//! ```text
+//!            NodeService (api.rs)          RaftService (network/service.rs)
+//!   client ──Write──▶ propose ──▶ Raft ──append──▶ PeerPool ──gRPC──▶ peer's Raft
+//!                                   │                               │
+//!                            LogStore (sled g{gid}/log)      same, on the peer
+//!                                   ▼
+//!                StateMachineStore: seatfence_core::State::apply (g{gid}/sm)
+//! ```
+//!
+//! - [`types`]: the openraft type configuration (standard leader ids: one
+//!   leader per term, so the term is a fencing value).
+//! - [`storage`]: the only module that touches sled.
+//! - [`network`]: the gRPC transport, one channel per peer for all groups.
+//! - [`registry`]: the replicas hosted on this node.
+//! - [`api`], [`client`]: the node's own API and a client for it.
+//! - [`node`], [`config`]: the `seatfence node` process.
+//!
+//! This crate must never acknowledge a write before it is durable on a
+//! majority, and never let one group's traffic block another's.
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod network;
+pub mod node;
+pub mod registry;
+pub mod storage;
+pub mod types;
+
+pub use client::{ClientError, ClusterClient, WriteOutcome};
+pub use config::{NodeConfig, Peer, RaftTuning};
+pub use node::{create_group, run_node};

@@ -1,0 +1,231 @@
+//! [`PeerPool`]: the sending side. One lazily connected tonic channel per
+//! peer, shared by every group; implements openraft-multi's `GroupRouter`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend};
+use openraft_multi::{GroupNetworkAdapter, GroupRouter};
+use seatfence_core::GroupId;
+use seatfence_proto::v1::raft_service_client::RaftServiceClient;
+use seatfence_proto::v1::{RaftRequest, SnapshotChunk};
+use tonic::transport::{Channel, Endpoint};
+
+use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
+use crate::storage;
+use crate::types::{Snapshot, TypeConfig, Vote};
+
+/// Cached channels to peers, keyed by node id. Cheap to clone.
+///
+/// The map sits behind a `std::sync::RwLock`, held only to look up or insert
+/// a channel, never across an `.await`.
+#[derive(Clone, Default)]
+pub struct PeerPool {
+    peers: Arc<RwLock<HashMap<u64, (String, Channel)>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerPool {
+    /// The channel to `target`, connecting lazily; a changed address
+    /// replaces the cached channel.
+    pub fn channel(&self, target: u64, addr: &str) -> Result<Channel, String> {
+        if let Some((a, ch)) = self.peers.read().expect("pool lock poisoned").get(&target) {
+            if a == addr {
+                return Ok(ch.clone());
+            }
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad address {addr}: {e}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        self.peers
+            .write()
+            .expect("pool lock poisoned")
+            .insert(target, (addr.to_string(), ch.clone()));
+        Ok(ch)
+    }
+
+    fn client(&self, target: u64) -> Result<RaftServiceClient<Channel>, Unreachable<TypeConfig>> {
+        let peers = self.peers.read().expect("pool lock poisoned");
+        let (_, ch) = peers
+            .get(&target)
+            .ok_or_else(|| Unreachable::new(&TransportError(format!("no address for node {target}"))))?;
+        Ok(RaftServiceClient::new(ch.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    async fn unary<Req, Resp, F, Fut>(
+        &self,
+        target: u64,
+        group: GroupId,
+        req: &Req,
+        option: &RPCOption,
+        call: F,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        F: FnOnce(RaftServiceClient<Channel>, tonic::Request<RaftRequest>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<seatfence_proto::v1::RaftReply>, tonic::Status>>,
+    {
+        let client = self.client(target)?;
+        let payload = storage::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut request = tonic::Request::new(RaftRequest {
+            group_id: group.0,
+            payload,
+        });
+        request.set_timeout(option.hard_ttl());
+        let reply = call(client, request).await.map_err(status_to_rpc)?;
+        storage::decode(&reply.into_inner().payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+    }
+}
+
+fn status_to_rpc(s: tonic::Status) -> RPCError<TypeConfig> {
+    let e = TransportError(format!("{}: {}", s.code(), s.message()));
+    match s.code() {
+        // Not connected, or the group is not (yet) hosted there: back off.
+        tonic::Code::Unavailable | tonic::Code::NotFound => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+fn rpc_to_streaming(e: RPCError<TypeConfig>) -> StreamingError<TypeConfig> {
+    match e {
+        RPCError::Timeout(t) => StreamingError::Timeout(t),
+        RPCError::Unreachable(u) => StreamingError::Unreachable(u),
+        RPCError::Network(n) => StreamingError::Network(n),
+        RPCError::RemoteError(r) => StreamingError::Network(NetworkError::new(&r)),
+    }
+}
+
+impl GroupRouter<TypeConfig, GroupId> for PeerPool {
+    type SnapshotData = crate::types::SnapshotData;
+
+    async fn append_entries(
+        &self,
+        target: u64,
+        group: GroupId,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(target, group, &rpc, &option, |mut c, r| async move { c.append_entries(r).await })
+            .await
+    }
+
+    async fn vote(
+        &self,
+        target: u64,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(target, group, &rpc, &option, |mut c, r| async move { c.vote(r).await })
+            .await
+    }
+
+    async fn pre_vote(
+        &self,
+        target: u64,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(target, group, &rpc, &option, |mut c, r| async move { c.pre_vote(r).await })
+            .await
+    }
+
+    async fn transfer_leader(
+        &self,
+        target: u64,
+        group: GroupId,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(target, group, &req, &option, |mut c, r| async move {
+            c.transfer_leader(r).await
+        })
+        .await
+    }
+
+    async fn full_snapshot(
+        &self,
+        target: u64,
+        group: GroupId,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let mut client = self.client(target).map_err(StreamingError::Unreachable)?;
+        let net = |e: std::io::Error| StreamingError::Network(NetworkError::new(&e));
+        let vote = storage::encode(&vote).map_err(net)?;
+        let meta = storage::encode(&snapshot.meta).map_err(net)?;
+        let data = snapshot.snapshot.into_inner();
+        let chunk_size = option.snapshot_chunk_size().unwrap_or(SNAPSHOT_CHUNK_BYTES).max(1);
+        let mut chunks: Vec<SnapshotChunk> = data
+            .chunks(chunk_size)
+            .map(|c| SnapshotChunk {
+                group_id: group.0,
+                data: c.to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        if chunks.is_empty() {
+            chunks.push(SnapshotChunk {
+                group_id: group.0,
+                ..Default::default()
+            });
+        }
+        chunks[0].vote = vote;
+        chunks[0].meta = meta;
+        if let Some(last) = chunks.last_mut() {
+            last.done = true;
+        }
+        let n = chunks.len() as u32;
+        let mut request = tonic::Request::new(tokio_stream::iter(chunks));
+        request.set_timeout(option.hard_ttl() * n.max(1));
+        let send = client.install_snapshot(request);
+        let reply = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            r = send => r.map_err(|s| rpc_to_streaming(status_to_rpc(s)))?,
+        };
+        storage::decode(&reply.into_inner().payload).map_err(net)
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new(std::iter::repeat(Duration::from_millis(200))))
+    }
+}
+
+/// The per-group network factory handed to `Raft::new`.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    pub pool: PeerPool,
+    pub group: GroupId,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = GroupNetworkAdapter<TypeConfig, GroupId, PeerPool>;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
+        if let Err(e) = self.pool.channel(target, &node.addr) {
+            tracing::warn!(group = self.group.0, target, "cannot use peer address: {e}");
+        }
+        GroupNetworkAdapter::new(self.pool.clone(), target, self.group)
+    }
+}

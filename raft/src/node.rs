@@ -1,0 +1,163 @@
+//! [`run_node`]: one `seatfence node` process.
+//!
+//! ```text
+//!  open sled ─▶ reopen stored groups + directory ─▶ serve gRPC
+//!     ─▶ (lowest initial member) initialize the directory
+//!     ─▶ register this node in the directory (retried until committed)
+//!     ─▶ watch the directory: open/initialize every group placed here
+//!  SIGTERM ─▶ stop serving ─▶ shut every replica down ─▶ final flush
+//! ```
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use openraft::BasicNode;
+use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId, Response};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::api::NodeApi;
+use crate::client::ClusterClient;
+use crate::config::NodeConfig;
+use crate::network::{PeerPool, RaftGrpc};
+use crate::registry::Registry;
+use crate::storage::NodeDb;
+
+/// Run a node until `shutdown` resolves.
+pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+    let db = NodeDb::open(&config.data_dir.join("db"), config.raft.flush)
+        .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
+    let pool = PeerPool::default();
+    let registry = Arc::new(Registry::new(config.node_id, db.clone(), pool, config.openraft_config()));
+
+    for g in db.stored_groups() {
+        registry.open(g).await?;
+    }
+    registry.open(GroupId::DIRECTORY).await?;
+
+    let listener = TcpListener::bind(&config.grpc_addr)
+        .await
+        .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
+    tracing::info!(node = config.node_id, region = %config.region, addr = %config.grpc_addr, "node serving");
+
+    let (tx_stop, rx_stop) = watch::channel(false);
+    let server = {
+        let mut rx = rx_stop.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(RaftGrpc::new(registry.clone()).into_server())
+            .add_service(NodeApi::new(registry.clone(), config.region.clone()).into_server())
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+    };
+    let server = tokio::spawn(server);
+
+    if config.is_bootstrapper() {
+        registry
+            .initialize(GroupId::DIRECTORY, config.directory_members())
+            .await?;
+    }
+    tokio::spawn(register_self(config.clone(), rx_stop.clone()));
+    tokio::spawn(place_groups(registry.clone(), rx_stop.clone()));
+
+    shutdown.await;
+    tracing::info!(node = config.node_id, "shutting down");
+    let _ = tx_stop.send(true);
+    match tokio::time::timeout(Duration::from_secs(5), server).await {
+        Ok(Ok(Err(e))) => tracing::warn!("gRPC server: {e}"),
+        Ok(Err(e)) => tracing::warn!("gRPC server task: {e}"),
+        Err(_) => tracing::warn!("gRPC server did not stop within 5 s"),
+        Ok(Ok(Ok(()))) => {}
+    }
+    registry.shutdown().await;
+    Ok(())
+}
+
+/// Record this node (id, region, address) in the directory, retrying until
+/// the directory commits it.
+async fn register_self(config: NodeConfig, mut rx_stop: watch::Receiver<bool>) {
+    let seeds = config.initial_members.iter().map(|p| p.grpc_addr.clone()).collect();
+    let client = ClusterClient::new(seeds).with_deadline(Duration::from_secs(5));
+    let cmd = Command::RegisterNode(NodeInfo {
+        id: NodeId(config.node_id),
+        region: RegionId(config.region.clone()),
+        grpc_addr: config.grpc_addr.clone(),
+    });
+    loop {
+        match client.write(GroupId::DIRECTORY, &cmd).await {
+            Ok(_) => {
+                tracing::info!(node = config.node_id, "registered in directory");
+                return;
+            }
+            Err(e) => tracing::debug!(node = config.node_id, "register: {e}"),
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// Follow the directory: open every group placed on this node; the group's
+/// first member initializes it.
+async fn place_groups(registry: Arc<Registry>, mut rx_stop: watch::Receiver<bool>) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let me = NodeId(registry.node_id());
+    let mut rx_applied = dir.sm.subscribe_applied();
+    loop {
+        let wanted: Vec<(GroupId, Vec<NodeId>, BTreeMap<u64, BasicNode>)> = dir.sm.read(|s| {
+            let d = &s.state.directory;
+            d.groups_of(me)
+                .map(|g| {
+                    let members = g
+                        .members
+                        .iter()
+                        .filter_map(|m| d.nodes.get(m).map(|n| (m.0, BasicNode::new(&n.grpc_addr))))
+                        .collect();
+                    (g.id, g.members.clone(), members)
+                })
+                .collect()
+        });
+        for (gid, order, members) in wanted {
+            let result = if order.first() == Some(&me) && members.len() == order.len() {
+                registry.initialize(gid, members).await
+            } else {
+                registry.open(gid).await.map(drop)
+            };
+            if let Err(e) = result {
+                tracing::warn!(group = gid.0, "cannot host group: {e:#}");
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx_applied.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Create a group through the directory. Returns its id and members.
+pub async fn create_group(
+    client: &ClusterClient,
+    group_id: Option<GroupId>,
+    placement: seatfence_core::Placement,
+) -> anyhow::Result<(GroupId, Vec<NodeId>)> {
+    let out = client
+        .write(GroupId::DIRECTORY, &Command::CreateGroup { group_id, placement })
+        .await
+        .context("propose CreateGroup to the directory")?;
+    match out.response {
+        Response::GroupCreated { group_id, members } => Ok((group_id, members)),
+        other => anyhow::bail!("directory refused the group: {other}"),
+    }
+}

@@ -1,0 +1,123 @@
+//! [`Registry`]: the groups hosted on this node, by group id.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use anyhow::Context;
+use openraft::BasicNode;
+use seatfence_core::GroupId;
+
+use crate::network::{NetworkFactory, PeerPool};
+use crate::storage::{LogStore, NodeDb, StateMachineStore};
+use crate::types::Raft;
+
+/// One hosted replica.
+pub struct GroupHandle {
+    pub id: GroupId,
+    pub raft: Raft,
+    pub sm: StateMachineStore,
+}
+
+/// The node's replicas. The map is behind a `std::sync::RwLock`, held only
+/// for lookups and inserts, never across an `.await`; opening a group is
+/// serialised by an async mutex so a group is never opened twice.
+pub struct Registry {
+    node_id: u64,
+    db: NodeDb,
+    pool: PeerPool,
+    config: Arc<openraft::Config>,
+    groups: RwLock<HashMap<GroupId, Arc<GroupHandle>>>,
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl Registry {
+    pub fn new(node_id: u64, db: NodeDb, pool: PeerPool, config: Arc<openraft::Config>) -> Registry {
+        Registry {
+            node_id,
+            db,
+            pool,
+            config,
+            groups: RwLock::new(HashMap::new()),
+            opening: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    pub fn db(&self) -> &NodeDb {
+        &self.db
+    }
+
+    pub fn pool(&self) -> &PeerPool {
+        &self.pool
+    }
+
+    pub fn get(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
+        self.groups.read().expect("registry lock poisoned").get(&id).cloned()
+    }
+
+    /// Every hosted group, by id.
+    pub fn all(&self) -> BTreeMap<GroupId, Arc<GroupHandle>> {
+        let groups = self.groups.read().expect("registry lock poisoned");
+        groups.iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    /// Open the replica of `id` (creating its storage if new). Idempotent.
+    pub async fn open(&self, id: GroupId) -> anyhow::Result<Arc<GroupHandle>> {
+        let _guard = self.opening.lock().await;
+        if let Some(h) = self.get(id) {
+            return Ok(h);
+        }
+        let log = LogStore::open(&self.db, id).with_context(|| format!("open log of {id}"))?;
+        let sm = StateMachineStore::open(&self.db, id).with_context(|| format!("open state of {id}"))?;
+        let network = NetworkFactory {
+            pool: self.pool.clone(),
+            group: id,
+        };
+        let raft = Raft::new(self.node_id, self.config.clone(), network, log, sm.clone())
+            .await
+            .with_context(|| format!("start raft for {id}"))?;
+        let handle = Arc::new(GroupHandle { id, raft, sm });
+        self.groups
+            .write()
+            .expect("registry lock poisoned")
+            .insert(id, handle.clone());
+        tracing::info!(group = id.0, "opened group replica");
+        Ok(handle)
+    }
+
+    /// Initialize `id` with `members` if it has never been initialized.
+    pub async fn initialize(&self, id: GroupId, members: BTreeMap<u64, BasicNode>) -> anyhow::Result<()> {
+        let h = self.open(id).await?;
+        if h.raft.is_initialized().await? {
+            return Ok(());
+        }
+        match h.raft.initialize(members).await {
+            Ok(()) => {
+                tracing::info!(group = id.0, "initialized group");
+                Ok(())
+            }
+            // Someone else got there first (or a vote already exists).
+            Err(openraft::error::RaftError::APIError(e)) => {
+                tracing::debug!(group = id.0, "initialize skipped: {e}");
+                Ok(())
+            }
+            Err(e) => Err(e).with_context(|| format!("initialize {id}")),
+        }
+    }
+
+    /// Stop every replica (used at shutdown), then flush.
+    pub async fn shutdown(&self) {
+        let groups: Vec<_> = self.all().into_values().collect();
+        for h in groups {
+            if let Err(e) = h.raft.shutdown().await {
+                tracing::warn!(group = h.id.0, "shutdown: {e}");
+            }
+        }
+        if let Err(e) = self.db.flush().await {
+            tracing::warn!("final flush failed: {e}");
+        }
+    }
+}

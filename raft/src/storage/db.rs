@@ -1,0 +1,139 @@
+//! [`NodeDb`]: the node's one sled database and its group-commit flusher.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use seatfence_core::GroupId;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use super::io_err;
+
+/// How log appends reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushMode {
+    /// `append()` awaits a flush before it returns and then fires the
+    /// callback; openraft queues the next appends meanwhile and hands them
+    /// over together.
+    #[default]
+    Inline,
+    /// `append()` returns at once and hands its callback to one node-wide
+    /// flusher task, which runs one flush for every callback queued across
+    /// all groups and then fires them all.
+    Shared,
+}
+
+/// The node's sled database. Cheap to clone.
+#[derive(Clone)]
+pub struct NodeDb {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: sled::Db,
+    mode: FlushMode,
+    tx_flush: mpsc::UnboundedSender<Box<dyn FnOnce(io::Result<()>) + Send>>,
+}
+
+/// The sled trees of one group.
+#[derive(Clone)]
+pub(crate) struct GroupTrees {
+    pub log: sled::Tree,
+    pub meta: sled::Tree,
+    pub sm: sled::Tree,
+    pub snap: sled::Tree,
+}
+
+impl NodeDb {
+    /// Open (or create) the database in `dir`. Must be called from inside a
+    /// tokio runtime: it starts the flusher task.
+    pub fn open(dir: &Path, mode: FlushMode) -> io::Result<NodeDb> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(256 * 1024 * 1024)
+            // We flush explicitly where durability is promised.
+            .flush_every_ms(None)
+            .open()
+            .map_err(io_err)?;
+        let (tx_flush, rx_flush) = mpsc::unbounded_channel();
+        tokio::spawn(run_flusher(db.clone(), rx_flush));
+        Ok(NodeDb {
+            inner: Arc::new(Inner { db, mode, tx_flush }),
+        })
+    }
+
+    pub fn flush_mode(&self) -> FlushMode {
+        self.inner.mode
+    }
+
+    pub(crate) fn group_trees(&self, group: GroupId) -> io::Result<GroupTrees> {
+        let t = |suffix: &str| self.inner.db.open_tree(format!("g{}/{suffix}", group.0));
+        Ok(GroupTrees {
+            log: t("log").map_err(io_err)?,
+            meta: t("meta").map_err(io_err)?,
+            sm: t("sm").map_err(io_err)?,
+            snap: t("snap").map_err(io_err)?,
+        })
+    }
+
+    /// Groups that have storage on this node.
+    pub fn stored_groups(&self) -> BTreeSet<GroupId> {
+        self.inner
+            .db
+            .tree_names()
+            .iter()
+            .filter_map(|name| {
+                let name = std::str::from_utf8(name).ok()?;
+                let gid = name.strip_prefix('g')?.strip_suffix("/meta")?;
+                gid.parse().ok().map(GroupId)
+            })
+            .collect()
+    }
+
+    /// Flush everything written so far, awaited by the caller.
+    pub async fn flush(&self) -> io::Result<()> {
+        self.inner.db.flush_async().await.map(drop).map_err(io_err)
+    }
+
+    /// Queue `callback` on the node-wide flusher: it runs after the next
+    /// flush that starts after this call.
+    pub(crate) fn flush_then(&self, callback: Box<dyn FnOnce(io::Result<()>) + Send>) {
+        if let Err(mpsc::error::SendError(cb)) = self.inner.tx_flush.send(callback) {
+            cb(Err(io::Error::other("flusher stopped")));
+        }
+    }
+
+    /// Flush through the node-wide flusher and wait for it.
+    pub async fn flush_shared(&self) -> io::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.flush_then(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.await.map_err(|_| io::Error::other("flusher stopped"))?
+    }
+
+    /// Bytes on disk, for benchmarks and metrics.
+    pub fn size_on_disk(&self) -> u64 {
+        self.inner.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+/// Group commit: take every queued callback, run one flush, answer them all.
+async fn run_flusher(
+    db: sled::Db,
+    mut rx: mpsc::UnboundedReceiver<Box<dyn FnOnce(io::Result<()>) + Send>>,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 4096).await > 0 {
+        let result = db.flush_async().await.map(drop).map_err(io_err);
+        for cb in batch.drain(..) {
+            cb(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+    }
+}

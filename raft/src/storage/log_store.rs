@@ -1,0 +1,170 @@
+//! [`LogStore`]: a group's Raft log and vote in sled.
+//!
+//! `g{gid}/log`: big-endian index → bincode entry. `g{gid}/meta`: `vote`,
+//! `committed`, `purged`.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::OptionalSend;
+use seatfence_core::GroupId;
+
+use super::db::{FlushMode, GroupTrees, NodeDb};
+use super::{decode, encode, io_err};
+use crate::types::{Entry, LogId, TypeConfig, Vote};
+
+const VOTE: &[u8] = b"vote";
+const COMMITTED: &[u8] = b"committed";
+const PURGED: &[u8] = b"purged";
+
+/// A group's log storage. Clones share the same trees (the reader is a clone).
+#[derive(Clone)]
+pub struct LogStore {
+    group: GroupId,
+    db: NodeDb,
+    trees: GroupTrees,
+}
+
+impl LogStore {
+    pub fn open(db: &NodeDb, group: GroupId) -> io::Result<LogStore> {
+        Ok(LogStore {
+            group,
+            db: db.clone(),
+            trees: db.group_trees(group)?,
+        })
+    }
+
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
+        match self.trees.meta.get(key).map_err(io_err)? {
+            Some(v) => decode(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn put_meta<T: serde::Serialize>(&self, key: &[u8], v: &T) -> io::Result<()> {
+        self.trees.meta.insert(key, encode(v)?).map_err(io_err)?;
+        Ok(())
+    }
+}
+
+fn index_key(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+fn key_index(k: &[u8]) -> io::Result<u64> {
+    k.try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "log key is not 8 bytes"))
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Bound::Included(index_key(*i)),
+            Bound::Excluded(i) => Bound::Excluded(index_key(*i)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for kv in self.trees.log.range((Bound::Included(index_key(start)), end)) {
+            let (k, v) = kv.map_err(io_err)?;
+            let entry: Entry = decode(&v)?;
+            debug_assert_eq!(key_index(&k)?, entry.index());
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        self.get_meta(VOTE)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let purged: Option<LogId> = self.get_meta(PURGED)?;
+        let last = match self.trees.log.last().map_err(io_err)? {
+            Some((_, v)) => Some(decode::<Entry>(&v)?.log_id()),
+            None => purged,
+        };
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.put_meta(VOTE, vote)?;
+        // A vote must be on disk before it is acted on.
+        self.db.flush().await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Not flushed: losing it only means re-learning the commit index.
+        self.put_meta(COMMITTED, &committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            batch.insert(&index_key(entry.index()), encode(&entry)?);
+        }
+        // Readable as soon as this returns; durable once flushed below.
+        self.trees.log.apply_batch(batch).map_err(io_err)?;
+        match self.db.flush_mode() {
+            FlushMode::Inline => callback.io_completed(self.db.flush().await),
+            FlushMode::Shared => self
+                .db
+                .flush_then(Box::new(move |r| callback.io_completed(r))),
+        }
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let from = last_log_id.map(|l| l.index() + 1).unwrap_or(0);
+        let mut batch = sled::Batch::default();
+        for k in self.trees.log.range(index_key(from)..).keys() {
+            batch.remove(k.map_err(io_err)?);
+        }
+        self.trees.log.apply_batch(batch).map_err(io_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        // Record the purge point first: entries at or below it are ignored
+        // from then on, so the removal below need not be atomic with it.
+        self.put_meta(PURGED, &log_id)?;
+        let mut batch = sled::Batch::default();
+        for k in self.trees.log.range(..=index_key(log_id.index())).keys() {
+            batch.remove(k.map_err(io_err)?);
+        }
+        self.trees.log.apply_batch(batch).map_err(io_err)
+    }
+}

@@ -1,0 +1,35 @@
+//! The storage boundary: the only module that knows about sled.
+//!
+//! One [`NodeDb`] (one `sled::Db`) per node process; each group gets three
+//! trees, `g{gid}/log`, `g{gid}/meta` and `g{gid}/sm`, plus `g{gid}/snap` for
+//! its current snapshot. Everything above this module sees only
+//! [`LogStore`], [`StateMachineStore`] and [`NodeDb`].
+//!
+//! Durability rules kept here:
+//! - an append's callback fires only after a flush that covers the entries;
+//! - `save_vote` returns only after a flush;
+//! - a state machine apply writes its records and the applied log id in one
+//!   atomic sled batch; a snapshot install replaces the whole tree in one
+//!   atomic batch, then flushes, so a half-installed snapshot never survives.
+
+mod db;
+mod log_store;
+mod state_machine;
+
+pub use db::{FlushMode, NodeDb};
+pub use log_store::LogStore;
+pub use state_machine::{GroupState, StateMachineStore};
+
+use std::io;
+
+pub(crate) fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+pub(crate) fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    bincode::serialize(v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
+    bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}

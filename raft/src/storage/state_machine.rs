@@ -1,0 +1,232 @@
+//! [`StateMachineStore`]: a group's applied state, in memory for reads and
+//! snapshots, and in `g{gid}/sm` record by record for durability.
+
+use std::collections::BTreeSet;
+use std::io::{self, Cursor};
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, TryStreamExt};
+use openraft::entry::RaftEntry;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use seatfence_core::{GroupId, Response, State};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::db::{GroupTrees, NodeDb};
+use super::{decode, encode, io_err};
+use crate::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+
+/// Keys of the sm tree that are not records (records never start with `!`).
+const APPLIED: &[u8] = b"!applied";
+const MEMBERSHIP: &[u8] = b"!membership";
+const CURRENT_SNAPSHOT: &[u8] = b"current";
+
+/// The applied state of a group, shared between the state machine (writer)
+/// and readers (the node API, snapshot builds).
+///
+/// Guarded by a `std::sync::RwLock`: it is never held across an `.await`,
+/// and the writer holds it only while applying one batch of entries in
+/// memory.
+#[derive(Debug, Default, Clone)]
+pub struct GroupState {
+    pub state: State,
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+/// The openraft state machine of one group. Clones share state.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    group: GroupId,
+    db: NodeDb,
+    trees: GroupTrees,
+    shared: Arc<RwLock<GroupState>>,
+    /// Bumped to the applied index after every apply or install.
+    tx_applied: Arc<watch::Sender<u64>>,
+}
+
+impl StateMachineStore {
+    /// Open the group's state machine, loading its records from sled.
+    pub fn open(db: &NodeDb, group: GroupId) -> io::Result<StateMachineStore> {
+        let trees = db.group_trees(group)?;
+        let mut gs = GroupState::default();
+        for kv in trees.sm.iter() {
+            let (k, v) = kv.map_err(io_err)?;
+            match k.as_ref() {
+                APPLIED => gs.last_applied = decode(&v)?,
+                MEMBERSHIP => gs.membership = decode(&v)?,
+                _ => gs.state.load_record(&k, &v).map_err(io_err)?,
+            }
+        }
+        let applied = gs.last_applied.map(|l| l.index()).unwrap_or(0);
+        Ok(StateMachineStore {
+            group,
+            db: db.clone(),
+            trees,
+            shared: Arc::new(RwLock::new(gs)),
+            tx_applied: Arc::new(watch::channel(applied).0),
+        })
+    }
+
+    /// Read the applied state. `f` runs under the read lock: keep it short.
+    pub fn read<T>(&self, f: impl FnOnce(&GroupState) -> T) -> T {
+        f(&self.shared.read().expect("state lock poisoned"))
+    }
+
+    /// Watch the applied index.
+    pub fn subscribe_applied(&self) -> watch::Receiver<u64> {
+        self.tx_applied.subscribe()
+    }
+
+    fn stored_snapshot(&self) -> io::Result<Option<StoredSnapshot>> {
+        match self.trees.snap.get(CURRENT_SNAPSHOT).map_err(io_err)? {
+            Some(v) => decode(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = StateMachineStore;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok(self.read(|g| (g.last_applied, g.membership.clone())))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        // Collect what the stream has ready, apply it in memory under one
+        // lock, then write the changed records and the applied id in one
+        // atomic batch before answering anyone.
+        let mut pending = Vec::new();
+        while let Some(item) = entries.try_next().await? {
+            pending.push(item);
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut changed = BTreeSet::new();
+        let mut replies = Vec::with_capacity(pending.len());
+        let mut batch = sled::Batch::default();
+        let applied_index;
+        {
+            let mut g = self.shared.write().expect("state lock poisoned");
+            for (entry, responder) in pending {
+                let log_id = entry.log_id();
+                let response = match &entry.payload {
+                    EntryPayload::Blank => Response::None,
+                    EntryPayload::Normal(cmd) => {
+                        let a = g.state.apply(self.group, cmd);
+                        changed.extend(a.changed);
+                        a.response
+                    }
+                    EntryPayload::Membership(m) => {
+                        g.membership = StoredMembership::new(Some(log_id), m.clone());
+                        batch.insert(MEMBERSHIP, encode(&g.membership)?);
+                        Response::None
+                    }
+                };
+                g.last_applied = Some(log_id);
+                if let Some(r) = responder {
+                    replies.push((r, response));
+                }
+            }
+            for key in &changed {
+                match g.state.encode_record(key) {
+                    Some(v) => batch.insert(key.encode(), v),
+                    None => batch.remove(key.encode()),
+                }
+            }
+            batch.insert(APPLIED, encode(&g.last_applied)?);
+            applied_index = g.last_applied.map(|l| l.index()).unwrap_or(0);
+        }
+        // Not flushed here: the log is durable, and sled persists writes in
+        // order, so a crash loses at most a suffix that is re-applied.
+        self.trees.sm.apply_batch(batch).map_err(io_err)?;
+        for (r, response) in replies {
+            r.send(response);
+        }
+        self.tx_applied.send_replace(applied_index);
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotData) -> Result<(), io::Error> {
+        let data = snapshot.into_inner();
+        let state: State = decode(&data)?;
+        // Replace the whole tree in one atomic batch, then flush: a crash
+        // leaves either the old state or the new one, never a mix.
+        let mut batch = sled::Batch::default();
+        for k in self.trees.sm.iter().keys() {
+            batch.remove(k.map_err(io_err)?);
+        }
+        for (k, v) in state.records() {
+            batch.insert(k, v);
+        }
+        batch.insert(APPLIED, encode(&meta.last_log_id)?);
+        batch.insert(MEMBERSHIP, encode(&meta.last_membership)?);
+        self.trees.sm.apply_batch(batch).map_err(io_err)?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        self.trees.snap.insert(CURRENT_SNAPSHOT, encode(&stored)?).map_err(io_err)?;
+        self.db.flush().await?;
+        {
+            let mut g = self.shared.write().expect("state lock poisoned");
+            g.state = state;
+            g.last_applied = meta.last_log_id;
+            g.membership = meta.last_membership.clone();
+        }
+        self.tx_applied
+            .send_replace(meta.last_log_id.map(|l| l.index()).unwrap_or(0));
+        tracing::info!(group = self.group.0, last = ?meta.last_log_id, "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        Ok(self.stored_snapshot()?.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Cursor::new(s.data),
+        }))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        // Copy under the read lock (applies wait only for the copy), encode
+        // and store outside it.
+        let copy = self.read(|g| g.clone());
+        let stored = tokio::task::spawn_blocking(move || -> io::Result<StoredSnapshot> {
+            let meta = SnapshotMeta {
+                last_log_id: copy.last_applied,
+                last_membership: copy.membership,
+            };
+            let data = encode(&copy.state)?;
+            Ok(StoredSnapshot { meta, data })
+        })
+        .await
+        .map_err(io_err)??;
+        self.trees.snap.insert(CURRENT_SNAPSHOT, encode(&stored)?).map_err(io_err)?;
+        tracing::debug!(group = self.group.0, last = ?stored.meta.last_log_id, "built snapshot");
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Cursor::new(stored.data),
+        })
+    }
+}

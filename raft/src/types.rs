@@ -1,0 +1,33 @@
+//! The openraft type configuration shared by every group on every node.
+//!
+//! One configuration for all groups: the multi-raft router is generic over a
+//! single `C`, so the directory and plain groups share `Command`/`Response`.
+
+use std::io::Cursor;
+
+use seatfence_core::{Command, Response};
+
+openraft::declare_raft_types!(
+    /// seatfence's Raft types: `u64` node ids and terms, `BasicNode` (gRPC
+    /// address) as node info, and the standard leader id so that a term has
+    /// at most one leader and the term is usable as a fencing value.
+    pub TypeConfig:
+        D = Command,
+        R = Response,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Term = u64,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+);
+
+/// What a snapshot travels as: the bincode-encoded state.
+pub type SnapshotData = Cursor<Vec<u8>>;
+
+pub type Raft = openraft::Raft<TypeConfig, crate::storage::StateMachineStore>;
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;

@@ -1,1 +1,255 @@
-fn main() {}
+//! `seatfence`: one binary, thin. The work lives in the library crates.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use seatfence::bench::{run_raft_bench, RaftBenchArgs};
+use seatfence::cluster::LocalCluster;
+use seatfence_core::{Command, GroupId, Placement};
+use seatfence_raft::storage::FlushMode;
+use seatfence_raft::{create_group, run_node, ClusterClient, NodeConfig, RaftTuning};
+
+#[derive(Parser)]
+#[command(name = "seatfence", version, about = "Sells scarce seats across regions, never one seat twice")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node (gRPC server, replicas, sled database).
+    Node {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Start a local 3-node cluster (one node per region) and serve until Ctrl-C.
+    Demo {
+        /// Where the nodes keep their data (default: a new temporary dir).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Operator commands against a running cluster.
+    Ctl {
+        /// gRPC address of any node.
+        #[arg(long, global = true, default_value = "127.0.0.1:7101")]
+        addr: String,
+        #[command(subcommand)]
+        cmd: CtlCmd,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Groups hosted by the node at --addr: role, term, leader, indexes.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a group placed by the directory.
+    CreateGroup {
+        #[arg(long, default_value_t = 3)]
+        replicas: u8,
+        /// Place all voters in this region ("zone survival").
+        #[arg(long)]
+        region: Option<String>,
+    },
+    /// Write a key in a group.
+    Put {
+        #[arg(long)]
+        group: u64,
+        key: String,
+        value: String,
+    },
+    /// Read a key from the replica on the node at --addr.
+    Get {
+        #[arg(long)]
+        group: u64,
+        key: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FlushArg {
+    Inline,
+    Shared,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Committed writes/s and latency of a 3-voter group of real node processes.
+    Raft {
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value_t = 64)]
+        inflight: usize,
+        /// Spread the writers over this many groups.
+        #[arg(long, default_value_t = 1)]
+        groups: usize,
+        #[arg(long, default_value_t = 64)]
+        value_bytes: usize,
+        #[arg(long, value_enum, default_value = "inline")]
+        flush: FlushArg,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn,sled=warn,h2=warn,tower=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn terminated() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Node { config } => {
+            init_tracing();
+            let text = std::fs::read_to_string(&config)
+                .with_context(|| format!("read config {}", config.display()))?;
+            let config = NodeConfig::from_toml(&text).with_context(|| format!("invalid config {}", config_name(&config)))?;
+            run_node(config, terminated()).await
+        }
+        Cmd::Demo { data_dir } => demo(data_dir).await,
+        Cmd::Ctl { addr, cmd } => ctl(addr, cmd).await,
+        Cmd::Bench { cmd: BenchCmd::Raft { duration, inflight, groups, value_bytes, flush, json } } => {
+            let args = RaftBenchArgs {
+                duration: Duration::from_secs(duration),
+                inflight,
+                groups,
+                value_bytes,
+                flush: match flush {
+                    FlushArg::Inline => FlushMode::Inline,
+                    FlushArg::Shared => FlushMode::Shared,
+                },
+            };
+            let bin = std::env::current_exe().context("find own binary")?;
+            let r = run_raft_bench(&bin, &args).await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "bench raft: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} writes, {} errors, {} in flight, {} group(s), flush {:?}, {:.1} s)",
+                    r.writes_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.writes, r.errors, r.inflight, r.groups, r.flush, r.duration_secs
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn config_name(p: &std::path::Path) -> String {
+    p.display().to_string()
+}
+
+async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let (_tmp, dir) = match data_dir {
+        Some(d) => (None, d),
+        None => {
+            let t = tempfile::Builder::new().prefix("seatfence-demo-").tempdir()?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    let bin = std::env::current_exe().context("find own binary")?;
+    let cluster = LocalCluster::start(&bin, &dir, 3, RaftTuning::default())?;
+    cluster.wait_leader(GroupId::DIRECTORY, Duration::from_secs(20)).await?;
+    let client = cluster.client();
+    let (g, members) = create_group(&client, None, Placement::Spread { replicas: 3 }).await?;
+    client
+        .write(g, &Command::Put { key: "hello".into(), value: b"world".to_vec() })
+        .await?;
+    let a = cluster.addr(1)?;
+    println!("seatfence demo: 3 nodes (us-east, eu-west, ap-south), data in {}", dir.display());
+    for n in &cluster.nodes {
+        println!("  node {} ({}) gRPC {}", n.id(), n.config.region, n.addr());
+    }
+    println!("group {} created on nodes {:?}; key 'hello' written.", g.0, members.iter().map(|m| m.0).collect::<Vec<_>>());
+    println!("Try, in another terminal:");
+    println!("  seatfence ctl --addr {a} status");
+    println!("  seatfence ctl --addr {a} put --group {} seat-A1 alice", g.0);
+    println!("  seatfence ctl --addr {} get --group {} seat-A1", cluster.addr(3)?, g.0);
+    println!("  seatfence ctl --addr {a} create-group --replicas 3");
+    println!("Ctrl-C stops the cluster.");
+    tokio::signal::ctrl_c().await?;
+    drop(cluster);
+    Ok(())
+}
+
+async fn ctl(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
+    let client = ClusterClient::new(vec![addr.clone()]);
+    match cmd {
+        CtlCmd::Status { json } => {
+            let s = client.status_at(&addr).await?;
+            if json {
+                let groups: Vec<_> = s
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        serde_json::json!({
+                            "group_id": g.group_id, "role": g.role, "term": g.term, "leader": g.leader,
+                            "last_log_index": g.last_log_index, "applied_index": g.applied_index,
+                            "snapshot_index": g.snapshot_index, "purged_index": g.purged_index,
+                            "voters": g.voters, "learners": g.learners, "keys": g.key_count,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::json!({"node_id": s.node_id, "region": s.region, "groups": groups}));
+            } else {
+                println!("node {} ({})", s.node_id, s.region);
+                println!("{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  voters", "group", "role", "term", "leader", "last_log", "applied", "snapshot");
+                for g in &s.groups {
+                    println!(
+                        "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  {:?}",
+                        g.group_id, g.role, g.term, g.leader.map(|l| l.to_string()).unwrap_or("-".into()),
+                        g.last_log_index, g.applied_index, g.snapshot_index, g.voters
+                    );
+                }
+            }
+        }
+        CtlCmd::CreateGroup { replicas, region } => {
+            let placement = match region {
+                Some(r) => Placement::InRegion { region: r.as_str().into(), replicas },
+                None => Placement::Spread { replicas },
+            };
+            let (g, members) = create_group(&client, None, placement).await?;
+            println!("created group {} on nodes {:?}", g.0, members.iter().map(|m| m.0).collect::<Vec<_>>());
+        }
+        CtlCmd::Put { group, key, value } => {
+            let out = client.write(GroupId(group), &Command::Put { key, value: value.into_bytes() }).await?;
+            println!("committed at index {} (term {}): {}", out.log_index, out.term, out.response);
+        }
+        CtlCmd::Get { group, key } => {
+            let r = client.read_at(&addr, GroupId(group), &key).await?;
+            if r.found {
+                println!("{} (applied index {})", String::from_utf8_lossy(&r.value), r.applied_index);
+            } else {
+                println!("(not found; applied index {})", r.applied_index);
+                std::process::exit(1);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! `seatfence bench raft`: committed writes/s and latency of real node
+//! processes on this machine.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use seatfence_core::{Command, GroupId, Placement};
+use seatfence_raft::storage::FlushMode;
+use seatfence_raft::{create_group, RaftTuning};
+use serde::Serialize;
+
+use crate::cluster::LocalCluster;
+
+#[derive(Debug, Clone)]
+pub struct RaftBenchArgs {
+    pub duration: Duration,
+    pub inflight: usize,
+    pub groups: usize,
+    pub value_bytes: usize,
+    pub flush: FlushMode,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RaftBenchReport {
+    pub writes_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub writes: u64,
+    pub errors: u64,
+    pub inflight: usize,
+    pub groups: usize,
+    pub voters_per_group: usize,
+    pub value_bytes: usize,
+    pub flush: FlushMode,
+    pub duration_secs: f64,
+}
+
+/// Start 3 node processes of `bin`, create the groups, drive writes.
+pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<RaftBenchReport> {
+    let dir = tempfile::tempdir().context("create bench dir")?;
+    let tuning = RaftTuning {
+        flush: args.flush,
+        ..RaftTuning::default()
+    };
+    let cluster = LocalCluster::start(bin, dir.path(), 3, tuning)?;
+    cluster.wait_leader(GroupId::DIRECTORY, Duration::from_secs(20)).await?;
+    let client = cluster.client();
+    let mut groups = Vec::new();
+    for _ in 0..args.groups.max(1) {
+        let (g, _) = create_group(&client, None, Placement::Spread { replicas: 3 }).await?;
+        groups.push(g);
+    }
+    // Warm up: one write per group also waits for every group's election.
+    for g in &groups {
+        client
+            .write(*g, &Command::Put { key: "warmup".into(), value: vec![0] })
+            .await
+            .with_context(|| format!("warm up {g}"))?;
+    }
+
+    let groups = Arc::new(groups);
+    let value = vec![7u8; args.value_bytes];
+    let start = Instant::now();
+    let deadline = start + args.duration;
+    let mut tasks = Vec::new();
+    for t in 0..args.inflight.max(1) {
+        let client = client.clone();
+        let groups = groups.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+            let mut errors = 0u64;
+            let group = groups[t % groups.len()];
+            let mut seq = 0u64;
+            while Instant::now() < deadline {
+                let cmd = Command::Put {
+                    key: format!("w{t}-{seq}"),
+                    value: value.clone(),
+                };
+                seq += 1;
+                let t0 = Instant::now();
+                match client.write(group, &cmd).await {
+                    Ok(_) => hist.saturating_record(t0.elapsed().as_micros() as u64),
+                    Err(_) => errors += 1,
+                }
+            }
+            (hist, errors)
+        }));
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+    let mut errors = 0;
+    for t in tasks {
+        let (h, e) = t.await?;
+        hist.add(h)?;
+        errors += e;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(RaftBenchReport {
+        writes_per_sec: hist.len() as f64 / elapsed,
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: hist.max() as f64 / 1000.0,
+        writes: hist.len(),
+        errors,
+        inflight: args.inflight,
+        groups: groups.len(),
+        voters_per_group: 3,
+        value_bytes: args.value_bytes,
+        flush: args.flush,
+        duration_secs: elapsed,
+    })
+}

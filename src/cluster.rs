@@ -1,0 +1,220 @@
+//! [`LocalCluster`]: real node processes on 127.0.0.1, for the demo, tests
+//! and benchmarks.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use seatfence_core::GroupId;
+use seatfence_raft::{ClusterClient, NodeConfig, Peer, RaftTuning};
+
+/// The regions a local cluster spreads its nodes over, in order.
+pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+
+pub struct NodeProc {
+    pub config: NodeConfig,
+    config_path: PathBuf,
+    log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl NodeProc {
+    pub fn id(&self) -> u64 {
+        self.config.node_id
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.config.grpc_addr
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+/// A cluster of `seatfence node` processes. Dropping it SIGKILLs them all.
+pub struct LocalCluster {
+    bin: PathBuf,
+    pub nodes: Vec<NodeProc>,
+}
+
+/// A free port on 127.0.0.1 (bound to `:0`, then released for the node).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl LocalCluster {
+    /// Write configs for `n` nodes (one directory voter per region, so
+    /// `n <= 3`) under `dir` and start them with the binary `bin`.
+    pub fn start(bin: &Path, dir: &Path, n: usize, tuning: RaftTuning) -> anyhow::Result<LocalCluster> {
+        if n == 0 || n > REGIONS.len() {
+            bail!("a local cluster has 1 to {} nodes (one per region)", REGIONS.len());
+        }
+        let peers: Vec<Peer> = (0..n)
+            .map(|i| {
+                Ok(Peer {
+                    id: i as u64 + 1,
+                    region: REGIONS[i].to_string(),
+                    grpc_addr: format!("127.0.0.1:{}", free_port()?),
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let mut nodes = Vec::new();
+        for p in &peers {
+            let node_dir = dir.join(format!("n{}", p.id));
+            fs::create_dir_all(&node_dir).with_context(|| format!("create {}", node_dir.display()))?;
+            let config = NodeConfig {
+                node_id: p.id,
+                region: p.region.clone(),
+                grpc_addr: p.grpc_addr.clone(),
+                data_dir: node_dir.join("data"),
+                initial_members: peers.clone(),
+                raft: tuning.clone(),
+            };
+            config.validate()?;
+            let config_path = node_dir.join("node.toml");
+            fs::write(&config_path, toml::to_string(&config)?)?;
+            nodes.push(NodeProc {
+                config,
+                config_path,
+                log_path: node_dir.join("node.log"),
+                child: None,
+            });
+        }
+        let mut cluster = LocalCluster {
+            bin: bin.to_path_buf(),
+            nodes,
+        };
+        for i in 0..n {
+            cluster.spawn(i)?;
+        }
+        Ok(cluster)
+    }
+
+    fn index(&self, id: u64) -> anyhow::Result<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.id() == id)
+            .with_context(|| format!("no node {id}"))
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let n = &mut self.nodes[i];
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&n.log_path)
+            .with_context(|| format!("open {}", n.log_path.display()))?;
+        let child = Command::new(&self.bin)
+            .arg("node")
+            .arg("--config")
+            .arg(&n.config_path)
+            .env("RUST_LOG", std::env::var("SEATFENCE_NODE_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {} node", self.bin.display()))?;
+        n.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL node `id`: no shutdown, no final flush.
+    pub fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        let i = self.index(id)?;
+        if let Some(mut c) = self.nodes[i].child.take() {
+            c.kill().context("SIGKILL node")?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM node `id` and wait for it to exit (graceful shutdown).
+    pub fn stop(&mut self, id: u64) -> anyhow::Result<()> {
+        let i = self.index(id)?;
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let status = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status()?;
+            if !status.success() {
+                bail!("kill -TERM {} failed", c.id());
+            }
+            for _ in 0..200 {
+                if c.try_wait()?.is_some() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            c.kill()?;
+            c.wait()?;
+            bail!("node {id} ignored SIGTERM for 10 s");
+        }
+        Ok(())
+    }
+
+    /// Start node `id` again with its data dir.
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let i = self.index(id)?;
+        if self.nodes[i].child.is_some() {
+            bail!("node {id} is running");
+        }
+        self.spawn(i)
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr().to_string()).collect()
+    }
+
+    pub fn addr(&self, id: u64) -> anyhow::Result<String> {
+        Ok(self.nodes[self.index(id)?].addr().to_string())
+    }
+
+    pub fn client(&self) -> ClusterClient {
+        ClusterClient::new(self.addrs())
+    }
+
+    /// Wait until every running node hosts `group` and one of them leads it;
+    /// returns the leader's id.
+    pub async fn wait_leader(&self, group: GroupId, timeout: Duration) -> anyhow::Result<u64> {
+        let client = self.client();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            for n in self.nodes.iter().filter(|n| n.is_running()) {
+                match client.status_at(n.addr()).await {
+                    Ok(s) => {
+                        if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
+                            if g.role == "leader" {
+                                return Ok(n.id());
+                            }
+                            last = format!("node {} sees {} as {}", n.id(), group, g.role);
+                        }
+                    }
+                    Err(e) => last = format!("node {}: {e}", n.id()),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("no leader for {group} within {timeout:?} ({last})")
+    }
+
+    /// The last lines of a node's log, for failure messages.
+    pub fn log_tail(&self, id: u64) -> String {
+        let Ok(i) = self.index(id) else { return String::new() };
+        let text = fs::read_to_string(&self.nodes[i].log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}

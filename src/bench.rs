@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
-use seatfence_core::{Command, GroupId, Placement};
+use seatfence_core::{Command, Placement};
 use seatfence_raft::storage::FlushMode;
 use seatfence_raft::{create_group, RaftTuning};
 use serde::Serialize;
@@ -48,7 +48,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         ..RaftTuning::default()
     };
     let cluster = LocalCluster::start(bin, dir.path(), 3, tuning)?;
-    cluster.wait_leader(GroupId::DIRECTORY, Duration::from_secs(20)).await?;
+    cluster.wait_ready(Duration::from_secs(30)).await?;
     let client = cluster.client();
     let mut groups = Vec::new();
     for _ in 0..args.groups.max(1) {
@@ -58,7 +58,13 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
     // Warm up: one write per group also waits for every group's election.
     for g in &groups {
         client
-            .write(*g, &Command::Put { key: "warmup".into(), value: vec![0] })
+            .write(
+                *g,
+                &Command::Put {
+                    key: "warmup".into(),
+                    value: vec![0],
+                },
+            )
             .await
             .with_context(|| format!("warm up {g}"))?;
     }
@@ -73,7 +79,8 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         let groups = groups.clone();
         let value = value.clone();
         tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+            let mut hist =
+                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
             let mut errors = 0u64;
             let group = groups[t % groups.len()];
             let mut seq = 0u64;

@@ -48,10 +48,22 @@ fn free_port() -> anyhow::Result<u16> {
 
 impl LocalCluster {
     /// Write configs for `n` nodes (one directory voter per region, so
-    /// `n <= 3`) under `dir` and start them with the binary `bin`.
-    pub fn start(bin: &Path, dir: &Path, n: usize, tuning: RaftTuning) -> anyhow::Result<LocalCluster> {
+    /// `n <= 3`) under `dir` and start them with the binary `bin`. If `dir`
+    /// holds the configs of an earlier start, they are reused (same ports).
+    pub fn start(
+        bin: &Path,
+        dir: &Path,
+        n: usize,
+        tuning: RaftTuning,
+    ) -> anyhow::Result<LocalCluster> {
         if n == 0 || n > REGIONS.len() {
-            bail!("a local cluster has 1 to {} nodes (one per region)", REGIONS.len());
+            bail!(
+                "a local cluster has 1 to {} nodes (one per region)",
+                REGIONS.len()
+            );
+        }
+        if let Some(existing) = Self::existing_configs(dir, n)? {
+            return Self::from_configs(bin, existing);
         }
         let peers: Vec<Peer> = (0..n)
             .map(|i| {
@@ -62,10 +74,11 @@ impl LocalCluster {
                 })
             })
             .collect::<anyhow::Result<_>>()?;
-        let mut nodes = Vec::new();
+        let mut configs = Vec::new();
         for p in &peers {
             let node_dir = dir.join(format!("n{}", p.id));
-            fs::create_dir_all(&node_dir).with_context(|| format!("create {}", node_dir.display()))?;
+            fs::create_dir_all(&node_dir)
+                .with_context(|| format!("create {}", node_dir.display()))?;
             let config = NodeConfig {
                 node_id: p.id,
                 region: p.region.clone(),
@@ -75,15 +88,48 @@ impl LocalCluster {
                 raft: tuning.clone(),
             };
             config.validate()?;
-            let config_path = node_dir.join("node.toml");
-            fs::write(&config_path, toml::to_string(&config)?)?;
-            nodes.push(NodeProc {
+            fs::write(node_dir.join("node.toml"), toml::to_string(&config)?)?;
+            configs.push((node_dir, config));
+        }
+        Self::from_configs(bin, configs)
+    }
+
+    /// Configs written by an earlier `start` in `dir`, so a cluster can be
+    /// started again on its data (same ports, same membership).
+    fn existing_configs(
+        dir: &Path,
+        n: usize,
+    ) -> anyhow::Result<Option<Vec<(PathBuf, NodeConfig)>>> {
+        let mut out = Vec::new();
+        for id in 1..=n {
+            let node_dir = dir.join(format!("n{id}"));
+            let path = node_dir.join("node.toml");
+            if !path.exists() {
+                return Ok(None);
+            }
+            let text =
+                fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+            let config = NodeConfig::from_toml(&text)
+                .with_context(|| format!("invalid {}", path.display()))?;
+            out.push((node_dir, config));
+        }
+        Ok(Some(out))
+    }
+
+    fn from_configs(
+        bin: &Path,
+        configs: Vec<(PathBuf, NodeConfig)>,
+    ) -> anyhow::Result<LocalCluster> {
+        let nodes = configs
+            .into_iter()
+            .map(|(node_dir, config)| NodeProc {
                 config,
-                config_path,
+                config_path: node_dir.join("node.toml"),
                 log_path: node_dir.join("node.log"),
                 child: None,
-            });
-        }
+            })
+            .collect::<Vec<_>>();
+        let n = nodes.len();
         let mut cluster = LocalCluster {
             bin: bin.to_path_buf(),
             nodes,
@@ -112,7 +158,10 @@ impl LocalCluster {
             .arg("node")
             .arg("--config")
             .arg(&n.config_path)
-            .env("RUST_LOG", std::env::var("SEATFENCE_NODE_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("SEATFENCE_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -136,7 +185,10 @@ impl LocalCluster {
     pub fn stop(&mut self, id: u64) -> anyhow::Result<()> {
         let i = self.index(id)?;
         if let Some(mut c) = self.nodes[i].child.take() {
-            let status = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status()?;
+            let status = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status()?;
             if !status.success() {
                 bail!("kill -TERM {} failed", c.id());
             }
@@ -199,9 +251,34 @@ impl LocalCluster {
         bail!("no leader for {group} within {timeout:?} ({last})")
     }
 
+    /// Wait until the directory has a leader and every node of the cluster
+    /// is registered in it (so groups can be placed on all of them).
+    pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let leader = self.wait_leader(GroupId::DIRECTORY, timeout).await?;
+        let client = self.client();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let addr = self.addr(leader)?;
+        loop {
+            let s = client.status_at(&addr).await?;
+            if s.directory_nodes as usize >= self.nodes.len() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "only {} of {} nodes registered within {timeout:?}",
+                    s.directory_nodes,
+                    self.nodes.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The last lines of a node's log, for failure messages.
     pub fn log_tail(&self, id: u64) -> String {
-        let Ok(i) = self.index(id) else { return String::new() };
+        let Ok(i) = self.index(id) else {
+            return String::new();
+        };
         let text = fs::read_to_string(&self.nodes[i].log_path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")

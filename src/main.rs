@@ -12,7 +12,11 @@ use seatfence_raft::storage::FlushMode;
 use seatfence_raft::{create_group, run_node, ClusterClient, NodeConfig, RaftTuning};
 
 #[derive(Parser)]
-#[command(name = "seatfence", version, about = "Sells scarce seats across regions, never one seat twice")]
+#[command(
+    name = "seatfence",
+    version,
+    about = "Sells scarce seats across regions, never one seat twice"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -129,12 +133,23 @@ async fn main() -> anyhow::Result<()> {
             init_tracing();
             let text = std::fs::read_to_string(&config)
                 .with_context(|| format!("read config {}", config.display()))?;
-            let config = NodeConfig::from_toml(&text).with_context(|| format!("invalid config {}", config_name(&config)))?;
+            let config = NodeConfig::from_toml(&text)
+                .with_context(|| format!("invalid config {}", config_name(&config)))?;
             run_node(config, terminated()).await
         }
         Cmd::Demo { data_dir } => demo(data_dir).await,
         Cmd::Ctl { addr, cmd } => ctl(addr, cmd).await,
-        Cmd::Bench { cmd: BenchCmd::Raft { duration, inflight, groups, value_bytes, flush, json } } => {
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Raft {
+                    duration,
+                    inflight,
+                    groups,
+                    value_bytes,
+                    flush,
+                    json,
+                },
+        } => {
             let args = RaftBenchArgs {
                 duration: Duration::from_secs(duration),
                 inflight,
@@ -168,29 +183,51 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let (_tmp, dir) = match data_dir {
         Some(d) => (None, d),
         None => {
-            let t = tempfile::Builder::new().prefix("seatfence-demo-").tempdir()?;
+            let t = tempfile::Builder::new()
+                .prefix("seatfence-demo-")
+                .tempdir()?;
             let p = t.path().to_path_buf();
             (Some(t), p)
         }
     };
     let bin = std::env::current_exe().context("find own binary")?;
     let cluster = LocalCluster::start(&bin, &dir, 3, RaftTuning::default())?;
-    cluster.wait_leader(GroupId::DIRECTORY, Duration::from_secs(20)).await?;
+    cluster.wait_ready(Duration::from_secs(30)).await?;
     let client = cluster.client();
     let (g, members) = create_group(&client, None, Placement::Spread { replicas: 3 }).await?;
     client
-        .write(g, &Command::Put { key: "hello".into(), value: b"world".to_vec() })
+        .write(
+            g,
+            &Command::Put {
+                key: "hello".into(),
+                value: b"world".to_vec(),
+            },
+        )
         .await?;
     let a = cluster.addr(1)?;
-    println!("seatfence demo: 3 nodes (us-east, eu-west, ap-south), data in {}", dir.display());
+    println!(
+        "seatfence demo: 3 nodes (us-east, eu-west, ap-south), data in {}",
+        dir.display()
+    );
     for n in &cluster.nodes {
         println!("  node {} ({}) gRPC {}", n.id(), n.config.region, n.addr());
     }
-    println!("group {} created on nodes {:?}; key 'hello' written.", g.0, members.iter().map(|m| m.0).collect::<Vec<_>>());
+    println!(
+        "group {} created on nodes {:?}; key 'hello' written.",
+        g.0,
+        members.iter().map(|m| m.0).collect::<Vec<_>>()
+    );
     println!("Try, in another terminal:");
     println!("  seatfence ctl --addr {a} status");
-    println!("  seatfence ctl --addr {a} put --group {} seat-A1 alice", g.0);
-    println!("  seatfence ctl --addr {} get --group {} seat-A1", cluster.addr(3)?, g.0);
+    println!(
+        "  seatfence ctl --addr {a} put --group {} seat-A1 alice",
+        g.0
+    );
+    println!(
+        "  seatfence ctl --addr {} get --group {} seat-A1",
+        cluster.addr(3)?,
+        g.0
+    );
     println!("  seatfence ctl --addr {a} create-group --replicas 3");
     println!("Ctrl-C stops the cluster.");
     tokio::signal::ctrl_c().await?;
@@ -216,35 +253,69 @@ async fn ctl(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
                         })
                     })
                     .collect();
-                println!("{}", serde_json::json!({"node_id": s.node_id, "region": s.region, "groups": groups}));
+                println!(
+                    "{}",
+                    serde_json::json!({"node_id": s.node_id, "region": s.region, "groups": groups})
+                );
             } else {
                 println!("node {} ({})", s.node_id, s.region);
-                println!("{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  voters", "group", "role", "term", "leader", "last_log", "applied", "snapshot");
+                println!(
+                    "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  voters",
+                    "group", "role", "term", "leader", "last_log", "applied", "snapshot"
+                );
                 for g in &s.groups {
                     println!(
                         "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  {:?}",
-                        g.group_id, g.role, g.term, g.leader.map(|l| l.to_string()).unwrap_or("-".into()),
-                        g.last_log_index, g.applied_index, g.snapshot_index, g.voters
+                        g.group_id,
+                        g.role,
+                        g.term,
+                        g.leader.map(|l| l.to_string()).unwrap_or("-".into()),
+                        g.last_log_index,
+                        g.applied_index,
+                        g.snapshot_index,
+                        g.voters
                     );
                 }
             }
         }
         CtlCmd::CreateGroup { replicas, region } => {
             let placement = match region {
-                Some(r) => Placement::InRegion { region: r.as_str().into(), replicas },
+                Some(r) => Placement::InRegion {
+                    region: r.as_str().into(),
+                    replicas,
+                },
                 None => Placement::Spread { replicas },
             };
             let (g, members) = create_group(&client, None, placement).await?;
-            println!("created group {} on nodes {:?}", g.0, members.iter().map(|m| m.0).collect::<Vec<_>>());
+            println!(
+                "created group {} on nodes {:?}",
+                g.0,
+                members.iter().map(|m| m.0).collect::<Vec<_>>()
+            );
         }
         CtlCmd::Put { group, key, value } => {
-            let out = client.write(GroupId(group), &Command::Put { key, value: value.into_bytes() }).await?;
-            println!("committed at index {} (term {}): {}", out.log_index, out.term, out.response);
+            let out = client
+                .write(
+                    GroupId(group),
+                    &Command::Put {
+                        key,
+                        value: value.into_bytes(),
+                    },
+                )
+                .await?;
+            println!(
+                "committed at index {} (term {}): {}",
+                out.log_index, out.term, out.response
+            );
         }
         CtlCmd::Get { group, key } => {
             let r = client.read_at(&addr, GroupId(group), &key).await?;
             if r.found {
-                println!("{} (applied index {})", String::from_utf8_lossy(&r.value), r.applied_index);
+                println!(
+                    "{} (applied index {})",
+                    String::from_utf8_lossy(&r.value),
+                    r.applied_index
+                );
             } else {
                 println!("(not found; applied index {})", r.applied_index);
                 std::process::exit(1);

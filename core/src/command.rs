@@ -35,13 +35,22 @@ pub enum Response {
     /// Nothing to report (blank and membership entries).
     None,
     /// A `Put`/`Delete` applied; `existed` says whether the key was present.
-    Written { existed: bool },
+    Written {
+        existed: bool,
+    },
     /// The responses of a [`Command::Batch`], in order.
     Batch(Vec<Response>),
-    NodeRegistered { node_id: NodeId },
-    GroupCreated { group_id: GroupId, members: Vec<NodeId> },
+    NodeRegistered {
+        node_id: NodeId,
+    },
+    GroupCreated {
+        group_id: GroupId,
+        members: Vec<NodeId>,
+    },
     /// Placement could not find enough nodes.
-    PlacementFailed { reason: String },
+    PlacementFailed {
+        reason: String,
+    },
     /// A directory command sent to a plain group, or the reverse.
     WrongGroup,
 }

@@ -69,8 +69,11 @@ impl Directory {
         let by_load = |ids: &mut Vec<&NodeInfo>| ids.sort_by_key(|n| (load[&n.id].0, n.id));
         let mut picked: Vec<NodeId> = match placement {
             Placement::InRegion { region, replicas } => {
-                let mut c: Vec<&NodeInfo> =
-                    self.nodes.values().filter(|n| &n.region == region).collect();
+                let mut c: Vec<&NodeInfo> = self
+                    .nodes
+                    .values()
+                    .filter(|n| &n.region == region)
+                    .collect();
                 if c.len() < usize::from(*replicas) {
                     return Err(format!(
                         "region {region} has {} nodes, {replicas} replicas requested",
@@ -78,7 +81,10 @@ impl Directory {
                     ));
                 }
                 by_load(&mut c);
-                c.iter().take(usize::from(*replicas)).map(|n| n.id).collect()
+                c.iter()
+                    .take(usize::from(*replicas))
+                    .map(|n| n.id)
+                    .collect()
             }
             Placement::Spread { replicas } => {
                 let want = usize::from(*replicas);
@@ -164,7 +170,13 @@ mod tests {
         for g in 1..=6 {
             let members = d.place(&Placement::Spread { replicas: 3 }).unwrap();
             firsts.push(members[0]);
-            d.groups.insert(GroupId(g), GroupInfo { id: GroupId(g), members });
+            d.groups.insert(
+                GroupId(g),
+                GroupInfo {
+                    id: GroupId(g),
+                    members,
+                },
+            );
         }
         for n in 1..=3 {
             assert_eq!(firsts.iter().filter(|f| f.0 == n).count(), 2, "{firsts:?}");

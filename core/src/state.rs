@@ -83,7 +83,12 @@ impl State {
         Applied { response, changed }
     }
 
-    fn apply_one(&mut self, group: GroupId, cmd: &Command, changed: &mut Vec<RecordKey>) -> Response {
+    fn apply_one(
+        &mut self,
+        group: GroupId,
+        cmd: &Command,
+        changed: &mut Vec<RecordKey>,
+    ) -> Response {
         let directory_cmd = matches!(cmd, Command::RegisterNode(_) | Command::CreateGroup { .. });
         if directory_cmd != group.is_directory() {
             return Response::WrongGroup;
@@ -100,9 +105,11 @@ impl State {
                     existed: self.kv.remove(key).is_some(),
                 }
             }
-            Command::Batch(cmds) => {
-                Response::Batch(cmds.iter().map(|c| self.apply_one(group, c, changed)).collect())
-            }
+            Command::Batch(cmds) => Response::Batch(
+                cmds.iter()
+                    .map(|c| self.apply_one(group, c, changed))
+                    .collect(),
+            ),
             Command::RegisterNode(node) => {
                 changed.push(RecordKey::Node(node.id));
                 self.directory.nodes.insert(node.id, node.clone());
@@ -226,7 +233,13 @@ mod tests {
                 placement: Placement::Spread { replicas: 3 },
             },
         );
-        assert!(matches!(a.response, Response::GroupCreated { group_id: GroupId(1), .. }));
+        assert!(matches!(
+            a.response,
+            Response::GroupCreated {
+                group_id: GroupId(1),
+                ..
+            }
+        ));
         let mut loaded = State::default();
         for (k, v) in s.records() {
             loaded.load_record(&k, &v).unwrap();

@@ -3,15 +3,16 @@
 
 use std::sync::Arc;
 
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::impls::ProgressResponder;
-use openraft::async_runtime::watch::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use seatfence_core::{Command, GroupId};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::{
-    write_reply, Committed, GroupStatus, LeaderHint, NotLeader, ReadReply, ReadRequest, StatusReply,
-    StatusRequest, TransferLeaderReply, TransferLeaderRequest, WriteReply, WriteRequest,
+    write_reply, Committed, GroupStatus, LeaderHint, NotLeader, ReadReply, ReadRequest,
+    StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest, WriteReply,
+    WriteRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -37,9 +38,11 @@ impl NodeApi {
     }
 
     fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
-        self.registry
-            .get(GroupId(id))
-            .ok_or_else(|| Status::not_found(format!("unknown_group: group {id} is not hosted on this node")))
+        self.registry.get(GroupId(id)).ok_or_else(|| {
+            Status::not_found(format!(
+                "unknown_group: group {id} is not hosted on this node"
+            ))
+        })
     }
 }
 
@@ -130,7 +133,8 @@ impl NodeService for NodeApi {
         let mut groups = Vec::new();
         for (id, g) in self.registry.all() {
             let m = g.raft.metrics().borrow_watched().clone();
-            let (digest, keys) = g.sm.read(|s| (state_digest(&s.state), s.state.kv.len() as u64));
+            let (digest, keys) =
+                g.sm.read(|s| (state_digest(&s.state), s.state.kv.len() as u64));
             let membership = m.membership_config.membership();
             groups.push(GroupStatus {
                 group_id: id.0,
@@ -154,10 +158,16 @@ impl NodeService for NodeApi {
                 key_count: keys,
             });
         }
+        let directory_nodes = self
+            .registry
+            .get(GroupId::DIRECTORY)
+            .map(|d| d.sm.read(|s| s.state.directory.nodes.len() as u32))
+            .unwrap_or(0);
         Ok(Response::new(StatusReply {
             node_id: self.registry.node_id(),
             region: self.region.clone(),
             groups,
+            directory_nodes,
         }))
     }
 

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use seatfence_core::{Command, GroupId, Response};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
-use seatfence_proto::v1::{write_reply, ReadReply, ReadRequest, StatusReply, StatusRequest, WriteRequest};
+use seatfence_proto::v1::{
+    write_reply, ReadReply, ReadRequest, StatusReply, StatusRequest, WriteRequest,
+};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
@@ -19,7 +21,11 @@ use crate::storage;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("no leader for group {group} within {waited:?}: {last}")]
-    NoLeader { group: GroupId, waited: Duration, last: String },
+    NoLeader {
+        group: GroupId,
+        waited: Duration,
+        last: String,
+    },
     #[error("rejected by node: {0}")]
     Rejected(tonic::Status),
     #[error("reply did not decode: {0}")]
@@ -97,7 +103,12 @@ impl ClusterClient {
         let mut last = String::from("no attempt");
         let mut pause = Duration::from_millis(20);
         while start.elapsed() < self.deadline {
-            let cached = self.leaders.lock().expect("leader lock poisoned").get(&group).cloned();
+            let cached = self
+                .leaders
+                .lock()
+                .expect("leader lock poisoned")
+                .get(&group)
+                .cloned();
             let addr = cached.unwrap_or_else(|| {
                 seed += 1;
                 self.seeds[seed % self.seeds.len()].clone()
@@ -113,9 +124,12 @@ impl ClusterClient {
             match c.write(req).await {
                 Ok(reply) => match reply.into_inner().result {
                     Some(write_reply::Result::Committed(c)) => {
-                        self.leaders.lock().expect("leader lock poisoned").insert(group, addr);
-                        let response =
-                            storage::decode(&c.response).map_err(|e| ClientError::BadReply(e.to_string()))?;
+                        self.leaders
+                            .lock()
+                            .expect("leader lock poisoned")
+                            .insert(group, addr);
+                        let response = storage::decode(&c.response)
+                            .map_err(|e| ClientError::BadReply(e.to_string()))?;
                         return Ok(WriteOutcome {
                             response,
                             log_index: c.log_index,
@@ -139,12 +153,15 @@ impl ClusterClient {
                     None => return Err(ClientError::BadReply("empty write reply".into())),
                 },
                 Err(s) => match s.code() {
-                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition | tonic::Code::Aborted => {
-                        return Err(ClientError::Rejected(s))
-                    }
+                    tonic::Code::InvalidArgument
+                    | tonic::Code::FailedPrecondition
+                    | tonic::Code::Aborted => return Err(ClientError::Rejected(s)),
                     _ => {
                         last = format!("{addr}: {}: {}", s.code(), s.message());
-                        self.leaders.lock().expect("leader lock poisoned").remove(&group);
+                        self.leaders
+                            .lock()
+                            .expect("leader lock poisoned")
+                            .remove(&group);
                     }
                 },
             }
@@ -159,19 +176,34 @@ impl ClusterClient {
     }
 
     /// Read `key` from the replica of `group` on the node at `addr`.
-    pub async fn read_at(&self, addr: &str, group: GroupId, key: &str) -> Result<ReadReply, ClientError> {
+    pub async fn read_at(
+        &self,
+        addr: &str,
+        group: GroupId,
+        key: &str,
+    ) -> Result<ReadReply, ClientError> {
         let req = ReadRequest {
             group_id: group.0,
             key: key.to_string(),
             linearizable: false,
         };
-        Ok(self.node(addr)?.read(req).await.map_err(ClientError::Rejected)?.into_inner())
+        Ok(self
+            .node(addr)?
+            .read(req)
+            .await
+            .map_err(ClientError::Rejected)?
+            .into_inner())
     }
 
     /// The status of the node at `addr`.
     pub async fn status_at(&self, addr: &str) -> Result<StatusReply, ClientError> {
         let mut req = tonic::Request::new(StatusRequest {});
         req.set_timeout(Duration::from_secs(5));
-        Ok(self.node(addr)?.status(req).await.map_err(ClientError::Rejected)?.into_inner())
+        Ok(self
+            .node(addr)?
+            .status(req)
+            .await
+            .map_err(ClientError::Rejected)?
+            .into_inner())
     }
 }

@@ -77,9 +77,13 @@ pub enum ConfigError {
     DuplicateMember(u64),
     #[error("initial_members lists region {0:?} twice: the directory has one voter per region")]
     DuplicateRegion(String),
-    #[error("node {0} is not in initial_members (joining an existing cluster is not supported yet)")]
+    #[error(
+        "node {0} is not in initial_members (joining an existing cluster is not supported yet)"
+    )]
     NotAMember(u64),
-    #[error("initial_members entry for node {id} says {field} {theirs:?}, this config says {ours:?}")]
+    #[error(
+        "initial_members entry for node {id} says {field} {theirs:?}, this config says {ours:?}"
+    )]
     MemberMismatch {
         id: u64,
         field: &'static str,
@@ -194,10 +198,12 @@ impl NodeConfig {
 }
 
 fn check_addr(addr: &str) -> Result<(), ConfigError> {
-    addr.parse::<SocketAddr>().map(drop).map_err(|e| ConfigError::BadAddr {
-        addr: addr.to_string(),
-        reason: e.to_string(),
-    })
+    addr.parse::<SocketAddr>()
+        .map(drop)
+        .map_err(|e| ConfigError::BadAddr {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -232,10 +238,14 @@ grpc_addr = "127.0.0.1:7002"
         assert_eq!(e, ConfigError::NotAMember(3));
         let e = NodeConfig::from_toml(&GOOD.replace("\"eu-west\"", "\"us-east\"")).unwrap_err();
         assert_eq!(e, ConfigError::DuplicateRegion("us-east".into()));
-        let e = NodeConfig::from_toml(&GOOD.replace("grpc_addr = \"127.0.0.1:7001\"\ndata", "grpc_addr = \"nope\"\ndata"))
-            .unwrap_err();
+        let e = NodeConfig::from_toml(&GOOD.replace(
+            "grpc_addr = \"127.0.0.1:7001\"\ndata",
+            "grpc_addr = \"nope\"\ndata",
+        ))
+        .unwrap_err();
         assert!(matches!(e, ConfigError::BadAddr { .. }), "{e}");
-        let e = NodeConfig::from_toml(&format!("{GOOD}\n[raft]\nheartbeat_ms = 900\n")).unwrap_err();
+        let e =
+            NodeConfig::from_toml(&format!("{GOOD}\n[raft]\nheartbeat_ms = 900\n")).unwrap_err();
         assert!(matches!(e, ConfigError::Timing { hb: 900, .. }), "{e}");
         let e = NodeConfig::from_toml(&format!("{GOOD}\nbogus = 1\n")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");

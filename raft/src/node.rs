@@ -27,13 +27,21 @@ use crate::registry::Registry;
 use crate::storage::NodeDb;
 
 /// Run a node until `shutdown` resolves.
-pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run_node(
+    config: NodeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
     let db = NodeDb::open(&config.data_dir.join("db"), config.raft.flush)
         .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
     let pool = PeerPool::default();
-    let registry = Arc::new(Registry::new(config.node_id, db.clone(), pool, config.openraft_config()));
+    let registry = Arc::new(Registry::new(
+        config.node_id,
+        db.clone(),
+        pool,
+        config.openraft_config(),
+    ));
 
     for g in db.stored_groups() {
         registry.open(g).await?;
@@ -83,7 +91,11 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
 /// Record this node (id, region, address) in the directory, retrying until
 /// the directory commits it.
 async fn register_self(config: NodeConfig, mut rx_stop: watch::Receiver<bool>) {
-    let seeds = config.initial_members.iter().map(|p| p.grpc_addr.clone()).collect();
+    let seeds = config
+        .initial_members
+        .iter()
+        .map(|p| p.grpc_addr.clone())
+        .collect();
     let client = ClusterClient::new(seeds).with_deadline(Duration::from_secs(5));
     let cmd = Command::RegisterNode(NodeInfo {
         id: NodeId(config.node_id),
@@ -153,7 +165,13 @@ pub async fn create_group(
     placement: seatfence_core::Placement,
 ) -> anyhow::Result<(GroupId, Vec<NodeId>)> {
     let out = client
-        .write(GroupId::DIRECTORY, &Command::CreateGroup { group_id, placement })
+        .write(
+            GroupId::DIRECTORY,
+            &Command::CreateGroup {
+                group_id,
+                placement,
+            },
+        )
         .await
         .context("propose CreateGroup to the directory")?;
     match out.response {

@@ -31,7 +31,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(node_id: u64, db: NodeDb, pool: PeerPool, config: Arc<openraft::Config>) -> Registry {
+    pub fn new(
+        node_id: u64,
+        db: NodeDb,
+        pool: PeerPool,
+        config: Arc<openraft::Config>,
+    ) -> Registry {
         Registry {
             node_id,
             db,
@@ -55,7 +60,11 @@ impl Registry {
     }
 
     pub fn get(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
-        self.groups.read().expect("registry lock poisoned").get(&id).cloned()
+        self.groups
+            .read()
+            .expect("registry lock poisoned")
+            .get(&id)
+            .cloned()
     }
 
     /// Every hosted group, by id.
@@ -71,7 +80,8 @@ impl Registry {
             return Ok(h);
         }
         let log = LogStore::open(&self.db, id).with_context(|| format!("open log of {id}"))?;
-        let sm = StateMachineStore::open(&self.db, id).with_context(|| format!("open state of {id}"))?;
+        let sm =
+            StateMachineStore::open(&self.db, id).with_context(|| format!("open state of {id}"))?;
         let network = NetworkFactory {
             pool: self.pool.clone(),
             group: id,
@@ -89,7 +99,11 @@ impl Registry {
     }
 
     /// Initialize `id` with `members` if it has never been initialized.
-    pub async fn initialize(&self, id: GroupId, members: BTreeMap<u64, BasicNode>) -> anyhow::Result<()> {
+    pub async fn initialize(
+        &self,
+        id: GroupId,
+        members: BTreeMap<u64, BasicNode>,
+    ) -> anyhow::Result<()> {
         let h = self.open(id).await?;
         if h.raft.is_initialized().await? {
             return Ok(());

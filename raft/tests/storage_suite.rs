@@ -10,7 +10,9 @@ use seatfence_raft::types::TypeConfig;
 struct SledBuilder(FlushMode);
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for SledBuilder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = NodeDb::open(dir.path(), self.0).expect("open sled");
         let log = LogStore::open(&db, GroupId(1)).expect("open log");
@@ -21,10 +23,14 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sled_store_passes_openraft_suite_inline_flush() {
-    Suite::test_all(SledBuilder(FlushMode::Inline)).await.expect("suite");
+    Suite::test_all(SledBuilder(FlushMode::Inline))
+        .await
+        .expect("suite");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sled_store_passes_openraft_suite_shared_flush() {
-    Suite::test_all(SledBuilder(FlushMode::Shared)).await.expect("suite");
+    Suite::test_all(SledBuilder(FlushMode::Shared))
+        .await
+        .expect("suite");
 }

@@ -61,9 +61,9 @@ impl PeerPool {
 
     fn client(&self, target: u64) -> Result<RaftServiceClient<Channel>, Unreachable<TypeConfig>> {
         let peers = self.peers.read().expect("pool lock poisoned");
-        let (_, ch) = peers
-            .get(&target)
-            .ok_or_else(|| Unreachable::new(&TransportError(format!("no address for node {target}"))))?;
+        let (_, ch) = peers.get(&target).ok_or_else(|| {
+            Unreachable::new(&TransportError(format!("no address for node {target}")))
+        })?;
         Ok(RaftServiceClient::new(ch.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
@@ -81,7 +81,8 @@ impl PeerPool {
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
         F: FnOnce(RaftServiceClient<Channel>, tonic::Request<RaftRequest>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<seatfence_proto::v1::RaftReply>, tonic::Status>>,
+        Fut:
+            Future<Output = Result<tonic::Response<seatfence_proto::v1::RaftReply>, tonic::Status>>,
     {
         let client = self.client(target)?;
         let payload = storage::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
@@ -91,7 +92,8 @@ impl PeerPool {
         });
         request.set_timeout(option.hard_ttl());
         let reply = call(client, request).await.map_err(status_to_rpc)?;
-        storage::decode(&reply.into_inner().payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+        storage::decode(&reply.into_inner().payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))
     }
 }
 
@@ -99,7 +101,9 @@ fn status_to_rpc(s: tonic::Status) -> RPCError<TypeConfig> {
     let e = TransportError(format!("{}: {}", s.code(), s.message()));
     match s.code() {
         // Not connected, or the group is not (yet) hosted there: back off.
-        tonic::Code::Unavailable | tonic::Code::NotFound => RPCError::Unreachable(Unreachable::new(&e)),
+        tonic::Code::Unavailable | tonic::Code::NotFound => {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
         _ => RPCError::Network(NetworkError::new(&e)),
     }
 }
@@ -123,8 +127,10 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &rpc, &option, |mut c, r| async move { c.append_entries(r).await })
-            .await
+        self.unary(target, group, &rpc, &option, |mut c, r| async move {
+            c.append_entries(r).await
+        })
+        .await
     }
 
     async fn vote(
@@ -134,8 +140,10 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &rpc, &option, |mut c, r| async move { c.vote(r).await })
-            .await
+        self.unary(target, group, &rpc, &option, |mut c, r| async move {
+            c.vote(r).await
+        })
+        .await
     }
 
     async fn pre_vote(
@@ -145,8 +153,10 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &rpc, &option, |mut c, r| async move { c.pre_vote(r).await })
-            .await
+        self.unary(target, group, &rpc, &option, |mut c, r| async move {
+            c.pre_vote(r).await
+        })
+        .await
     }
 
     async fn transfer_leader(
@@ -176,7 +186,10 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         let vote = storage::encode(&vote).map_err(net)?;
         let meta = storage::encode(&snapshot.meta).map_err(net)?;
         let data = snapshot.snapshot.into_inner();
-        let chunk_size = option.snapshot_chunk_size().unwrap_or(SNAPSHOT_CHUNK_BYTES).max(1);
+        let chunk_size = option
+            .snapshot_chunk_size()
+            .unwrap_or(SNAPSHOT_CHUNK_BYTES)
+            .max(1);
         let mut chunks: Vec<SnapshotChunk> = data
             .chunks(chunk_size)
             .map(|c| SnapshotChunk {

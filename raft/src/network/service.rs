@@ -29,19 +29,25 @@ impl RaftGrpc {
     }
 
     /// Wrap as a tonic service with the node's message size limits.
-    pub fn into_server(self) -> seatfence_proto::v1::raft_service_server::RaftServiceServer<RaftGrpc> {
+    pub fn into_server(
+        self,
+    ) -> seatfence_proto::v1::raft_service_server::RaftServiceServer<RaftGrpc> {
         seatfence_proto::v1::raft_service_server::RaftServiceServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
     fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
-        self.registry
-            .get(GroupId(id))
-            .ok_or_else(|| Status::not_found(format!("unknown_group: group {id} is not hosted on this node")))
+        self.registry.get(GroupId(id)).ok_or_else(|| {
+            Status::not_found(format!(
+                "unknown_group: group {id} is not hosted on this node"
+            ))
+        })
     }
 
-    fn decode<T: serde::de::DeserializeOwned>(req: Request<RaftRequest>) -> Result<(u64, T), Status> {
+    fn decode<T: serde::de::DeserializeOwned>(
+        req: Request<RaftRequest>,
+    ) -> Result<(u64, T), Status> {
         let req = req.into_inner();
         let msg = storage::decode(&req.payload)
             .map_err(|e| Status::invalid_argument(format!("malformed_payload: {e}")))?;
@@ -49,7 +55,9 @@ impl RaftGrpc {
     }
 }
 
-fn reply<T: serde::Serialize, E: std::fmt::Display>(r: Result<T, E>) -> Result<Response<RaftReply>, Status> {
+fn reply<T: serde::Serialize, E: std::fmt::Display>(
+    r: Result<T, E>,
+) -> Result<Response<RaftReply>, Status> {
     let v = r.map_err(|e| Status::unavailable(format!("group_unavailable: {e}")))?;
     let payload = storage::encode(&v).map_err(|e| Status::internal(e.to_string()))?;
     Ok(Response::new(RaftReply { payload }))
@@ -57,7 +65,10 @@ fn reply<T: serde::Serialize, E: std::fmt::Display>(r: Result<T, E>) -> Result<R
 
 #[tonic::async_trait]
 impl RaftService for RaftGrpc {
-    async fn append_entries(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+    async fn append_entries(
+        &self,
+        req: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
         let (g, rpc) = Self::decode(req)?;
         reply(self.group(g)?.raft.append_entries(rpc).await)
     }
@@ -72,7 +83,10 @@ impl RaftService for RaftGrpc {
         reply(self.group(g)?.raft.pre_vote(rpc).await)
     }
 
-    async fn transfer_leader(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+    async fn transfer_leader(
+        &self,
+        req: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
         let (g, rpc) = Self::decode(req)?;
         reply(self.group(g)?.raft.handle_transfer_leader(rpc).await)
     }
@@ -87,21 +101,24 @@ impl RaftService for RaftGrpc {
             .await?
             .ok_or_else(|| Status::invalid_argument("malformed_payload: empty snapshot stream"))?;
         let group = self.group(first.group_id)?;
-        let vote: Vote = storage::decode(&first.vote)
-            .map_err(|e| Status::invalid_argument(format!("malformed_payload: snapshot vote: {e}")))?;
-        let meta: SnapshotMeta = storage::decode(&first.meta)
-            .map_err(|e| Status::invalid_argument(format!("malformed_payload: snapshot meta: {e}")))?;
+        let vote: Vote = storage::decode(&first.vote).map_err(|e| {
+            Status::invalid_argument(format!("malformed_payload: snapshot vote: {e}"))
+        })?;
+        let meta: SnapshotMeta = storage::decode(&first.meta).map_err(|e| {
+            Status::invalid_argument(format!("malformed_payload: snapshot meta: {e}"))
+        })?;
         // Chunks are held in memory until the last one: nothing reaches the
         // state machine unless the whole snapshot arrived.
         let mut data = first.data;
         let mut done = first.done;
         while !done {
-            let chunk = stream
-                .message()
-                .await?
-                .ok_or_else(|| Status::invalid_argument("malformed_payload: snapshot stream ended early"))?;
+            let chunk = stream.message().await?.ok_or_else(|| {
+                Status::invalid_argument("malformed_payload: snapshot stream ended early")
+            })?;
             if chunk.group_id != first.group_id {
-                return Err(Status::invalid_argument("malformed_payload: snapshot chunk for another group"));
+                return Err(Status::invalid_argument(
+                    "malformed_payload: snapshot chunk for another group",
+                ));
             }
             if data.len() + chunk.data.len() > MAX_SNAPSHOT_BYTES {
                 return Err(Status::resource_exhausted("snapshot_too_large"));

@@ -80,7 +80,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Unbounded => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for kv in self.trees.log.range((Bound::Included(index_key(start)), end)) {
+        for kv in self
+            .trees
+            .log
+            .range((Bound::Included(index_key(start)), end))
+        {
             let (k, v) = kv.map_err(io_err)?;
             let entry: Entry = decode(&v)?;
             debug_assert_eq!(key_index(&k)?, entry.index());
@@ -128,7 +132,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,

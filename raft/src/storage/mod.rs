@@ -26,10 +26,10 @@ pub(crate) fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-pub(crate) fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
+pub fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
     bincode::serialize(v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
+pub fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
     bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }

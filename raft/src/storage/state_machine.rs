@@ -164,7 +164,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clone()
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotData) -> Result<(), io::Error> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
         let data = snapshot.into_inner();
         let state: State = decode(&data)?;
         // Replace the whole tree in one atomic batch, then flush: a crash
@@ -183,7 +187,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: meta.clone(),
             data,
         };
-        self.trees.snap.insert(CURRENT_SNAPSHOT, encode(&stored)?).map_err(io_err)?;
+        self.trees
+            .snap
+            .insert(CURRENT_SNAPSHOT, encode(&stored)?)
+            .map_err(io_err)?;
         self.db.flush().await?;
         {
             let mut g = self.shared.write().expect("state lock poisoned");
@@ -222,7 +229,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         })
         .await
         .map_err(io_err)??;
-        self.trees.snap.insert(CURRENT_SNAPSHOT, encode(&stored)?).map_err(io_err)?;
+        self.trees
+            .snap
+            .insert(CURRENT_SNAPSHOT, encode(&stored)?)
+            .map_err(io_err)?;
         tracing::debug!(group = self.group.0, last = ?stored.meta.last_log_id, "built snapshot");
         Ok(Snapshot {
             meta: stored.meta,

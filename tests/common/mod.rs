@@ -1,0 +1,90 @@
+//! Helpers shared by the integration tests: a real cluster of node
+//! processes on 127.0.0.1, and polling with generous bounds (to avoid hangs,
+//! never to assert speed).
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use seatfence::cluster::LocalCluster;
+use seatfence_core::{GroupId, Placement};
+use seatfence_raft::{create_group, RaftTuning};
+
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Fast elections so failover tests do not wait long.
+pub fn test_tuning() -> RaftTuning {
+    RaftTuning {
+        heartbeat_ms: 50,
+        election_timeout_min_ms: 300,
+        election_timeout_max_ms: 600,
+        ..RaftTuning::default()
+    }
+}
+
+pub async fn start(dir: &Path, tuning: RaftTuning) -> LocalCluster {
+    let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
+    let cluster = LocalCluster::start(bin, dir, 3, tuning).expect("start cluster");
+    cluster
+        .wait_ready(PATIENCE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.log_tail(1)));
+    cluster
+}
+
+pub async fn new_group(cluster: &LocalCluster) -> GroupId {
+    let (g, members) = create_group(&cluster.client(), None, Placement::Spread { replicas: 3 })
+        .await
+        .expect("create group");
+    assert_eq!(members.len(), 3);
+    g
+}
+
+/// Poll `check` until it returns `Some`, or panic with `what` after PATIENCE.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("gave up waiting: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every key must be readable with its value on the replica at `addr`.
+pub async fn assert_keys_on(
+    cluster: &LocalCluster,
+    addr: &str,
+    group: GroupId,
+    keys: &[(String, Vec<u8>)],
+) {
+    let client = cluster.client();
+    for (k, v) in keys {
+        let found = eventually(&format!("{k} on {addr}"), || async {
+            match client.read_at(addr, group, k).await {
+                Ok(r) if r.found => Some(r.value),
+                _ => None,
+            }
+        })
+        .await;
+        assert_eq!(&found, v, "key {k} on {addr}");
+    }
+}

@@ -1,0 +1,143 @@
+//! Garbage bytes and wrong group ids on the gRPC port: an error comes back,
+//! nothing is written, the node keeps serving.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::*;
+use seatfence_core::{Command, GroupId};
+use seatfence_proto::v1::raft_service_client::RaftServiceClient;
+use seatfence_proto::v1::{RaftRequest, WriteRequest};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), test_tuning()).await;
+    let g = new_group(&cluster).await;
+    let client = cluster.client();
+    client
+        .write(
+            g,
+            &Command::Put {
+                key: "k".into(),
+                value: b"v".to_vec(),
+            },
+        )
+        .await
+        .unwrap();
+    let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
+    let addr = cluster.addr(leader).unwrap();
+    let log_index = |s: &seatfence_proto::v1::StatusReply| {
+        s.groups
+            .iter()
+            .map(|g| (g.group_id, g.last_log_index, g.state_digest))
+            .collect::<Vec<_>>()
+    };
+    // Let the no-op entries of fresh leaders settle before taking the baseline.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = log_index(&client.status_at(&addr).await.unwrap());
+
+    tracing::info!("--- raw garbage on the gRPC port");
+    {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"\x00\x01garbage that is not HTTP/2 at all\r\n\r\n\xff\xfe")
+            .unwrap();
+        let mut buf = [0u8; 256];
+        // The server answers with an HTTP/2 GOAWAY or closes: either way the
+        // read ends instead of hanging.
+        let _ = s.read(&mut buf);
+    }
+
+    tracing::info!("--- a Raft RPC for a group this node does not host");
+    let mut raft = RaftServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let err = raft
+        .append_entries(RaftRequest {
+            group_id: 9_999,
+            payload: vec![1, 2, 3],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+    assert!(err.message().contains("unknown_group"), "{err}");
+
+    tracing::info!("--- a malformed payload for a real group");
+    for call in 0..3 {
+        let req = RaftRequest {
+            group_id: g.0,
+            payload: b"\xff\xff\xff\xff not bincode".to_vec(),
+        };
+        let err = match call {
+            0 => raft.append_entries(req).await,
+            1 => raft.vote(req).await,
+            _ => raft.pre_vote(req).await,
+        }
+        .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    }
+
+    tracing::info!("--- a malformed command and an unknown group on the node API");
+    let mut node = client.node(&addr).unwrap();
+    let err = node
+        .write(WriteRequest {
+            group_id: g.0,
+            command: vec![0xff; 7],
+            expected_term: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    let cmd = bincode_cmd(&Command::Put {
+        key: "x".into(),
+        value: vec![],
+    });
+    let err = node
+        .write(WriteRequest {
+            group_id: 4_242,
+            command: cmd,
+            expected_term: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+
+    tracing::info!("--- nothing was written, and the node still serves");
+    let after = log_index(&client.status_at(&addr).await.unwrap());
+    assert_eq!(before, after, "no group's log or state changed");
+    client
+        .write(
+            g,
+            &Command::Put {
+                key: "still".into(),
+                value: b"ok".to_vec(),
+            },
+        )
+        .await
+        .unwrap();
+    client
+        .write(
+            GroupId::DIRECTORY,
+            &Command::Put {
+                key: "x".into(),
+                value: vec![],
+            },
+        )
+        .await
+        .map(|o| {
+            assert_eq!(
+                o.response,
+                seatfence_core::Response::WrongGroup,
+                "directory refuses kv commands"
+            );
+        })
+        .unwrap();
+}
+
+fn bincode_cmd(c: &Command) -> Vec<u8> {
+    seatfence_raft::storage::encode(c).unwrap()
+}

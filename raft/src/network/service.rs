@@ -45,13 +45,17 @@ impl RaftGrpc {
         })
     }
 
+    /// The addressed group (NOT_FOUND if not hosted here), then the payload
+    /// (INVALID_ARGUMENT if it does not decode).
     fn decode<T: serde::de::DeserializeOwned>(
+        &self,
         req: Request<RaftRequest>,
-    ) -> Result<(u64, T), Status> {
+    ) -> Result<(Arc<GroupHandle>, T), Status> {
         let req = req.into_inner();
+        let group = self.group(req.group_id)?;
         let msg = storage::decode(&req.payload)
             .map_err(|e| Status::invalid_argument(format!("malformed_payload: {e}")))?;
-        Ok((req.group_id, msg))
+        Ok((group, msg))
     }
 }
 
@@ -69,26 +73,26 @@ impl RaftService for RaftGrpc {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = Self::decode(req)?;
-        reply(self.group(g)?.raft.append_entries(rpc).await)
+        let (g, rpc) = self.decode(req)?;
+        reply(g.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = Self::decode(req)?;
-        reply(self.group(g)?.raft.vote(rpc).await)
+        let (g, rpc) = self.decode(req)?;
+        reply(g.raft.vote(rpc).await)
     }
 
     async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = Self::decode(req)?;
-        reply(self.group(g)?.raft.pre_vote(rpc).await)
+        let (g, rpc) = self.decode(req)?;
+        reply(g.raft.pre_vote(rpc).await)
     }
 
     async fn transfer_leader(
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = Self::decode(req)?;
-        reply(self.group(g)?.raft.handle_transfer_leader(rpc).await)
+        let (g, rpc) = self.decode(req)?;
+        reply(g.raft.handle_transfer_leader(rpc).await)
     }
 
     async fn install_snapshot(

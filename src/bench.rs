@@ -42,12 +42,24 @@ pub struct RaftBenchReport {
 
 /// Start 3 node processes of `bin`, create the groups, drive writes.
 pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<RaftBenchReport> {
-    let dir = tempfile::tempdir().context("create bench dir")?;
+    let dir = tempfile::Builder::new()
+        .prefix("seatfence-bench-")
+        .tempdir()
+        .context("create bench dir")?;
+    // SEATFENCE_BENCH_KEEP=1 keeps the nodes' data and logs for inspection.
+    let (_guard, dir) = if std::env::var_os("SEATFENCE_BENCH_KEEP").is_some() {
+        let kept = dir.keep();
+        eprintln!("bench data and node logs kept in {}", kept.display());
+        (None, kept)
+    } else {
+        let path = dir.path().to_path_buf();
+        (Some(dir), path)
+    };
     let tuning = RaftTuning {
         flush: args.flush,
         ..RaftTuning::default()
     };
-    let cluster = LocalCluster::start(bin, dir.path(), 3, tuning)?;
+    let cluster = LocalCluster::start(bin, &dir, 3, tuning)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let client = cluster.client();
     let mut groups = Vec::new();

@@ -56,9 +56,12 @@ pub async fn run_node(
     let (tx_stop, rx_stop) = watch::channel(false);
     let server = {
         let mut rx = rx_stop.clone();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Accepted sockets need TCP_NODELAY set here: the builder's
+        // `tcp_nodelay` only reaches listeners tonic binds itself, and
+        // without it small replies wait for the peer's delayed ACK (~40 ms).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .add_service(RaftGrpc::new(registry.clone()).into_server())
             .add_service(NodeApi::new(registry.clone(), config.region.clone()).into_server())
             .serve_with_incoming_shutdown(incoming, async move {

@@ -141,14 +141,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let t0 = std::time::Instant::now();
         let mut batch = sled::Batch::default();
+        let mut n = 0;
         for entry in entries {
+            n += 1;
             batch.insert(&index_key(entry.index()), encode(&entry)?);
         }
         // Readable as soon as this returns; durable once flushed below.
         self.trees.log.apply_batch(batch).map_err(io_err)?;
         match self.db.flush_mode() {
-            FlushMode::Inline => callback.io_completed(self.db.flush().await),
+            FlushMode::Inline => {
+                let r = self.db.flush().await;
+                tracing::debug!(group = self.group.0, n, us = t0.elapsed().as_micros() as u64, "append flushed");
+                callback.io_completed(r)
+            }
             FlushMode::Shared => self
                 .db
                 .flush_then(Box::new(move |r| callback.io_completed(r))),

@@ -90,7 +90,8 @@ impl State {
         changed: &mut Vec<RecordKey>,
     ) -> Response {
         let directory_cmd = matches!(cmd, Command::RegisterNode(_) | Command::CreateGroup { .. });
-        if directory_cmd != group.is_directory() {
+        // A batch is checked command by command.
+        if !matches!(cmd, Command::Batch(_)) && directory_cmd != group.is_directory() {
             return Response::WrongGroup;
         }
         match cmd {
@@ -260,6 +261,40 @@ mod tests {
         assert_eq!(a.response, Response::WrongGroup);
         assert!(a.changed.is_empty());
         assert_eq!(s, State::default());
+    }
+
+    #[test]
+    fn a_batch_answers_each_command_as_if_applied_alone() {
+        let mut s = State::default();
+        let g = GroupId(3);
+        let put = |k: &str| Command::Put {
+            key: k.into(),
+            value: k.as_bytes().to_vec(),
+        };
+        let a = s.apply(
+            g,
+            &Command::Batch(vec![
+                put("a"),
+                put("a"),
+                Command::RegisterNode(NodeInfo {
+                    id: NodeId(1),
+                    region: "r".into(),
+                    grpc_addr: "x".into(),
+                }),
+                Command::Delete { key: "a".into() },
+            ]),
+        );
+        assert_eq!(
+            a.response,
+            Response::Batch(vec![
+                Response::Written { existed: false },
+                Response::Written { existed: true },
+                Response::WrongGroup,
+                Response::Written { existed: true },
+            ])
+        );
+        assert!(s.kv.is_empty());
+        assert!(s.directory.nodes.is_empty());
     }
 
     #[test]

@@ -10,9 +10,9 @@ use openraft::{ReadPolicy, ServerState};
 use seatfence_core::{Command, GroupId};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::{
-    write_reply, Committed, GroupStatus, LeaderHint, NotLeader, ReadReply, ReadRequest,
-    StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest, WriteReply,
-    WriteRequest,
+    write_batch_reply, write_reply, BatchCommitted, Committed, GroupStatus, LeaderHint, NotLeader,
+    ReadReply, ReadRequest, StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
+    WriteBatchReply, WriteBatchRequest, WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -60,21 +60,20 @@ fn not_leader(f: openraft::error::ForwardToLeader<TypeConfig>) -> WriteReply {
     }
 }
 
-/// Propose `cmd` on `g`; `expected_term` fences it to one leader term.
+/// Propose `cmd` as one entry; `expected_term` fences it to one leader term.
 pub async fn propose(
-    g: &GroupHandle,
+    raft: &crate::types::Raft,
     cmd: Command,
     expected_term: Option<u64>,
 ) -> Result<WriteReply, Status> {
     let result = match expected_term {
-        None => g.raft.client_write(cmd).await.map_err(|e| match e {
+        None => raft.client_write(cmd).await.map_err(|e| match e {
             RaftError::APIError(e) => Ok(e),
             RaftError::Fatal(f) => Err(Status::unavailable(format!("group_unavailable: {f}"))),
         }),
         Some(term) => {
             let (responder, rx) = ProgressResponder::complete_only();
-            g.raft
-                .write(cmd)
+            raft.write(cmd)
                 .with_leader(term)
                 .responder(responder)
                 .await
@@ -109,7 +108,58 @@ impl NodeService for NodeApi {
         let cmd: Command = storage::decode(&req.command)
             .map_err(|e| Status::invalid_argument(format!("malformed_command: {e}")))?;
         let g = self.group(req.group_id)?;
-        propose(&g, cmd, req.expected_term).await.map(Response::new)
+        g.batcher
+            .propose(cmd, req.expected_term)
+            .await
+            .map(Response::new)
+    }
+
+    async fn write_batch(
+        &self,
+        req: Request<WriteBatchRequest>,
+    ) -> Result<Response<WriteBatchReply>, Status> {
+        let req = req.into_inner();
+        let cmds = req
+            .commands
+            .iter()
+            .map(|c| storage::decode::<Command>(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Status::invalid_argument(format!("malformed_command: {e}")))?;
+        if cmds.is_empty() {
+            return Err(Status::invalid_argument("malformed_command: empty batch"));
+        }
+        let n = cmds.len();
+        let g = self.group(req.group_id)?;
+        let reply = g
+            .batcher
+            .propose(Command::Batch(cmds), req.expected_term)
+            .await?;
+        let result = match reply.result {
+            Some(write_reply::Result::Committed(c)) => {
+                let responses = match storage::decode::<seatfence_core::Response>(&c.response) {
+                    Ok(seatfence_core::Response::Batch(rs)) if rs.len() == n => rs
+                        .iter()
+                        .map(storage::encode)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| Status::internal(e.to_string()))?,
+                    other => {
+                        return Err(Status::internal(format!(
+                            "batch of {n} answered with {other:?}"
+                        )))
+                    }
+                };
+                write_batch_reply::Result::Committed(BatchCommitted {
+                    responses,
+                    log_index: c.log_index,
+                    term: c.term,
+                })
+            }
+            Some(write_reply::Result::NotLeader(nl)) => write_batch_reply::Result::NotLeader(nl),
+            None => return Err(Status::internal("empty reply")),
+        };
+        Ok(Response::new(WriteBatchReply {
+            result: Some(result),
+        }))
     }
 
     async fn read(&self, req: Request<ReadRequest>) -> Result<Response<ReadReply>, Status> {

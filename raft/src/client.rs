@@ -10,15 +10,16 @@ use std::time::Duration;
 use seatfence_core::{Command, GroupId, Response};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
 use seatfence_proto::v1::{
-    write_reply, ReadReply, ReadRequest, StatusReply, StatusRequest, WriteRequest,
+    write_batch_reply, ReadReply, ReadRequest, StatusReply, StatusRequest, WriteBatchRequest,
 };
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::storage;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     #[error("no leader for group {group} within {waited:?}: {last}")]
     NoLeader {
@@ -50,129 +51,83 @@ pub struct WriteOutcome {
     pub term: u64,
 }
 
-/// Shared by many tasks; clones share channels and the leader cache.
+/// Shared by many tasks; clones share channels, the leader cache and the
+/// per-group write queues.
+///
+/// Concurrent writes to one group are packed into one `WriteBatch` RPC (and
+/// one log entry) by a queue task per group; each write still gets its own
+/// response. Batches pipeline: the queue never waits for one to commit
+/// before sending the next. A batch that fails in transport is retried
+/// whole, so a command may be applied twice: commands must be idempotent
+/// (a `Put` is; later commands carry idempotency keys).
 #[derive(Clone)]
 pub struct ClusterClient {
-    seeds: Arc<Vec<String>>,
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
-    leaders: Arc<Mutex<HashMap<GroupId, String>>>,
+    inner: Arc<Inner>,
+    queues: Arc<Mutex<HashMap<GroupId, mpsc::UnboundedSender<Queued>>>>,
     deadline: Duration,
 }
+
+struct Inner {
+    seeds: Vec<String>,
+    channels: Mutex<HashMap<String, Channel>>,
+    leaders: Mutex<HashMap<GroupId, String>>,
+}
+
+struct Queued {
+    cmd: Vec<u8>,
+    tx: oneshot::Sender<Result<WriteOutcome, ClientError>>,
+}
+
+/// Most commands one `WriteBatch` carries.
+const MAX_CLIENT_BATCH: usize = 512;
 
 impl ClusterClient {
     /// `seeds`: gRPC addresses of any nodes of the cluster.
     pub fn new(seeds: Vec<String>) -> ClusterClient {
         ClusterClient {
-            seeds: Arc::new(seeds),
-            channels: Default::default(),
-            leaders: Default::default(),
+            inner: Arc::new(Inner {
+                seeds,
+                channels: Default::default(),
+                leaders: Default::default(),
+            }),
+            queues: Default::default(),
             deadline: Duration::from_secs(15),
         }
     }
 
+    /// How long a write may keep looking for a leader before `no_leader`.
     pub fn with_deadline(mut self, d: Duration) -> ClusterClient {
         self.deadline = d;
+        self.queues = Default::default();
         self
     }
 
     /// A client to the node at `addr` (one cached channel per address).
     pub fn node(&self, addr: &str) -> Result<NodeServiceClient<Channel>, ClientError> {
-        let mut channels = self.channels.lock().expect("channel lock poisoned");
-        let ch = match channels.get(addr) {
-            Some(ch) => ch.clone(),
-            None => {
-                let ch = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
-                    .connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .connect_lazy();
-                channels.insert(addr.to_string(), ch.clone());
-                ch
-            }
-        };
-        Ok(NodeServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+        self.inner.node(addr)
     }
 
     /// Propose `cmd` to `group` and wait until it is committed and applied.
     pub async fn write(&self, group: GroupId, cmd: &Command) -> Result<WriteOutcome, ClientError> {
         let bytes = storage::encode(cmd).map_err(|e| ClientError::BadReply(e.to_string()))?;
-        let start = Instant::now();
-        let mut seed = 0usize;
-        let mut last = String::from("no attempt");
-        let mut pause = Duration::from_millis(20);
-        while start.elapsed() < self.deadline {
-            let cached = self
-                .leaders
-                .lock()
-                .expect("leader lock poisoned")
-                .get(&group)
-                .cloned();
-            let addr = cached.unwrap_or_else(|| {
-                seed += 1;
-                self.seeds[seed % self.seeds.len()].clone()
-            });
-            let mut c = self.node(&addr)?;
-            let req = WriteRequest {
-                group_id: group.0,
-                command: bytes.clone(),
-                expected_term: None,
-            };
-            let mut req = tonic::Request::new(req);
-            req.set_timeout(Duration::from_secs(5));
-            match c.write(req).await {
-                Ok(reply) => match reply.into_inner().result {
-                    Some(write_reply::Result::Committed(c)) => {
-                        self.leaders
-                            .lock()
-                            .expect("leader lock poisoned")
-                            .insert(group, addr);
-                        let response = storage::decode(&c.response)
-                            .map_err(|e| ClientError::BadReply(e.to_string()))?;
-                        return Ok(WriteOutcome {
-                            response,
-                            log_index: c.log_index,
-                            term: c.term,
-                        });
-                    }
-                    Some(write_reply::Result::NotLeader(nl)) => {
-                        let mut leaders = self.leaders.lock().expect("leader lock poisoned");
-                        match nl.leader {
-                            Some(h) if h.grpc_addr != addr => {
-                                last = format!("{addr}: not leader, try {}", h.grpc_addr);
-                                leaders.insert(group, h.grpc_addr);
-                                continue;
-                            }
-                            _ => {
-                                last = format!("{addr}: not leader, no leader known");
-                                leaders.remove(&group);
-                            }
-                        }
-                    }
-                    None => return Err(ClientError::BadReply("empty write reply".into())),
-                },
-                Err(s) => match s.code() {
-                    tonic::Code::InvalidArgument
-                    | tonic::Code::FailedPrecondition
-                    | tonic::Code::Aborted => return Err(ClientError::Rejected(s)),
-                    _ => {
-                        last = format!("{addr}: {}: {}", s.code(), s.message());
-                        self.leaders
-                            .lock()
-                            .expect("leader lock poisoned")
-                            .remove(&group);
-                    }
-                },
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(300));
-        }
-        Err(ClientError::NoLeader {
-            group,
-            waited: start.elapsed(),
-            last,
-        })
+        let (tx, rx) = oneshot::channel();
+        let queued = Queued { cmd: bytes, tx };
+        let sender = {
+            let mut queues = self.queues.lock().expect("queue lock poisoned");
+            queues
+                .entry(group)
+                .or_insert_with(|| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(run_queue(self.inner.clone(), self.deadline, group, rx));
+                    tx
+                })
+                .clone()
+        };
+        sender
+            .send(queued)
+            .map_err(|_| ClientError::BadReply("write queue stopped".into()))?;
+        rx.await
+            .map_err(|_| ClientError::BadReply("write queue stopped".into()))?
     }
 
     /// Read `key` from the replica of `group` on the node at `addr`.
@@ -205,5 +160,151 @@ impl ClusterClient {
             .await
             .map_err(ClientError::Rejected)?
             .into_inner())
+    }
+}
+
+/// The queue task of one group: take what is queued, send it as one batch.
+async fn run_queue(
+    inner: Arc<Inner>,
+    deadline: Duration,
+    group: GroupId,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+) {
+    let mut buf = Vec::with_capacity(MAX_CLIENT_BATCH);
+    while rx.recv_many(&mut buf, MAX_CLIENT_BATCH).await > 0 {
+        let batch: Vec<Queued> = std::mem::take(&mut buf);
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let (cmds, txs): (Vec<_>, Vec<_>) = batch.into_iter().map(|q| (q.cmd, q.tx)).unzip();
+            match inner.write_batch(group, cmds, deadline).await {
+                Ok(outcomes) => {
+                    for (tx, o) in txs.into_iter().zip(outcomes) {
+                        let _ = tx.send(Ok(o));
+                    }
+                }
+                Err(e) => {
+                    for tx in txs {
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Inner {
+    fn node(&self, addr: &str) -> Result<NodeServiceClient<Channel>, ClientError> {
+        let mut channels = self.channels.lock().expect("channel lock poisoned");
+        let ch = match channels.get(addr) {
+            Some(ch) => ch.clone(),
+            None => {
+                let ch = Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
+                    .connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                channels.insert(addr.to_string(), ch.clone());
+                ch
+            }
+        };
+        Ok(NodeServiceClient::new(ch)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    fn leader(&self, group: GroupId) -> Option<String> {
+        self.leaders
+            .lock()
+            .expect("leader lock poisoned")
+            .get(&group)
+            .cloned()
+    }
+
+    fn set_leader(&self, group: GroupId, addr: Option<String>) {
+        let mut leaders = self.leaders.lock().expect("leader lock poisoned");
+        match addr {
+            Some(a) => leaders.insert(group, a),
+            None => leaders.remove(&group),
+        };
+    }
+
+    /// Send `cmds` to the leader of `group`, following hints, until
+    /// committed or `deadline` passes.
+    async fn write_batch(
+        &self,
+        group: GroupId,
+        cmds: Vec<Vec<u8>>,
+        deadline: Duration,
+    ) -> Result<Vec<WriteOutcome>, ClientError> {
+        let n = cmds.len();
+        let start = Instant::now();
+        let mut seed = 0usize;
+        let mut last = String::from("no attempt");
+        let mut pause = Duration::from_millis(20);
+        while start.elapsed() < deadline {
+            let addr = self.leader(group).unwrap_or_else(|| {
+                seed += 1;
+                self.seeds[seed % self.seeds.len()].clone()
+            });
+            let mut req = tonic::Request::new(WriteBatchRequest {
+                group_id: group.0,
+                commands: cmds.clone(),
+                expected_term: None,
+            });
+            req.set_timeout(Duration::from_secs(5));
+            match self.node(&addr)?.write_batch(req).await {
+                Ok(reply) => match reply.into_inner().result {
+                    Some(write_batch_reply::Result::Committed(c)) => {
+                        self.set_leader(group, Some(addr));
+                        if c.responses.len() != n {
+                            return Err(ClientError::BadReply(format!(
+                                "{} responses for {n} commands",
+                                c.responses.len()
+                            )));
+                        }
+                        return c
+                            .responses
+                            .iter()
+                            .map(|r| {
+                                Ok(WriteOutcome {
+                                    response: storage::decode(r)
+                                        .map_err(|e| ClientError::BadReply(e.to_string()))?,
+                                    log_index: c.log_index,
+                                    term: c.term,
+                                })
+                            })
+                            .collect();
+                    }
+                    Some(write_batch_reply::Result::NotLeader(nl)) => match nl.leader {
+                        Some(h) if h.grpc_addr != addr => {
+                            last = format!("{addr}: not leader, try {}", h.grpc_addr);
+                            self.set_leader(group, Some(h.grpc_addr));
+                            continue;
+                        }
+                        _ => {
+                            last = format!("{addr}: not leader, no leader known");
+                            self.set_leader(group, None);
+                        }
+                    },
+                    None => return Err(ClientError::BadReply("empty write reply".into())),
+                },
+                Err(s) => match s.code() {
+                    tonic::Code::InvalidArgument
+                    | tonic::Code::FailedPrecondition
+                    | tonic::Code::Aborted => return Err(ClientError::Rejected(s)),
+                    _ => {
+                        last = format!("{addr}: {}: {}", s.code(), s.message());
+                        self.set_leader(group, None);
+                    }
+                },
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(300));
+        }
+        Err(ClientError::NoLeader {
+            group,
+            waited: start.elapsed(),
+            last,
+        })
     }
 }

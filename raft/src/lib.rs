@@ -16,13 +16,15 @@
 //! - [`storage`]: the only module that touches sled.
 //! - [`network`]: the gRPC transport, one channel per peer for all groups.
 //! - [`registry`]: the replicas hosted on this node.
-//! - [`api`], [`client`]: the node's own API and a client for it.
+//! - [`api`], [`client`]: the node's own API and a client for it;
+//!   [`batcher`] packs concurrent proposals into one entry.
 //! - [`node`], [`config`]: the `seatfence node` process.
 //!
 //! This crate must never acknowledge a write before it is durable on a
 //! majority, and never let one group's traffic block another's.
 
 pub mod api;
+pub mod batcher;
 pub mod client;
 pub mod config;
 pub mod network;

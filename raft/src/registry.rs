@@ -7,6 +7,7 @@ use anyhow::Context;
 use openraft::BasicNode;
 use seatfence_core::GroupId;
 
+use crate::batcher::Batcher;
 use crate::network::{NetworkFactory, PeerPool};
 use crate::storage::{LogStore, NodeDb, StateMachineStore};
 use crate::types::Raft;
@@ -16,6 +17,8 @@ pub struct GroupHandle {
     pub id: GroupId,
     pub raft: Raft,
     pub sm: StateMachineStore,
+    /// Packs concurrent proposals into one entry.
+    pub batcher: Batcher,
 }
 
 /// The node's replicas. The map is behind a `std::sync::RwLock`, held only
@@ -89,7 +92,13 @@ impl Registry {
         let raft = Raft::new(self.node_id, self.config.clone(), network, log, sm.clone())
             .await
             .with_context(|| format!("start raft for {id}"))?;
-        let handle = Arc::new(GroupHandle { id, raft, sm });
+        let batcher = Batcher::spawn(raft.clone());
+        let handle = Arc::new(GroupHandle {
+            id,
+            raft,
+            sm,
+            batcher,
+        });
         self.groups
             .write()
             .expect("registry lock poisoned")

@@ -153,7 +153,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         match self.db.flush_mode() {
             FlushMode::Inline => {
                 let r = self.db.flush().await;
-                tracing::debug!(group = self.group.0, n, us = t0.elapsed().as_micros() as u64, "append flushed");
+                tracing::debug!(
+                    group = self.group.0,
+                    n,
+                    us = t0.elapsed().as_micros() as u64,
+                    "append flushed"
+                );
                 callback.io_completed(r)
             }
             FlushMode::Shared => self

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use seatfence_core::{Command, GroupId};
 use seatfence_proto::v1::raft_service_client::RaftServiceClient;
-use seatfence_proto::v1::{RaftRequest, WriteRequest};
+use seatfence_proto::v1::{RaftRequest, WriteBatchRequest, WriteRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
@@ -105,6 +105,26 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+
+    let err = node
+        .write_batch(WriteBatchRequest {
+            group_id: g.0,
+            commands: vec![
+                bincode_cmd(&Command::Put {
+                    key: "half".into(),
+                    value: vec![1],
+                }),
+                vec![0xff; 3],
+            ],
+            expected_term: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        tonic::Code::InvalidArgument,
+        "a batch with one bad command is refused whole: {err}"
+    );
 
     tracing::info!("--- nothing was written, and the node still serves");
     let after = log_index(&client.status_at(&addr).await.unwrap());

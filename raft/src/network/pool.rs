@@ -23,6 +23,9 @@ use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use crate::storage;
 use crate::types::{Snapshot, TypeConfig, Vote};
 
+/// The shortest deadline a Raft RPC gets on the wire.
+const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Cached channels to peers, keyed by node id. Cheap to clone.
 ///
 /// The map sits behind a `std::sync::RwLock`, held only to look up or insert
@@ -90,7 +93,10 @@ impl PeerPool {
             group_id: group.0,
             payload,
         });
-        request.set_timeout(option.hard_ttl());
+        // openraft bounds appends and votes by the heartbeat interval
+        // (100 ms); a follower's flush under load from 100 busy groups can
+        // take longer, and timing out only resends the same work.
+        request.set_timeout(option.hard_ttl().max(MIN_RPC_TIMEOUT));
         let reply = call(client, request).await.map_err(status_to_rpc)?;
         storage::decode(&reply.into_inner().payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))

@@ -21,6 +21,7 @@ pub struct RaftBenchArgs {
     pub groups: usize,
     pub value_bytes: usize,
     pub flush: FlushMode,
+    pub snapshot_every: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,6 +58,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
     };
     let tuning = RaftTuning {
         flush: args.flush,
+        snapshot_every: args.snapshot_every,
         ..RaftTuning::default()
     };
     let cluster = LocalCluster::start(bin, &dir, 3, tuning)?;

@@ -106,6 +106,9 @@ enum BenchCmd {
         value_bytes: usize,
         #[arg(long, value_enum, default_value = "inline")]
         flush: FlushArg,
+        /// Log entries between snapshots on each node.
+        #[arg(long, default_value_t = RaftTuning::default().snapshot_every)]
+        snapshot_every: u64,
         #[arg(long)]
         json: bool,
     },
@@ -152,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
                     groups,
                     value_bytes,
                     flush,
+                    snapshot_every,
                     json,
                 },
         } => {
@@ -164,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
                     FlushArg::Inline => FlushMode::Inline,
                     FlushArg::Shared => FlushMode::Shared,
                 },
+                snapshot_every,
             };
             let bin = std::env::current_exe().context("find own binary")?;
             let r = run_raft_bench(&bin, &args).await?;

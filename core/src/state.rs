@@ -4,8 +4,6 @@
 //! also reports which records it changed: the storage layer writes exactly
 //! those, atomically with the applied log id.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, Response};
@@ -15,8 +13,10 @@ use crate::ids::{GroupId, NodeId};
 /// Everything a group replicates.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
-    /// Plain groups: a key→value table.
-    pub kv: BTreeMap<String, Vec<u8>>,
+    /// Plain groups: a key→value table. A persistent map: cloning it (for a
+    /// snapshot) is O(1) and shares structure, so a snapshot build never
+    /// holds applies up for a full copy.
+    pub kv: imbl::OrdMap<String, Vec<u8>>,
     /// Group 0 only: the directory.
     pub directory: Directory,
 }

@@ -17,6 +17,11 @@ use crate::types::Raft;
 /// Most commands packed into one entry.
 pub const MAX_BATCH: usize = 512;
 
+/// Batches of one group proposed and not yet answered. While this many are
+/// in flight, new proposals wait in the queue and leave together: batches
+/// grow with load instead of every proposal becoming its own entry.
+pub const MAX_INFLIGHT_BATCHES: usize = 2;
+
 struct Proposal {
     cmd: Command,
     expected_term: Option<u64>,
@@ -59,15 +64,29 @@ impl Batcher {
 }
 
 async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Proposal>) {
+    let inflight = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_BATCHES));
     let mut buf = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut buf, MAX_BATCH).await > 0 {
+    loop {
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut buf, MAX_BATCH).await == 0 {
+            return;
+        }
+        // Released when every batch taken in this round is answered.
+        let permit = std::sync::Arc::new(permit);
         // Commands fenced to different terms cannot share an entry.
         while !buf.is_empty() {
             let term = buf[0].expected_term;
             let (same, rest): (Vec<_>, Vec<_>) =
                 buf.drain(..).partition(|p| p.expected_term == term);
             buf = rest;
-            tokio::spawn(propose_batch(raft.clone(), term, same));
+            let raft = raft.clone();
+            let permit = permit.clone();
+            tokio::spawn(async move {
+                propose_batch(raft, term, same).await;
+                drop(permit);
+            });
         }
     }
 }

@@ -81,6 +81,10 @@ struct Queued {
 /// Most commands one `WriteBatch` carries.
 const MAX_CLIENT_BATCH: usize = 512;
 
+/// `WriteBatch` RPCs of one group in flight at once; further writes wait
+/// in the queue and leave together.
+const MAX_CLIENT_INFLIGHT: usize = 4;
+
 impl ClusterClient {
     /// `seeds`: gRPC addresses of any nodes of the cluster.
     pub fn new(seeds: Vec<String>) -> ClusterClient {
@@ -170,11 +174,19 @@ async fn run_queue(
     group: GroupId,
     mut rx: mpsc::UnboundedReceiver<Queued>,
 ) {
+    let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENT_INFLIGHT));
     let mut buf = Vec::with_capacity(MAX_CLIENT_BATCH);
-    while rx.recv_many(&mut buf, MAX_CLIENT_BATCH).await > 0 {
+    loop {
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut buf, MAX_CLIENT_BATCH).await == 0 {
+            return;
+        }
         let batch: Vec<Queued> = std::mem::take(&mut buf);
         let inner = inner.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let (cmds, txs): (Vec<_>, Vec<_>) = batch.into_iter().map(|q| (q.cmd, q.tx)).unzip();
             match inner.write_batch(group, cmds, deadline).await {
                 Ok(outcomes) => {

@@ -33,7 +33,7 @@ pub async fn run_node(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-    let db = NodeDb::open(&config.data_dir.join("db"), config.raft.flush)
+    let db = NodeDb::open(&config.data_dir, config.raft.flush)
         .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
     let pool = PeerPool::default();
     let registry = Arc::new(Registry::new(

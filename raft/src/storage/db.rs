@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use seatfence_core::GroupId;
@@ -34,6 +34,7 @@ pub struct NodeDb {
 
 struct Inner {
     db: sled::Db,
+    snapshot_dir: PathBuf,
     mode: FlushMode,
     tx_flush: mpsc::UnboundedSender<Box<dyn FnOnce(io::Result<()>) + Send>>,
 }
@@ -44,15 +45,17 @@ pub(crate) struct GroupTrees {
     pub log: sled::Tree,
     pub meta: sled::Tree,
     pub sm: sled::Tree,
-    pub snap: sled::Tree,
 }
 
 impl NodeDb {
-    /// Open (or create) the database in `dir`. Must be called from inside a
-    /// tokio runtime: it starts the flusher task.
+    /// Open (or create) the node's storage in `dir`: sled in `dir/sled`,
+    /// snapshot files in `dir/snapshots`. Must be called from inside a tokio
+    /// runtime: it starts the flusher task.
     pub fn open(dir: &Path, mode: FlushMode) -> io::Result<NodeDb> {
+        let snapshot_dir = dir.join("snapshots");
+        std::fs::create_dir_all(&snapshot_dir)?;
         let db = sled::Config::new()
-            .path(dir)
+            .path(dir.join("sled"))
             .cache_capacity(256 * 1024 * 1024)
             // We flush explicitly where durability is promised.
             .flush_every_ms(None)
@@ -61,7 +64,12 @@ impl NodeDb {
         let (tx_flush, rx_flush) = mpsc::unbounded_channel();
         tokio::spawn(run_flusher(db.clone(), rx_flush));
         Ok(NodeDb {
-            inner: Arc::new(Inner { db, mode, tx_flush }),
+            inner: Arc::new(Inner {
+                db,
+                snapshot_dir,
+                mode,
+                tx_flush,
+            }),
         })
     }
 
@@ -75,8 +83,14 @@ impl NodeDb {
             log: t("log").map_err(io_err)?,
             meta: t("meta").map_err(io_err)?,
             sm: t("sm").map_err(io_err)?,
-            snap: t("snap").map_err(io_err)?,
         })
+    }
+
+    /// The snapshot file of `group`. Snapshots live in files, not in sled:
+    /// a multi-megabyte sled value would ride along with the next log flush
+    /// and stall every group's appends (seen as 400 ms p999 spikes).
+    pub(crate) fn snapshot_path(&self, group: GroupId) -> PathBuf {
+        self.inner.snapshot_dir.join(format!("g{}.snap", group.0))
     }
 
     /// Groups that have storage on this node.

@@ -20,7 +20,6 @@ use crate::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership
 /// Keys of the sm tree that are not records (records never start with `!`).
 const APPLIED: &[u8] = b"!applied";
 const MEMBERSHIP: &[u8] = b"!membership";
-const CURRENT_SNAPSHOT: &[u8] = b"current";
 
 /// The applied state of a group, shared between the state machine (writer)
 /// and readers (the node API, snapshot builds).
@@ -86,10 +85,21 @@ impl StateMachineStore {
     }
 
     fn stored_snapshot(&self) -> io::Result<Option<StoredSnapshot>> {
-        match self.trees.snap.get(CURRENT_SNAPSHOT).map_err(io_err)? {
-            Some(v) => decode(&v).map(Some),
-            None => Ok(None),
+        match std::fs::read(self.db.snapshot_path(self.group)) {
+            Ok(bytes) => decode(&bytes).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Write the snapshot file crash-safely: temp file, fsync, rename,
+    /// fsync the directory. A crash leaves the old file or the new one.
+    async fn save_snapshot(&self, stored: &StoredSnapshot) -> io::Result<()> {
+        let bytes = encode(stored)?;
+        let path = self.db.snapshot_path(self.group);
+        tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+            .await
+            .map_err(io_err)?
     }
 }
 
@@ -187,11 +197,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: meta.clone(),
             data,
         };
-        self.trees
-            .snap
-            .insert(CURRENT_SNAPSHOT, encode(&stored)?)
-            .map_err(io_err)?;
         self.db.flush().await?;
+        self.save_snapshot(&stored).await?;
         {
             let mut g = self.shared.write().expect("state lock poisoned");
             g.state = state;
@@ -229,14 +236,24 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         })
         .await
         .map_err(io_err)??;
-        self.trees
-            .snap
-            .insert(CURRENT_SNAPSHOT, encode(&stored)?)
-            .map_err(io_err)?;
+        self.save_snapshot(&stored).await?;
         tracing::debug!(group = self.group.0, last = ?stored.meta.last_log_id, "built snapshot");
         Ok(Snapshot {
             meta: stored.meta,
             snapshot: Cursor::new(stored.data),
         })
     }
+}
+
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("snap.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

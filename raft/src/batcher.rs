@@ -20,7 +20,7 @@ pub const MAX_BATCH: usize = 512;
 /// Batches of one group proposed and not yet answered. While this many are
 /// in flight, new proposals wait in the queue and leave together: batches
 /// grow with load instead of every proposal becoming its own entry.
-pub const MAX_INFLIGHT_BATCHES: usize = 2;
+pub const MAX_INFLIGHT_BATCHES: usize = 4;
 
 struct Proposal {
     cmd: Command,

@@ -104,7 +104,7 @@ enum BenchCmd {
         groups: usize,
         #[arg(long, default_value_t = 64)]
         value_bytes: usize,
-        #[arg(long, value_enum, default_value = "inline")]
+        #[arg(long, value_enum, default_value = "shared")]
         flush: FlushArg,
         /// Log entries between snapshots on each node.
         #[arg(long, default_value_t = RaftTuning::default().snapshot_every)]

@@ -42,7 +42,7 @@ impl Default for RaftTuning {
             election_timeout_max_ms: 800,
             snapshot_every: 20_000,
             logs_to_keep: 5_000,
-            flush: FlushMode::Inline,
+            flush: FlushMode::Shared,
         }
     }
 }

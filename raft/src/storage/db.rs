@@ -18,11 +18,12 @@ pub enum FlushMode {
     /// `append()` awaits a flush before it returns and then fires the
     /// callback; openraft queues the next appends meanwhile and hands them
     /// over together.
-    #[default]
     Inline,
     /// `append()` returns at once and hands its callback to one node-wide
     /// flusher task, which runs one flush for every callback queued across
-    /// all groups and then fires them all.
+    /// all groups and then fires them all. The default: as fast as `Inline`
+    /// with one busy group, faster with 100 (docs/PERFORMANCE.md).
+    #[default]
     Shared,
 }
 

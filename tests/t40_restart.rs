@@ -1,5 +1,7 @@
 //! kill -9 (and separately SIGTERM) all three nodes, start them again:
-//! every acknowledged write survives, in every group.
+//! every acknowledged write survives, in every group. Snapshots are taken
+//! every 50 entries, so recovery goes through snapshot files, the deltas
+//! written after them, and purged logs.
 
 mod common;
 
@@ -10,7 +12,12 @@ use seatfence_core::Command;
 async fn t40_every_acknowledged_write_survives_full_restarts() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = start(dir.path(), test_tuning()).await;
+    let tuning = seatfence_raft::RaftTuning {
+        snapshot_every: 50,
+        logs_to_keep: 10,
+        ..test_tuning()
+    };
+    let mut cluster = start(dir.path(), tuning).await;
     let groups = [new_group(&cluster).await, new_group(&cluster).await];
     let client = cluster.client();
     let mut acked = Vec::new();
@@ -30,6 +37,14 @@ async fn t40_every_acknowledged_write_survives_full_restarts() {
         acked.push((g, k, v));
     }
     let ids: Vec<u64> = cluster.nodes.iter().map(|n| n.id()).collect();
+    let status = client.status_at(cluster.nodes[0].addr()).await.unwrap();
+    for g in groups {
+        let gs = status.groups.iter().find(|s| s.group_id == g.0).unwrap();
+        assert!(
+            gs.snapshot_index > 0,
+            "snapshots were taken before the kill: {gs:?}"
+        );
+    }
 
     tracing::info!("--- kill -9 every node, then start them again");
     for id in &ids {

@@ -195,6 +195,26 @@ impl State {
         Ok(())
     }
 
+    /// Remove one stored record (the inverse of `load_record`).
+    pub fn remove_record(&mut self, key: &[u8]) -> Result<(), DecodeError> {
+        match RecordKey::decode(key).ok_or_else(|| DecodeError {
+            key: key.to_vec(),
+            reason: "unknown key".into(),
+        })? {
+            RecordKey::Kv(k) => {
+                self.kv.remove(&k);
+            }
+            RecordKey::Node(n) => {
+                self.directory.nodes.remove(&n);
+            }
+            RecordKey::Group(g) => {
+                self.directory.groups.remove(&g);
+            }
+            RecordKey::NextGroupId => self.directory.next_group_id = 0,
+        }
+        Ok(())
+    }
+
     /// Every record of the state, as stored.
     pub fn records(&self) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
         let keys = self

@@ -21,21 +21,7 @@ async fn t40_every_acknowledged_write_survives_full_restarts() {
     let groups = [new_group(&cluster).await, new_group(&cluster).await];
     let client = cluster.client();
     let mut acked = Vec::new();
-    for i in 0..200 {
-        let g = groups[i % 2];
-        let (k, v) = (format!("k{i}"), format!("v{i}").into_bytes());
-        client
-            .write(
-                g,
-                &Command::Put {
-                    key: k.clone(),
-                    value: v.clone(),
-                },
-            )
-            .await
-            .unwrap();
-        acked.push((g, k, v));
-    }
+    write_keys(&client, &groups, 0..200, &mut acked).await;
     let ids: Vec<u64> = cluster.nodes.iter().map(|n| n.id()).collect();
     let status = client.status_at(cluster.nodes[0].addr()).await.unwrap();
     for g in groups {
@@ -60,21 +46,7 @@ async fn t40_every_acknowledged_write_survives_full_restarts() {
 
     tracing::info!("--- more writes, then SIGTERM every node and start them again");
     let client = cluster.client();
-    for i in 200..300 {
-        let g = groups[i % 2];
-        let (k, v) = (format!("k{i}"), format!("v{i}").into_bytes());
-        client
-            .write(
-                g,
-                &Command::Put {
-                    key: k.clone(),
-                    value: v.clone(),
-                },
-            )
-            .await
-            .unwrap();
-        acked.push((g, k, v));
-    }
+    write_keys(&client, &groups, 200..300, &mut acked).await;
     for id in &ids {
         cluster.stop(*id).unwrap();
     }
@@ -82,6 +54,25 @@ async fn t40_every_acknowledged_write_survives_full_restarts() {
         cluster.restart(*id).unwrap();
     }
     check_all(&cluster, &acked).await;
+}
+
+/// Write `k{i}` = `v{i}` for each `i`, alternating groups; record the acks.
+async fn write_keys(
+    client: &seatfence_raft::ClusterClient,
+    groups: &[seatfence_core::GroupId],
+    range: std::ops::Range<usize>,
+    acked: &mut Vec<(seatfence_core::GroupId, String, Vec<u8>)>,
+) {
+    for i in range {
+        let g = groups[i % groups.len()];
+        let (key, value) = (format!("k{i}"), format!("v{i}").into_bytes());
+        let cmd = Command::Put {
+            key: key.clone(),
+            value: value.clone(),
+        };
+        client.write(g, &cmd).await.unwrap();
+        acked.push((g, key, value));
+    }
 }
 
 async fn check_all(

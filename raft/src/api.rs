@@ -38,11 +38,7 @@ impl NodeApi {
     }
 
     fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
-        self.registry.get(GroupId(id)).ok_or_else(|| {
-            Status::not_found(format!(
-                "unknown_group: group {id} is not hosted on this node"
-            ))
-        })
+        self.registry.hosted(id)
     }
 }
 

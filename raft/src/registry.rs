@@ -70,6 +70,16 @@ impl Registry {
             .cloned()
     }
 
+    /// The replica of group `id`, or the gRPC answer for a group this node
+    /// does not host (NOT_FOUND `unknown_group`).
+    pub fn hosted(&self, id: u64) -> Result<Arc<GroupHandle>, tonic::Status> {
+        self.get(GroupId(id)).ok_or_else(|| {
+            tonic::Status::not_found(format!(
+                "unknown_group: group {id} is not hosted on this node"
+            ))
+        })
+    }
+
     /// Every hosted group, by id.
     pub fn all(&self) -> BTreeMap<GroupId, Arc<GroupHandle>> {
         let groups = self.groups.read().expect("registry lock poisoned");

@@ -6,7 +6,6 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
-use seatfence_core::GroupId;
 use seatfence_proto::v1::raft_service_server::RaftService;
 use seatfence_proto::v1::{RaftReply, RaftRequest, SnapshotChunk};
 use tonic::{Request, Response, Status, Streaming};
@@ -38,11 +37,7 @@ impl RaftGrpc {
     }
 
     fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
-        self.registry.get(GroupId(id)).ok_or_else(|| {
-            Status::not_found(format!(
-                "unknown_group: group {id} is not hosted on this node"
-            ))
-        })
+        self.registry.hosted(id)
     }
 
     /// The addressed group (NOT_FOUND if not hosted here), then the payload

@@ -103,6 +103,7 @@ impl Registry {
             .await
             .with_context(|| format!("start raft for {id}"))?;
         let batcher = Batcher::spawn(raft.clone());
+        tokio::spawn(log_leadership(id, raft.clone()));
         let handle = Arc::new(GroupHandle {
             id,
             raft,
@@ -151,6 +152,25 @@ impl Registry {
         }
         if let Err(e) = self.db.flush().await {
             tracing::warn!("final flush failed: {e}");
+        }
+    }
+}
+
+/// Log every change of a group's role, leader or term (group id and term in
+/// every line). Watches only the server metrics, which change on elections,
+/// not on every write.
+async fn log_leadership(group: GroupId, raft: Raft) {
+    use openraft::async_runtime::watch::WatchReceiver;
+    let mut rx = raft.server_metrics();
+    let mut last = None;
+    while rx.changed().await.is_ok() {
+        let (term, leader, state) = {
+            let m = rx.borrow_watched();
+            (m.vote.leader_id().term, m.current_leader, m.state)
+        };
+        if last != Some((term, leader, state)) {
+            last = Some((term, leader, state));
+            tracing::info!(group = group.0, term, ?leader, ?state, "leadership");
         }
     }
 }

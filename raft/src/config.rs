@@ -186,6 +186,9 @@ impl NodeConfig {
         let c = openraft::Config {
             cluster_name: "seatfence".into(),
             heartbeat_interval: r.heartbeat_ms,
+            // A node back from a partition asks before it campaigns, so it
+            // cannot depose a healthy leader by inflating its term.
+            enable_pre_vote: Some(true),
             election_timeout_min: r.election_timeout_min_ms,
             election_timeout_max: r.election_timeout_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_every),

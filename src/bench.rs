@@ -22,6 +22,8 @@ pub struct RaftBenchArgs {
     pub value_bytes: usize,
     pub flush: FlushMode,
     pub snapshot_every: u64,
+    /// Heartbeat interval; elections time out after 4–8 heartbeats.
+    pub heartbeat_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -38,6 +40,7 @@ pub struct RaftBenchReport {
     pub voters_per_group: usize,
     pub value_bytes: usize,
     pub flush: FlushMode,
+    pub heartbeat_ms: u64,
     pub duration_secs: f64,
 }
 
@@ -59,6 +62,9 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
     let tuning = RaftTuning {
         flush: args.flush,
         snapshot_every: args.snapshot_every,
+        heartbeat_ms: args.heartbeat_ms,
+        election_timeout_min_ms: args.heartbeat_ms * 4,
+        election_timeout_max_ms: args.heartbeat_ms * 8,
         ..RaftTuning::default()
     };
     let cluster = LocalCluster::start(bin, &dir, 3, tuning)?;
@@ -135,6 +141,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         voters_per_group: 3,
         value_bytes: args.value_bytes,
         flush: args.flush,
+        heartbeat_ms: args.heartbeat_ms,
         duration_secs: elapsed,
     })
 }

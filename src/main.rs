@@ -109,6 +109,9 @@ enum BenchCmd {
         /// Log entries between snapshots on each node.
         #[arg(long, default_value_t = RaftTuning::default().snapshot_every)]
         snapshot_every: u64,
+        /// Heartbeat interval (ms); elections time out after 4–8 heartbeats.
+        #[arg(long, default_value_t = RaftTuning::default().heartbeat_ms)]
+        heartbeat_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -156,6 +159,7 @@ async fn main() -> anyhow::Result<()> {
                     value_bytes,
                     flush,
                     snapshot_every,
+                    heartbeat_ms,
                     json,
                 },
         } => {
@@ -169,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
                     FlushArg::Shared => FlushMode::Shared,
                 },
                 snapshot_every,
+                heartbeat_ms,
             };
             let bin = std::env::current_exe().context("find own binary")?;
             let r = run_raft_bench(&bin, &args).await?;

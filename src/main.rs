@@ -232,20 +232,18 @@ async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         g.0,
         members.iter().map(|m| m.0).collect::<Vec<_>>()
     );
+    let exe = bin.display();
     println!("Try, in another terminal:");
-    println!("  seatfence ctl --addr {a} status");
+    println!("  {exe} ctl --addr {a} status");
+    println!("  {exe} ctl --addr {a} put --group {} seat-A1 alice", g.0);
     println!(
-        "  seatfence ctl --addr {a} put --group {} seat-A1 alice",
-        g.0
-    );
-    println!(
-        "  seatfence ctl --addr {} get --group {} seat-A1",
+        "  {exe} ctl --addr {} get --group {} seat-A1",
         cluster.addr(3)?,
         g.0
     );
-    println!("  seatfence ctl --addr {a} create-group --replicas 3");
-    println!("Ctrl-C stops the cluster.");
-    tokio::signal::ctrl_c().await?;
+    println!("  {exe} ctl --addr {a} create-group --replicas 3");
+    println!("Ctrl-C (or SIGTERM) stops the cluster.");
+    terminated().await;
     drop(cluster);
     Ok(())
 }

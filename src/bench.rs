@@ -42,6 +42,8 @@ pub struct RaftBenchReport {
     pub flush: FlushMode,
     pub heartbeat_ms: u64,
     pub duration_secs: f64,
+    /// Bytes in each node's data dir (sled + snapshot files) after the run.
+    pub data_bytes_per_node: Vec<u64>,
 }
 
 /// Start 3 node processes of `bin`, create the groups, drive writes.
@@ -127,6 +129,11 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         errors += e;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let data_bytes_per_node = cluster
+        .nodes
+        .iter()
+        .map(|n| dir_bytes(&n.config.data_dir))
+        .collect();
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(RaftBenchReport {
         writes_per_sec: hist.len() as f64 / elapsed,
@@ -143,5 +150,21 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         flush: args.flush,
         heartbeat_ms: args.heartbeat_ms,
         duration_secs: elapsed,
+        data_bytes_per_node,
     })
+}
+
+/// Total size of the files under `dir` (0 for what cannot be read).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }

@@ -58,22 +58,41 @@ impl LocalCluster {
     ) -> anyhow::Result<LocalCluster> {
         if n == 0 || n > REGIONS.len() {
             bail!(
-                "a local cluster has 1 to {} nodes (one per region)",
+                "a local cluster has 1 to {} directory voters (one per region)",
                 REGIONS.len()
             );
         }
+        Self::start_with_extra(bin, dir, n, 0, tuning)
+    }
+
+    /// Like [`start`](Self::start) with `voters` directory voters (one per
+    /// region, ids `1..=voters`) plus `extra` nodes that join the cluster
+    /// (ids after the voters, regions assigned round-robin).
+    pub fn start_with_extra(
+        bin: &Path,
+        dir: &Path,
+        voters: usize,
+        extra: usize,
+        tuning: RaftTuning,
+    ) -> anyhow::Result<LocalCluster> {
+        if voters == 0 || voters > REGIONS.len() {
+            bail!("1 to {} directory voters (one per region)", REGIONS.len());
+        }
+        let n = voters + extra;
         if let Some(existing) = Self::existing_configs(dir, n)? {
             return Self::from_configs(bin, existing);
         }
-        let peers: Vec<Peer> = (0..n)
+        let all: Vec<Peer> = (0..n)
             .map(|i| {
                 Ok(Peer {
                     id: i as u64 + 1,
-                    region: REGIONS[i].to_string(),
+                    region: REGIONS[i % voters].to_string(),
                     grpc_addr: format!("127.0.0.1:{}", free_port()?),
                 })
             })
             .collect::<anyhow::Result<_>>()?;
+        let members: Vec<Peer> = all[..voters].to_vec();
+        let peers = all;
         let mut configs = Vec::new();
         for p in &peers {
             let node_dir = dir.join(format!("n{}", p.id));
@@ -84,7 +103,7 @@ impl LocalCluster {
                 region: p.region.clone(),
                 grpc_addr: p.grpc_addr.clone(),
                 data_dir: node_dir.join("data"),
-                initial_members: peers.clone(),
+                initial_members: members.clone(),
                 raft: tuning.clone(),
             };
             config.validate()?;

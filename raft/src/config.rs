@@ -55,7 +55,9 @@ pub struct NodeConfig {
     /// `host:port` the gRPC server listens on and peers dial.
     pub grpc_addr: String,
     pub data_dir: PathBuf,
-    /// The directory's voters, one per region; this node must be one.
+    /// The directory's voters, one per region. A node that is not one of
+    /// them joins: it registers through them and the directory's leader
+    /// adds it to group 0 as a learner.
     pub initial_members: Vec<Peer>,
     #[serde(default)]
     pub raft: RaftTuning,
@@ -134,22 +136,19 @@ impl NodeConfig {
                 return Err(ConfigError::DuplicateRegion(p.region.clone()));
             }
         }
-        let me = self
-            .initial_members
-            .iter()
-            .find(|p| p.id == self.node_id)
-            .ok_or(ConfigError::NotAMember(self.node_id))?;
-        for (field, theirs, ours) in [
-            ("region", &me.region, &self.region),
-            ("grpc_addr", &me.grpc_addr, &self.grpc_addr),
-        ] {
-            if theirs != ours {
-                return Err(ConfigError::MemberMismatch {
-                    id: me.id,
-                    field,
-                    theirs: theirs.clone(),
-                    ours: ours.clone(),
-                });
+        if let Some(me) = self.initial_members.iter().find(|p| p.id == self.node_id) {
+            for (field, theirs, ours) in [
+                ("region", &me.region, &self.region),
+                ("grpc_addr", &me.grpc_addr, &self.grpc_addr),
+            ] {
+                if theirs != ours {
+                    return Err(ConfigError::MemberMismatch {
+                        id: me.id,
+                        field,
+                        theirs: theirs.clone(),
+                        ours: ours.clone(),
+                    });
+                }
             }
         }
         let r = &self.raft;
@@ -167,6 +166,11 @@ impl NodeConfig {
             return Err(ConfigError::SnapshotEvery);
         }
         Ok(())
+    }
+
+    /// Whether this node is one of the directory's initial voters.
+    pub fn is_directory_voter(&self) -> bool {
+        self.initial_members.iter().any(|p| p.id == self.node_id)
     }
 
     /// The node that initializes the directory: the lowest member id.
@@ -233,12 +237,32 @@ grpc_addr = "127.0.0.1:7002"
         let c = NodeConfig::from_toml(GOOD).unwrap();
         assert!(c.is_bootstrapper());
         assert_eq!(c.raft, RaftTuning::default());
+        let joiner = NodeConfig::from_toml(&GOOD.replace("node_id = 1", "node_id = 3").replace(
+            "grpc_addr = \"127.0.0.1:7001\"\ndata",
+            "grpc_addr = \"127.0.0.1:7003\"\ndata",
+        ))
+        .unwrap();
+        assert!(!joiner.is_bootstrapper() && !joiner.is_directory_voter());
     }
 
     #[test]
     fn errors_name_what_is_wrong() {
-        let e = NodeConfig::from_toml(&GOOD.replace("node_id = 1", "node_id = 3")).unwrap_err();
-        assert_eq!(e, ConfigError::NotAMember(3));
+        let e = NodeConfig::from_toml(&GOOD.replace(
+            "region = \"us-east\"\ngrpc_addr = \"127.0.0.1:7001\"\ndata",
+            "region = \"eu-west\"\ngrpc_addr = \"127.0.0.1:7001\"\ndata",
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::MemberMismatch {
+                    id: 1,
+                    field: "region",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = NodeConfig::from_toml(&GOOD.replace("\"eu-west\"", "\"us-east\"")).unwrap_err();
         assert_eq!(e, ConfigError::DuplicateRegion("us-east".into()));
         let e = NodeConfig::from_toml(&GOOD.replace(

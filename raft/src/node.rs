@@ -77,6 +77,7 @@ pub async fn run_node(
     }
     tokio::spawn(register_self(config.clone(), rx_stop.clone()));
     tokio::spawn(place_groups(registry.clone(), rx_stop.clone()));
+    tokio::spawn(add_directory_learners(registry.clone(), rx_stop.clone()));
 
     shutdown.await;
     tracing::info!(node = config.node_id, "shutting down");
@@ -157,6 +158,48 @@ async fn place_groups(registry: Arc<Registry>, mut rx_stop: watch::Receiver<bool
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
             changed = rx_applied.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// On the directory's leader: every registered node that is not yet in
+/// group 0's membership is added as a learner, so it receives the directory
+/// (and with it the groups placed on it). Runs on every node, acts only
+/// while leading.
+async fn add_directory_learners(registry: Arc<Registry>, mut rx_stop: watch::Receiver<bool>) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let mut rx_applied = dir.sm.subscribe_applied();
+    loop {
+        if dir.raft.is_leader() {
+            let missing: Vec<(u64, String)> = dir.sm.read(|s| {
+                let members = s.membership.membership();
+                s.state
+                    .directory
+                    .nodes
+                    .values()
+                    .filter(|n| members.get_node(&n.id.0).is_none())
+                    .map(|n| (n.id.0, n.grpc_addr.clone()))
+                    .collect()
+            });
+            for (id, addr) in missing {
+                match dir.raft.add_learner(id, BasicNode::new(&addr), false).await {
+                    Ok(_) => tracing::info!(
+                        group = 0,
+                        node = id,
+                        "added node to the directory as a learner"
+                    ),
+                    Err(e) => tracing::debug!(group = 0, node = id, "add learner: {e}"),
+                }
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx_applied.changed() => if changed.is_err() { return },
+            // Leadership may arrive without a new apply.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use common::*;
 use seatfence::cluster::LocalCluster;
-use seatfence_core::{Command, GroupId, NodeId, Placement};
+use seatfence_core::{GroupId, NodeId, Placement};
 use seatfence_raft::create_group;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,16 +43,7 @@ async fn t15_extra_nodes_join_as_directory_learners_and_host_groups() {
     let (g, mut members) = create_group(&client, None, placement).await.unwrap();
     members.sort();
     assert_eq!(members, vec![NodeId(1), NodeId(4)]);
-    client
-        .write(
-            g,
-            &Command::Put {
-                key: "k".into(),
-                value: b"v".to_vec(),
-            },
-        )
-        .await
-        .unwrap();
+    put(&client, g, "k", b"v").await;
     let addr4 = cluster.addr(4).unwrap();
     assert_keys_on(&cluster, &addr4, g, &[("k".to_string(), b"v".to_vec())]).await;
     assert!(

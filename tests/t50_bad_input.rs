@@ -18,16 +18,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     let cluster = start(dir.path(), test_tuning()).await;
     let g = new_group(&cluster).await;
     let client = cluster.client();
-    client
-        .write(
-            g,
-            &Command::Put {
-                key: "k".into(),
-                value: b"v".to_vec(),
-            },
-        )
-        .await
-        .unwrap();
+    put(&client, g, "k", b"v").await;
     let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
     let addr = cluster.addr(leader).unwrap();
     let log_index = |s: &seatfence_proto::v1::StatusReply| {
@@ -129,16 +120,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     tracing::info!("--- nothing was written, and the node still serves");
     let after = log_index(&client.status_at(&addr).await.unwrap());
     assert_eq!(before, after, "no group's log or state changed");
-    client
-        .write(
-            g,
-            &Command::Put {
-                key: "still".into(),
-                value: b"ok".to_vec(),
-            },
-        )
-        .await
-        .unwrap();
+    put(&client, g, "still", b"ok").await;
     client
         .write(
             GroupId::DIRECTORY,

@@ -9,7 +9,7 @@ use common::*;
 use seatfence_core::Command;
 use seatfence_proto::v1::{write_reply, TransferLeaderRequest, WriteRequest};
 
-fn put(key: &str) -> Vec<u8> {
+fn put_cmd(key: &str) -> Vec<u8> {
     seatfence_raft::storage::encode(&Command::Put {
         key: key.into(),
         value: b"v".to_vec(),
@@ -24,16 +24,7 @@ async fn t60_transfer_leader_and_term_fenced_writes() {
     let cluster = start(dir.path(), test_tuning()).await;
     let g = new_group(&cluster).await;
     let client = cluster.client();
-    client
-        .write(
-            g,
-            &Command::Put {
-                key: "warm".into(),
-                value: vec![],
-            },
-        )
-        .await
-        .unwrap();
+    put(&client, g, "warm", &[]).await;
     let old = cluster.wait_leader(g, PATIENCE).await.unwrap();
     let old_addr = cluster.addr(old).unwrap();
     let term_of = |s: &seatfence_proto::v1::StatusReply| {
@@ -46,7 +37,7 @@ async fn t60_transfer_leader_and_term_fenced_writes() {
     let r = node
         .write(WriteRequest {
             group_id: g.0,
-            command: put("fenced-ok"),
+            command: put_cmd("fenced-ok"),
             expected_term: Some(old_term),
         })
         .await
@@ -99,7 +90,7 @@ async fn t60_transfer_leader_and_term_fenced_writes() {
         let r = n
             .write(WriteRequest {
                 group_id: g.0,
-                command: put("fenced-stale"),
+                command: put_cmd("fenced-stale"),
                 expected_term: Some(old_term),
             })
             .await;
@@ -124,7 +115,7 @@ async fn t60_transfer_leader_and_term_fenced_writes() {
     let r = n
         .write(WriteRequest {
             group_id: g.0,
-            command: put("fenced-new"),
+            command: put_cmd("fenced-new"),
             expected_term: Some(new_term),
         })
         .await

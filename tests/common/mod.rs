@@ -65,6 +65,18 @@ where
     }
 }
 
+/// Write `key` = `value` in `group` and wait for the commit.
+pub async fn put(client: &seatfence_raft::ClusterClient, group: GroupId, key: &str, value: &[u8]) {
+    let cmd = seatfence_core::Command::Put {
+        key: key.to_string(),
+        value: value.to_vec(),
+    };
+    client
+        .write(group, &cmd)
+        .await
+        .unwrap_or_else(|e| panic!("put {key} in {group}: {e}"));
+}
+
 /// Every key must be readable with its value on the replica at `addr`.
 pub async fn assert_keys_on(
     cluster: &LocalCluster,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use seatfence_core::GroupId;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::io_err;
 
@@ -119,20 +119,6 @@ impl NodeDb {
         if let Err(mpsc::error::SendError(cb)) = self.inner.tx_flush.send(callback) {
             cb(Err(io::Error::other("flusher stopped")));
         }
-    }
-
-    /// Flush through the node-wide flusher and wait for it.
-    pub async fn flush_shared(&self) -> io::Result<()> {
-        let (tx, rx) = oneshot::channel();
-        self.flush_then(Box::new(move |r| {
-            let _ = tx.send(r);
-        }));
-        rx.await.map_err(|_| io::Error::other("flusher stopped"))?
-    }
-
-    /// Bytes on disk, for benchmarks and metrics.
-    pub fn size_on_disk(&self) -> u64 {
-        self.inner.db.size_on_disk().unwrap_or(0)
     }
 }
 

@@ -37,10 +37,6 @@ impl LogStore {
         })
     }
 
-    pub fn group(&self) -> GroupId {
-        self.group
-    }
-
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
         match self.trees.meta.get(key).map_err(io_err)? {
             Some(v) => decode(&v).map(Some),

@@ -4,8 +4,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::directory::{NodeInfo, Placement};
-use crate::ids::{GroupId, NodeId};
+use crate::directory::{EventRoute, NodeInfo, Placement};
+use crate::ids::{EventId, GroupId, NodeId, RegionId};
+use crate::inventory::{EventCommand, EventReply, Survival};
 
 /// One replicated command. Plain groups take the key→value commands; group 0
 /// (the directory) takes the directory commands. A command sent to the wrong
@@ -27,6 +28,15 @@ pub enum Command {
         group_id: Option<GroupId>,
         placement: Placement,
     },
+    /// Directory: record an event and place its group (a new group, placed
+    /// by `survival`). Registering an id that exists returns its route.
+    RegisterEvent {
+        event_id: EventId,
+        home_region: RegionId,
+        survival: Survival,
+    },
+    /// Event groups: a seat inventory command.
+    Event(EventCommand),
 }
 
 /// The outcome of applying one [`Command`].
@@ -53,6 +63,8 @@ pub enum Response {
     },
     /// A directory command sent to a plain group, or the reverse.
     WrongGroup,
+    EventRegistered(EventRoute),
+    Event(EventReply),
 }
 
 impl fmt::Display for Command {
@@ -63,6 +75,8 @@ impl fmt::Display for Command {
             Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
+            Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),
+            Command::Event(c) => write!(f, "event {} epoch {}", c.event_id, c.epoch),
         }
     }
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{GroupId, NodeId, RegionId};
+use crate::ids::{Epoch, EventId, GroupId, NodeId, RegionId};
+use crate::inventory::Survival;
 
 /// A node as the directory knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +42,32 @@ pub struct Directory {
     pub groups: BTreeMap<GroupId, GroupInfo>,
     /// The next id `CreateGroup { group_id: None }` hands out (never 0).
     pub next_group_id: u64,
+    /// Where each event lives: the route every edge caches.
+    pub events: BTreeMap<EventId, EventRoute>,
+}
+
+/// An event's entry in the directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRoute {
+    pub event_id: EventId,
+    pub group: GroupId,
+    pub home_region: RegionId,
+    pub owner_region: RegionId,
+    pub epoch: Epoch,
+    pub survival: Survival,
+}
+
+impl EventRoute {
+    /// How an event with this survival mode is placed.
+    pub fn placement(home: &RegionId, survival: Survival) -> Placement {
+        match survival {
+            Survival::Zone => Placement::InRegion {
+                region: home.clone(),
+                replicas: 3,
+            },
+            Survival::Region => Placement::Spread { replicas: 3 },
+        }
+    }
 }
 
 impl Directory {

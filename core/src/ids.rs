@@ -51,3 +51,118 @@ impl From<&str> for RegionId {
         RegionId(s.to_string())
     }
 }
+
+/// An event, chosen by the operator: 1–64 characters of `[A-Za-z0-9_-]`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EventId(pub String);
+
+impl EventId {
+    /// Whether `s` is a well-formed event id.
+    pub fn is_valid(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }
+}
+
+/// A buyer (or operator): the `sub` of their token.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct UserId(pub String);
+
+/// An event's ownership epoch: 1 at creation, +1 at every ownership move.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Epoch(pub u64);
+
+/// The fencing token `(epoch, term)`, compared lexicographically: a newer
+/// owner beats any term of an older one, and within one ownership a newer
+/// leader beats an older one.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Fence {
+    pub epoch: Epoch,
+    pub term: u64,
+}
+
+/// A hold: the group that owns it and its sequence number there, written
+/// `h<group>-<seq>` so any edge can route a request for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HoldId {
+    pub group: GroupId,
+    pub seq: u64,
+}
+
+impl HoldId {
+    pub fn parse(s: &str) -> Option<HoldId> {
+        let (g, seq) = s.strip_prefix('h')?.split_once('-')?;
+        let digits = |x: &str| !x.is_empty() && x.len() <= 20 && x.bytes().all(|b| b.is_ascii_digit());
+        if !digits(g) || !digits(seq) {
+            return None;
+        }
+        Some(HoldId {
+            group: GroupId(g.parse().ok()?),
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.epoch.0, self.term)
+    }
+}
+
+impl fmt::Display for HoldId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "h{}-{}", self.group.0, self.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_ids_round_trip_and_reject_garbage() {
+        let h = HoldId {
+            group: GroupId(12),
+            seq: 345,
+        };
+        assert_eq!(h.to_string(), "h12-345");
+        assert_eq!(HoldId::parse("h12-345"), Some(h));
+        for bad in ["", "h", "h12", "h-1", "h1-", "x1-2", "h1-2-3", "h+1-2", "h99999999999999999999999-1"] {
+            assert_eq!(HoldId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn fences_compare_epoch_first() {
+        let f = |epoch, term| Fence {
+            epoch: Epoch(epoch),
+            term,
+        };
+        assert!(f(2, 1) > f(1, 9));
+        assert!(f(1, 3) > f(1, 2));
+    }
+}

@@ -12,6 +12,9 @@
 //! - [`state`]: the replicated state (a key→value table for plain groups, the
 //!   directory for group 0) and its `apply`.
 //! - [`directory`]: the directory's records and the placement rule.
+//! - [`inventory`]: one event's seats, holds and idempotency records, and
+//!   its `apply` (fenced by the event's epoch).
+//! - [`query`]: reads of a group's state.
 //!
 //! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
 //! executes it, and every replica must compute the same result.
@@ -19,9 +22,12 @@
 pub mod command;
 pub mod directory;
 pub mod ids;
+pub mod inventory;
+pub mod query;
 pub mod state;
 
 pub use command::{Command, Response};
-pub use directory::{Directory, GroupInfo, NodeInfo, Placement};
-pub use ids::{GroupId, NodeId, RegionId};
+pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement};
+pub use ids::{Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
+pub use query::{Query, QueryResult};
 pub use state::{Applied, RecordKey, State};

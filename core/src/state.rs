@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, Response};
-use crate::directory::{Directory, GroupInfo};
-use crate::ids::{GroupId, NodeId};
+use crate::directory::{Directory, EventRoute, GroupInfo};
+use crate::ids::{Epoch, EventId, GroupId, NodeId, UserId};
+use crate::inventory::Inventory;
 
 /// Everything a group replicates.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +20,8 @@ pub struct State {
     pub kv: imbl::OrdMap<String, Vec<u8>>,
     /// Group 0 only: the directory.
     pub directory: Directory,
+    /// Event groups: the event's seat inventory.
+    pub inventory: Inventory,
 }
 
 /// One stored record of a [`State`].
@@ -28,6 +31,14 @@ pub enum RecordKey {
     Node(NodeId),
     Group(GroupId),
     NextGroupId,
+    /// Directory: one event's route.
+    Route(EventId),
+    /// Event group: the event record (settings, epoch, counters).
+    Event,
+    Seat(String),
+    Hold(u64),
+    /// An idempotency record: `(owner, key)`.
+    Op(UserId, String),
 }
 
 /// The result of one `apply`.
@@ -60,6 +71,16 @@ impl RecordKey {
             RecordKey::Node(n) => [b"n/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Group(g) => [b"g/".as_slice(), &g.0.to_be_bytes()].concat(),
             RecordKey::NextGroupId => b"m/next_group_id".to_vec(),
+            RecordKey::Route(e) => [b"r/".as_slice(), e.0.as_bytes()].concat(),
+            RecordKey::Event => b"m/event".to_vec(),
+            RecordKey::Seat(s) => [b"s/".as_slice(), s.as_bytes()].concat(),
+            RecordKey::Hold(h) => [b"h/".as_slice(), &h.to_be_bytes()].concat(),
+            RecordKey::Op(owner, key) => {
+                // The owner's length first, so owner and key cannot run together.
+                let len = u16::try_from(owner.0.len()).expect("user ids are short");
+                [b"o/".as_slice(), &len.to_be_bytes(), owner.0.as_bytes(), key.as_bytes()]
+                    .concat()
+            }
         }
     }
 
@@ -70,6 +91,21 @@ impl RecordKey {
             (b"n/", n) => num(n).map(|n| RecordKey::Node(NodeId(n))),
             (b"g/", g) => num(g).map(|g| RecordKey::Group(GroupId(g))),
             (b"m/", b"next_group_id") => Some(RecordKey::NextGroupId),
+            (b"m/", b"event") => Some(RecordKey::Event),
+            (b"r/", e) => String::from_utf8(e.to_vec())
+                .ok()
+                .map(|e| RecordKey::Route(EventId(e))),
+            (b"s/", s) => String::from_utf8(s.to_vec()).ok().map(RecordKey::Seat),
+            (b"h/", h) => num(h).map(RecordKey::Hold),
+            (b"o/", rest) => {
+                let (len, rest) = rest.split_at_checked(2)?;
+                let len = usize::from(u16::from_be_bytes(len.try_into().ok()?));
+                let (owner, key) = rest.split_at_checked(len)?;
+                Some(RecordKey::Op(
+                    UserId(String::from_utf8(owner.to_vec()).ok()?),
+                    String::from_utf8(key.to_vec()).ok()?,
+                ))
+            }
             _ => None,
         }
     }
@@ -89,7 +125,10 @@ impl State {
         cmd: &Command,
         changed: &mut Vec<RecordKey>,
     ) -> Response {
-        let directory_cmd = matches!(cmd, Command::RegisterNode(_) | Command::CreateGroup { .. });
+        let directory_cmd = matches!(
+            cmd,
+            Command::RegisterNode(_) | Command::CreateGroup { .. } | Command::RegisterEvent { .. }
+        );
         // A batch is checked command by command.
         if !matches!(cmd, Command::Batch(_)) && directory_cmd != group.is_directory() {
             return Response::WrongGroup;
@@ -155,7 +194,45 @@ impl State {
                     members,
                 }
             }
+            Command::RegisterEvent {
+                event_id,
+                home_region,
+                survival,
+            } => {
+                if let Some(route) = self.directory.events.get(event_id) {
+                    return Response::EventRegistered(route.clone());
+                }
+                let placement = EventRoute::placement(home_region, *survival);
+                let group = match self.apply_one(
+                    group,
+                    &Command::CreateGroup {
+                        group_id: None,
+                        placement,
+                    },
+                    changed,
+                ) {
+                    Response::GroupCreated { group_id, .. } => group_id,
+                    other => return other,
+                };
+                let route = EventRoute {
+                    event_id: event_id.clone(),
+                    group,
+                    home_region: home_region.clone(),
+                    owner_region: home_region.clone(),
+                    epoch: Epoch(1),
+                    survival: *survival,
+                };
+                changed.push(RecordKey::Route(event_id.clone()));
+                self.directory.events.insert(event_id.clone(), route.clone());
+                Response::EventRegistered(route)
+            }
+            Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
         }
+    }
+
+    /// Recompute derived indexes after the records were loaded.
+    pub fn rebuild_indexes(&mut self) {
+        self.inventory.rebuild_indexes();
     }
 
     /// The stored bytes of one record, `None` if it does not exist.
@@ -168,6 +245,11 @@ impl State {
             RecordKey::Node(n) => self.directory.nodes.get(n).map(enc),
             RecordKey::Group(g) => self.directory.groups.get(g).map(enc),
             RecordKey::NextGroupId => Some(enc(&self.directory.next_group_id)),
+            RecordKey::Route(e) => self.directory.events.get(e).map(enc),
+            RecordKey::Event => self.inventory.event.as_ref().map(enc),
+            RecordKey::Seat(s) => self.inventory.seats.get(s).map(enc),
+            RecordKey::Hold(h) => self.inventory.holds.get(h).map(enc),
+            RecordKey::Op(o, k) => self.inventory.ops.get(&(o.clone(), k.clone())).map(enc),
         }
     }
 
@@ -191,6 +273,19 @@ impl State {
                 self.directory.groups.insert(g, dec(value).map_err(err)?);
             }
             RecordKey::NextGroupId => self.directory.next_group_id = dec(value).map_err(err)?,
+            RecordKey::Route(e) => {
+                self.directory.events.insert(e, dec(value).map_err(err)?);
+            }
+            RecordKey::Event => self.inventory.event = Some(dec(value).map_err(err)?),
+            RecordKey::Seat(s) => {
+                self.inventory.seats.insert(s, dec(value).map_err(err)?);
+            }
+            RecordKey::Hold(h) => {
+                self.inventory.holds.insert(h, dec(value).map_err(err)?);
+            }
+            RecordKey::Op(o, k) => {
+                self.inventory.ops.insert((o, k), dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -211,6 +306,19 @@ impl State {
                 self.directory.groups.remove(&g);
             }
             RecordKey::NextGroupId => self.directory.next_group_id = 0,
+            RecordKey::Route(e) => {
+                self.directory.events.remove(&e);
+            }
+            RecordKey::Event => self.inventory.event = None,
+            RecordKey::Seat(s) => {
+                self.inventory.seats.remove(&s);
+            }
+            RecordKey::Hold(h) => {
+                self.inventory.holds.remove(&h);
+            }
+            RecordKey::Op(o, k) => {
+                self.inventory.ops.remove(&(o, k));
+            }
         }
         Ok(())
     }
@@ -223,7 +331,22 @@ impl State {
             .map(|k| RecordKey::Kv(k.clone()))
             .chain(self.directory.nodes.keys().map(|n| RecordKey::Node(*n)))
             .chain(self.directory.groups.keys().map(|g| RecordKey::Group(*g)))
-            .chain(std::iter::once(RecordKey::NextGroupId));
+            .chain(std::iter::once(RecordKey::NextGroupId))
+            .chain(
+                self.directory
+                    .events
+                    .keys()
+                    .map(|e| RecordKey::Route(e.clone())),
+            )
+            .chain(std::iter::once(RecordKey::Event))
+            .chain(self.inventory.seats.keys().map(|s| RecordKey::Seat(s.clone())))
+            .chain(self.inventory.holds.keys().map(|h| RecordKey::Hold(*h)))
+            .chain(
+                self.inventory
+                    .ops
+                    .keys()
+                    .map(|(o, k)| RecordKey::Op(o.clone(), k.clone())),
+            );
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }

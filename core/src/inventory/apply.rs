@@ -1,0 +1,379 @@
+//! `Inventory::apply`: one event command, pure and deterministic.
+
+use crate::ids::{Epoch, RegionId, UserId};
+use crate::state::RecordKey;
+
+use super::{
+    Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory,
+    Operation, Outcome, Seat, SeatPick, SeatState, OPERATION_TTL_MS,
+};
+
+/// FNV-1a of the request part of a command (not its epoch or time): equal
+/// for a retry of the same request, different for another payload.
+pub fn request_hash(action: &EventAction) -> u64 {
+    let bytes = bincode::serialize(action).expect("actions always serialize");
+    fnv(&bytes)
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn spec_hash(spec: &EventSpec) -> u64 {
+    fnv(&bincode::serialize(spec).expect("specs always serialize"))
+}
+
+impl Inventory {
+    /// Apply one event command; `changed` collects the records it touched.
+    pub fn apply(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> EventReply {
+        let outcome = self.apply_inner(cmd, changed);
+        let (epoch, owner) = match &self.event {
+            Some(e) => (e.epoch, e.owner.clone()),
+            None => (Epoch(0), RegionId(String::new())),
+        };
+        EventReply {
+            epoch,
+            owner,
+            outcome,
+        }
+    }
+
+    fn apply_inner(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> Outcome {
+        if let EventAction::Create(spec) = &cmd.action {
+            return self.create(spec, cmd.now_ms, changed);
+        }
+        let Some(ev) = &self.event else {
+            return Outcome::EventNotFound;
+        };
+        if ev.event_id != cmd.event_id {
+            return Outcome::EventNotFound;
+        }
+        if cmd.epoch != ev.epoch {
+            return Outcome::StaleEpoch {
+                current: ev.epoch,
+                owner: ev.owner.clone(),
+            };
+        }
+        let now = cmd.now_ms.max(ev.clock_ms);
+        self.event_mut(changed).clock_ms = now;
+        let expired = self.expire(now, changed);
+        self.forget_old_operations(now, changed);
+
+        let op_key = match (&cmd.idempotency, &cmd.action) {
+            (Some(k), EventAction::Hold { .. } | EventAction::Cancel { .. }) => Some(k.clone()),
+            _ => None,
+        };
+        let hash = request_hash(&cmd.action);
+        if let Some(k) = &op_key {
+            if let Some(op) = self.ops.get(k) {
+                return if op.request_hash == hash {
+                    op.outcome.clone()
+                } else {
+                    Outcome::IdempotencyKeyReused
+                };
+            }
+        }
+        let outcome = match &cmd.action {
+            EventAction::Create(_) => unreachable!("handled above"),
+            EventAction::Hold { owner, pick } => self.hold(owner, pick, now, changed),
+            EventAction::Cancel { owner, hold } => self.cancel(owner, *hold, now, changed),
+            EventAction::SetOpen { open } => {
+                self.event_mut(changed).forced_open = Some(*open);
+                Outcome::OpenSet { open: *open }
+            }
+            EventAction::Tick => Outcome::Ticked { expired },
+        };
+        if let Some(k) = op_key {
+            self.index.op_times.insert((now, k.0.clone(), k.1.clone()));
+            changed.push(RecordKey::Op(k.0.clone(), k.1.clone()));
+            self.ops.insert(
+                k,
+                Operation {
+                    request_hash: hash,
+                    at_ms: now,
+                    outcome: outcome.clone(),
+                },
+            );
+        }
+        outcome
+    }
+
+    fn event_mut(&mut self, changed: &mut Vec<RecordKey>) -> &mut Event {
+        changed.push(RecordKey::Event);
+        self.event.as_mut().expect("checked by the caller")
+    }
+
+    fn create(&mut self, spec: &EventSpec, now: u64, changed: &mut Vec<RecordKey>) -> Outcome {
+        let hash = spec_hash(spec);
+        if let Some(ev) = &self.event {
+            return if ev.spec_hash == hash {
+                Outcome::Created {
+                    capacity: ev.capacity,
+                }
+            } else {
+                Outcome::EventExists
+            };
+        }
+        if let Err(e) = spec.validate() {
+            return Outcome::InvalidEvent(e);
+        }
+        let layout = spec.layout();
+        let mut ordinal = 0u32;
+        for (section, (_, ids)) in layout.iter().enumerate() {
+            let section = section as u32;
+            let free = self.index.free.entry(section).or_default();
+            for id in ids {
+                free.insert((ordinal, id.clone()));
+                self.seats.insert(
+                    id.clone(),
+                    Seat {
+                        ordinal,
+                        section,
+                        state: SeatState::Available,
+                    },
+                );
+                changed.push(RecordKey::Seat(id.clone()));
+                ordinal += 1;
+            }
+        }
+        let capacity = spec.capacity();
+        self.event = Some(Event {
+            event_id: spec.event_id.clone(),
+            name: spec.name.clone(),
+            home_region: spec.home_region.clone(),
+            owner: spec.home_region.clone(),
+            epoch: Epoch(1),
+            sections: layout.into_iter().map(|(name, _)| name).collect(),
+            hold_ttl_ms: spec.hold_ttl_ms,
+            max_seats_per_hold: spec.max_seats_per_hold,
+            max_seats_per_buyer: spec.max_seats_per_buyer,
+            opens_at_ms: spec.opens_at_ms,
+            closes_at_ms: spec.closes_at_ms,
+            survival: spec.survival,
+            forced_open: None,
+            capacity,
+            available: capacity,
+            held: 0,
+            sold: 0,
+            spec_hash: hash,
+            next_hold_seq: 1,
+            clock_ms: now,
+        });
+        changed.push(RecordKey::Event);
+        Outcome::Created { capacity }
+    }
+
+    fn hold(
+        &mut self,
+        owner: &UserId,
+        pick: &SeatPick,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let ev = self.event.as_ref().expect("checked by the caller");
+        match ev.forced_open {
+            Some(false) => return Outcome::SaleClosed,
+            Some(true) => {}
+            None => {
+                if ev.opens_at_ms.is_some_and(|t| now < t) {
+                    return Outcome::SaleNotOpen;
+                }
+                if ev.closes_at_ms.is_some_and(|t| now >= t) {
+                    return Outcome::SaleClosed;
+                }
+            }
+        }
+        let max = ev.max_seats_per_hold;
+        let seats: Vec<String> = match pick {
+            SeatPick::Seats(list) => {
+                if list.is_empty() {
+                    return invalid("seats is empty");
+                }
+                if list.len() > max as usize {
+                    return Outcome::TooManySeats { max };
+                }
+                let mut sorted: Vec<&String> = list.iter().collect();
+                sorted.sort();
+                if sorted.windows(2).any(|w| w[0] == w[1]) {
+                    return invalid("a seat is listed twice");
+                }
+                let unknown: Vec<String> = list
+                    .iter()
+                    .filter(|s| !self.seats.contains_key(*s))
+                    .cloned()
+                    .collect();
+                if !unknown.is_empty() {
+                    return Outcome::UnknownSeats { seats: unknown };
+                }
+                let unavailable: Vec<String> = list
+                    .iter()
+                    .filter(|s| self.seats[*s].state != SeatState::Available)
+                    .cloned()
+                    .collect();
+                if !unavailable.is_empty() {
+                    return Outcome::SeatsUnavailable {
+                        unavailable,
+                        available: ev.available,
+                    };
+                }
+                list.clone()
+            }
+            SeatPick::Quantity { section, quantity } => {
+                if *quantity == 0 {
+                    return invalid("quantity must be at least 1");
+                }
+                if *quantity > max {
+                    return Outcome::TooManySeats { max };
+                }
+                let sections: Vec<u32> = match section {
+                    Some(name) => match ev.sections.iter().position(|s| s == name) {
+                        Some(i) => vec![i as u32],
+                        None => {
+                            return Outcome::UnknownSection {
+                                section: name.clone(),
+                            }
+                        }
+                    },
+                    None => (0..ev.sections.len() as u32).collect(),
+                };
+                let picked: Vec<String> = sections
+                    .iter()
+                    .filter_map(|s| self.index.free.get(s))
+                    .flat_map(|free| free.iter().map(|(_, id)| id.clone()))
+                    .take(*quantity as usize)
+                    .collect();
+                if picked.len() < *quantity as usize {
+                    return Outcome::SeatsUnavailable {
+                        unavailable: vec![],
+                        available: picked.len() as u64,
+                    };
+                }
+                picked
+            }
+        };
+        let n = seats.len() as u32;
+        if let Some(limit) = ev.max_seats_per_buyer {
+            let has = self.index.buyer_seats.get(owner).copied().unwrap_or(0);
+            if has + n > limit {
+                return Outcome::BuyerLimitReached { limit };
+            }
+        }
+        let ev = self.event_mut(changed);
+        let seq = ev.next_hold_seq;
+        ev.next_hold_seq += 1;
+        ev.available -= u64::from(n);
+        ev.held += u64::from(n);
+        let expires_at_ms = now.saturating_add(ev.hold_ttl_ms);
+        for id in &seats {
+            let seat = self.seats.get_mut(id).expect("checked above");
+            seat.state = SeatState::Held(seq);
+            let (section, ordinal) = (seat.section, seat.ordinal);
+            if let Some(free) = self.index.free.get_mut(&section) {
+                free.remove(&(ordinal, id.clone()));
+                if free.is_empty() {
+                    self.index.free.remove(&section);
+                }
+            }
+            changed.push(RecordKey::Seat(id.clone()));
+        }
+        let hold = Hold {
+            seq,
+            owner: owner.clone(),
+            seats,
+            created_ms: now,
+            expires_at_ms,
+            status: HoldStatus::Held,
+        };
+        self.index.deadlines.insert((expires_at_ms, seq));
+        *self.index.buyer_seats.entry(owner.clone()).or_default() += n;
+        self.holds.insert(seq, hold.clone());
+        changed.push(RecordKey::Hold(seq));
+        Outcome::Held(hold)
+    }
+
+    fn cancel(
+        &mut self,
+        owner: &UserId,
+        seq: u64,
+        _now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let Some(hold) = self.holds.get(&seq).filter(|h| &h.owner == owner) else {
+            return Outcome::HoldNotFound;
+        };
+        match hold.status {
+            HoldStatus::Held => {
+                self.release(seq, HoldStatus::Released, changed);
+                Outcome::Cancelled(self.holds[&seq].clone())
+            }
+            HoldStatus::Released | HoldStatus::Expired => Outcome::Cancelled(hold.clone()),
+            status @ HoldStatus::Booked => Outcome::HoldNotCancellable { status },
+        }
+    }
+
+    /// End a held hold: its seats become available again.
+    fn release(&mut self, seq: u64, status: HoldStatus, changed: &mut Vec<RecordKey>) {
+        let hold = self.holds.get_mut(&seq).expect("caller checked");
+        debug_assert_eq!(hold.status, HoldStatus::Held);
+        hold.status = status;
+        let (owner, seats, deadline) = (hold.owner.clone(), hold.seats.clone(), hold.expires_at_ms);
+        changed.push(RecordKey::Hold(seq));
+        self.index.deadlines.remove(&(deadline, seq));
+        let n = seats.len() as u32;
+        if let Some(c) = self.index.buyer_seats.get_mut(&owner) {
+            *c -= n;
+            if *c == 0 {
+                self.index.buyer_seats.remove(&owner);
+            }
+        }
+        for id in seats {
+            let seat = self.seats.get_mut(&id).expect("a hold's seats exist");
+            debug_assert_eq!(seat.state, SeatState::Held(seq));
+            seat.state = SeatState::Available;
+            self.index
+                .free
+                .entry(seat.section)
+                .or_default()
+                .insert((seat.ordinal, id.clone()));
+            changed.push(RecordKey::Seat(id));
+        }
+        let ev = self.event_mut(changed);
+        ev.held -= u64::from(n);
+        ev.available += u64::from(n);
+    }
+
+    /// Expire every held hold whose deadline is at or before `now`.
+    fn expire(&mut self, now: u64, changed: &mut Vec<RecordKey>) -> u32 {
+        let mut n = 0;
+        while let Some(&(deadline, seq)) = self.index.deadlines.get_min() {
+            if deadline > now {
+                break;
+            }
+            self.release(seq, HoldStatus::Expired, changed);
+            n += 1;
+        }
+        n
+    }
+
+    fn forget_old_operations(&mut self, now: u64, changed: &mut Vec<RecordKey>) {
+        while let Some((at, owner, key)) = self.index.op_times.get_min().cloned() {
+            if at.saturating_add(OPERATION_TTL_MS) > now {
+                break;
+            }
+            self.index.op_times.remove(&(at, owner.clone(), key.clone()));
+            self.ops.remove(&(owner.clone(), key.clone()));
+            changed.push(RecordKey::Op(owner, key));
+        }
+    }
+}
+
+fn invalid(reason: &str) -> Outcome {
+    Outcome::InvalidRequest {
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,298 @@
+//! The seat inventory of one event: what an event group replicates.
+//!
+//! ```text
+//!  EventCommand{event_id, epoch, now_ms, idempotency, action}
+//!    ─▶ epoch check (StaleEpoch{current, owner}) ─▶ expire due holds
+//!    ─▶ idempotency lookup (owner, key, request hash) ─▶ action ─▶ record outcome
+//! ```
+//!
+//! Records (each stored under its own key, see `RecordKey`): the [`Event`]
+//! (settings, epoch, owner region, counters), one [`Seat`] per seat, every
+//! [`Hold`], and an [`Operation`] per idempotency key. Derived [`Indexes`]
+//! (free seats per section, hold deadlines, seats per buyer) are never
+//! stored: they are rebuilt from the records after loading.
+//!
+//! Invariants `apply` keeps (checked by `core/tests/inventory_props.rs`):
+//! a seat is held or sold by at most one hold, and that hold lists it;
+//! `available + held + sold == capacity` and each counter equals the records;
+//! a replayed idempotency key returns the first outcome.
+
+mod apply;
+mod spec;
+
+pub use apply::request_hash;
+pub use spec::{
+    EventSpec, Section, SpecError, Survival, MAX_CAPACITY, MAX_HOLD_TTL_MS,
+    MAX_SEATS_PER_HOLD_LIMIT, MIN_HOLD_TTL_MS,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Epoch, EventId, RegionId, UserId};
+
+/// Idempotency records older than this are forgotten.
+pub const OPERATION_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// A command for an event group. The edge fills `epoch` from its route
+/// cache; the leader stamps `now_ms` just before proposing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventCommand {
+    pub event_id: EventId,
+    pub epoch: Epoch,
+    pub now_ms: u64,
+    /// `(owner, Idempotency-Key)`: a replay returns the recorded outcome.
+    pub idempotency: Option<(UserId, String)>,
+    pub action: EventAction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventAction {
+    /// Create the event (epoch 1, owner = home region). Repeating the same
+    /// spec answers `Created` again; another spec is `EventExists`.
+    Create(EventSpec),
+    /// Hold seats for `owner`, all or none.
+    Hold { owner: UserId, pick: SeatPick },
+    /// Cancel a hold (its owner only, before payment).
+    Cancel { owner: UserId, hold: u64 },
+    /// Operator override of the sale window.
+    SetOpen { open: bool },
+    /// Advance the clock: expires due holds.
+    Tick,
+}
+
+/// Which seats a hold asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SeatPick {
+    Seats(Vec<String>),
+    /// Any `quantity` free seats, from `section` or from any section.
+    Quantity {
+        section: Option<String>,
+        quantity: u32,
+    },
+}
+
+/// An event's settings, fence and counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub event_id: EventId,
+    pub name: String,
+    pub home_region: RegionId,
+    pub owner: RegionId,
+    pub epoch: Epoch,
+    /// Section names in layout order (`""` for explicit seats).
+    pub sections: Vec<String>,
+    pub hold_ttl_ms: u64,
+    pub max_seats_per_hold: u32,
+    pub max_seats_per_buyer: Option<u32>,
+    pub opens_at_ms: Option<u64>,
+    pub closes_at_ms: Option<u64>,
+    pub survival: Survival,
+    /// Operator override of the window (`POST .../open|close`).
+    pub forced_open: Option<bool>,
+    pub capacity: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+    /// Hash of the creating spec: a repeated create must match it.
+    pub spec_hash: u64,
+    pub next_hold_seq: u64,
+    /// The highest `now_ms` applied: time never runs backwards in `apply`,
+    /// whatever the clocks of successive leaders say.
+    pub clock_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SeatState {
+    Available,
+    Held(u64),
+    Sold(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seat {
+    /// Position in the layout (free seats are handed out in this order).
+    pub ordinal: u32,
+    pub section: u32,
+    pub state: SeatState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HoldStatus {
+    Held,
+    Booked,
+    Released,
+    Expired,
+}
+
+impl HoldStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldStatus::Held => "held",
+            HoldStatus::Booked => "booked",
+            HoldStatus::Released => "released",
+            HoldStatus::Expired => "expired",
+        }
+    }
+
+    /// Whether the hold still owns its seats.
+    pub fn is_live(self) -> bool {
+        matches!(self, HoldStatus::Held | HoldStatus::Booked)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Hold {
+    pub seq: u64,
+    pub owner: UserId,
+    pub seats: Vec<String>,
+    pub created_ms: u64,
+    pub expires_at_ms: u64,
+    pub status: HoldStatus,
+}
+
+/// The recorded outcome of one idempotent request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub request_hash: u64,
+    pub at_ms: u64,
+    pub outcome: Outcome,
+}
+
+/// What an event command did. Every replica computes the same one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Outcome {
+    Created { capacity: u64 },
+    Held(Hold),
+    Cancelled(Hold),
+    OpenSet { open: bool },
+    Ticked { expired: u32 },
+    /// The command's epoch is not the event's: re-route with `current`.
+    StaleEpoch { current: Epoch, owner: RegionId },
+    EventNotFound,
+    EventExists,
+    InvalidEvent(SpecError),
+    HoldNotFound,
+    /// A hold that has a booking cannot be cancelled by its owner.
+    HoldNotCancellable { status: HoldStatus },
+    SeatsUnavailable { unavailable: Vec<String>, available: u64 },
+    UnknownSeats { seats: Vec<String> },
+    UnknownSection { section: String },
+    TooManySeats { max: u32 },
+    InvalidRequest { reason: String },
+    SaleNotOpen,
+    SaleClosed,
+    BuyerLimitReached { limit: u32 },
+    IdempotencyKeyReused,
+}
+
+impl Outcome {
+    /// A stable code for rejections, `None` for success.
+    pub fn error_code(&self) -> Option<&'static str> {
+        Some(match self {
+            Outcome::Created { .. }
+            | Outcome::Held(_)
+            | Outcome::Cancelled(_)
+            | Outcome::OpenSet { .. }
+            | Outcome::Ticked { .. } => return None,
+            Outcome::StaleEpoch { .. } => "stale_epoch",
+            Outcome::EventNotFound => "event_not_found",
+            Outcome::EventExists => "event_exists",
+            Outcome::InvalidEvent(e) => e.code(),
+            Outcome::HoldNotFound => "hold_not_found",
+            Outcome::HoldNotCancellable { .. } => "hold_not_cancellable",
+            Outcome::SeatsUnavailable { .. } => "seats_unavailable",
+            Outcome::UnknownSeats { .. } => "unknown_seats",
+            Outcome::UnknownSection { .. } => "unknown_section",
+            Outcome::TooManySeats { .. } => "too_many_seats",
+            Outcome::InvalidRequest { .. } => "invalid_request",
+            Outcome::SaleNotOpen => "sale_not_open",
+            Outcome::SaleClosed => "sale_closed",
+            Outcome::BuyerLimitReached { .. } => "buyer_limit_reached",
+            Outcome::IdempotencyKeyReused => "idempotency_key_reused",
+        })
+    }
+}
+
+/// The answer to an event command, stamped with the event's epoch and
+/// owner as this replica saw them (`Epoch(0)` when the event is unknown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventReply {
+    pub epoch: Epoch,
+    pub owner: RegionId,
+    pub outcome: Outcome,
+}
+
+/// Indexes derived from the records; rebuilt after loading, kept in step by
+/// `apply`. Persistent sets, so cloning the state for a snapshot stays O(1).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Indexes {
+    /// Free seats per section, in layout order: `(ordinal, seat id)`.
+    pub free: imbl::OrdMap<u32, imbl::OrdSet<(u32, String)>>,
+    /// Deadlines of held holds: `(expires_at_ms, hold seq)`.
+    pub deadlines: imbl::OrdSet<(u64, u64)>,
+    /// When each idempotency record lapses: `(at_ms, owner, key)`.
+    pub op_times: imbl::OrdSet<(u64, UserId, String)>,
+    /// Seats in each buyer's live holds.
+    pub buyer_seats: imbl::OrdMap<UserId, u32>,
+}
+
+/// One event's replicated inventory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub event: Option<Event>,
+    pub seats: imbl::OrdMap<String, Seat>,
+    pub holds: imbl::OrdMap<u64, Hold>,
+    pub ops: imbl::OrdMap<(UserId, String), Operation>,
+    #[serde(skip)]
+    pub index: Indexes,
+}
+
+impl Inventory {
+    /// Recompute every derived index from the records.
+    pub fn rebuild_indexes(&mut self) {
+        let mut ix = Indexes::default();
+        for (id, seat) in &self.seats {
+            if seat.state == SeatState::Available {
+                ix.free
+                    .entry(seat.section)
+                    .or_default()
+                    .insert((seat.ordinal, id.clone()));
+            }
+        }
+        for h in self.holds.values() {
+            if h.status == HoldStatus::Held {
+                ix.deadlines.insert((h.expires_at_ms, h.seq));
+            }
+            if h.status.is_live() {
+                *ix.buyer_seats.entry(h.owner.clone()).or_default() += h.seats.len() as u32;
+            }
+        }
+        for ((owner, key), op) in &self.ops {
+            ix.op_times.insert((op.at_ms, owner.clone(), key.clone()));
+        }
+        self.index = ix;
+    }
+
+    /// Counts recomputed from the seat records: `(available, held, sold)`.
+    pub fn count_seats(&self) -> (u64, u64, u64) {
+        let mut c = (0, 0, 0);
+        for s in self.seats.values() {
+            match s.state {
+                SeatState::Available => c.0 += 1,
+                SeatState::Held(_) => c.1 += 1,
+                SeatState::Sold(_) => c.2 += 1,
+            }
+        }
+        c
+    }
+
+    /// Free seat ids in layout order, at most `limit`.
+    pub fn free_seats(&self, limit: usize) -> Vec<String> {
+        self.index
+            .free
+            .values()
+            .flat_map(|s| s.iter().map(|(_, id)| id.clone()))
+            .take(limit)
+            .collect()
+    }
+}

@@ -1,0 +1,234 @@
+//! [`EventSpec`]: what an operator asks for when creating an event, and its
+//! validation. Validation runs at the edge (to answer 400 early) and again
+//! inside `apply` (so a bad spec can never reach the replicated state).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{EventId, RegionId};
+
+/// Largest event this version accepts.
+pub const MAX_CAPACITY: u64 = 200_000;
+/// Most seats one hold may ask for, whatever the event says.
+pub const MAX_SEATS_PER_HOLD_LIMIT: u32 = 100;
+/// Hold TTL bounds.
+pub const MIN_HOLD_TTL_MS: u64 = 1_000;
+pub const MAX_HOLD_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// Rows × seats of one named section; its seats are `<name>-<row>-<n>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Section {
+    pub name: String,
+    pub rows: u32,
+    pub seats_per_row: u32,
+}
+
+/// Where an event group's voters go: three nodes of the home region
+/// ("zone", the default) or one per region ("region").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Survival {
+    #[default]
+    Zone,
+    Region,
+}
+
+/// A new event, as the operator describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventSpec {
+    pub event_id: EventId,
+    pub name: String,
+    pub home_region: RegionId,
+    /// Explicit seat ids (one unnamed section), or empty when `sections` is used.
+    pub seats: Vec<String>,
+    pub sections: Vec<Section>,
+    pub hold_ttl_ms: u64,
+    pub max_seats_per_hold: u32,
+    /// Seats one buyer may have across live holds and bookings.
+    pub max_seats_per_buyer: Option<u32>,
+    pub opens_at_ms: Option<u64>,
+    pub closes_at_ms: Option<u64>,
+    pub survival: Survival,
+}
+
+/// Why a spec is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+pub enum SpecError {
+    #[error("event_id must be 1-64 characters of A-Z a-z 0-9 _ -")]
+    BadEventId,
+    #[error("name must be 1-200 characters")]
+    BadName,
+    #[error("home_region must be 1-64 characters of a-z 0-9 -")]
+    BadRegion,
+    #[error("give exactly one of seats or sections")]
+    SeatsOrSections,
+    #[error("seat id {0:?} must be 1-32 printable characters without spaces")]
+    BadSeatId(String),
+    #[error("seat {0:?} is listed twice")]
+    DuplicateSeat(String),
+    #[error("section name {0:?} must be 1-16 characters of A-Z a-z 0-9 _ and unique")]
+    BadSection(String),
+    #[error("section {0:?} needs at least one row and one seat per row")]
+    EmptySection(String),
+    #[error("capacity {0} is above the limit of {MAX_CAPACITY} seats")]
+    TooLarge(u64),
+    #[error("hold_ttl must be between 1 s and 24 h")]
+    BadTtl,
+    #[error("max_seats_per_hold must be between 1 and {MAX_SEATS_PER_HOLD_LIMIT}")]
+    BadMaxPerHold,
+    #[error("max_seats_per_buyer must be at least 1")]
+    BadMaxPerBuyer,
+    #[error("opens_at must be before closes_at")]
+    BadWindow,
+}
+
+impl SpecError {
+    pub fn code(&self) -> &'static str {
+        "invalid_event"
+    }
+}
+
+fn seat_id_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl EventSpec {
+    /// Total seats.
+    pub fn capacity(&self) -> u64 {
+        if self.sections.is_empty() {
+            self.seats.len() as u64
+        } else {
+            self.sections
+                .iter()
+                .map(|s| u64::from(s.rows) * u64::from(s.seats_per_row))
+                .sum()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if !EventId::is_valid(&self.event_id.0) {
+            return Err(SpecError::BadEventId);
+        }
+        if self.name.is_empty() || self.name.chars().count() > 200 {
+            return Err(SpecError::BadName);
+        }
+        let r = &self.home_region.0;
+        if r.is_empty()
+            || r.len() > 64
+            || !r
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(SpecError::BadRegion);
+        }
+        if self.seats.is_empty() == self.sections.is_empty() {
+            return Err(SpecError::SeatsOrSections);
+        }
+        let capacity = self.capacity();
+        if capacity > MAX_CAPACITY {
+            return Err(SpecError::TooLarge(capacity));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.seats {
+            if !seat_id_ok(s) {
+                return Err(SpecError::BadSeatId(s.clone()));
+            }
+            if !seen.insert(s.as_str()) {
+                return Err(SpecError::DuplicateSeat(s.clone()));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for s in &self.sections {
+            let ok = !s.name.is_empty()
+                && s.name.len() <= 16
+                && s.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !ok || !names.insert(s.name.as_str()) {
+                return Err(SpecError::BadSection(s.name.clone()));
+            }
+            if s.rows == 0 || s.seats_per_row == 0 {
+                return Err(SpecError::EmptySection(s.name.clone()));
+            }
+        }
+        if !(MIN_HOLD_TTL_MS..=MAX_HOLD_TTL_MS).contains(&self.hold_ttl_ms) {
+            return Err(SpecError::BadTtl);
+        }
+        if !(1..=MAX_SEATS_PER_HOLD_LIMIT).contains(&self.max_seats_per_hold) {
+            return Err(SpecError::BadMaxPerHold);
+        }
+        if self.max_seats_per_buyer == Some(0) {
+            return Err(SpecError::BadMaxPerBuyer);
+        }
+        if let (Some(o), Some(c)) = (self.opens_at_ms, self.closes_at_ms) {
+            if o >= c {
+                return Err(SpecError::BadWindow);
+            }
+        }
+        Ok(())
+    }
+
+    /// The seats, section by section: `(section name, seat ids in order)`.
+    /// Explicit seats form one section named `""`.
+    pub fn layout(&self) -> Vec<(String, Vec<String>)> {
+        if self.sections.is_empty() {
+            return vec![(String::new(), self.seats.clone())];
+        }
+        self.sections
+            .iter()
+            .map(|s| {
+                let ids = (1..=s.rows)
+                    .flat_map(|r| (1..=s.seats_per_row).map(move |n| format!("{}-{r}-{n}", s.name)))
+                    .collect();
+                (s.name.clone(), ids)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn spec() -> EventSpec {
+        EventSpec {
+            event_id: EventId("e1".into()),
+            name: "Show".into(),
+            home_region: RegionId("us-east".into()),
+            seats: vec![],
+            sections: vec![Section {
+                name: "A".into(),
+                rows: 2,
+                seats_per_row: 3,
+            }],
+            hold_ttl_ms: 600_000,
+            max_seats_per_hold: 8,
+            max_seats_per_buyer: None,
+            opens_at_ms: None,
+            closes_at_ms: None,
+            survival: Survival::Zone,
+        }
+    }
+
+    #[test]
+    fn sections_lay_out_row_by_row() {
+        let l = spec().layout();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].1, ["A-1-1", "A-1-2", "A-1-3", "A-2-1", "A-2-2", "A-2-3"]);
+        assert_eq!(spec().capacity(), 6);
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_a_reason() {
+        let mut s = spec();
+        s.seats = vec!["X".into()];
+        assert_eq!(s.validate(), Err(SpecError::SeatsOrSections));
+        let mut s = spec();
+        s.sections.clear();
+        s.seats = vec!["A1".into(), "A1".into()];
+        assert_eq!(s.validate(), Err(SpecError::DuplicateSeat("A1".into())));
+        let mut s = spec();
+        s.sections[0].rows = 100_000;
+        assert!(matches!(s.validate(), Err(SpecError::TooLarge(_))));
+        let mut s = spec();
+        s.event_id = EventId("a b".into());
+        assert_eq!(s.validate(), Err(SpecError::BadEventId));
+        assert_eq!(spec().validate(), Ok(()));
+    }
+}

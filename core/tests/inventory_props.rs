@@ -1,0 +1,242 @@
+//! Property tests for the seat inventory: random sequences of holds,
+//! cancels, retries with reused idempotency keys and time advancing past
+//! hold deadlines, with the invariants checked after every step.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use seatfence_core::inventory::{
+    EventAction, EventCommand, EventSpec, HoldStatus, Outcome, SeatPick, SeatState, Survival,
+};
+use seatfence_core::{Command, Epoch, EventId, GroupId, RegionId, Response, State, UserId};
+
+const SEATS: [&str; 8] = ["A1", "A2", "A3", "A4", "B1", "B2", "B3", "B4"];
+const TTL_MS: u64 = 10_000;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Hold { owner: u8, pick: SeatPick, key: Option<u8> },
+    Cancel { owner: u8, hold: u64, key: Option<u8> },
+    /// Re-send the `n`th earlier keyed command, optionally with another payload.
+    Replay { n: usize, other_payload: bool },
+    Advance(u64),
+    StaleEpoch,
+}
+
+fn pick() -> impl Strategy<Value = SeatPick> {
+    prop_oneof![
+        prop::collection::vec(prop::sample::select(&SEATS[..]), 1..4)
+            .prop_map(|s| SeatPick::Seats(s.into_iter().map(String::from).collect())),
+        (1u32..4).prop_map(|quantity| SeatPick::Quantity {
+            section: None,
+            quantity
+        }),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u8..5, pick(), prop::option::of(0u8..6))
+            .prop_map(|(owner, pick, key)| Step::Hold { owner, pick, key }),
+        2 => (0u8..5, 1u64..12, prop::option::of(0u8..6))
+            .prop_map(|(owner, hold, key)| Step::Cancel { owner, hold, key }),
+        2 => (0usize..64, any::<bool>()).prop_map(|(n, other_payload)| Step::Replay { n, other_payload }),
+        1 => (0u64..2 * TTL_MS).prop_map(Step::Advance),
+        1 => Just(Step::StaleEpoch),
+    ]
+}
+
+fn spec() -> EventSpec {
+    EventSpec {
+        event_id: EventId("e".into()),
+        name: "e".into(),
+        home_region: RegionId("us-east".into()),
+        seats: SEATS.iter().map(|s| s.to_string()).collect(),
+        sections: vec![],
+        hold_ttl_ms: TTL_MS,
+        max_seats_per_hold: 3,
+        max_seats_per_buyer: Some(5),
+        opens_at_ms: None,
+        closes_at_ms: None,
+        survival: Survival::Zone,
+    }
+}
+
+fn cmd(now: u64, epoch: u64, key: Option<(UserId, String)>, action: EventAction) -> Command {
+    Command::Event(EventCommand {
+        event_id: EventId("e".into()),
+        epoch: Epoch(epoch),
+        now_ms: now,
+        idempotency: key,
+        action,
+    })
+}
+
+fn outcome(r: Response) -> Outcome {
+    match r {
+        Response::Event(r) => r.outcome,
+        other => panic!("not an event reply: {other:?}"),
+    }
+}
+
+/// Every invariant the inventory promises, checked against its records.
+fn check(s: &State) {
+    let inv = &s.inventory;
+    let ev = inv.event.as_ref().expect("created");
+    // Each seat held or sold belongs to one live hold that lists it.
+    for (id, seat) in &inv.seats {
+        if let SeatState::Held(h) | SeatState::Sold(h) = seat.state {
+            let hold = &inv.holds[&h];
+            assert!(hold.status.is_live(), "seat {id} points at ended hold {h}");
+            assert!(hold.seats.contains(id), "hold {h} does not list {id}");
+        }
+    }
+    // Each live hold owns exactly its seats: no seat in two live holds.
+    let mut owner_of = BTreeMap::new();
+    for h in inv.holds.values().filter(|h| h.status.is_live()) {
+        for seat in &h.seats {
+            assert_eq!(inv.seats[seat].state, SeatState::Held(h.seq), "hold {} lost {seat}", h.seq);
+            assert!(owner_of.insert(seat.clone(), h.seq).is_none(), "{seat} in two holds");
+        }
+    }
+    let (a, h, sold) = inv.count_seats();
+    assert_eq!((ev.available, ev.held, ev.sold), (a, h, sold), "counters differ from records");
+    assert_eq!(a + h + sold, ev.capacity);
+    // Derived indexes equal a rebuild from the records.
+    let mut rebuilt = inv.clone();
+    rebuilt.rebuild_indexes();
+    assert_eq!(rebuilt.index, inv.index, "indexes drifted from records");
+    // Buyer limit respected.
+    for (_, n) in &inv.index.buyer_seats {
+        assert!(*n <= 5);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn inventory_invariants_hold_after_every_step(steps in prop::collection::vec(step(), 1..80)) {
+        let g = GroupId(1);
+        let mut s = State::default();
+        let mut now = 1_000u64;
+        let created = outcome(s.apply(g, &cmd(now, 0, None, EventAction::Create(spec()))).response);
+        prop_assert_eq!(created, Outcome::Created { capacity: 8 });
+        // Keyed commands sent so far with their first outcome.
+        let mut sent: Vec<(UserId, String, EventAction, Outcome)> = Vec::new();
+        for st in steps {
+            let (key, action) = match st {
+                Step::Hold { owner, pick, key } => {
+                    let owner = UserId(format!("u{owner}"));
+                    (key.map(|k| (owner.clone(), format!("k{k}"))), EventAction::Hold { owner, pick })
+                }
+                Step::Cancel { owner, hold, key } => {
+                    let owner = UserId(format!("u{owner}"));
+                    (key.map(|k| (owner.clone(), format!("k{k}"))), EventAction::Cancel { owner, hold })
+                }
+                Step::Replay { n, other_payload } => {
+                    if sent.is_empty() { continue; }
+                    let (owner, key, action, first) = sent[n % sent.len()].clone();
+                    let action2 = if other_payload {
+                        EventAction::Hold { owner: owner.clone(), pick: SeatPick::Quantity { section: None, quantity: 99 } }
+                    } else {
+                        action.clone()
+                    };
+                    let before = s.clone();
+                    let got = outcome(s.apply(g, &cmd(now, 1, Some((owner, key)), action2.clone())).response);
+                    if action2 == action {
+                        prop_assert_eq!(got, first, "replay returned another result");
+                    } else {
+                        prop_assert_eq!(got, Outcome::IdempotencyKeyReused);
+                    }
+                    // A replay changes no seat or hold (time may expire holds).
+                    let mut b = before;
+                    b.apply(g, &cmd(now, 1, None, EventAction::Tick));
+                    prop_assert_eq!(&b.inventory.seats, &s.inventory.seats);
+                    check(&s);
+                    continue;
+                }
+                Step::Advance(ms) => { now += ms; continue; }
+                Step::StaleEpoch => {
+                    let before = s.clone();
+                    let got = outcome(s.apply(g, &cmd(now, 7, None, EventAction::Hold {
+                        owner: UserId("z".into()),
+                        pick: SeatPick::Quantity { section: None, quantity: 1 },
+                    })).response);
+                    prop_assert_eq!(got, Outcome::StaleEpoch { current: Epoch(1), owner: RegionId("us-east".into()) });
+                    prop_assert_eq!(before, s.clone(), "a stale command changed state");
+                    continue;
+                }
+            };
+            let reused = key.as_ref().and_then(|k| sent.iter().find(|(o, kk, _, _)| (o, kk) == (&k.0, &k.1)).cloned());
+            let got = outcome(s.apply(g, &cmd(now, 1, key.clone(), action.clone())).response);
+            match reused {
+                Some((_, _, a, first)) if a == action => prop_assert_eq!(&got, &first),
+                Some(_) => prop_assert_eq!(&got, &Outcome::IdempotencyKeyReused),
+                None => {
+                    if let Outcome::Held(h) = &got {
+                        prop_assert_eq!(h.status, HoldStatus::Held);
+                        prop_assert_eq!(h.expires_at_ms, now + TTL_MS);
+                    }
+                    if let Some((o, k)) = key {
+                        sent.push((o, k, action, got.clone()));
+                    }
+                }
+            }
+            check(&s);
+            // Past every deadline, no hold is left holding seats.
+            if s.inventory.holds.values().all(|h| h.expires_at_ms <= now) {
+                let mut t = s.clone();
+                t.apply(g, &cmd(now, 1, None, EventAction::Tick));
+                prop_assert_eq!(t.inventory.event.as_ref().unwrap().held, 0);
+            }
+        }
+        // The stored records load back into an equal state.
+        let mut loaded = State::default();
+        for (k, v) in s.records() {
+            loaded.load_record(&k, &v).unwrap();
+        }
+        loaded.rebuild_indexes();
+        prop_assert_eq!(loaded, s);
+    }
+}
+
+#[test]
+fn a_hold_of_several_seats_is_all_or_none() {
+    let g = GroupId(1);
+    let mut s = State::default();
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(spec())));
+    let hold = |s: &mut State, owner: &str, seats: &[&str]| {
+        outcome(s.apply(g, &cmd(1, 1, None, EventAction::Hold {
+            owner: UserId(owner.into()),
+            pick: SeatPick::Seats(seats.iter().map(|x| x.to_string()).collect()),
+        })).response)
+    };
+    assert!(matches!(hold(&mut s, "a", &["A1", "A2"]), Outcome::Held(_)));
+    let before = s.clone();
+    match hold(&mut s, "b", &["A3", "A2"]) {
+        Outcome::SeatsUnavailable { unavailable, .. } => assert_eq!(unavailable, ["A2"]),
+        other => panic!("{other:?}"),
+    }
+    // A3 stays available: nothing was taken.
+    assert_eq!(s.inventory.seats, before.inventory.seats);
+    assert!(matches!(hold(&mut s, "b", &["A3"]), Outcome::Held(_)));
+}
+
+#[test]
+fn only_the_owner_cancels_and_a_stranger_learns_nothing() {
+    let g = GroupId(1);
+    let mut s = State::default();
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(spec())));
+    let held = outcome(s.apply(g, &cmd(1, 1, None, EventAction::Hold {
+        owner: UserId("a".into()),
+        pick: SeatPick::Quantity { section: None, quantity: 2 },
+    })).response);
+    let Outcome::Held(h) = held else { panic!("{held:?}") };
+    let by = |who: &str| EventAction::Cancel { owner: UserId(who.into()), hold: h.seq };
+    assert_eq!(outcome(s.apply(g, &cmd(2, 1, None, by("b"))).response), Outcome::HoldNotFound);
+    assert_eq!(s.inventory.event.as_ref().unwrap().held, 2);
+    let c = outcome(s.apply(g, &cmd(2, 1, None, by("a"))).response);
+    assert!(matches!(c, Outcome::Cancelled(h) if h.status == HoldStatus::Released));
+    assert_eq!(s.inventory.event.as_ref().unwrap().available, 8);
+}

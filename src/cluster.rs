@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use seatfence_core::GroupId;
+use seatfence_raft::config::EdgeConfig;
 use seatfence_raft::{ClusterClient, NodeConfig, Peer, RaftTuning};
 
 /// The regions a local cluster spreads its nodes over, in order.
@@ -32,6 +33,14 @@ impl NodeProc {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// `http://host:port` of the node's HTTP edge.
+    pub fn edge_url(&self) -> Option<String> {
+        self.config
+            .edge
+            .as_ref()
+            .map(|e| format!("http://{}", e.http_addr))
     }
 }
 
@@ -78,10 +87,37 @@ impl LocalCluster {
         if voters == 0 || voters > REGIONS.len() {
             bail!("1 to {} directory voters (one per region)", REGIONS.len());
         }
-        let n = voters + extra;
+        Self::start_layout(bin, dir, voters, voters + extra, tuning)
+    }
+
+    /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
+    /// each: `regions × per_region` nodes, ids round-robin over the regions
+    /// (node `i` is in region `(i-1) % regions`); the first node of each
+    /// region is its directory voter. Every node runs an HTTP edge.
+    pub fn start_regions(
+        bin: &Path,
+        dir: &Path,
+        regions: usize,
+        per_region: usize,
+        tuning: RaftTuning,
+    ) -> anyhow::Result<LocalCluster> {
+        if regions == 0 || regions > REGIONS.len() || per_region == 0 {
+            bail!("1 to {} regions, at least one node each", REGIONS.len());
+        }
+        Self::start_layout(bin, dir, regions, regions * per_region, tuning)
+    }
+
+    fn start_layout(
+        bin: &Path,
+        dir: &Path,
+        voters: usize,
+        n: usize,
+        tuning: RaftTuning,
+    ) -> anyhow::Result<LocalCluster> {
         if let Some(existing) = Self::existing_configs(dir, n)? {
             return Self::from_configs(bin, existing);
         }
+        let secret = format!("{:032x}", rand::random::<u128>());
         let all: Vec<Peer> = (0..n)
             .map(|i| {
                 Ok(Peer {
@@ -105,6 +141,14 @@ impl LocalCluster {
                 data_dir: node_dir.join("data"),
                 initial_members: members.clone(),
                 raft: tuning.clone(),
+                edge: Some(EdgeConfig {
+                    http_addr: format!("127.0.0.1:{}", free_port()?),
+                    jwt_secret: secret.clone(),
+                    max_inflight_mutations: 4096,
+                    user_rate_per_sec: 20,
+                    user_burst: 40,
+                    request_timeout_ms: 5000,
+                }),
             };
             config.validate()?;
             fs::write(node_dir.join("node.toml"), toml::to_string(&config)?)?;
@@ -239,6 +283,25 @@ impl LocalCluster {
 
     pub fn addr(&self, id: u64) -> anyhow::Result<String> {
         Ok(self.nodes[self.index(id)?].addr().to_string())
+    }
+
+    /// The HTTP edge of the first running node of each region, by region.
+    pub fn edges(&self) -> std::collections::BTreeMap<String, String> {
+        let mut out = std::collections::BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| n.is_running()) {
+            if let Some(url) = n.edge_url() {
+                out.entry(n.config.region.clone()).or_insert(url);
+            }
+        }
+        out
+    }
+
+    /// The secret the edges verify tokens with.
+    pub fn jwt_secret(&self) -> Option<String> {
+        self.nodes
+            .first()
+            .and_then(|n| n.config.edge.as_ref())
+            .map(|e| e.jwt_secret.clone())
     }
 
     pub fn client(&self) -> ClusterClient {

@@ -9,7 +9,7 @@ use seatfence::bench::{run_raft_bench, RaftBenchArgs};
 use seatfence::cluster::LocalCluster;
 use seatfence_core::{Command, GroupId, Placement};
 use seatfence_raft::storage::FlushMode;
-use seatfence_raft::{create_group, run_node, ClusterClient, NodeConfig, RaftTuning};
+use seatfence_raft::{create_group, ClusterClient, Node, NodeConfig, RaftTuning};
 
 // sled allocates and frees many small buffers per write; glibc malloc spent
 // ~20% of a node's CPU on them (perf, bench raft at 256 in flight).
@@ -146,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("read config {}", config.display()))?;
             let config = NodeConfig::from_toml(&text)
                 .with_context(|| format!("invalid config {}", config_name(&config)))?;
-            run_node(config, terminated()).await
+            run_node_with_edge(config).await
         }
         Cmd::Demo { data_dir } => demo(data_dir).await,
         Cmd::Ctl { addr, cmd } => ctl(addr, cmd).await,
@@ -189,6 +189,29 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// One node process: replicas and gRPC, plus the HTTP edge when configured.
+async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
+    let node = Node::start(config).await?;
+    if let Some(edge_config) = node.config.edge.clone() {
+        let listener = tokio::net::TcpListener::bind(&edge_config.http_addr)
+            .await
+            .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
+        tracing::info!(addr = %edge_config.http_addr, region = %node.config.region, "edge serving");
+        let mut seeds = vec![node.config.grpc_addr.clone()];
+        seeds.extend(node.config.initial_members.iter().map(|p| p.grpc_addr.clone()));
+        let edge = std::sync::Arc::new(seatfence_api::Edge::new(
+            node.config.region.clone(),
+            edge_config,
+            seeds,
+            node.registry.clone(),
+        ));
+        tokio::spawn(seatfence_api::serve(edge, listener, node.rx_stop.clone()));
+    }
+    terminated().await;
+    node.stop().await;
+    Ok(())
 }
 
 fn config_name(p: &std::path::Path) -> String {

@@ -1,5 +1,216 @@
-//! seatfence-api: the regional HTTP edge (DESIGN.md §7, §8).
+//! seatfence-api: the regional HTTP edge (DESIGN.md §7). Every node runs
+//! one for its region.
 //!
-//! Not built yet: holds, bookings, payments and the mock gateway arrive with
-//! the seat-inventory and payments issues. Until then this crate exports
-//! nothing, and no HTTP endpoint is served.
+//! ```text
+//!  HTTP ─▶ http.rs: body limit, auth (JWT HS256), admission (429), route
+//!        ─▶ events.rs / holds.rs: validate (400/404/413), build an EventCommand
+//!        ─▶ Edge::execute: epoch from the RouteCache ─▶ ClusterClient ─▶ group leader
+//!              ◀─ reply (epoch, term): below the highest fence seen? discard, retry
+//!              ◀─ StaleEpoch{current}: adopt the epoch, retry
+//!        ─▶ one mapping from ApiError / Outcome to status + stable code
+//! ```
+//!
+//! - [`auth`]: bearer tokens. [`admission`]: in-flight bound and per-user rate.
+//! - [`error`]: `ApiError` and its HTTP mapping. [`metrics`]: `/metrics`.
+//! - [`http`]: the hyper server and router. [`events`], [`holds`]: handlers.
+//!
+//! The edge never decides an outcome itself: seats change only through a
+//! committed command of the owning group. A request that cannot be admitted
+//! is refused (429), never queued out of sight; a queue position is never
+//! shown as a reservation.
+
+pub mod admission;
+pub mod auth;
+pub mod error;
+pub mod events;
+pub mod holds;
+pub mod http;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seatfence_core::inventory::{EventCommand, EventReply, Outcome};
+use seatfence_core::{Command, EventId, EventRoute, Fence, Response};
+use seatfence_raft::config::EdgeConfig;
+use seatfence_raft::registry::Registry;
+use seatfence_raft::{ClientError, ClusterClient};
+use seatfence_regions::{FenceCheck, RouteCache, RouteError};
+
+use crate::admission::Admission;
+use crate::error::ApiError;
+use crate::metrics::EdgeMetrics;
+
+pub use http::serve;
+
+/// Attempts of one command before giving up with 503.
+const MAX_ATTEMPTS: usize = 8;
+
+/// Shared state of one edge.
+pub struct Edge {
+    pub region: String,
+    pub config: EdgeConfig,
+    pub client: ClusterClient,
+    pub routes: RouteCache,
+    pub admission: Admission,
+    pub metrics: EdgeMetrics,
+    registry: Arc<Registry>,
+    /// Availability answers, reused for a short while to absorb refresh
+    /// storms. Held only for a lookup or insert, never across `.await`.
+    availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
+}
+
+/// How long an availability answer is reused.
+pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
+
+impl Edge {
+    pub fn new(
+        region: String,
+        config: EdgeConfig,
+        seeds: Vec<String>,
+        registry: Arc<Registry>,
+    ) -> Edge {
+        let client = ClusterClient::new(seeds)
+            .with_deadline(Duration::from_millis(config.request_timeout_ms));
+        Edge {
+            region,
+            admission: Admission::new(
+                config.max_inflight_mutations,
+                config.user_rate_per_sec,
+                config.user_burst,
+            ),
+            config,
+            routes: RouteCache::new(client.clone()),
+            client,
+            metrics: EdgeMetrics::default(),
+            registry,
+            availability: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The route of `event`, or 404 / 503.
+    pub async fn route(&self, event: &EventId) -> Result<EventRoute, ApiError> {
+        self.routes.resolve(event).await.map_err(|e| self.route_error(e))
+    }
+
+    fn route_error(&self, e: RouteError) -> ApiError {
+        match e {
+            RouteError::NotFound(id) => ApiError::NotFound {
+                code: "event_not_found",
+                what: format!("event {id}"),
+            },
+            RouteError::Directory(e) => self.client_error(e),
+            RouteError::BadAnswer => ApiError::Internal("directory answered oddly".into()),
+        }
+    }
+
+    fn client_error(&self, e: ClientError) -> ApiError {
+        match e {
+            ClientError::NoLeader { .. } => {
+                self.metrics.inc(|m| &m.no_leader);
+                ApiError::unavailable("no_leader", format!("{e}"))
+            }
+            other => ApiError::unavailable("group_unavailable", other.to_string()),
+        }
+    }
+
+    /// Run an event command at the leader of the event's group: stamp the
+    /// cached epoch, check the reply's fence, adopt a newer epoch on
+    /// `StaleEpoch`, retry (same idempotency key) when the outcome is unknown.
+    pub async fn execute(
+        &self,
+        route: &EventRoute,
+        mut cmd: EventCommand,
+    ) -> Result<(EventReply, Fence), ApiError> {
+        let mut route = route.clone();
+        let mut last = String::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(20 << attempt.min(4))).await;
+            }
+            cmd.epoch = route.epoch;
+            let out = match self
+                .client
+                .write(route.group, &Command::Event(cmd.clone()))
+                .await
+            {
+                Ok(out) => out,
+                Err(ClientError::Rejected(s))
+                    if matches!(s.code(), tonic::Code::Aborted | tonic::Code::NotFound) =>
+                {
+                    // Outcome unknown (entry discarded by a leader change) or
+                    // the group is not open yet: the same key makes a retry safe.
+                    last = s.message().to_string();
+                    continue;
+                }
+                Err(e) => return Err(self.client_error(e)),
+            };
+            let Response::Event(reply) = out.response else {
+                return Err(ApiError::Internal(format!(
+                    "group {} answered {:?}",
+                    route.group, out.response
+                )));
+            };
+            if let Outcome::StaleEpoch { current, owner } = &reply.outcome {
+                if *current > cmd.epoch {
+                    self.routes.adopt_epoch(&cmd.event_id, *current, owner.clone());
+                    route.epoch = *current;
+                    route.owner_region = owner.clone();
+                    last = format!("epoch {} is stale, now {current}", cmd.epoch);
+                    continue;
+                }
+            }
+            let fence = Fence {
+                epoch: reply.epoch,
+                term: out.term,
+            };
+            match self.routes.check_fence(&cmd.event_id, fence) {
+                FenceCheck::Fresh => return Ok((reply, fence)),
+                FenceCheck::Stale { seen } => {
+                    self.metrics.inc(|m| &m.stale_epoch_edge);
+                    self.client.forget_leader(route.group);
+                    last = format!("reply fence {fence} below {seen}");
+                }
+            }
+        }
+        Err(ApiError::unavailable(
+            "no_leader",
+            format!("gave up after {MAX_ATTEMPTS} attempts: {last}"),
+        ))
+    }
+
+    /// Read this node's replica of the directory (`None` if not hosted).
+    pub fn registry_directory<T>(&self, f: impl FnOnce(&seatfence_core::Directory) -> T) -> Option<T> {
+        self.registry
+            .get(seatfence_core::GroupId::DIRECTORY)
+            .map(|d| d.sm.read(|s| f(&s.state.directory)))
+    }
+
+    fn cached_availability(
+        &self,
+        event: &EventId,
+        limit: u32,
+    ) -> Option<(serde_json::Value, Instant)> {
+        let cache = self.availability.lock().expect("availability lock poisoned");
+        cache
+            .get(event)
+            .filter(|(at, body)| at.elapsed() < AVAILABILITY_CACHE && body["limit"] == limit)
+            .map(|(at, body)| (body.clone(), *at))
+    }
+
+    fn store_availability(&self, event: &EventId, at: Instant, body: serde_json::Value) {
+        let mut cache = self.availability.lock().expect("availability lock poisoned");
+        if cache.len() > 10_000 {
+            cache.retain(|_, (t, _)| t.elapsed() < AVAILABILITY_CACHE);
+        }
+        cache.insert(event.clone(), (at, body));
+    }
+
+    /// Whether this node can serve: the directory has a leader it knows.
+    pub fn ready(&self) -> bool {
+        self.registry
+            .leader_of(seatfence_core::GroupId::DIRECTORY)
+            .is_some()
+    }
+}

@@ -30,7 +30,10 @@ pub enum QueryResult {
         event: Option<Event>,
         free_seats: Vec<String>,
     },
-    Hold(Option<Hold>),
+    Hold {
+        hold: Option<Hold>,
+        event_id: Option<EventId>,
+    },
     Route(Option<EventRoute>),
     Directory(Directory),
 }
@@ -44,7 +47,10 @@ impl State {
                 event: inv.event.clone(),
                 free_seats: inv.free_seats(*max_seats as usize),
             },
-            Query::Hold(seq) => QueryResult::Hold(inv.holds.get(seq).cloned()),
+            Query::Hold(seq) => QueryResult::Hold {
+                hold: inv.holds.get(seq).cloned(),
+                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+            },
             Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory.clone()),
         }

@@ -7,15 +7,19 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::impls::ProgressResponder;
 use openraft::{ReadPolicy, ServerState};
-use seatfence_core::{Command, GroupId};
+use seatfence_core::inventory::{EventReply, Outcome};
+use seatfence_core::{Command, GroupId, Query, Response as CoreResponse};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::{
-    write_batch_reply, write_reply, BatchCommitted, Committed, GroupStatus, LeaderHint, NotLeader,
-    ReadReply, ReadRequest, StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
-    WriteBatchReply, WriteBatchRequest, WriteReply, WriteRequest,
+    query_reply, write_batch_reply, write_reply, BatchCommitted, Committed, GroupStatus,
+    LeaderHint, NotLeader, QueryAnswer, QueryReply, QueryRequest, ReadReply, ReadRequest,
+    StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest, WriteBatchReply,
+    WriteBatchRequest, WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status};
 
+use crate::clock::Clock;
+use crate::metrics::{RaftMetrics, METRICS};
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::registry::{GroupHandle, Registry};
 use crate::storage;
@@ -24,11 +28,16 @@ use crate::types::TypeConfig;
 pub struct NodeApi {
     registry: Arc<Registry>,
     region: String,
+    clock: Arc<dyn Clock>,
 }
 
 impl NodeApi {
-    pub fn new(registry: Arc<Registry>, region: String) -> NodeApi {
-        NodeApi { registry, region }
+    pub fn new(registry: Arc<Registry>, region: String, clock: Arc<dyn Clock>) -> NodeApi {
+        NodeApi {
+            registry,
+            region,
+            clock,
+        }
     }
 
     pub fn into_server(self) -> NodeServiceServer<NodeApi> {
@@ -39,6 +48,52 @@ impl NodeApi {
 
     fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
         self.registry.hosted(id)
+    }
+
+    /// Leader-side preparation of event commands, before proposing: stamp
+    /// `now_ms` from this node's clock, and refuse a command whose epoch is
+    /// older than the event's (fence check 2 of DESIGN §5; `apply` checks
+    /// again). Returns the command to propose, or the answer to give now.
+    fn prepare(&self, g: &GroupHandle, mut cmd: Command) -> Result<Command, CoreResponse> {
+        if let Command::Event(c) = &mut cmd {
+            if matches!(c.action, seatfence_core::inventory::EventAction::Create(_)) {
+                return Ok(cmd);
+            }
+            c.now_ms = self.clock.now_ms();
+            let current = g.sm.read(|s| {
+                s.state
+                    .inventory
+                    .event
+                    .as_ref()
+                    .map(|e| (e.epoch, e.owner.clone()))
+            });
+            // Only a strictly older epoch is refused here: a newer one may
+            // be ahead of this replica's applies, and `apply` decides.
+            if let Some((epoch, owner)) = current {
+                if c.epoch < epoch {
+                    RaftMetrics::inc(&METRICS.stale_epoch_propose);
+                    return Err(CoreResponse::Event(EventReply {
+                        epoch,
+                        owner: owner.clone(),
+                        outcome: Outcome::StaleEpoch {
+                            current: epoch,
+                            owner,
+                        },
+                    }));
+                }
+            }
+        }
+        Ok(cmd)
+    }
+
+    /// The term event commands are fenced to: the caller's, or this
+    /// leader's own, so a deposed leader can never commit them.
+    fn fence_term(g: &GroupHandle, asked: Option<u64>, cmds: &[Command]) -> Option<u64> {
+        asked.or_else(|| {
+            cmds.iter()
+                .any(|c| matches!(c, Command::Event(_)))
+                .then(|| g.raft.metrics().borrow_watched().current_term)
+        })
     }
 }
 
@@ -104,10 +159,25 @@ impl NodeService for NodeApi {
         let cmd: Command = storage::decode(&req.command)
             .map_err(|e| Status::invalid_argument(format!("malformed_command: {e}")))?;
         let g = self.group(req.group_id)?;
-        g.batcher
-            .propose(cmd, req.expected_term)
-            .await
-            .map(Response::new)
+        let cmd = match self.prepare(&g, cmd) {
+            Ok(cmd) => cmd,
+            Err(answer) => {
+                return Ok(Response::new(WriteReply {
+                    result: Some(write_reply::Result::Committed(Committed {
+                        response: storage::encode(&answer)
+                            .map_err(|e| Status::internal(e.to_string()))?,
+                        log_index: 0,
+                        term: g.raft.metrics().borrow_watched().current_term,
+                    })),
+                }))
+            }
+        };
+        let term = Self::fence_term(&g, req.expected_term, std::slice::from_ref(&cmd));
+        let reply = g.batcher.propose(cmd, term).await?;
+        if matches!(reply.result, Some(write_reply::Result::NotLeader(_))) {
+            RaftMetrics::inc(&METRICS.not_leader_answers);
+        }
+        Ok(Response::new(reply))
     }
 
     async fn write_batch(
@@ -124,20 +194,50 @@ impl NodeService for NodeApi {
         if cmds.is_empty() {
             return Err(Status::invalid_argument("malformed_command: empty batch"));
         }
-        let n = cmds.len();
         let g = self.group(req.group_id)?;
-        let reply = g
-            .batcher
-            .propose(Command::Batch(cmds), req.expected_term)
-            .await?;
+        // Commands refused before proposing keep their answer; the rest
+        // are proposed as one entry and their answers slotted back in order.
+        let mut answers: Vec<Option<CoreResponse>> = Vec::with_capacity(cmds.len());
+        let mut to_propose = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            match self.prepare(&g, cmd) {
+                Ok(c) => {
+                    answers.push(None);
+                    to_propose.push(c);
+                }
+                Err(a) => answers.push(Some(a)),
+            }
+        }
+        let encode_all = |rs: Vec<CoreResponse>| {
+            rs.iter()
+                .map(storage::encode)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Status::internal(e.to_string()))
+        };
+        if to_propose.is_empty() {
+            return Ok(Response::new(WriteBatchReply {
+                result: Some(write_batch_reply::Result::Committed(BatchCommitted {
+                    responses: encode_all(answers.into_iter().flatten().collect())?,
+                    log_index: 0,
+                    term: g.raft.metrics().borrow_watched().current_term,
+                })),
+            }));
+        }
+        let n = to_propose.len();
+        let term = Self::fence_term(&g, req.expected_term, &to_propose);
+        let reply = g.batcher.propose(Command::Batch(to_propose), term).await?;
         let result = match reply.result {
             Some(write_reply::Result::Committed(c)) => {
-                let responses = match storage::decode::<seatfence_core::Response>(&c.response) {
-                    Ok(seatfence_core::Response::Batch(rs)) if rs.len() == n => rs
-                        .iter()
-                        .map(storage::encode)
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| Status::internal(e.to_string()))?,
+                let responses = match storage::decode::<CoreResponse>(&c.response) {
+                    Ok(CoreResponse::Batch(rs)) if rs.len() == n => {
+                        let mut rs = rs.into_iter();
+                        let merged = answers
+                            .into_iter()
+                            .map(|a| a.or_else(|| rs.next()))
+                            .collect::<Option<Vec<_>>>()
+                            .ok_or_else(|| Status::internal("batch answers misaligned"))?;
+                        encode_all(merged)?
+                    }
                     other => {
                         return Err(Status::internal(format!(
                             "batch of {n} answered with {other:?}"
@@ -150,7 +250,10 @@ impl NodeService for NodeApi {
                     term: c.term,
                 })
             }
-            Some(write_reply::Result::NotLeader(nl)) => write_batch_reply::Result::NotLeader(nl),
+            Some(write_reply::Result::NotLeader(nl)) => {
+                RaftMetrics::inc(&METRICS.not_leader_answers);
+                write_batch_reply::Result::NotLeader(nl)
+            }
             None => return Err(Status::internal("empty reply")),
         };
         Ok(Response::new(WriteBatchReply {
@@ -173,6 +276,44 @@ impl NodeService for NodeApi {
             applied_index: s.last_applied.map(|l| l.index).unwrap_or(0),
         });
         Ok(Response::new(reply))
+    }
+
+    async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        let req = req.into_inner();
+        let q: Query = storage::decode(&req.query)
+            .map_err(|e| Status::invalid_argument(format!("malformed_query: {e}")))?;
+        let g = self.group(req.group_id)?;
+        if req.linearizable {
+            if let Err(e) = g.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+                let forward = match e {
+                    RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
+                        f,
+                    )) => f,
+                    other => return Err(Status::unavailable(format!("group_unavailable: {other}"))),
+                };
+                let nl = not_leader(forward);
+                let Some(write_reply::Result::NotLeader(nl)) = nl.result else {
+                    unreachable!("not_leader builds a NotLeader")
+                };
+                return Ok(Response::new(QueryReply {
+                    result: Some(query_reply::Result::NotLeader(nl)),
+                }));
+            }
+        }
+        let term = g.raft.metrics().borrow_watched().current_term;
+        let (result, applied) = g.sm.read(|s| {
+            (
+                s.state.query(&q),
+                s.last_applied.map(|l| l.index).unwrap_or(0),
+            )
+        });
+        Ok(Response::new(QueryReply {
+            result: Some(query_reply::Result::Answer(QueryAnswer {
+                result: storage::encode(&result).map_err(|e| Status::internal(e.to_string()))?,
+                applied_index: applied,
+                term,
+            })),
+        }))
     }
 
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {

@@ -7,10 +7,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use seatfence_core::{Command, GroupId, Response};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
 use seatfence_proto::v1::{
-    write_batch_reply, ReadReply, ReadRequest, StatusReply, StatusRequest, WriteBatchRequest,
+    query_reply, write_batch_reply, QueryRequest, ReadReply, ReadRequest, StatusReply,
+    StatusRequest, WriteBatchRequest,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -71,6 +74,8 @@ struct Inner {
     seeds: Vec<String>,
     channels: Mutex<HashMap<String, Channel>>,
     leaders: Mutex<HashMap<GroupId, String>>,
+    /// `not_leader` answers followed (for the edge's metrics).
+    redirects: AtomicU64,
 }
 
 struct Queued {
@@ -93,6 +98,7 @@ impl ClusterClient {
                 seeds,
                 channels: Default::default(),
                 leaders: Default::default(),
+                redirects: AtomicU64::new(0),
             }),
             queues: Default::default(),
             deadline: Duration::from_secs(15),
@@ -132,6 +138,84 @@ impl ClusterClient {
             .map_err(|_| ClientError::BadReply("write queue stopped".into()))?;
         rx.await
             .map_err(|_| ClientError::BadReply("write queue stopped".into()))?
+    }
+
+    /// How many `not_leader` answers this client has followed.
+    pub fn redirects(&self) -> u64 {
+        self.inner.redirects.load(Ordering::Relaxed)
+    }
+
+    /// Forget the cached leader of `group` (after a reply that looked stale).
+    pub fn forget_leader(&self, group: GroupId) {
+        self.inner.set_leader(group, None);
+    }
+
+    /// Ask `group` a question at its leader, following hints until
+    /// answered or the deadline passes. `linearizable` confirms leadership
+    /// first (read index). Returns the answer and the answering term.
+    pub async fn query(
+        &self,
+        group: GroupId,
+        q: &Query,
+        linearizable: bool,
+    ) -> Result<(QueryResult, u64), ClientError> {
+        let bytes = storage::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let inner = &self.inner;
+        let start = Instant::now();
+        let mut seed = 0usize;
+        let mut last = String::from("no attempt");
+        let mut pause = Duration::from_millis(20);
+        while start.elapsed() < self.deadline {
+            let addr = inner.leader(group).unwrap_or_else(|| {
+                seed += 1;
+                inner.seeds[seed % inner.seeds.len()].clone()
+            });
+            let mut req = tonic::Request::new(QueryRequest {
+                group_id: group.0,
+                query: bytes.clone(),
+                linearizable,
+            });
+            req.set_timeout(Duration::from_secs(2));
+            match inner.node(&addr)?.query(req).await {
+                Ok(reply) => match reply.into_inner().result {
+                    Some(query_reply::Result::Answer(a)) => {
+                        inner.set_leader(group, Some(addr));
+                        let r = storage::decode(&a.result)
+                            .map_err(|e| ClientError::BadReply(e.to_string()))?;
+                        return Ok((r, a.term));
+                    }
+                    Some(query_reply::Result::NotLeader(nl)) => {
+                        inner.redirects.fetch_add(1, Ordering::Relaxed);
+                        match nl.leader {
+                            Some(h) if h.grpc_addr != addr => {
+                                last = format!("{addr}: not leader, try {}", h.grpc_addr);
+                                inner.set_leader(group, Some(h.grpc_addr));
+                                continue;
+                            }
+                            _ => {
+                                last = format!("{addr}: not leader, no leader known");
+                                inner.set_leader(group, None);
+                            }
+                        }
+                    }
+                    None => return Err(ClientError::BadReply("empty query reply".into())),
+                },
+                Err(s) => match s.code() {
+                    tonic::Code::InvalidArgument => return Err(ClientError::Rejected(s)),
+                    _ => {
+                        last = format!("{addr}: {}: {}", s.code(), s.message());
+                        inner.set_leader(group, None);
+                    }
+                },
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(300));
+        }
+        Err(ClientError::NoLeader {
+            group,
+            waited: start.elapsed(),
+            last,
+        })
     }
 
     /// Read `key` from the replica of `group` on the node at `addr`.
@@ -287,17 +371,20 @@ impl Inner {
                             })
                             .collect();
                     }
-                    Some(write_batch_reply::Result::NotLeader(nl)) => match nl.leader {
-                        Some(h) if h.grpc_addr != addr => {
-                            last = format!("{addr}: not leader, try {}", h.grpc_addr);
-                            self.set_leader(group, Some(h.grpc_addr));
-                            continue;
+                    Some(write_batch_reply::Result::NotLeader(nl)) => {
+                        self.redirects.fetch_add(1, Ordering::Relaxed);
+                        match nl.leader {
+                            Some(h) if h.grpc_addr != addr => {
+                                last = format!("{addr}: not leader, try {}", h.grpc_addr);
+                                self.set_leader(group, Some(h.grpc_addr));
+                                continue;
+                            }
+                            _ => {
+                                last = format!("{addr}: not leader, no leader known");
+                                self.set_leader(group, None);
+                            }
                         }
-                        _ => {
-                            last = format!("{addr}: not leader, no leader known");
-                            self.set_leader(group, None);
-                        }
-                    },
+                    }
                     None => return Err(ClientError::BadReply("empty write reply".into())),
                 },
                 Err(s) => match s.code() {

@@ -61,6 +61,43 @@ pub struct NodeConfig {
     pub initial_members: Vec<Peer>,
     #[serde(default)]
     pub raft: RaftTuning,
+    /// The node's HTTP edge (absent: no edge on this node).
+    #[serde(default)]
+    pub edge: Option<EdgeConfig>,
+}
+
+/// The HTTP edge every node runs for its region (served by `seatfence-api`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeConfig {
+    /// `host:port` the HTTP edge listens on.
+    pub http_addr: String,
+    /// HS256 secret for bearer tokens (at least 16 bytes).
+    pub jwt_secret: String,
+    /// Mutations in flight on this edge before it answers 429.
+    #[serde(default = "default_inflight")]
+    pub max_inflight_mutations: usize,
+    /// Per-user token bucket: sustained requests per second, and burst.
+    #[serde(default = "default_rate")]
+    pub user_rate_per_sec: u32,
+    #[serde(default = "default_burst")]
+    pub user_burst: u32,
+    /// How long a request may look for a leader before 503.
+    #[serde(default = "default_timeout")]
+    pub request_timeout_ms: u64,
+}
+
+fn default_inflight() -> usize {
+    4096
+}
+fn default_rate() -> u32 {
+    20
+}
+fn default_burst() -> u32 {
+    40
+}
+fn default_timeout() -> u64 {
+    5000
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -96,6 +133,8 @@ pub enum ConfigError {
     Timing { hb: u64, min: u64, max: u64 },
     #[error("raft.snapshot_every must be at least 1")]
     SnapshotEvery,
+    #[error("edge: {0}")]
+    Edge(String),
 }
 
 impl ConfigError {
@@ -164,6 +203,26 @@ impl NodeConfig {
         }
         if r.snapshot_every == 0 {
             return Err(ConfigError::SnapshotEvery);
+        }
+        if let Some(e) = &self.edge {
+            if e.http_addr.parse::<SocketAddr>().is_err() {
+                return Err(ConfigError::Edge(format!(
+                    "http_addr {:?} is not ip:port",
+                    e.http_addr
+                )));
+            }
+            if e.jwt_secret.len() < 16 {
+                return Err(ConfigError::Edge("jwt_secret must be at least 16 bytes".into()));
+            }
+            if e.max_inflight_mutations == 0 || e.user_rate_per_sec == 0 || e.user_burst == 0 {
+                return Err(ConfigError::Edge(
+                    "max_inflight_mutations, user_rate_per_sec and user_burst must be at least 1"
+                        .into(),
+                ));
+            }
+            if e.request_timeout_ms < 100 {
+                return Err(ConfigError::Edge("request_timeout_ms must be at least 100".into()));
+            }
         }
         Ok(())
     }

@@ -26,7 +26,9 @@
 pub mod api;
 pub mod batcher;
 pub mod client;
+pub mod clock;
 pub mod config;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod registry;
@@ -35,4 +37,4 @@ pub mod types;
 
 pub use client::{ClientError, ClusterClient, WriteOutcome};
 pub use config::{NodeConfig, Peer, RaftTuning};
-pub use node::{create_group, run_node};
+pub use node::{create_group, run_node, Node};

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::api::NodeApi;
 use crate::client::ClusterClient;
+use crate::clock::SystemClock;
 use crate::config::NodeConfig;
 use crate::network::{PeerPool, RaftGrpc};
 use crate::registry::Registry;
@@ -31,65 +32,99 @@ pub async fn run_node(
     config: NodeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-    let db = NodeDb::open(&config.data_dir, config.raft.flush)
-        .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
-    let pool = PeerPool::default();
-    let registry = Arc::new(Registry::new(
-        config.node_id,
-        db.clone(),
-        pool,
-        config.openraft_config(),
-    ));
-
-    for g in db.stored_groups() {
-        registry.open(g).await?;
-    }
-    registry.open(GroupId::DIRECTORY).await?;
-
-    let listener = TcpListener::bind(&config.grpc_addr)
-        .await
-        .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
-    tracing::info!(node = config.node_id, region = %config.region, addr = %config.grpc_addr, "node serving");
-
-    let (tx_stop, rx_stop) = watch::channel(false);
-    let server = {
-        let mut rx = rx_stop.clone();
-        // Accepted sockets need TCP_NODELAY set here: the builder's
-        // `tcp_nodelay` only reaches listeners tonic binds itself, and
-        // without it small replies wait for the peer's delayed ACK (~40 ms).
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(RaftGrpc::new(registry.clone()).into_server())
-            .add_service(NodeApi::new(registry.clone(), config.region.clone()).into_server())
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = rx.wait_for(|s| *s).await;
-            })
-    };
-    let server = tokio::spawn(server);
-
-    if config.is_bootstrapper() {
-        registry
-            .initialize(GroupId::DIRECTORY, config.directory_members())
-            .await?;
-    }
-    tokio::spawn(register_self(config.clone(), rx_stop.clone()));
-    tokio::spawn(place_groups(registry.clone(), rx_stop.clone()));
-    tokio::spawn(add_directory_learners(registry.clone(), rx_stop.clone()));
-
+    let node = Node::start(config).await?;
     shutdown.await;
-    tracing::info!(node = config.node_id, "shutting down");
-    let _ = tx_stop.send(true);
-    match tokio::time::timeout(Duration::from_secs(5), server).await {
-        Ok(Ok(Err(e))) => tracing::warn!("gRPC server: {e}"),
-        Ok(Err(e)) => tracing::warn!("gRPC server task: {e}"),
-        Err(_) => tracing::warn!("gRPC server did not stop within 5 s"),
-        Ok(Ok(Ok(()))) => {}
-    }
-    registry.shutdown().await;
+    node.stop().await;
     Ok(())
+}
+
+/// A running node: its replicas, its gRPC server and background tasks.
+/// Layers above (the HTTP edge) are started next to it by the binary.
+pub struct Node {
+    pub config: NodeConfig,
+    pub registry: Arc<Registry>,
+    pub clock: Arc<SystemClock>,
+    /// Turns `true` when the node is stopping.
+    pub rx_stop: watch::Receiver<bool>,
+    tx_stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Node {
+    pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+        let db = NodeDb::open(&config.data_dir, config.raft.flush)
+            .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
+        let pool = PeerPool::default();
+        let registry = Arc::new(Registry::new(
+            config.node_id,
+            db.clone(),
+            pool,
+            config.openraft_config(),
+        ));
+        let clock = Arc::new(SystemClock::default());
+
+        for g in db.stored_groups() {
+            registry.open(g).await?;
+        }
+        registry.open(GroupId::DIRECTORY).await?;
+
+        let listener = TcpListener::bind(&config.grpc_addr)
+            .await
+            .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
+        tracing::info!(node = config.node_id, region = %config.region, addr = %config.grpc_addr, "node serving");
+
+        let (tx_stop, rx_stop) = watch::channel(false);
+        let server = {
+            let mut rx = rx_stop.clone();
+            // Accepted sockets need TCP_NODELAY set here: the builder's
+            // `tcp_nodelay` only reaches listeners tonic binds itself, and
+            // without it small replies wait for the peer's delayed ACK (~40 ms).
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            tonic::transport::Server::builder()
+                .add_service(RaftGrpc::new(registry.clone()).into_server())
+                .add_service(
+                    NodeApi::new(registry.clone(), config.region.clone(), clock.clone())
+                        .into_server(),
+                )
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+        };
+        let server = tokio::spawn(server);
+
+        if config.is_bootstrapper() {
+            registry
+                .initialize(GroupId::DIRECTORY, config.directory_members())
+                .await?;
+        }
+        tokio::spawn(register_self(config.clone(), rx_stop.clone()));
+        tokio::spawn(place_groups(registry.clone(), rx_stop.clone()));
+        tokio::spawn(add_directory_learners(registry.clone(), rx_stop.clone()));
+        Ok(Node {
+            config,
+            registry,
+            clock,
+            rx_stop,
+            tx_stop,
+            server,
+        })
+    }
+
+    /// Stop serving, shut every replica down, flush.
+    pub async fn stop(self) {
+        tracing::info!(node = self.config.node_id, "shutting down");
+        let _ = self.tx_stop.send(true);
+        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
+            Ok(Ok(Err(e))) => tracing::warn!("gRPC server: {e}"),
+            Ok(Err(e)) => tracing::warn!("gRPC server task: {e}"),
+            Err(_) => tracing::warn!("gRPC server did not stop within 5 s"),
+            Ok(Ok(Ok(()))) => {}
+        }
+        self.registry.shutdown().await;
+    }
 }
 
 /// Record this node (id, region, address) in the directory, retrying until

@@ -70,6 +70,13 @@ impl Registry {
             .cloned()
     }
 
+    /// The leader of group `id` as this node's replica knows it.
+    pub fn leader_of(&self, id: GroupId) -> Option<u64> {
+        use openraft::async_runtime::watch::WatchReceiver;
+        self.get(id)
+            .and_then(|g| g.raft.metrics().borrow_watched().current_leader)
+    }
+
     /// The replica of group `id`, or the gRPC answer for a group this node
     /// does not host (NOT_FOUND `unknown_group`).
     pub fn hosted(&self, id: u64) -> Result<Arc<GroupHandle>, tonic::Status> {
@@ -169,6 +176,12 @@ async fn log_leadership(group: GroupId, raft: Raft) {
             (m.vote.leader_id().term, m.current_leader, m.state)
         };
         if last != Some((term, leader, state)) {
+            if state == openraft::ServerState::Leader
+                && last.is_none_or(|(_, _, s)| s != openraft::ServerState::Leader)
+            {
+                use crate::metrics::{RaftMetrics, METRICS};
+                RaftMetrics::inc(&METRICS.leader_changes);
+            }
             last = Some((term, leader, state));
             tracing::info!(group = group.0, term, ?leader, ?state, "leadership");
         }

@@ -104,6 +104,7 @@ impl StateMachineStore {
                 .map_err(io_err)?;
             }
         }
+        gs.state.rebuild_indexes();
         let applied: Option<LogId> = match trees.sm.get(APPLIED).map_err(io_err)? {
             Some(v) => decode(&v)?,
             None => None,
@@ -204,6 +205,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Blank => Response::None,
                     EntryPayload::Normal(cmd) => {
                         let a = g.state.apply(self.group, cmd);
+                        count_stale(&a.response);
                         changed.extend(a.changed);
                         a.response
                     }
@@ -248,7 +250,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let data = snapshot.into_inner();
-        let state: State = decode(&data)?;
+        let mut state: State = decode(&data)?;
+        state.rebuild_indexes();
         // The snapshot file is the new base: written atomically first. Then
         // one atomic batch drops every delta (all older than the snapshot)
         // and records the applied id, and a flush makes it durable. A crash
@@ -314,6 +317,19 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             meta: stored.meta,
             snapshot: Cursor::new(stored.data),
         })
+    }
+}
+
+/// Count stale-epoch rejections made by `apply` (for `/metrics`).
+fn count_stale(r: &Response) {
+    use crate::metrics::{RaftMetrics, METRICS};
+    use seatfence_core::inventory::Outcome;
+    match r {
+        Response::Event(e) if matches!(e.outcome, Outcome::StaleEpoch { .. }) => {
+            RaftMetrics::inc(&METRICS.stale_epoch_apply)
+        }
+        Response::Batch(rs) => rs.iter().for_each(count_stale),
+        _ => {}
     }
 }
 

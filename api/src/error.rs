@@ -1,0 +1,129 @@
+//! [`ApiError`]: every way a request can fail, mapped to HTTP in one place
+//! (`status`, `code`, extra fields, `Retry-After`).
+
+use hyper::StatusCode;
+use serde_json::{json, Value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("this endpoint needs an operator token")]
+    Forbidden,
+    #[error("{what} not found")]
+    NotFound { code: &'static str, what: String },
+    #[error("no route for {0}")]
+    NoRoute(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("request body is over {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("{message}")]
+    Conflict {
+        code: &'static str,
+        message: String,
+        extra: Value,
+    },
+    #[error("this Idempotency-Key was used with another request")]
+    IdempotencyKeyReused,
+    #[error("{message}")]
+    TooManyRequests {
+        code: &'static str,
+        message: String,
+    },
+    #[error("{message}")]
+    Unavailable {
+        code: &'static str,
+        message: String,
+    },
+    #[error("{0}")]
+    NotImplemented(&'static str),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::Unavailable {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden => "forbidden",
+            ApiError::NotFound { code, .. } => code,
+            ApiError::NoRoute(_) => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::BadRequest { code, .. } => code,
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::Conflict { code, .. } => code,
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::TooManyRequests { code, .. } => code,
+            ApiError::Unavailable { code, .. } => code,
+            ApiError::NotImplemented(_) => "not_implemented",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, when it should.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(
+            self,
+            ApiError::TooManyRequests { .. } | ApiError::Unavailable { .. }
+        )
+        .then_some(1)
+    }
+
+    /// The JSON body: `{"error":{"code","message",...extra}}`.
+    pub fn body(&self) -> Value {
+        let mut err = json!({"code": self.code(), "message": self.to_string()});
+        if let ApiError::Conflict { extra, .. } = self {
+            if let (Some(e), Some(x)) = (err.as_object_mut(), extra.as_object()) {
+                for (k, v) in x {
+                    e.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        json!({ "error": err })
+    }
+
+    /// Server-side failures are logged once, here; client errors are not.
+    pub fn log(&self) {
+        match self {
+            ApiError::Internal(m) => tracing::error!(code = self.code(), "{m}"),
+            ApiError::Unavailable { message, .. } => {
+                tracing::warn!(code = self.code(), "{message}")
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Event handlers: create (operator), read, availability, open/close.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hyper::StatusCode;
+use seatfence_core::inventory::{
+    EventAction, EventCommand, EventSpec, Outcome, Section, Survival, MAX_CAPACITY,
+};
+use seatfence_core::{Command, EventId, GroupId, Query, QueryResult, RegionId, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SectionBody {
+    name: String,
+    rows: u32,
+    seats_per_row: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    event_id: String,
+    name: String,
+    home_region: String,
+    #[serde(default)]
+    seats: Vec<String>,
+    #[serde(default)]
+    sections: Vec<SectionBody>,
+    hold_ttl_secs: Option<u64>,
+    max_seats_per_hold: Option<u32>,
+    max_seats_per_buyer: Option<u32>,
+    survival: Option<String>,
+    opens_at: Option<String>,
+    closes_at: Option<String>,
+}
+
+fn rfc3339_ms(s: &str, field: &str) -> Result<u64, ApiError> {
+    humantime::parse_rfc3339_weak(s)
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .ok_or_else(|| ApiError::bad("invalid_field", format!("{field} is not an RFC 3339 time")))
+}
+
+/// An RFC 3339 UTC time with milliseconds.
+pub fn format_ms(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+fn parse_event_id(id: &str) -> Result<EventId, ApiError> {
+    if EventId::is_valid(id) {
+        Ok(EventId(id.to_string()))
+    } else {
+        Err(ApiError::NotFound {
+            code: "event_not_found",
+            what: format!("event {id:?}"),
+        })
+    }
+}
+
+fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
+    let survival = match body.survival.as_deref() {
+        None | Some("zone") => Survival::Zone,
+        Some("region") => Survival::Region,
+        Some(other) => {
+            return Err(ApiError::bad(
+                "invalid_field",
+                format!("survival must be zone or region, not {other:?}"),
+            ))
+        }
+    };
+    // Refuse absurd sizes before laying anything out.
+    let declared: u64 = body
+        .sections
+        .iter()
+        .map(|s| u64::from(s.rows) * u64::from(s.seats_per_row))
+        .sum::<u64>()
+        + body.seats.len() as u64;
+    if declared > MAX_CAPACITY {
+        return Err(ApiError::bad(
+            "invalid_event",
+            format!("capacity {declared} is above the limit of {MAX_CAPACITY} seats"),
+        ));
+    }
+    let spec = EventSpec {
+        event_id: EventId(body.event_id),
+        name: body.name,
+        home_region: RegionId(body.home_region),
+        seats: body.seats,
+        sections: body
+            .sections
+            .into_iter()
+            .map(|s| Section {
+                name: s.name,
+                rows: s.rows,
+                seats_per_row: s.seats_per_row,
+            })
+            .collect(),
+        hold_ttl_ms: body.hold_ttl_secs.unwrap_or(600).saturating_mul(1000),
+        max_seats_per_hold: body.max_seats_per_hold.unwrap_or(8),
+        max_seats_per_buyer: body.max_seats_per_buyer,
+        opens_at_ms: body.opens_at.as_deref().map(|s| rfc3339_ms(s, "opens_at")).transpose()?,
+        closes_at_ms: body
+            .closes_at
+            .as_deref()
+            .map(|s| rfc3339_ms(s, "closes_at"))
+            .transpose()?,
+        survival,
+    };
+    spec.validate()
+        .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    Ok(spec)
+}
+
+/// `POST /v1/events` (operator): register the event in the directory
+/// (which places its group), then create its seats in the group.
+/// Repeating a create with the same body answers 201 again.
+pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let spec = spec_from(req.json()?)?;
+    let known_region = edge
+        .registry_directory(|d| d.nodes.values().any(|n| n.region == spec.home_region))
+        .unwrap_or(true);
+    if !known_region {
+        return Err(ApiError::bad(
+            "unknown_region",
+            format!("no node is in region {}", spec.home_region),
+        ));
+    }
+    let registered = edge
+        .client
+        .write(
+            GroupId::DIRECTORY,
+            &Command::RegisterEvent {
+                event_id: spec.event_id.clone(),
+                home_region: spec.home_region.clone(),
+                survival: spec.survival,
+            },
+        )
+        .await
+        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+    let route = match registered.response {
+        Response::EventRegistered(r) => r,
+        Response::PlacementFailed { reason } => {
+            return Err(ApiError::bad("placement_failed", reason))
+        }
+        other => return Err(ApiError::Internal(format!("directory answered {other:?}"))),
+    };
+    if route.home_region != spec.home_region || route.survival != spec.survival {
+        return Err(event_exists(&spec.event_id));
+    }
+    edge.routes.learn(route.clone());
+    let cmd = EventCommand {
+        event_id: spec.event_id.clone(),
+        epoch: route.epoch,
+        now_ms: now_ms(),
+        idempotency: None,
+        action: EventAction::Create(spec.clone()),
+    };
+    let (reply, _) = edge.execute(&route, cmd).await?;
+    match reply.outcome {
+        Outcome::Created { capacity } => Ok(Reply::json(
+            StatusCode::CREATED,
+            json!({
+                "event_id": spec.event_id.0,
+                "group_id": route.group.0,
+                "owner_region": reply.owner.0,
+                "home_region": route.home_region.0,
+                "epoch": reply.epoch.0,
+                "capacity": capacity,
+            }),
+        )
+        .header("x-seatfence-epoch", reply.epoch.0)
+        .header("x-seatfence-owner-region", &reply.owner.0)),
+        Outcome::EventExists => Err(event_exists(&spec.event_id)),
+        Outcome::InvalidEvent(e) => Err(ApiError::bad(e.code(), e.to_string())),
+        other => Err(ApiError::Internal(format!("create answered {other:?}"))),
+    }
+}
+
+fn event_exists(id: &EventId) -> ApiError {
+    ApiError::Conflict {
+        code: "event_exists",
+        message: format!("event {id} exists with other settings"),
+        extra: json!({}),
+    }
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `GET /v1/events/{id}`.
+pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.caller(edge)?;
+    let event_id = parse_event_id(id)?;
+    let route = edge.route(&event_id).await?;
+    let (answer, term) = edge
+        .client
+        .query(route.group, &Query::Event, false)
+        .await
+        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+    let QueryResult::Event(Some(ev)) = answer else {
+        return Err(ApiError::NotFound {
+            code: "event_not_found",
+            what: format!("event {event_id}"),
+        });
+    };
+    let open = match ev.forced_open {
+        Some(o) => o,
+        None => {
+            let now = now_ms();
+            !ev.opens_at_ms.is_some_and(|t| now < t) && !ev.closes_at_ms.is_some_and(|t| now >= t)
+        }
+    };
+    Ok(Reply::json(
+        StatusCode::OK,
+        json!({
+            "event_id": ev.event_id.0,
+            "name": ev.name,
+            "owner_region": ev.owner.0,
+            "home_region": ev.home_region.0,
+            "epoch": ev.epoch.0,
+            "term": term,
+            "group_id": route.group.0,
+            "capacity": ev.capacity,
+            "sections": ev.sections,
+            "hold_ttl_secs": ev.hold_ttl_ms / 1000,
+            "max_seats_per_hold": ev.max_seats_per_hold,
+            "max_seats_per_buyer": ev.max_seats_per_buyer,
+            "survival": match ev.survival { Survival::Zone => "zone", Survival::Region => "region" },
+            "opens_at": ev.opens_at_ms.map(format_ms),
+            "closes_at": ev.closes_at_ms.map(format_ms),
+            "sale_open": open,
+        }),
+    ))
+}
+
+/// `GET /v1/events/{id}/availability[?limit=N]`: counts and free seats as
+/// the leader had them at most `AVAILABILITY_CACHE` ago (`stale_ms` says
+/// how long). Never permission to sell: holds decide at the leader.
+pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.caller(edge)?;
+    let event_id = parse_event_id(id)?;
+    let limit: u32 = match req.query_param("limit") {
+        None => 1000,
+        Some(v) => v
+            .parse()
+            .ok()
+            .filter(|n| *n <= MAX_CAPACITY as u32)
+            .ok_or_else(|| ApiError::bad("invalid_field", "limit must be 0..=200000"))?,
+    };
+    let cached = edge.cached_availability(&event_id, limit);
+    let (mut body, at) = match cached {
+        Some(hit) => hit,
+        None => {
+            let route = edge.route(&event_id).await?;
+            let (answer, _) = edge
+                .client
+                .query(route.group, &Query::Availability { max_seats: limit }, false)
+                .await
+                .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+            let QueryResult::Availability {
+                event: Some(ev),
+                free_seats,
+            } = answer
+            else {
+                return Err(ApiError::NotFound {
+                    code: "event_not_found",
+                    what: format!("event {event_id}"),
+                });
+            };
+            let body = json!({
+                "event_id": ev.event_id.0,
+                "capacity": ev.capacity,
+                "available": ev.available,
+                "held": ev.held,
+                "sold": ev.sold,
+                "available_seats": free_seats,
+                "available_seats_truncated": (free_seats.len() as u64) < ev.available,
+                "owner_region": ev.owner.0,
+                "epoch": ev.epoch.0,
+                "limit": limit,
+            });
+            let at = Instant::now();
+            edge.store_availability(&event_id, at, body.clone());
+            (body, at)
+        }
+    };
+    body["stale_ms"] = json!(at.elapsed().as_millis() as u64);
+    Ok(Reply::json(StatusCode::OK, body))
+}
+
+/// `POST /v1/events/{id}/open|close` (operator).
+pub async fn set_open(edge: &Edge, req: &Req, id: &str, open: bool) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let event_id = parse_event_id(id)?;
+    let route = edge.route(&event_id).await?;
+    let cmd = EventCommand {
+        event_id: event_id.clone(),
+        epoch: route.epoch,
+        now_ms: 0,
+        idempotency: None,
+        action: EventAction::SetOpen { open },
+    };
+    let (reply, _) = edge.execute(&route, cmd).await?;
+    match reply.outcome {
+        Outcome::OpenSet { open } => Ok(Reply::json(
+            StatusCode::OK,
+            json!({"event_id": event_id.0, "sale_open": open}),
+        )
+        .header("x-seatfence-epoch", reply.epoch.0)
+        .header("x-seatfence-owner-region", &reply.owner.0)),
+        other => Err(crate::holds::outcome_error(other, &event_id)),
+    }
+}

@@ -1,0 +1,218 @@
+//! Hold handlers: create, read (owner only), cancel (owner only), and the
+//! mapping of every inventory outcome to its HTTP answer.
+
+use hyper::StatusCode;
+use seatfence_core::inventory::{EventAction, EventCommand, Hold, Outcome, SeatPick};
+use seatfence_core::{EventId, HoldId, Query, QueryResult};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::events::format_ms;
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HoldBody {
+    event_id: String,
+    seats: Option<Vec<String>>,
+    section: Option<String>,
+    quantity: Option<u32>,
+}
+
+fn hold_json(id: HoldId, event_id: &EventId, h: &Hold) -> Value {
+    json!({
+        "hold_id": id.to_string(),
+        "event_id": event_id.0,
+        "seats": h.seats,
+        "expires_at": format_ms(h.expires_at_ms),
+        "status": h.status.as_str(),
+        "created_at": format_ms(h.created_ms),
+    })
+}
+
+/// The HTTP answer for an inventory outcome that is not a success.
+pub fn outcome_error(o: Outcome, event_id: &EventId) -> ApiError {
+    let code = o.error_code().unwrap_or("internal");
+    let conflict = |message: String, extra: Value| ApiError::Conflict {
+        code,
+        message,
+        extra,
+    };
+    match o {
+        Outcome::SeatsUnavailable {
+            unavailable,
+            available,
+        } => conflict(
+            "some requested seats are not available".into(),
+            json!({"unavailable": unavailable, "available": available}),
+        ),
+        Outcome::StaleEpoch { current, owner } => conflict(
+            format!("stale epoch: the event is at epoch {current}, owned by {owner}"),
+            json!({"current_epoch": current.0, "owner_region": owner.0}),
+        ),
+        Outcome::SaleNotOpen => conflict("the sale has not opened yet".into(), json!({})),
+        Outcome::SaleClosed => conflict("the sale is closed".into(), json!({})),
+        Outcome::BuyerLimitReached { limit } => conflict(
+            format!("a buyer may hold or buy at most {limit} seats of this event"),
+            json!({"limit": limit}),
+        ),
+        Outcome::HoldNotCancellable { status } => conflict(
+            format!("a {} hold cannot be cancelled", status.as_str()),
+            json!({"status": status.as_str()}),
+        ),
+        Outcome::EventExists => conflict(format!("event {event_id} exists"), json!({})),
+        Outcome::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
+        Outcome::EventNotFound => ApiError::NotFound {
+            code,
+            what: format!("event {event_id}"),
+        },
+        Outcome::HoldNotFound => ApiError::NotFound {
+            code,
+            what: "hold".into(),
+        },
+        Outcome::UnknownSeats { seats } => {
+            ApiError::bad(code, format!("no such seats: {}", seats.join(", ")))
+        }
+        Outcome::UnknownSection { section } => {
+            ApiError::bad(code, format!("no such section: {section}"))
+        }
+        Outcome::TooManySeats { max } => {
+            ApiError::bad(code, format!("at most {max} seats per hold"))
+        }
+        Outcome::InvalidRequest { reason } => ApiError::bad(code, reason),
+        Outcome::InvalidEvent(e) => ApiError::bad(code, e.to_string()),
+        other => ApiError::Internal(format!("unexpected outcome {other:?}")),
+    }
+}
+
+/// A fresh idempotency key for a request that came without one, so the
+/// edge's own retries can never apply it twice.
+fn auto_key() -> String {
+    format!("~auto-{:032x}", rand::random::<u128>())
+}
+
+/// `POST /v1/holds`.
+pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    let caller = req.caller(edge)?;
+    edge.admission.check_rate(&caller.user).inspect_err(|_| {
+        edge.metrics.inc(|m| &m.rejected_rate);
+    })?;
+    let _permit = edge.admission.enter().inspect_err(|_| {
+        edge.metrics.inc(|m| &m.rejected_inflight);
+    })?;
+    let key = req.idempotency()?.unwrap_or_else(auto_key);
+    let body: HoldBody = req.json()?;
+    let pick = match (body.seats, body.quantity) {
+        (Some(seats), None) if body.section.is_none() => SeatPick::Seats(seats),
+        (None, Some(quantity)) => SeatPick::Quantity {
+            section: body.section,
+            quantity,
+        },
+        _ => {
+            return Err(ApiError::bad(
+                "invalid_request",
+                "give either seats, or quantity (with an optional section)",
+            ))
+        }
+    };
+    if !EventId::is_valid(&body.event_id) {
+        return Err(ApiError::NotFound {
+            code: "event_not_found",
+            what: format!("event {:?}", body.event_id),
+        });
+    }
+    let event_id = EventId(body.event_id);
+    let route = edge.route(&event_id).await?;
+    let cmd = EventCommand {
+        event_id: event_id.clone(),
+        epoch: route.epoch,
+        now_ms: 0,
+        idempotency: Some((caller.user.clone(), key)),
+        action: EventAction::Hold {
+            owner: caller.user,
+            pick,
+        },
+    };
+    let (reply, _) = edge.execute(&route, cmd).await?;
+    match reply.outcome {
+        Outcome::Held(h) => {
+            edge.metrics.inc(|m| &m.holds_created);
+            let id = HoldId {
+                group: route.group,
+                seq: h.seq,
+            };
+            Ok(Reply::json(StatusCode::CREATED, hold_json(id, &event_id, &h))
+                .header("x-seatfence-epoch", reply.epoch.0)
+                .header("x-seatfence-owner-region", &reply.owner.0)
+                .header("location", format!("/v1/holds/{id}"))
+                .header("cache-control", "no-store"))
+        }
+        other => {
+            if matches!(other, Outcome::SeatsUnavailable { .. }) {
+                edge.metrics.inc(|m| &m.hold_conflicts);
+            }
+            Err(outcome_error(other, &event_id))
+        }
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::NotFound {
+        code: "hold_not_found",
+        what: "hold".into(),
+    }
+}
+
+/// Read a hold at its group's leader; anyone but its owner gets 404.
+async fn load(edge: &Edge, req: &Req, id: &str) -> Result<(HoldId, EventId, Hold), ApiError> {
+    let caller = req.caller(edge)?;
+    let id = HoldId::parse(id).ok_or_else(not_found)?;
+    let (answer, _) = match edge.client.query(id.group, &Query::Hold(id.seq), true).await {
+        Ok(a) => a,
+        // A group this cluster never had: no such hold.
+        Err(seatfence_raft::ClientError::Rejected(s)) if s.code() == tonic::Code::NotFound => {
+            return Err(not_found())
+        }
+        Err(e) => return Err(ApiError::unavailable("no_leader", e.to_string())),
+    };
+    match answer {
+        QueryResult::Hold {
+            hold: Some(h),
+            event_id: Some(e),
+        } if h.owner == caller.user => Ok((id, e, h)),
+        _ => Err(not_found()),
+    }
+}
+
+/// `GET /v1/holds/{id}` (owner only).
+pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    let (id, event_id, h) = load(edge, req, id).await?;
+    Ok(Reply::json(StatusCode::OK, hold_json(id, &event_id, &h)).header("cache-control", "no-store"))
+}
+
+/// `DELETE /v1/holds/{id}` (owner only, before payment).
+pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    let (id, event_id, h) = load(edge, req, id).await?;
+    let key = req.idempotency()?.unwrap_or_else(auto_key);
+    let route = edge.route(&event_id).await?;
+    let cmd = EventCommand {
+        event_id: event_id.clone(),
+        epoch: route.epoch,
+        now_ms: 0,
+        idempotency: Some((h.owner.clone(), key)),
+        action: EventAction::Cancel {
+            owner: h.owner,
+            hold: id.seq,
+        },
+    };
+    let (reply, _) = edge.execute(&route, cmd).await?;
+    match reply.outcome {
+        Outcome::Cancelled(h) => Ok(Reply::json(StatusCode::OK, hold_json(id, &event_id, &h))
+            .header("x-seatfence-epoch", reply.epoch.0)
+            .header("x-seatfence-owner-region", &reply.owner.0)
+            .header("cache-control", "no-store")),
+        other => Err(outcome_error(other, &event_id)),
+    }
+}

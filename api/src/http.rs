@@ -1,0 +1,343 @@
+//! The hyper server of the edge: connection handling, body limit, auth,
+//! routing, and the single place where results become HTTP responses.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::auth::{self, Caller};
+use crate::error::ApiError;
+use crate::{events, holds, Edge};
+
+/// Bodies above this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// A successful answer.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    pub fn json(status: StatusCode, body: Value) -> Reply {
+        Reply {
+            status,
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl ToString) -> Reply {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+}
+
+/// What a handler gets: the parsed request parts it may need.
+pub struct Req {
+    pub method: Method,
+    pub path: String,
+    pub query: Option<String>,
+    pub auth: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub body: Bytes,
+}
+
+impl Req {
+    pub fn caller(&self, edge: &Edge) -> Result<Caller, ApiError> {
+        auth::verify(&edge.config.jwt_secret, self.auth.as_deref())
+    }
+
+    pub fn operator(&self, edge: &Edge) -> Result<Caller, ApiError> {
+        let c = self.caller(edge)?;
+        if !c.operator {
+            return Err(ApiError::Forbidden);
+        }
+        Ok(c)
+    }
+
+    /// The JSON body as `T`; unknown fields and bad JSON are 400s.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            let msg = e.to_string();
+            let code = if msg.starts_with("unknown field") {
+                "unknown_field"
+            } else if e.is_data() {
+                "invalid_field"
+            } else {
+                "malformed_json"
+            };
+            ApiError::bad(code, msg)
+        })
+    }
+
+    /// `Idempotency-Key`, checked: 1-255 printable ASCII characters.
+    pub fn idempotency(&self) -> Result<Option<String>, ApiError> {
+        match &self.idempotency_key {
+            None => Ok(None),
+            Some(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+                Ok(Some(k.clone()))
+            }
+            Some(_) => Err(ApiError::bad(
+                "invalid_idempotency_key",
+                "Idempotency-Key must be 1-255 printable ASCII characters",
+            )),
+        }
+    }
+
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        self.query.as_deref()?.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == name).then_some(v)
+        })
+    }
+}
+
+/// Serve the edge on `listener` until `rx_stop` turns true.
+pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::Receiver<bool>) {
+    loop {
+        let (stream, _) = tokio::select! {
+            biased;
+            _ = stopped(&mut rx_stop) => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("edge accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let edge = edge.clone();
+        let mut rx = rx_stop.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let edge = edge.clone();
+                async move { Ok::<_, Infallible>(handle(edge, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stopped(&mut rx) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn).await;
+                }
+            }
+        });
+    }
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let start = Instant::now();
+    let route = route_label(req.uri().path());
+    let result = match read_request(req).await {
+        Ok(r) => dispatch(&edge, r).await,
+        Err(e) => Err(e),
+    };
+    let response = match result {
+        Ok(reply) => {
+            let mut resp = Response::new(Full::new(Bytes::from(reply.body.to_string())));
+            *resp.status_mut() = reply.status;
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            for (k, v) in reply.headers {
+                if let Ok(v) = HeaderValue::from_str(&v) {
+                    resp.headers_mut().insert(k, v);
+                }
+            }
+            resp
+        }
+        Err(PlainOr::Plain(status, text, content_type)) => {
+            let mut resp = Response::new(Full::new(Bytes::from(text)));
+            *resp.status_mut() = status;
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+            resp
+        }
+        Err(PlainOr::Api(e)) => {
+            e.log();
+            let mut resp = Response::new(Full::new(Bytes::from(e.body().to_string())));
+            *resp.status_mut() = e.status();
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(s) = e.retry_after() {
+                resp.headers_mut()
+                    .insert("retry-after", HeaderValue::from(s));
+            }
+            resp
+        }
+    };
+    edge.metrics
+        .observe(route, response.status().as_u16(), start.elapsed());
+    response
+}
+
+/// A non-JSON answer (metrics, probes) or an API error.
+enum PlainOr {
+    Plain(StatusCode, String, &'static str),
+    Api(ApiError),
+}
+
+impl From<ApiError> for PlainOr {
+    fn from(e: ApiError) -> Self {
+        PlainOr::Api(e)
+    }
+}
+
+fn route_label(path: &str) -> &'static str {
+    if path.starts_with("/v1/holds") {
+        "holds"
+    } else if path.ends_with("/availability") {
+        "availability"
+    } else if path.starts_with("/v1/events") {
+        "events"
+    } else if path.starts_with("/v1/bookings") {
+        "bookings"
+    } else if path.starts_with("/v1/admin") {
+        "admin"
+    } else {
+        "other"
+    }
+}
+
+async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
+    let too_large = ApiError::PayloadTooLarge {
+        limit: MAX_BODY_BYTES,
+    };
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large.into());
+    }
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let auth = header("authorization");
+    let idempotency_key = header("idempotency-key");
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
+    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large.into()),
+        Err(e) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}")).into()),
+    };
+    Ok(Req {
+        method,
+        path,
+        query,
+        auth,
+        idempotency_key,
+        body,
+    })
+}
+
+async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
+    let path = req.path.clone();
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let m = req.method.clone();
+    let reply = match (&m, segs.as_slice()) {
+        (&Method::GET, ["healthz"]) => {
+            return Err(PlainOr::Plain(StatusCode::OK, "ok\n".into(), "text/plain"))
+        }
+        (&Method::GET, ["readyz"]) => {
+            return Err(if edge.ready() {
+                PlainOr::Plain(StatusCode::OK, "ready\n".into(), "text/plain")
+            } else {
+                PlainOr::Plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no directory leader known\n".into(),
+                    "text/plain",
+                )
+            })
+        }
+        (&Method::GET, ["metrics"]) => {
+            return Err(PlainOr::Plain(
+                StatusCode::OK,
+                edge.metrics.render(edge.client.redirects()),
+                "text/plain; version=0.0.4",
+            ))
+        }
+        (&Method::POST, ["v1", "events"]) => events::create(edge, &req).await?,
+        (&Method::GET, ["v1", "events", id]) => events::get(edge, &req, id).await?,
+        (&Method::GET, ["v1", "events", id, "availability"]) => {
+            events::availability(edge, &req, id).await?
+        }
+        (&Method::POST, ["v1", "events", id, action @ ("open" | "close")]) => {
+            events::set_open(edge, &req, id, *action == "open").await?
+        }
+        (&Method::POST, ["v1", "holds"]) => holds::create(edge, &req).await?,
+        (&Method::GET, ["v1", "holds", id]) => holds::get(edge, &req, id).await?,
+        (&Method::DELETE, ["v1", "holds", id]) => holds::cancel(edge, &req, id).await?,
+        (&Method::POST, ["v1", "bookings"]) => {
+            req.caller(edge)?;
+            return Err(ApiError::NotImplemented(
+                "bookings and payments are not built yet: a hold is not a booking",
+            )
+            .into());
+        }
+        (&Method::GET, ["v1", "bookings", id]) => {
+            req.caller(edge)?;
+            return Err(ApiError::NotFound {
+                code: "booking_not_found",
+                what: format!("booking {id}"),
+            }
+            .into());
+        }
+        (_, ["healthz" | "readyz" | "metrics"])
+        | (_, ["v1", "events"])
+        | (_, ["v1", "events", _])
+        | (_, ["v1", "events", _, "availability" | "open" | "close"])
+        | (_, ["v1", "holds"])
+        | (_, ["v1", "holds", _])
+        | (_, ["v1", "bookings"])
+        | (_, ["v1", "bookings", _]) => return Err(ApiError::MethodNotAllowed.into()),
+        _ => return Err(ApiError::NoRoute(path.clone()).into()),
+    };
+    Ok(reply)
+}
+
+/// Every route the edge serves, as `(method, OpenAPI path)`: the OpenAPI
+/// document is tested against this list.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("post", "/v1/events"),
+    ("get", "/v1/events/{event_id}"),
+    ("get", "/v1/events/{event_id}/availability"),
+    ("post", "/v1/events/{event_id}/open"),
+    ("post", "/v1/events/{event_id}/close"),
+    ("post", "/v1/holds"),
+    ("get", "/v1/holds/{hold_id}"),
+    ("delete", "/v1/holds/{hold_id}"),
+    ("post", "/v1/bookings"),
+    ("get", "/v1/bookings/{booking_id}"),
+];

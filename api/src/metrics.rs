@@ -1,0 +1,165 @@
+//! The edge's Prometheus metrics: counters and latency histograms kept in
+//! atomics, rendered as text by `GET /metrics` together with the consensus
+//! layer's counters (`seatfence_raft::metrics::METRICS`).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use seatfence_raft::metrics::{RaftMetrics, METRICS};
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels},le=\"{b}\"}} {}",
+                self.buckets[i].load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// The routes whose latency is tracked separately.
+pub const ROUTES: [&str; 6] = ["holds", "events", "availability", "bookings", "admin", "other"];
+
+#[derive(Debug, Default)]
+pub struct EdgeMetrics {
+    pub latency: [Histogram; ROUTES.len()],
+    pub responses_2xx: AtomicU64,
+    pub responses_4xx: AtomicU64,
+    pub responses_5xx: AtomicU64,
+    pub holds_created: AtomicU64,
+    pub hold_conflicts: AtomicU64,
+    pub stale_epoch_edge: AtomicU64,
+    pub rejected_inflight: AtomicU64,
+    pub rejected_rate: AtomicU64,
+    pub no_leader: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl EdgeMetrics {
+    pub fn inc(&self, f: impl Fn(&EdgeMetrics) -> &AtomicU64) {
+        inc(f(self));
+    }
+
+    pub fn observe(&self, route: &str, status: u16, d: Duration) {
+        let i = ROUTES.iter().position(|r| *r == route).unwrap_or(ROUTES.len() - 1);
+        self.latency[i].observe(d);
+        match status {
+            200..=299 => inc(&self.responses_2xx),
+            400..=499 => inc(&self.responses_4xx),
+            _ => inc(&self.responses_5xx),
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self, redirects: u64) -> String {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, rows: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, v) in rows {
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{name} {v}");
+                } else {
+                    let _ = writeln!(out, "{name}{{{labels}}} {v}");
+                }
+            }
+        };
+        counter(
+            "seatfence_http_responses_total",
+            "HTTP responses by status class.",
+            &[
+                ("class=\"2xx\"", g(&self.responses_2xx)),
+                ("class=\"4xx\"", g(&self.responses_4xx)),
+                ("class=\"5xx\"", g(&self.responses_5xx)),
+            ],
+        );
+        counter("seatfence_holds_created_total", "Holds granted.", &[("", g(&self.holds_created))]);
+        counter(
+            "seatfence_hold_conflicts_total",
+            "Hold requests refused because seats were taken (409 seats_unavailable).",
+            &[("", g(&self.hold_conflicts))],
+        );
+        counter(
+            "seatfence_stale_epoch_rejections_total",
+            "Stale fences refused, by layer: edge = replies below the highest fence seen (discarded, re-routed); propose = leader check; apply = state machine.",
+            &[
+                ("layer=\"edge\"", g(&self.stale_epoch_edge)),
+                ("layer=\"propose\"", RaftMetrics::get(&METRICS.stale_epoch_propose)),
+                ("layer=\"apply\"", RaftMetrics::get(&METRICS.stale_epoch_apply)),
+            ],
+        );
+        counter(
+            "seatfence_not_leader_redirects_total",
+            "not_leader answers: followed by this edge, and given by this node.",
+            &[
+                ("side=\"edge\"", redirects),
+                ("side=\"node\"", RaftMetrics::get(&METRICS.not_leader_answers)),
+            ],
+        );
+        counter(
+            "seatfence_admission_rejections_total",
+            "Requests answered 429, by reason.",
+            &[
+                ("reason=\"inflight\"", g(&self.rejected_inflight)),
+                ("reason=\"rate\"", g(&self.rejected_rate)),
+            ],
+        );
+        counter(
+            "seatfence_no_leader_total",
+            "Requests answered 503 because no leader was found in time.",
+            &[("", g(&self.no_leader))],
+        );
+        counter(
+            "seatfence_leader_changes_total",
+            "Times a group on this node became leader.",
+            &[("", RaftMetrics::get(&METRICS.leader_changes))],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP seatfence_http_request_duration_seconds Request latency by route.\n# TYPE seatfence_http_request_duration_seconds histogram"
+        );
+        for (i, r) in ROUTES.iter().enumerate() {
+            self.latency[i].render(
+                &mut out,
+                "seatfence_http_request_duration_seconds",
+                &format!("route=\"{r}\""),
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,212 @@
+//! [`RouteCache`]: event → route, from the directory, plus the highest
+//! fence seen per event.
+//!
+//! No negative caching: an unknown event is asked of the directory every
+//! time, so an event is served by every edge as soon as its create returns.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use seatfence_core::{
+    Epoch, EventId, EventRoute, Fence, GroupId, Query, QueryResult, RegionId,
+};
+use seatfence_raft::{ClientError, ClusterClient};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("event {0} not found")]
+    NotFound(EventId),
+    #[error("directory unreachable: {0}")]
+    Directory(#[from] ClientError),
+    #[error("directory answered an unexpected result")]
+    BadAnswer,
+}
+
+/// Whether a reply may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceCheck {
+    /// At or above every fence seen for the event: use it.
+    Fresh,
+    /// Below a fence already seen: discard and re-route.
+    Stale { seen: Fence },
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    route: EventRoute,
+    highest: Fence,
+}
+
+/// Shared by every request of one edge.
+///
+/// Its `std::sync::Mutex` is only held for map lookups and inserts, never
+/// across an `.await`.
+pub struct RouteCache {
+    client: ClusterClient,
+    entries: Mutex<HashMap<EventId, Entry>>,
+}
+
+impl RouteCache {
+    pub fn new(client: ClusterClient) -> RouteCache {
+        RouteCache {
+            client,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EventId, Entry>> {
+        self.entries.lock().expect("route cache lock poisoned")
+    }
+
+    /// The route of `event`: cached, or read from the directory's leader.
+    pub async fn resolve(&self, event: &EventId) -> Result<EventRoute, RouteError> {
+        if let Some(e) = self.lock().get(event) {
+            return Ok(e.route.clone());
+        }
+        self.refresh(event).await
+    }
+
+    /// Read `event`'s route from the directory (linearizable) and cache it.
+    pub async fn refresh(&self, event: &EventId) -> Result<EventRoute, RouteError> {
+        let (answer, _) = self
+            .client
+            .query(GroupId::DIRECTORY, &Query::Route(event.clone()), true)
+            .await?;
+        match answer {
+            QueryResult::Route(Some(route)) => {
+                self.learn(route.clone());
+                Ok(route)
+            }
+            QueryResult::Route(None) => {
+                self.lock().remove(event);
+                Err(RouteError::NotFound(event.clone()))
+            }
+            _ => Err(RouteError::BadAnswer),
+        }
+    }
+
+    /// Cache `route` unless a newer epoch is already known.
+    pub fn learn(&self, route: EventRoute) {
+        let mut entries = self.lock();
+        match entries.get_mut(&route.event_id) {
+            Some(e) if e.route.epoch > route.epoch => {}
+            Some(e) => e.route = route,
+            None => {
+                entries.insert(
+                    route.event_id.clone(),
+                    Entry {
+                        highest: Fence {
+                            epoch: route.epoch,
+                            term: 0,
+                        },
+                        route,
+                    },
+                );
+            }
+        }
+    }
+
+    /// An event group answered with a newer epoch and owner than cached
+    /// (a `StaleEpoch` rejection): adopt them.
+    pub fn adopt_epoch(&self, event: &EventId, epoch: Epoch, owner: RegionId) {
+        if let Some(e) = self.lock().get_mut(event) {
+            if epoch > e.route.epoch {
+                e.route.epoch = epoch;
+                e.route.owner_region = owner;
+            }
+        }
+    }
+
+    /// Check a reply's fence against the highest seen for `event`, and
+    /// raise the highest if the reply is newer.
+    pub fn check_fence(&self, event: &EventId, fence: Fence) -> FenceCheck {
+        let mut entries = self.lock();
+        let Some(e) = entries.get_mut(event) else {
+            return FenceCheck::Fresh;
+        };
+        if fence < e.highest {
+            return FenceCheck::Stale { seen: e.highest };
+        }
+        e.highest = fence;
+        if fence.epoch > e.route.epoch {
+            e.route.epoch = fence.epoch;
+        }
+        FenceCheck::Fresh
+    }
+
+    /// The highest fence seen for `event`.
+    pub fn highest(&self, event: &EventId) -> Option<Fence> {
+        self.lock().get(event).map(|e| e.highest)
+    }
+
+    /// Number of cached routes.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seatfence_core::inventory::Survival;
+
+    fn cache_with(epoch: u64) -> (RouteCache, EventId) {
+        let c = RouteCache::new(ClusterClient::new(vec!["127.0.0.1:1".into()]));
+        let id = EventId("e".into());
+        c.learn(EventRoute {
+            event_id: id.clone(),
+            group: GroupId(1),
+            home_region: RegionId("a".into()),
+            owner_region: RegionId("a".into()),
+            epoch: Epoch(epoch),
+            survival: Survival::Zone,
+        });
+        (c, id)
+    }
+
+    fn fence(epoch: u64, term: u64) -> Fence {
+        Fence {
+            epoch: Epoch(epoch),
+            term,
+        }
+    }
+
+    #[test]
+    fn a_reply_below_the_highest_fence_is_stale() {
+        let (c, id) = cache_with(1);
+        assert_eq!(c.check_fence(&id, fence(1, 5)), FenceCheck::Fresh);
+        assert_eq!(
+            c.check_fence(&id, fence(1, 4)),
+            FenceCheck::Stale { seen: fence(1, 5) }
+        );
+        assert_eq!(c.check_fence(&id, fence(2, 1)), FenceCheck::Fresh);
+        assert_eq!(
+            c.check_fence(&id, fence(1, 9)),
+            FenceCheck::Stale { seen: fence(2, 1) }
+        );
+    }
+
+    #[test]
+    fn an_older_route_never_replaces_a_newer_one() {
+        let (c, id) = cache_with(3);
+        let mut old = route_of(&id);
+        old.epoch = Epoch(2);
+        c.learn(old);
+        assert_eq!(c.lock()[&id].route.epoch, Epoch(3));
+    }
+
+    fn route_of(id: &EventId) -> EventRoute {
+        EventRoute {
+            event_id: id.clone(),
+            group: GroupId(1),
+            home_region: RegionId("a".into()),
+            owner_region: RegionId("b".into()),
+            epoch: Epoch(1),
+            survival: Survival::Zone,
+        }
+    }
+}

@@ -48,19 +48,7 @@ pub struct RaftBenchReport {
 
 /// Start 3 node processes of `bin`, create the groups, drive writes.
 pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<RaftBenchReport> {
-    let dir = tempfile::Builder::new()
-        .prefix("seatfence-bench-")
-        .tempdir()
-        .context("create bench dir")?;
-    // SEATFENCE_BENCH_KEEP=1 keeps the nodes' data and logs for inspection.
-    let (_guard, dir) = if std::env::var_os("SEATFENCE_BENCH_KEEP").is_some() {
-        let kept = dir.keep();
-        eprintln!("bench data and node logs kept in {}", kept.display());
-        (None, kept)
-    } else {
-        let path = dir.path().to_path_buf();
-        (Some(dir), path)
-    };
+    let (_guard, dir) = bench_dir()?;
     let tuning = RaftTuning {
         flush: args.flush,
         snapshot_every: args.snapshot_every,
@@ -151,6 +139,23 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         heartbeat_ms: args.heartbeat_ms,
         duration_secs: elapsed,
         data_bytes_per_node,
+    })
+}
+
+/// A fresh directory for a benchmark's cluster, removed when the guard
+/// drops unless `SEATFENCE_BENCH_KEEP=1` (then kept for inspection).
+pub fn bench_dir() -> anyhow::Result<(Option<tempfile::TempDir>, std::path::PathBuf)> {
+    let dir = tempfile::Builder::new()
+        .prefix("seatfence-bench-")
+        .tempdir()
+        .context("create bench dir")?;
+    Ok(if std::env::var_os("SEATFENCE_BENCH_KEEP").is_some() {
+        let kept = dir.keep();
+        eprintln!("bench data and node logs kept in {}", kept.display());
+        (None, kept)
+    } else {
+        let path = dir.path().to_path_buf();
+        (Some(dir), path)
     })
 }
 

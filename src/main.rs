@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use seatfence::bench::{run_raft_bench, RaftBenchArgs};
-use seatfence::cluster::LocalCluster;
+use seatfence::bench_holds::{run_holds_bench, HoldsBenchArgs, Via};
+use seatfence::ctl::{EdgeTarget, EventCmd};
 use seatfence_core::{Command, GroupId, Placement};
 use seatfence_raft::storage::FlushMode;
 use seatfence_raft::{create_group, ClusterClient, Node, NodeConfig, RaftTuning};
@@ -34,17 +35,30 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Start a local 3-node cluster (one node per region) and serve until Ctrl-C.
+    /// Start a local cluster (3 regions × 3 nodes, each with an HTTP edge),
+    /// create a sample event, write demo.json, print a walk-through, and
+    /// serve until Ctrl-C.
     Demo {
-        /// Where the nodes keep their data (default: a new temporary dir).
+        /// Where the nodes keep their data and demo.json (default:
+        /// $TMPDIR/seatfence-demo, cleared first). An existing dir from an
+        /// earlier demo is started again with its data.
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
     /// Operator commands against a running cluster.
     Ctl {
-        /// gRPC address of any node.
+        /// gRPC address of any node (status, put, get, create-group).
         #[arg(long, global = true, default_value = "127.0.0.1:7101")]
         addr: String,
+        /// demo.json with edges and tokens (default: $TMPDIR/seatfence-demo/demo.json).
+        #[arg(long, global = true)]
+        demo: Option<PathBuf>,
+        /// HTTP edge URL (default: the first edge in demo.json).
+        #[arg(long, global = true)]
+        edge: Option<String>,
+        /// Bearer token (default: demo.json's operator token).
+        #[arg(long, global = true)]
+        token: Option<String>,
         #[command(subcommand)]
         cmd: CtlCmd,
     },
@@ -83,6 +97,8 @@ enum CtlCmd {
         group: u64,
         key: String,
     },
+    #[command(flatten)]
+    Events(EventCmd),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -115,6 +131,29 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Holds/s and latency on one hot event (20,000 seats by default) of a
+    /// local 3-node cluster, single-seat holds from many users.
+    Holds {
+        #[arg(long, value_enum, default_value = "http")]
+        via: ViaArg,
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        #[arg(long, default_value_t = 10_000)]
+        users: u32,
+        /// Concurrent requests.
+        #[arg(long, default_value_t = 256)]
+        inflight: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ViaArg {
+    Http,
+    Grpc,
 }
 
 fn init_tracing() {
@@ -148,8 +187,57 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("invalid config {}", config_name(&config)))?;
             run_node_with_edge(config).await
         }
-        Cmd::Demo { data_dir } => demo(data_dir).await,
-        Cmd::Ctl { addr, cmd } => ctl(addr, cmd).await,
+        Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
+        Cmd::Ctl {
+            addr,
+            demo,
+            edge,
+            token,
+            cmd,
+        } => match cmd {
+            CtlCmd::Events(cmd) => {
+                let demo = demo.unwrap_or_else(|| seatfence::demo::default_dir().join("demo.json"));
+                seatfence::ctl::run(EdgeTarget { demo, edge, token }, cmd).await
+            }
+            cmd => ctl(addr, cmd).await,
+        },
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Holds {
+                    via,
+                    duration,
+                    seats,
+                    users,
+                    inflight,
+                    json,
+                },
+        } => {
+            let args = HoldsBenchArgs {
+                via: match via {
+                    ViaArg::Http => Via::Http,
+                    ViaArg::Grpc => Via::Grpc,
+                },
+                duration: Duration::from_secs(duration),
+                seats,
+                users,
+                inflight,
+            };
+            let bin = std::env::current_exe().context("find own binary")?;
+            let r = run_holds_bench(&bin, &args).await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "bench holds via {:?}: {:.0} holds/s until sold out ({:.0} requests/s overall), p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms; capacity {}, granted {}, sold_or_held {}, oversold {}, counters_match {}, conflicts {}, errors {}, sold out after {:?} s, {} in flight, {:.1} s",
+                    r.via, r.holds_per_sec, r.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.capacity, r.granted,
+                    r.sold_or_held, r.oversold, r.counters_match, r.conflicts, r.errors, r.sold_out_after_secs, r.inflight, r.duration_secs
+                );
+            }
+            if r.oversold || !r.counters_match {
+                anyhow::bail!("sale did not stop exactly at capacity");
+            }
+            Ok(())
+        }
         Cmd::Bench {
             cmd:
                 BenchCmd::Raft {
@@ -216,60 +304,6 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
 
 fn config_name(p: &std::path::Path) -> String {
     p.display().to_string()
-}
-
-async fn demo(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let (_tmp, dir) = match data_dir {
-        Some(d) => (None, d),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("seatfence-demo-")
-                .tempdir()?;
-            let p = t.path().to_path_buf();
-            (Some(t), p)
-        }
-    };
-    let bin = std::env::current_exe().context("find own binary")?;
-    let cluster = LocalCluster::start(&bin, &dir, 3, RaftTuning::default())?;
-    cluster.wait_ready(Duration::from_secs(30)).await?;
-    let client = cluster.client();
-    let (g, members) = create_group(&client, None, Placement::Spread { replicas: 3 }).await?;
-    client
-        .write(
-            g,
-            &Command::Put {
-                key: "hello".into(),
-                value: b"world".to_vec(),
-            },
-        )
-        .await?;
-    let a = cluster.addr(1)?;
-    println!(
-        "seatfence demo: 3 nodes (us-east, eu-west, ap-south), data in {}",
-        dir.display()
-    );
-    for n in &cluster.nodes {
-        println!("  node {} ({}) gRPC {}", n.id(), n.config.region, n.addr());
-    }
-    println!(
-        "group {} created on nodes {:?}; key 'hello' written.",
-        g.0,
-        members.iter().map(|m| m.0).collect::<Vec<_>>()
-    );
-    let exe = bin.display();
-    println!("Try, in another terminal:");
-    println!("  {exe} ctl --addr {a} status");
-    println!("  {exe} ctl --addr {a} put --group {} seat-A1 alice", g.0);
-    println!(
-        "  {exe} ctl --addr {} get --group {} seat-A1",
-        cluster.addr(3)?,
-        g.0
-    );
-    println!("  {exe} ctl --addr {a} create-group --replicas 3");
-    println!("Ctrl-C (or SIGTERM) stops the cluster.");
-    terminated().await;
-    drop(cluster);
-    Ok(())
 }
 
 async fn ctl(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
@@ -345,6 +379,7 @@ async fn ctl(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
                 out.log_index, out.term, out.response
             );
         }
+        CtlCmd::Events(_) => unreachable!("dispatched in main"),
         CtlCmd::Get { group, key } => {
             let r = client.read_at(&addr, GroupId(group), &key).await?;
             if r.found {

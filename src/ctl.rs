@@ -1,0 +1,196 @@
+//! `seatfence ctl`: operator commands. Cluster-level commands talk gRPC to
+//! a node (`--addr`); event commands talk HTTP to an edge, with the edges
+//! and tokens of `demo.json` (`--demo`) unless `--edge`/`--token` are given.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use crate::demo::DemoFile;
+use crate::http_client::HttpClient;
+
+#[derive(Subcommand)]
+pub enum EventCmd {
+    /// Print a bearer token for a user, signed with the demo's secret.
+    Token {
+        #[arg(long)]
+        user: String,
+        /// Give the token the operator role.
+        #[arg(long)]
+        operator: bool,
+        #[arg(long, default_value_t = 86_400)]
+        ttl_secs: u64,
+    },
+    /// Create an event (operator).
+    CreateEvent {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        name: String,
+        /// Home (owner) region.
+        #[arg(long)]
+        region: String,
+        /// Explicit seat ids, comma separated.
+        #[arg(long, value_delimiter = ',')]
+        seats: Vec<String>,
+        /// A section as NAME:ROWSxSEATS (repeatable), e.g. A:10x20.
+        #[arg(long)]
+        section: Vec<String>,
+        #[arg(long)]
+        hold_ttl_secs: Option<u64>,
+        #[arg(long)]
+        max_seats_per_hold: Option<u32>,
+        #[arg(long)]
+        max_seats_per_buyer: Option<u32>,
+        /// zone (3 voters in the home region) or region (one per region).
+        #[arg(long)]
+        survival: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show an event and its availability.
+    Event {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where event commands go and with which token.
+pub struct EdgeTarget {
+    pub demo: PathBuf,
+    pub edge: Option<String>,
+    pub token: Option<String>,
+}
+
+fn parse_section(s: &str) -> anyhow::Result<Value> {
+    let (name, dims) = s
+        .split_once(':')
+        .with_context(|| format!("section {s:?} is not NAME:ROWSxSEATS"))?;
+    let (rows, seats) = dims
+        .split_once('x')
+        .with_context(|| format!("section {s:?} is not NAME:ROWSxSEATS"))?;
+    Ok(json!({"name": name, "rows": rows.parse::<u32>()?, "seats_per_row": seats.parse::<u32>()?}))
+}
+
+pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
+    let demo = DemoFile::load(&target.demo);
+    if let EventCmd::Token {
+        user,
+        operator,
+        ttl_secs,
+    } = &cmd
+    {
+        let secret = match (std::env::var("SEATFENCE_JWT_SECRET"), &demo) {
+            (Ok(s), _) => s,
+            (_, Ok(d)) => d.jwt_secret.clone(),
+            (_, Err(e)) => bail!("no secret: set SEATFENCE_JWT_SECRET or start the demo ({e:#})"),
+        };
+        println!("{}", seatfence_api::auth::mint(&secret, user, *operator, *ttl_secs));
+        return Ok(());
+    }
+    let edge = match (&target.edge, &demo) {
+        (Some(e), _) => e.clone(),
+        (None, Ok(d)) => d.edges.values().next().cloned().context("demo.json lists no edge")?,
+        (None, Err(e)) => bail!("no edge: pass --edge URL or start the demo ({e:#})"),
+    };
+    let token = match (&target.token, &demo) {
+        (Some(t), _) => t.clone(),
+        (None, Ok(d)) => d.tokens.get("operator").cloned().context("demo.json has no operator token")?,
+        (None, Err(e)) => bail!("no token: pass --token or start the demo ({e:#})"),
+    };
+    let http = HttpClient::default();
+    match cmd {
+        EventCmd::Token { .. } => unreachable!("handled above"),
+        EventCmd::CreateEvent {
+            id,
+            name,
+            region,
+            seats,
+            section,
+            hold_ttl_secs,
+            max_seats_per_hold,
+            max_seats_per_buyer,
+            survival,
+            json: as_json,
+        } => {
+            let mut body = json!({"event_id": id, "name": name, "home_region": region});
+            if !seats.is_empty() {
+                body["seats"] = json!(seats);
+            }
+            if !section.is_empty() {
+                body["sections"] =
+                    Value::Array(section.iter().map(|s| parse_section(s)).collect::<Result<_, _>>()?);
+            }
+            for (k, v) in [
+                ("hold_ttl_secs", hold_ttl_secs.map(|v| json!(v))),
+                ("max_seats_per_hold", max_seats_per_hold.map(|v| json!(v))),
+                ("max_seats_per_buyer", max_seats_per_buyer.map(|v| json!(v))),
+                ("survival", survival.map(|v| json!(v))),
+            ] {
+                if let Some(v) = v {
+                    body[k] = v;
+                }
+            }
+            let a = http
+                .post(&format!("{edge}/v1/events"), Some(&token), None, &body)
+                .await?;
+            if as_json {
+                println!("{}", a.body);
+            } else if a.status.is_success() {
+                println!(
+                    "created event {} in group {}, owner {}, epoch {}, {} seats",
+                    a.body["event_id"].as_str().unwrap_or("?"),
+                    a.body["group_id"],
+                    a.body["owner_region"].as_str().unwrap_or("?"),
+                    a.body["epoch"],
+                    a.body["capacity"]
+                );
+            }
+            if !a.status.is_success() {
+                bail!("{}: {}", a.status, a.body);
+            }
+        }
+        EventCmd::Event { id, json: as_json } => {
+            let ev = http
+                .get(&format!("{edge}/v1/events/{id}"), Some(&token))
+                .await?;
+            if !ev.status.is_success() {
+                bail!("{}: {}", ev.status, ev.body);
+            }
+            let av = http
+                .get(
+                    &format!("{edge}/v1/events/{id}/availability?limit=10"),
+                    Some(&token),
+                )
+                .await?;
+            if !av.status.is_success() {
+                bail!("{}: {}", av.status, av.body);
+            }
+            if as_json {
+                println!("{}", json!({"event": ev.body, "availability": av.body}));
+            } else {
+                let e = &ev.body;
+                let a = &av.body;
+                println!(
+                    "event {} ({})\n  owner {}  epoch {}  group {}  term {}  sale {}",
+                    e["event_id"].as_str().unwrap_or("?"),
+                    e["name"].as_str().unwrap_or("?"),
+                    e["owner_region"].as_str().unwrap_or("?"),
+                    e["epoch"],
+                    e["group_id"],
+                    e["term"],
+                    if e["sale_open"] == json!(true) { "open" } else { "closed" }
+                );
+                println!(
+                    "  capacity {}  available {}  held {}  sold {}  (stale {} ms)",
+                    a["capacity"], a["available"], a["held"], a["sold"], a["stale_ms"]
+                );
+                println!("  first free seats: {}", a["available_seats"]);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! `seatfence demo`: a local cluster of real node processes (3 regions × 3
+//! nodes), a sample event, `demo.json`, and a walk-through to paste.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::cluster::LocalCluster;
+use crate::http_client::HttpClient;
+use seatfence_raft::RaftTuning;
+
+/// What `demo.json` holds; `seatfence ctl` reads it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DemoFile {
+    /// Region → HTTP edge URL.
+    pub edges: std::collections::BTreeMap<String, String>,
+    /// The mock payment gateway (built with the payments issue; null until then).
+    pub gateway: Option<String>,
+    /// `operator`, `alice`, `bob` → bearer token.
+    pub tokens: std::collections::BTreeMap<String, String>,
+    pub events: Vec<String>,
+    /// The HS256 secret the edges verify tokens with (demo only).
+    pub jwt_secret: String,
+    /// gRPC address of every node.
+    pub nodes: Vec<String>,
+}
+
+/// The sample event's id.
+pub const DEMO_EVENT: &str = "demo-concert";
+
+/// Where the demo keeps its data unless told otherwise.
+pub fn default_dir() -> PathBuf {
+    std::env::temp_dir().join("seatfence-demo")
+}
+
+impl DemoFile {
+    pub fn load(path: &Path) -> anyhow::Result<DemoFile> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "read {} (start `seatfence demo` first, or pass --demo PATH)",
+                path.display()
+            )
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))
+    }
+}
+
+pub async fn run(data_dir: Option<PathBuf>, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    let dir = match data_dir {
+        Some(d) => d,
+        None => {
+            let d = default_dir();
+            if d.exists() {
+                std::fs::remove_dir_all(&d)
+                    .with_context(|| format!("clear the previous demo in {}", d.display()))?;
+            }
+            d
+        }
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let bin = std::env::current_exe().context("find own binary")?;
+    println!("seatfence demo: starting 9 nodes (3 regions × 3) in {} ...", dir.display());
+    let cluster = LocalCluster::start_regions(&bin, &dir, 3, 3, RaftTuning::default())?;
+    cluster.wait_ready(Duration::from_secs(60)).await?;
+    let secret = cluster.jwt_secret().context("cluster has no edges")?;
+    let day = 24 * 3600;
+    let tokens: std::collections::BTreeMap<String, String> = [
+        ("operator", seatfence_api::auth::mint(&secret, "operator", true, 30 * day)),
+        ("alice", seatfence_api::auth::mint(&secret, "alice", false, 30 * day)),
+        ("bob", seatfence_api::auth::mint(&secret, "bob", false, 30 * day)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let edges = cluster.edges();
+    let us = edges.get("us-east").context("no us-east edge")?.clone();
+    let http = HttpClient::default();
+    let created = http
+        .post(
+            &format!("{us}/v1/events"),
+            Some(&tokens["operator"]),
+            None,
+            &json!({
+                "event_id": DEMO_EVENT,
+                "name": "Demo concert",
+                "home_region": "us-east",
+                "sections": [{"name": "A", "rows": 10, "seats_per_row": 20},
+                             {"name": "B", "rows": 5, "seats_per_row": 10}],
+                "hold_ttl_secs": 600,
+                "max_seats_per_hold": 8,
+            }),
+        )
+        .await?;
+    anyhow::ensure!(
+        created.status.as_u16() == 201,
+        "creating the sample event failed: {} {}",
+        created.status,
+        created.body
+    );
+    let demo = DemoFile {
+        edges: edges.clone(),
+        gateway: None,
+        tokens: tokens.clone(),
+        events: vec![DEMO_EVENT.into()],
+        jwt_secret: secret,
+        nodes: cluster.addrs(),
+    };
+    let demo_path = dir.join("demo.json");
+    std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;
+
+    println!("\nNodes:");
+    for n in &cluster.nodes {
+        println!(
+            "  node {} {:<9} gRPC {}  edge {}",
+            n.id(),
+            n.config.region,
+            n.addr(),
+            n.edge_url().unwrap_or_default()
+        );
+    }
+    println!("\nWrote {} (edges, tokens, events).", demo_path.display());
+    println!(
+        "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by us-east.\n"
+    );
+    println!("Try it (paste into another shell):\n");
+    println!("  US={}", edges["us-east"]);
+    println!("  EU={}", edges["eu-west"]);
+    println!("  AP={}", edges["ap-south"]);
+    println!("  ALICE={}", tokens["alice"]);
+    println!("  BOB={}", tokens["bob"]);
+    println!("  OP={}", tokens["operator"]);
+    println!();
+    println!("  # the event, from an edge in another region (routed to us-east)");
+    println!("  curl -s $EU/v1/events/{DEMO_EVENT} -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  # alice holds two seats through the Europe edge; retrying with the same key returns the same hold");
+    println!("  curl -s -X POST $EU/v1/holds -H \"Authorization: Bearer $ALICE\" -H 'Idempotency-Key: alice-1' \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"seats\":[\"A-1-1\",\"A-1-2\"]}}'; echo");
+    println!("  # bob wants one of them from Asia: 409 seats_unavailable");
+    println!("  curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"seats\":[\"A-1-2\"]}}'; echo");
+    println!("  # bob takes any 3 seats in section B instead");
+    println!("  curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"section\":\"B\",\"quantity\":3}}'; echo");
+    println!("  # counts and the first free seats (may be up to 250 ms stale; says how stale)");
+    println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo");
+    println!("  # read or cancel a hold (owner only; anyone else gets 404): use the hold_id printed above");
+    println!("  curl -s $US/v1/holds/HOLD_ID -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  curl -s -X DELETE $US/v1/holds/HOLD_ID -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  # metrics");
+    println!("  curl -s $US/metrics | grep seatfence_holds");
+    println!();
+    println!("Or with the CLI (reads {}):", demo_path.display());
+    let exe = bin.display();
+    println!("  {exe} ctl event {DEMO_EVENT}");
+    println!("  {exe} ctl token --user carol");
+    println!("  {exe} ctl create-event --id gig-2 --name 'Second gig' --region eu-west --section A:5x10");
+    println!("\nCtrl-C (or SIGTERM) stops the cluster.");
+    shutdown.await;
+    drop(cluster);
+    Ok(())
+}

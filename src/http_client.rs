@@ -1,0 +1,136 @@
+//! [`HttpClient`]: a small JSON client for the edge's API, used by
+//! `seatfence ctl`, the benchmarks and the integration tests. Keeps
+//! connections alive (one pool per client).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// An answer: status, a few headers, and the body as JSON (`Value::Null`
+/// when empty, a string when not JSON).
+#[derive(Debug, Clone)]
+pub struct HttpAnswer {
+    pub status: StatusCode,
+    pub body: Value,
+    pub retry_after: Option<String>,
+    pub epoch: Option<u64>,
+    pub cache_control: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl Default for HttpClient {
+    fn default() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        HttpClient {
+            inner: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(512)
+                .build(connector),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl HttpClient {
+    /// Send a request; `body` is sent as JSON when given.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        idempotency_key: Option<&str>,
+        body: Option<&Value>,
+    ) -> anyhow::Result<HttpAnswer> {
+        let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+        self.send_raw(method, url, token, idempotency_key, Bytes::from(bytes))
+            .await
+    }
+
+    /// Send raw bytes as the body (for malformed-input tests).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        idempotency_key: Option<&str>,
+        body: Bytes,
+    ) -> anyhow::Result<HttpAnswer> {
+        let mut b = Request::builder().method(method).uri(url);
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        if let Some(k) = idempotency_key {
+            b = b.header("idempotency-key", k);
+        }
+        if !body.is_empty() {
+            b = b.header("content-type", "application/json");
+        }
+        let req = b.body(Full::new(body)).context("build request")?;
+        let resp = tokio::time::timeout(self.timeout, self.inner.request(req))
+            .await
+            .with_context(|| format!("{url}: no answer within {:?}", self.timeout))?
+            .with_context(|| format!("send to {url}"))?;
+        let status = resp.status();
+        let h = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = h("retry-after");
+        let epoch = h("x-seatfence-epoch").and_then(|v| v.parse().ok());
+        let cache_control = h("cache-control");
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .context("read body")?
+            .to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Ok(HttpAnswer {
+            status,
+            body,
+            retry_after,
+            epoch,
+            cache_control,
+        })
+    }
+
+    pub async fn get(&self, url: &str, token: Option<&str>) -> anyhow::Result<HttpAnswer> {
+        self.send(Method::GET, url, token, None, None).await
+    }
+
+    pub async fn post(
+        &self,
+        url: &str,
+        token: Option<&str>,
+        key: Option<&str>,
+        body: &Value,
+    ) -> anyhow::Result<HttpAnswer> {
+        self.send(Method::POST, url, token, key, Some(body)).await
+    }
+}
+
+impl HttpAnswer {
+    /// The stable error code of an error answer.
+    pub fn code(&self) -> Option<&str> {
+        self.body["error"]["code"].as_str()
+    }
+}

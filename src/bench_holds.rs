@@ -72,7 +72,10 @@ struct Shared {
 
 const EVENT: &str = "bench-hot";
 
-pub async fn run_holds_bench(bin: &Path, args: &HoldsBenchArgs) -> anyhow::Result<HoldsBenchReport> {
+pub async fn run_holds_bench(
+    bin: &Path,
+    args: &HoldsBenchArgs,
+) -> anyhow::Result<HoldsBenchReport> {
     let (_guard, dir) = bench_dir()?;
     // One region of three nodes: the event's group has its 3 voters there,
     // and every node is an edge.
@@ -139,8 +142,12 @@ pub async fn run_holds_bench(bin: &Path, args: &HoldsBenchArgs) -> anyhow::Resul
                     Via::Http => {
                         let url = format!("{}/v1/holds", edges[user % edges.len()]);
                         match http
-                            .post(&url, Some(&tokens[user]), Some(&key),
-                                  &json!({"event_id": EVENT, "quantity": 1}))
+                            .post(
+                                &url,
+                                Some(&tokens[user]),
+                                Some(&key),
+                                &json!({"event_id": EVENT, "quantity": 1}),
+                            )
                             .await
                         {
                             Ok(a) if a.status.as_u16() == 201 => Some(true),
@@ -157,7 +164,10 @@ pub async fn run_holds_bench(bin: &Path, args: &HoldsBenchArgs) -> anyhow::Resul
                             idempotency: Some((owner.clone(), key)),
                             action: EventAction::Hold {
                                 owner,
-                                pick: SeatPick::Quantity { section: None, quantity: 1 },
+                                pick: SeatPick::Quantity {
+                                    section: None,
+                                    quantity: 1,
+                                },
                             },
                         });
                         match client.write(group, &cmd).await {
@@ -202,7 +212,10 @@ pub async fn run_holds_bench(bin: &Path, args: &HoldsBenchArgs) -> anyhow::Resul
     }
     let elapsed = start.elapsed().as_secs_f64();
     let av = http
-        .get(&format!("{}/v1/events/{EVENT}/availability?limit=0", edges[0]), Some(&op))
+        .get(
+            &format!("{}/v1/events/{EVENT}/availability?limit=0", edges[0]),
+            Some(&op),
+        )
         .await?;
     let num = |k: &str| av.body[k].as_u64().unwrap_or(u64::MAX);
     let (available, held, sold) = (num("available"), num("held"), num("sold"));

@@ -50,9 +50,16 @@ pub struct LocalCluster {
     pub nodes: Vec<NodeProc>,
 }
 
-/// A free port on 127.0.0.1 (bound to `:0`, then released for the node).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `n` distinct free ports on 127.0.0.1: all bound to `:0` at once (so the
+/// OS cannot hand one out twice), then released for the nodes.
+fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()?)
 }
 
 impl LocalCluster {
@@ -118,12 +125,13 @@ impl LocalCluster {
             return Self::from_configs(bin, existing);
         }
         let secret = format!("{:032x}", rand::random::<u128>());
+        let ports = free_ports(2 * n)?;
         let all: Vec<Peer> = (0..n)
             .map(|i| {
                 Ok(Peer {
                     id: i as u64 + 1,
                     region: REGIONS[i % voters].to_string(),
-                    grpc_addr: format!("127.0.0.1:{}", free_port()?),
+                    grpc_addr: format!("127.0.0.1:{}", ports[i]),
                 })
             })
             .collect::<anyhow::Result<_>>()?;
@@ -142,7 +150,7 @@ impl LocalCluster {
                 initial_members: members.clone(),
                 raft: tuning.clone(),
                 edge: Some(EdgeConfig {
-                    http_addr: format!("127.0.0.1:{}", free_port()?),
+                    http_addr: format!("127.0.0.1:{}", ports[n + p.id as usize - 1]),
                     jwt_secret: secret.clone(),
                     max_inflight_mutations: 4096,
                     user_rate_per_sec: 20,

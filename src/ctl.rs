@@ -88,17 +88,29 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             (_, Ok(d)) => d.jwt_secret.clone(),
             (_, Err(e)) => bail!("no secret: set SEATFENCE_JWT_SECRET or start the demo ({e:#})"),
         };
-        println!("{}", seatfence_api::auth::mint(&secret, user, *operator, *ttl_secs));
+        println!(
+            "{}",
+            seatfence_api::auth::mint(&secret, user, *operator, *ttl_secs)
+        );
         return Ok(());
     }
     let edge = match (&target.edge, &demo) {
         (Some(e), _) => e.clone(),
-        (None, Ok(d)) => d.edges.values().next().cloned().context("demo.json lists no edge")?,
+        (None, Ok(d)) => d
+            .edges
+            .values()
+            .next()
+            .cloned()
+            .context("demo.json lists no edge")?,
         (None, Err(e)) => bail!("no edge: pass --edge URL or start the demo ({e:#})"),
     };
     let token = match (&target.token, &demo) {
         (Some(t), _) => t.clone(),
-        (None, Ok(d)) => d.tokens.get("operator").cloned().context("demo.json has no operator token")?,
+        (None, Ok(d)) => d
+            .tokens
+            .get("operator")
+            .cloned()
+            .context("demo.json has no operator token")?,
         (None, Err(e)) => bail!("no token: pass --token or start the demo ({e:#})"),
     };
     let http = HttpClient::default();
@@ -121,8 +133,12 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 body["seats"] = json!(seats);
             }
             if !section.is_empty() {
-                body["sections"] =
-                    Value::Array(section.iter().map(|s| parse_section(s)).collect::<Result<_, _>>()?);
+                body["sections"] = Value::Array(
+                    section
+                        .iter()
+                        .map(|s| parse_section(s))
+                        .collect::<Result<_, _>>()?,
+                );
             }
             for (k, v) in [
                 ("hold_ttl_secs", hold_ttl_secs.map(|v| json!(v))),
@@ -182,7 +198,11 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                     e["epoch"],
                     e["group_id"],
                     e["term"],
-                    if e["sale_open"] == json!(true) { "open" } else { "closed" }
+                    if e["sale_open"] == json!(true) {
+                        "open"
+                    } else {
+                        "closed"
+                    }
                 );
                 println!(
                     "  capacity {}  available {}  held {}  sold {}  (stale {} ms)",

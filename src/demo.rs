@@ -48,7 +48,10 @@ impl DemoFile {
     }
 }
 
-pub async fn run(data_dir: Option<PathBuf>, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(
+    data_dir: Option<PathBuf>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let dir = match data_dir {
         Some(d) => d,
         None => {
@@ -62,15 +65,27 @@ pub async fn run(data_dir: Option<PathBuf>, shutdown: impl std::future::Future<O
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let bin = std::env::current_exe().context("find own binary")?;
-    println!("seatfence demo: starting 9 nodes (3 regions × 3) in {} ...", dir.display());
+    println!(
+        "seatfence demo: starting 9 nodes (3 regions × 3) in {} ...",
+        dir.display()
+    );
     let cluster = LocalCluster::start_regions(&bin, &dir, 3, 3, RaftTuning::default())?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
     let secret = cluster.jwt_secret().context("cluster has no edges")?;
     let day = 24 * 3600;
     let tokens: std::collections::BTreeMap<String, String> = [
-        ("operator", seatfence_api::auth::mint(&secret, "operator", true, 30 * day)),
-        ("alice", seatfence_api::auth::mint(&secret, "alice", false, 30 * day)),
-        ("bob", seatfence_api::auth::mint(&secret, "bob", false, 30 * day)),
+        (
+            "operator",
+            seatfence_api::auth::mint(&secret, "operator", true, 30 * day),
+        ),
+        (
+            "alice",
+            seatfence_api::auth::mint(&secret, "alice", false, 30 * day),
+        ),
+        (
+            "bob",
+            seatfence_api::auth::mint(&secret, "bob", false, 30 * day),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -153,7 +168,9 @@ pub async fn run(data_dir: Option<PathBuf>, shutdown: impl std::future::Future<O
     let exe = bin.display();
     println!("  {exe} ctl event {DEMO_EVENT}");
     println!("  {exe} ctl token --user carol");
-    println!("  {exe} ctl create-event --id gig-2 --name 'Second gig' --region eu-west --section A:5x10");
+    println!(
+        "  {exe} ctl create-event --id gig-2 --name 'Second gig' --region eu-west --section A:5x10"
+    );
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
     drop(cluster);

@@ -288,7 +288,12 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
         tracing::info!(addr = %edge_config.http_addr, region = %node.config.region, "edge serving");
         let mut seeds = vec![node.config.grpc_addr.clone()];
-        seeds.extend(node.config.initial_members.iter().map(|p| p.grpc_addr.clone()));
+        seeds.extend(
+            node.config
+                .initial_members
+                .iter()
+                .map(|p| p.grpc_addr.clone()),
+        );
         let edge = std::sync::Arc::new(seatfence_api::Edge::new(
             node.config.region.clone(),
             edge_config,

@@ -42,9 +42,7 @@ impl Admission {
             // Forget full buckets so the map stays bounded.
             let burst = self.burst;
             let rate = self.rate;
-            buckets.retain(|_, b| {
-                b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst
-            });
+            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
         }
         let b = buckets.entry(user.clone()).or_insert(Bucket {
             tokens: self.burst,
@@ -95,6 +93,6 @@ mod tests {
         let p = a.enter().unwrap();
         assert_eq!(a.enter().unwrap_err().code(), "overloaded");
         drop(p);
-        a.enter().unwrap();
+        let _again = a.enter().unwrap();
     }
 }

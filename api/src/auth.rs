@@ -53,7 +53,9 @@ pub fn verify(secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
         .map_err(|_| ApiError::Unauthorized("invalid or expired token"))?;
     let sub = data.claims.sub;
     if sub.is_empty() || sub.len() > 128 || !sub.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiError::Unauthorized("token subject must be 1-128 printable characters"));
+        return Err(ApiError::Unauthorized(
+            "token subject must be 1-128 printable characters",
+        ));
     }
     Ok(Caller {
         user: UserId(sub),
@@ -74,6 +76,10 @@ mod tests {
         assert!(verify("another-secret-xx", Some(&format!("Bearer {t}"))).is_err());
         assert!(verify("0123456789abcdef", Some(&t)).is_err());
         let op = mint("0123456789abcdef", "ops", true, 60);
-        assert!(verify("0123456789abcdef", Some(&format!("Bearer {op}"))).unwrap().operator);
+        assert!(
+            verify("0123456789abcdef", Some(&format!("Bearer {op}")))
+                .unwrap()
+                .operator
+        );
     }
 }

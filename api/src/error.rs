@@ -29,15 +29,9 @@ pub enum ApiError {
     #[error("this Idempotency-Key was used with another request")]
     IdempotencyKeyReused,
     #[error("{message}")]
-    TooManyRequests {
-        code: &'static str,
-        message: String,
-    },
+    TooManyRequests { code: &'static str, message: String },
     #[error("{message}")]
-    Unavailable {
-        code: &'static str,
-        message: String,
-    },
+    Unavailable { code: &'static str, message: String },
     #[error("{0}")]
     NotImplemented(&'static str),
     #[error("internal error: {0}")]

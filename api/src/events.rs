@@ -105,7 +105,11 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         hold_ttl_ms: body.hold_ttl_secs.unwrap_or(600).saturating_mul(1000),
         max_seats_per_hold: body.max_seats_per_hold.unwrap_or(8),
         max_seats_per_buyer: body.max_seats_per_buyer,
-        opens_at_ms: body.opens_at.as_deref().map(|s| rfc3339_ms(s, "opens_at")).transpose()?,
+        opens_at_ms: body
+            .opens_at
+            .as_deref()
+            .map(|s| rfc3339_ms(s, "opens_at"))
+            .transpose()?,
         closes_at_ms: body
             .closes_at
             .as_deref()
@@ -266,7 +270,11 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
             let route = edge.route(&event_id).await?;
             let (answer, _) = edge
                 .client
-                .query(route.group, &Query::Availability { max_seats: limit }, false)
+                .query(
+                    route.group,
+                    &Query::Availability { max_seats: limit },
+                    false,
+                )
                 .await
                 .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
             let QueryResult::Availability {

@@ -143,11 +143,13 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
                 group: route.group,
                 seq: h.seq,
             };
-            Ok(Reply::json(StatusCode::CREATED, hold_json(id, &event_id, &h))
-                .header("x-seatfence-epoch", reply.epoch.0)
-                .header("x-seatfence-owner-region", &reply.owner.0)
-                .header("location", format!("/v1/holds/{id}"))
-                .header("cache-control", "no-store"))
+            Ok(
+                Reply::json(StatusCode::CREATED, hold_json(id, &event_id, &h))
+                    .header("x-seatfence-epoch", reply.epoch.0)
+                    .header("x-seatfence-owner-region", &reply.owner.0)
+                    .header("location", format!("/v1/holds/{id}"))
+                    .header("cache-control", "no-store"),
+            )
         }
         other => {
             if matches!(other, Outcome::SeatsUnavailable { .. }) {
@@ -169,14 +171,14 @@ fn not_found() -> ApiError {
 async fn load(edge: &Edge, req: &Req, id: &str) -> Result<(HoldId, EventId, Hold), ApiError> {
     let caller = req.caller(edge)?;
     let id = HoldId::parse(id).ok_or_else(not_found)?;
-    let (answer, _) = match edge.client.query(id.group, &Query::Hold(id.seq), true).await {
-        Ok(a) => a,
-        // A group this cluster never had: no such hold.
-        Err(seatfence_raft::ClientError::Rejected(s)) if s.code() == tonic::Code::NotFound => {
-            return Err(not_found())
-        }
-        Err(e) => return Err(ApiError::unavailable("no_leader", e.to_string())),
-    };
+    if id.group.is_directory() || !edge.group_exists(id.group).await? {
+        return Err(not_found());
+    }
+    let (answer, _) = edge
+        .client
+        .query(id.group, &Query::Hold(id.seq), true)
+        .await
+        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
     match answer {
         QueryResult::Hold {
             hold: Some(h),
@@ -189,7 +191,8 @@ async fn load(edge: &Edge, req: &Req, id: &str) -> Result<(HoldId, EventId, Hold
 /// `GET /v1/holds/{id}` (owner only).
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let (id, event_id, h) = load(edge, req, id).await?;
-    Ok(Reply::json(StatusCode::OK, hold_json(id, &event_id, &h)).header("cache-control", "no-store"))
+    Ok(Reply::json(StatusCode::OK, hold_json(id, &event_id, &h))
+        .header("cache-control", "no-store"))
 }
 
 /// `DELETE /v1/holds/{id}` (owner only, before payment).

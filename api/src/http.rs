@@ -88,7 +88,9 @@ impl Req {
     pub fn idempotency(&self) -> Result<Option<String>, ApiError> {
         match &self.idempotency_key {
             None => Ok(None),
-            Some(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            Some(k)
+                if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
                 Ok(Some(k.clone()))
             }
             Some(_) => Err(ApiError::bad(
@@ -244,7 +246,10 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
-    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large.into()),
         Err(e) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}")).into()),

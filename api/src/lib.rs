@@ -61,6 +61,27 @@ pub struct Edge {
     availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
 }
 
+/// gRPC addresses of `group`'s members, from this node's directory replica.
+fn members_of(registry: &Registry, group: seatfence_core::GroupId) -> Vec<String> {
+    let Some(dir) = registry.get(seatfence_core::GroupId::DIRECTORY) else {
+        return Vec::new();
+    };
+    dir.sm.read(|s| {
+        let d = &s.state.directory;
+        let ids: Vec<seatfence_core::NodeId> = if group.is_directory() {
+            d.nodes.keys().copied().collect()
+        } else {
+            d.groups
+                .get(&group)
+                .map(|g| g.members.clone())
+                .unwrap_or_default()
+        };
+        ids.iter()
+            .filter_map(|id| d.nodes.get(id).map(|n| n.grpc_addr.clone()))
+            .collect()
+    })
+}
+
 /// How long an availability answer is reused.
 pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
 
@@ -71,8 +92,10 @@ impl Edge {
         seeds: Vec<String>,
         registry: Arc<Registry>,
     ) -> Edge {
+        let resolver_registry = registry.clone();
         let client = ClusterClient::new(seeds)
-            .with_deadline(Duration::from_millis(config.request_timeout_ms));
+            .with_deadline(Duration::from_millis(config.request_timeout_ms))
+            .with_members(Arc::new(move |group| members_of(&resolver_registry, group)));
         Edge {
             region,
             admission: Admission::new(
@@ -91,7 +114,10 @@ impl Edge {
 
     /// The route of `event`, or 404 / 503.
     pub async fn route(&self, event: &EventId) -> Result<EventRoute, ApiError> {
-        self.routes.resolve(event).await.map_err(|e| self.route_error(e))
+        self.routes
+            .resolve(event)
+            .await
+            .map_err(|e| self.route_error(e))
     }
 
     fn route_error(&self, e: RouteError) -> ApiError {
@@ -154,7 +180,8 @@ impl Edge {
             };
             if let Outcome::StaleEpoch { current, owner } = &reply.outcome {
                 if *current > cmd.epoch {
-                    self.routes.adopt_epoch(&cmd.event_id, *current, owner.clone());
+                    self.routes
+                        .adopt_epoch(&cmd.event_id, *current, owner.clone());
                     route.epoch = *current;
                     route.owner_region = owner.clone();
                     last = format!("epoch {} is stale, now {current}", cmd.epoch);
@@ -181,10 +208,33 @@ impl Edge {
     }
 
     /// Read this node's replica of the directory (`None` if not hosted).
-    pub fn registry_directory<T>(&self, f: impl FnOnce(&seatfence_core::Directory) -> T) -> Option<T> {
+    pub fn registry_directory<T>(
+        &self,
+        f: impl FnOnce(&seatfence_core::Directory) -> T,
+    ) -> Option<T> {
         self.registry
             .get(seatfence_core::GroupId::DIRECTORY)
             .map(|d| d.sm.read(|s| f(&s.state.directory)))
+    }
+
+    /// Whether the directory knows `group`: this node's replica first, the
+    /// directory's leader when the replica has not seen it (it may lag).
+    pub async fn group_exists(&self, group: seatfence_core::GroupId) -> Result<bool, ApiError> {
+        if self.registry_directory(|d| d.groups.contains_key(&group)) == Some(true) {
+            return Ok(true);
+        }
+        let (answer, _) = self
+            .client
+            .query(
+                seatfence_core::GroupId::DIRECTORY,
+                &seatfence_core::Query::Directory,
+                true,
+            )
+            .await
+            .map_err(|e| self.client_error(e))?;
+        Ok(
+            matches!(answer, seatfence_core::QueryResult::Directory(d) if d.groups.contains_key(&group)),
+        )
     }
 
     fn cached_availability(
@@ -192,7 +242,10 @@ impl Edge {
         event: &EventId,
         limit: u32,
     ) -> Option<(serde_json::Value, Instant)> {
-        let cache = self.availability.lock().expect("availability lock poisoned");
+        let cache = self
+            .availability
+            .lock()
+            .expect("availability lock poisoned");
         cache
             .get(event)
             .filter(|(at, body)| at.elapsed() < AVAILABILITY_CACHE && body["limit"] == limit)
@@ -200,7 +253,10 @@ impl Edge {
     }
 
     fn store_availability(&self, event: &EventId, at: Instant, body: serde_json::Value) {
-        let mut cache = self.availability.lock().expect("availability lock poisoned");
+        let mut cache = self
+            .availability
+            .lock()
+            .expect("availability lock poisoned");
         if cache.len() > 10_000 {
             cache.retain(|_, (t, _)| t.elapsed() < AVAILABILITY_CACHE);
         }

@@ -50,7 +50,14 @@ impl Histogram {
 }
 
 /// The routes whose latency is tracked separately.
-pub const ROUTES: [&str; 6] = ["holds", "events", "availability", "bookings", "admin", "other"];
+pub const ROUTES: [&str; 6] = [
+    "holds",
+    "events",
+    "availability",
+    "bookings",
+    "admin",
+    "other",
+];
 
 #[derive(Debug, Default)]
 pub struct EdgeMetrics {
@@ -76,7 +83,10 @@ impl EdgeMetrics {
     }
 
     pub fn observe(&self, route: &str, status: u16, d: Duration) {
-        let i = ROUTES.iter().position(|r| *r == route).unwrap_or(ROUTES.len() - 1);
+        let i = ROUTES
+            .iter()
+            .position(|r| *r == route)
+            .unwrap_or(ROUTES.len() - 1);
         self.latency[i].observe(d);
         match status {
             200..=299 => inc(&self.responses_2xx),
@@ -108,7 +118,11 @@ impl EdgeMetrics {
                 ("class=\"5xx\"", g(&self.responses_5xx)),
             ],
         );
-        counter("seatfence_holds_created_total", "Holds granted.", &[("", g(&self.holds_created))]);
+        counter(
+            "seatfence_holds_created_total",
+            "Holds granted.",
+            &[("", g(&self.holds_created))],
+        );
         counter(
             "seatfence_hold_conflicts_total",
             "Hold requests refused because seats were taken (409 seats_unavailable).",
@@ -128,7 +142,10 @@ impl EdgeMetrics {
             "not_leader answers: followed by this edge, and given by this node.",
             &[
                 ("side=\"edge\"", redirects),
-                ("side=\"node\"", RaftMetrics::get(&METRICS.not_leader_answers)),
+                (
+                    "side=\"node\"",
+                    RaftMetrics::get(&METRICS.not_leader_answers),
+                ),
             ],
         );
         counter(

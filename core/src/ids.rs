@@ -98,7 +98,8 @@ pub struct HoldId {
 impl HoldId {
     pub fn parse(s: &str) -> Option<HoldId> {
         let (g, seq) = s.strip_prefix('h')?.split_once('-')?;
-        let digits = |x: &str| !x.is_empty() && x.len() <= 20 && x.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |x: &str| !x.is_empty() && x.len() <= 20 && x.bytes().all(|b| b.is_ascii_digit());
         if !digits(g) || !digits(seq) {
             return None;
         }
@@ -151,7 +152,17 @@ mod tests {
         };
         assert_eq!(h.to_string(), "h12-345");
         assert_eq!(HoldId::parse("h12-345"), Some(h));
-        for bad in ["", "h", "h12", "h-1", "h1-", "x1-2", "h1-2-3", "h+1-2", "h99999999999999999999999-1"] {
+        for bad in [
+            "",
+            "h",
+            "h12",
+            "h-1",
+            "h1-",
+            "x1-2",
+            "h1-2-3",
+            "h+1-2",
+            "h99999999999999999999999-1",
+        ] {
             assert_eq!(HoldId::parse(bad), None, "{bad}");
         }
     }

@@ -78,8 +78,13 @@ impl RecordKey {
             RecordKey::Op(owner, key) => {
                 // The owner's length first, so owner and key cannot run together.
                 let len = u16::try_from(owner.0.len()).expect("user ids are short");
-                [b"o/".as_slice(), &len.to_be_bytes(), owner.0.as_bytes(), key.as_bytes()]
-                    .concat()
+                [
+                    b"o/".as_slice(),
+                    &len.to_be_bytes(),
+                    owner.0.as_bytes(),
+                    key.as_bytes(),
+                ]
+                .concat()
             }
         }
     }
@@ -223,7 +228,9 @@ impl State {
                     survival: *survival,
                 };
                 changed.push(RecordKey::Route(event_id.clone()));
-                self.directory.events.insert(event_id.clone(), route.clone());
+                self.directory
+                    .events
+                    .insert(event_id.clone(), route.clone());
                 Response::EventRegistered(route)
             }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
@@ -339,7 +346,12 @@ impl State {
                     .map(|e| RecordKey::Route(e.clone())),
             )
             .chain(std::iter::once(RecordKey::Event))
-            .chain(self.inventory.seats.keys().map(|s| RecordKey::Seat(s.clone())))
+            .chain(
+                self.inventory
+                    .seats
+                    .keys()
+                    .map(|s| RecordKey::Seat(s.clone())),
+            )
             .chain(self.inventory.holds.keys().map(|h| RecordKey::Hold(*h)))
             .chain(
                 self.inventory

@@ -15,10 +15,21 @@ const TTL_MS: u64 = 10_000;
 
 #[derive(Debug, Clone)]
 enum Step {
-    Hold { owner: u8, pick: SeatPick, key: Option<u8> },
-    Cancel { owner: u8, hold: u64, key: Option<u8> },
+    Hold {
+        owner: u8,
+        pick: SeatPick,
+        key: Option<u8>,
+    },
+    Cancel {
+        owner: u8,
+        hold: u64,
+        key: Option<u8>,
+    },
     /// Re-send the `n`th earlier keyed command, optionally with another payload.
-    Replay { n: usize, other_payload: bool },
+    Replay {
+        n: usize,
+        other_payload: bool,
+    },
     Advance(u64),
     StaleEpoch,
 }
@@ -95,12 +106,24 @@ fn check(s: &State) {
     let mut owner_of = BTreeMap::new();
     for h in inv.holds.values().filter(|h| h.status.is_live()) {
         for seat in &h.seats {
-            assert_eq!(inv.seats[seat].state, SeatState::Held(h.seq), "hold {} lost {seat}", h.seq);
-            assert!(owner_of.insert(seat.clone(), h.seq).is_none(), "{seat} in two holds");
+            assert_eq!(
+                inv.seats[seat].state,
+                SeatState::Held(h.seq),
+                "hold {} lost {seat}",
+                h.seq
+            );
+            assert!(
+                owner_of.insert(seat.clone(), h.seq).is_none(),
+                "{seat} in two holds"
+            );
         }
     }
     let (a, h, sold) = inv.count_seats();
-    assert_eq!((ev.available, ev.held, ev.sold), (a, h, sold), "counters differ from records");
+    assert_eq!(
+        (ev.available, ev.held, ev.sold),
+        (a, h, sold),
+        "counters differ from records"
+    );
     assert_eq!(a + h + sold, ev.capacity);
     // Derived indexes equal a rebuild from the records.
     let mut rebuilt = inv.clone();
@@ -207,10 +230,21 @@ fn a_hold_of_several_seats_is_all_or_none() {
     let mut s = State::default();
     s.apply(g, &cmd(0, 0, None, EventAction::Create(spec())));
     let hold = |s: &mut State, owner: &str, seats: &[&str]| {
-        outcome(s.apply(g, &cmd(1, 1, None, EventAction::Hold {
-            owner: UserId(owner.into()),
-            pick: SeatPick::Seats(seats.iter().map(|x| x.to_string()).collect()),
-        })).response)
+        outcome(
+            s.apply(
+                g,
+                &cmd(
+                    1,
+                    1,
+                    None,
+                    EventAction::Hold {
+                        owner: UserId(owner.into()),
+                        pick: SeatPick::Seats(seats.iter().map(|x| x.to_string()).collect()),
+                    },
+                ),
+            )
+            .response,
+        )
     };
     assert!(matches!(hold(&mut s, "a", &["A1", "A2"]), Outcome::Held(_)));
     let before = s.clone();
@@ -228,13 +262,35 @@ fn only_the_owner_cancels_and_a_stranger_learns_nothing() {
     let g = GroupId(1);
     let mut s = State::default();
     s.apply(g, &cmd(0, 0, None, EventAction::Create(spec())));
-    let held = outcome(s.apply(g, &cmd(1, 1, None, EventAction::Hold {
-        owner: UserId("a".into()),
-        pick: SeatPick::Quantity { section: None, quantity: 2 },
-    })).response);
-    let Outcome::Held(h) = held else { panic!("{held:?}") };
-    let by = |who: &str| EventAction::Cancel { owner: UserId(who.into()), hold: h.seq };
-    assert_eq!(outcome(s.apply(g, &cmd(2, 1, None, by("b"))).response), Outcome::HoldNotFound);
+    let held = outcome(
+        s.apply(
+            g,
+            &cmd(
+                1,
+                1,
+                None,
+                EventAction::Hold {
+                    owner: UserId("a".into()),
+                    pick: SeatPick::Quantity {
+                        section: None,
+                        quantity: 2,
+                    },
+                },
+            ),
+        )
+        .response,
+    );
+    let Outcome::Held(h) = held else {
+        panic!("{held:?}")
+    };
+    let by = |who: &str| EventAction::Cancel {
+        owner: UserId(who.into()),
+        hold: h.seq,
+    };
+    assert_eq!(
+        outcome(s.apply(g, &cmd(2, 1, None, by("b"))).response),
+        Outcome::HoldNotFound
+    );
     assert_eq!(s.inventory.event.as_ref().unwrap().held, 2);
     let c = outcome(s.apply(g, &cmd(2, 1, None, by("a"))).response);
     assert!(matches!(c, Outcome::Cancelled(h) if h.status == HoldStatus::Released));

@@ -286,10 +286,12 @@ impl NodeService for NodeApi {
         if req.linearizable {
             if let Err(e) = g.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
                 let forward = match e {
-                    RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
-                        f,
-                    )) => f,
-                    other => return Err(Status::unavailable(format!("group_unavailable: {other}"))),
+                    RaftError::APIError(
+                        openraft::error::LinearizableReadError::ForwardToLeader(f),
+                    ) => f,
+                    other => {
+                        return Err(Status::unavailable(format!("group_unavailable: {other}")))
+                    }
                 };
                 let nl = not_leader(forward);
                 let Some(write_reply::Result::NotLeader(nl)) = nl.result else {

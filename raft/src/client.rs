@@ -70,8 +70,13 @@ pub struct ClusterClient {
     deadline: Duration,
 }
 
+/// Where a group's replicas are: gRPC addresses to try when its leader is
+/// unknown (an edge answers from its replica of the directory).
+pub type MemberResolver = Arc<dyn Fn(GroupId) -> Vec<String> + Send + Sync>;
+
 struct Inner {
     seeds: Vec<String>,
+    members: Option<MemberResolver>,
     channels: Mutex<HashMap<String, Channel>>,
     leaders: Mutex<HashMap<GroupId, String>>,
     /// `not_leader` answers followed (for the edge's metrics).
@@ -96,12 +101,30 @@ impl ClusterClient {
         ClusterClient {
             inner: Arc::new(Inner {
                 seeds,
+                members: None,
                 channels: Default::default(),
                 leaders: Default::default(),
                 redirects: AtomicU64::new(0),
             }),
             queues: Default::default(),
             deadline: Duration::from_secs(15),
+        }
+    }
+
+    /// Try the members `resolver` names for a group (then the seeds) when
+    /// its leader is unknown, instead of the seeds alone.
+    pub fn with_members(self, resolver: MemberResolver) -> ClusterClient {
+        let inner = Inner {
+            seeds: self.inner.seeds.clone(),
+            members: Some(resolver),
+            channels: Default::default(),
+            leaders: Default::default(),
+            redirects: AtomicU64::new(0),
+        };
+        ClusterClient {
+            inner: Arc::new(inner),
+            queues: Default::default(),
+            deadline: self.deadline,
         }
     }
 
@@ -168,7 +191,7 @@ impl ClusterClient {
         while start.elapsed() < self.deadline {
             let addr = inner.leader(group).unwrap_or_else(|| {
                 seed += 1;
-                inner.seeds[seed % inner.seeds.len()].clone()
+                inner.candidate(group, seed)
             });
             let mut req = tonic::Request::new(QueryRequest {
                 group_id: group.0,
@@ -308,6 +331,14 @@ impl Inner {
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
+    /// The `n`th node to ask about `group` when its leader is unknown: its
+    /// members (if a resolver knows them), then the seeds.
+    fn candidate(&self, group: GroupId, n: usize) -> String {
+        let mut all = self.members.as_ref().map(|r| r(group)).unwrap_or_default();
+        all.extend(self.seeds.iter().cloned());
+        all[n % all.len()].clone()
+    }
+
     fn leader(&self, group: GroupId) -> Option<String> {
         self.leaders
             .lock()
@@ -340,7 +371,7 @@ impl Inner {
         while start.elapsed() < deadline {
             let addr = self.leader(group).unwrap_or_else(|| {
                 seed += 1;
-                self.seeds[seed % self.seeds.len()].clone()
+                self.candidate(group, seed)
             });
             let mut req = tonic::Request::new(WriteBatchRequest {
                 group_id: group.0,

@@ -212,7 +212,9 @@ impl NodeConfig {
                 )));
             }
             if e.jwt_secret.len() < 16 {
-                return Err(ConfigError::Edge("jwt_secret must be at least 16 bytes".into()));
+                return Err(ConfigError::Edge(
+                    "jwt_secret must be at least 16 bytes".into(),
+                ));
             }
             if e.max_inflight_mutations == 0 || e.user_rate_per_sec == 0 || e.user_burst == 0 {
                 return Err(ConfigError::Edge(
@@ -221,7 +223,9 @@ impl NodeConfig {
                 ));
             }
             if e.request_timeout_ms < 100 {
-                return Err(ConfigError::Edge("request_timeout_ms must be at least 100".into()));
+                return Err(ConfigError::Edge(
+                    "request_timeout_ms must be at least 100".into(),
+                ));
             }
         }
         Ok(())

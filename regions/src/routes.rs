@@ -7,9 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use seatfence_core::{
-    Epoch, EventId, EventRoute, Fence, GroupId, Query, QueryResult, RegionId,
-};
+use seatfence_core::{Epoch, EventId, EventRoute, Fence, GroupId, Query, QueryResult, RegionId};
 use seatfence_raft::{ClientError, ClusterClient};
 
 #[derive(Debug, thiserror::Error)]

@@ -96,3 +96,40 @@ pub async fn assert_keys_on(
         assert_eq!(&found, v, "key {k} on {addr}");
     }
 }
+
+/// A cluster of `regions × per_region` nodes, every node an HTTP edge.
+pub async fn start_regions(dir: &Path, regions: usize, per_region: usize) -> LocalCluster {
+    let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
+    let cluster = LocalCluster::start_regions(bin, dir, regions, per_region, test_tuning())
+        .expect("start cluster");
+    if let Err(e) = cluster.wait_ready(PATIENCE).await {
+        let tails: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("--- node {}:\n{}", n.id(), cluster.log_tail(n.id())))
+            .collect();
+        panic!("{e}\n{}", tails.join("\n"));
+    }
+    cluster
+}
+
+/// A bearer token for `user`, signed with the cluster's secret.
+pub fn token(cluster: &LocalCluster, user: &str, operator: bool) -> String {
+    seatfence_api::auth::mint(&cluster.jwt_secret().expect("edges"), user, operator, 3600)
+}
+
+/// Create an event through `edge` as an operator; returns the 201 body.
+pub async fn create_event(
+    cluster: &LocalCluster,
+    edge: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let http = seatfence::http_client::HttpClient::default();
+    let op = token(cluster, "ops", true);
+    let a = http
+        .post(&format!("{edge}/v1/events"), Some(&op), None, &body)
+        .await
+        .expect("create event");
+    assert_eq!(a.status.as_u16(), 201, "create event: {}", a.body);
+    a.body
+}

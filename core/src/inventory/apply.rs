@@ -365,7 +365,9 @@ impl Inventory {
             if at.saturating_add(OPERATION_TTL_MS) > now {
                 break;
             }
-            self.index.op_times.remove(&(at, owner.clone(), key.clone()));
+            self.index
+                .op_times
+                .remove(&(at, owner.clone(), key.clone()));
             self.ops.remove(&(owner.clone(), key.clone()));
             changed.push(RecordKey::Op(owner, key));
         }

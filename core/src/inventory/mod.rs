@@ -161,27 +161,51 @@ pub struct Operation {
 /// What an event command did. Every replica computes the same one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Outcome {
-    Created { capacity: u64 },
+    Created {
+        capacity: u64,
+    },
     Held(Hold),
     Cancelled(Hold),
-    OpenSet { open: bool },
-    Ticked { expired: u32 },
+    OpenSet {
+        open: bool,
+    },
+    Ticked {
+        expired: u32,
+    },
     /// The command's epoch is not the event's: re-route with `current`.
-    StaleEpoch { current: Epoch, owner: RegionId },
+    StaleEpoch {
+        current: Epoch,
+        owner: RegionId,
+    },
     EventNotFound,
     EventExists,
     InvalidEvent(SpecError),
     HoldNotFound,
     /// A hold that has a booking cannot be cancelled by its owner.
-    HoldNotCancellable { status: HoldStatus },
-    SeatsUnavailable { unavailable: Vec<String>, available: u64 },
-    UnknownSeats { seats: Vec<String> },
-    UnknownSection { section: String },
-    TooManySeats { max: u32 },
-    InvalidRequest { reason: String },
+    HoldNotCancellable {
+        status: HoldStatus,
+    },
+    SeatsUnavailable {
+        unavailable: Vec<String>,
+        available: u64,
+    },
+    UnknownSeats {
+        seats: Vec<String>,
+    },
+    UnknownSection {
+        section: String,
+    },
+    TooManySeats {
+        max: u32,
+    },
+    InvalidRequest {
+        reason: String,
+    },
     SaleNotOpen,
     SaleClosed,
-    BuyerLimitReached { limit: u32 },
+    BuyerLimitReached {
+        limit: u32,
+    },
     IdempotencyKeyReused,
 }
 

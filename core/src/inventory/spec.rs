@@ -139,7 +139,9 @@ impl EventSpec {
         for s in &self.sections {
             let ok = !s.name.is_empty()
                 && s.name.len() <= 16
-                && s.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                && s.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_');
             if !ok || !names.insert(s.name.as_str()) {
                 return Err(SpecError::BadSection(s.name.clone()));
             }
@@ -210,7 +212,10 @@ mod tests {
     fn sections_lay_out_row_by_row() {
         let l = spec().layout();
         assert_eq!(l.len(), 1);
-        assert_eq!(l[0].1, ["A-1-1", "A-1-2", "A-1-3", "A-2-1", "A-2-2", "A-2-3"]);
+        assert_eq!(
+            l[0].1,
+            ["A-1-1", "A-1-2", "A-1-3", "A-2-1", "A-2-2", "A-2-3"]
+        );
         assert_eq!(spec().capacity(), 6);
     }
 

@@ -85,15 +85,23 @@ pub async fn run_holds_bench(
     let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
     let http = HttpClient::default();
     let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
-    let rows = args.seats.div_ceil(200).max(1);
-    let per_row = args.seats.min(200).max(1);
+    // Rows of 200 seats, and the remainder in a second section: exactly
+    // `--seats` seats.
+    let seats = args.seats.max(1);
+    let mut sections = Vec::new();
+    if seats >= 200 {
+        sections.push(json!({"name": "A", "rows": seats / 200, "seats_per_row": 200}));
+    }
+    if !seats.is_multiple_of(200) {
+        sections.push(json!({"name": "B", "rows": 1, "seats_per_row": seats % 200}));
+    }
     let created = http
         .post(
             &format!("{}/v1/events", edges[0]),
             Some(&op),
             None,
             &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
-                    "sections": [{"name": "A", "rows": rows, "seats_per_row": per_row}],
+                    "sections": sections,
                     "hold_ttl_secs": 3600, "max_seats_per_hold": 8}),
         )
         .await?;

@@ -60,7 +60,7 @@ enum Cmd {
         #[arg(long, global = true)]
         token: Option<String>,
         #[command(subcommand)]
-        cmd: CtlCmd,
+        cmd: Box<CtlCmd>,
     },
     /// Benchmarks.
     Bench {
@@ -194,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
             edge,
             token,
             cmd,
-        } => match cmd {
+        } => match *cmd {
             CtlCmd::Events(cmd) => {
                 let demo = demo.unwrap_or_else(|| seatfence::demo::default_dir().join("demo.json"));
                 seatfence::ctl::run(EdgeTarget { demo, edge, token }, cmd).await

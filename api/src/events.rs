@@ -165,7 +165,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         epoch: route.epoch,
         now_ms: now_ms(),
         idempotency: None,
-        action: EventAction::Create(spec.clone()),
+        action: EventAction::Create(Box::new(spec.clone())),
     };
     let (reply, _) = edge.execute(&route, cmd).await?;
     match reply.outcome {
@@ -219,13 +219,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             what: format!("event {event_id}"),
         });
     };
-    let open = match ev.forced_open {
-        Some(o) => o,
-        None => {
-            let now = now_ms();
-            !ev.opens_at_ms.is_some_and(|t| now < t) && !ev.closes_at_ms.is_some_and(|t| now >= t)
-        }
-    };
+    let open = ev.sale_open(now_ms()).is_ok();
     Ok(Reply::json(
         StatusCode::OK,
         json!({

@@ -143,7 +143,7 @@ proptest! {
         let g = GroupId(1);
         let mut s = State::default();
         let mut now = 1_000u64;
-        let created = outcome(s.apply(g, &cmd(now, 0, None, EventAction::Create(spec()))).response);
+        let created = outcome(s.apply(g, &cmd(now, 0, None, EventAction::Create(Box::new(spec())))).response);
         prop_assert_eq!(created, Outcome::Created { capacity: 8 });
         // Keyed commands sent so far with their first outcome.
         let mut sent: Vec<(UserId, String, EventAction, Outcome)> = Vec::new();
@@ -228,7 +228,7 @@ proptest! {
 fn a_hold_of_several_seats_is_all_or_none() {
     let g = GroupId(1);
     let mut s = State::default();
-    s.apply(g, &cmd(0, 0, None, EventAction::Create(spec())));
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = |s: &mut State, owner: &str, seats: &[&str]| {
         outcome(
             s.apply(
@@ -261,7 +261,7 @@ fn a_hold_of_several_seats_is_all_or_none() {
 fn only_the_owner_cancels_and_a_stranger_learns_nothing() {
     let g = GroupId(1);
     let mut s = State::default();
-    s.apply(g, &cmd(0, 0, None, EventAction::Create(spec())));
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let held = outcome(
         s.apply(
             g,

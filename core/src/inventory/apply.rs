@@ -176,17 +176,8 @@ impl Inventory {
         changed: &mut Vec<RecordKey>,
     ) -> Outcome {
         let ev = self.event.as_ref().expect("checked by the caller");
-        match ev.forced_open {
-            Some(false) => return Outcome::SaleClosed,
-            Some(true) => {}
-            None => {
-                if ev.opens_at_ms.is_some_and(|t| now < t) {
-                    return Outcome::SaleNotOpen;
-                }
-                if ev.closes_at_ms.is_some_and(|t| now >= t) {
-                    return Outcome::SaleClosed;
-                }
-            }
+        if let Err(refused) = ev.sale_open(now) {
+            return refused;
         }
         let max = ev.max_seats_per_hold;
         let seats: Vec<String> = match pick {

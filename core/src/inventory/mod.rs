@@ -49,7 +49,7 @@ pub struct EventCommand {
 pub enum EventAction {
     /// Create the event (epoch 1, owner = home region). Repeating the same
     /// spec answers `Created` again; another spec is `EventExists`.
-    Create(EventSpec),
+    Create(Box<EventSpec>),
     /// Hold seats for `owner`, all or none.
     Hold { owner: UserId, pick: SeatPick },
     /// Cancel a hold (its owner only, before payment).
@@ -99,6 +99,20 @@ pub struct Event {
     /// The highest `now_ms` applied: time never runs backwards in `apply`,
     /// whatever the clocks of successive leaders say.
     pub clock_ms: u64,
+}
+
+impl Event {
+    /// Whether holds are accepted at `now_ms`: the operator's override,
+    /// else the `opens_at`/`closes_at` window. `Err` is the refusal.
+    pub fn sale_open(&self, now_ms: u64) -> Result<(), Outcome> {
+        match self.forced_open {
+            Some(true) => Ok(()),
+            Some(false) => Err(Outcome::SaleClosed),
+            None if self.opens_at_ms.is_some_and(|t| now_ms < t) => Err(Outcome::SaleNotOpen),
+            None if self.closes_at_ms.is_some_and(|t| now_ms >= t) => Err(Outcome::SaleClosed),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

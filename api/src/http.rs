@@ -346,3 +346,28 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/bookings"),
     ("get", "/v1/bookings/{booking_id}"),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::ROUTES;
+
+    /// docs/openapi.json lists exactly the routes the router serves.
+    #[test]
+    fn openapi_document_matches_the_router() {
+        let text = include_str!("../../docs/openapi.json");
+        let doc: serde_json::Value = serde_json::from_str(text).expect("openapi.json parses");
+        let mut documented = Vec::new();
+        for (path, ops) in doc["paths"].as_object().expect("paths") {
+            for method in ops.as_object().expect("operations").keys() {
+                documented.push((method.clone(), path.clone()));
+            }
+        }
+        documented.sort();
+        let mut served: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        served.sort();
+        assert_eq!(documented, served);
+    }
+}

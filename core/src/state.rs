@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::{Command, Response};
 use crate::directory::{Directory, EventRoute, GroupInfo};
 use crate::ids::{Epoch, EventId, GroupId, NodeId, UserId};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, OpKey};
 
 /// Everything a group replicates.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,7 +256,11 @@ impl State {
             RecordKey::Event => self.inventory.event.as_ref().map(enc),
             RecordKey::Seat(s) => self.inventory.seats.get(s).map(enc),
             RecordKey::Hold(h) => self.inventory.holds.get(h).map(enc),
-            RecordKey::Op(o, k) => self.inventory.ops.get(&(o.clone(), k.clone())).map(enc),
+            RecordKey::Op(o, k) => self
+                .inventory
+                .ops
+                .get(&OpKey::new(o.clone(), k.clone()))
+                .map(enc),
         }
     }
 
@@ -291,7 +295,9 @@ impl State {
                 self.inventory.holds.insert(h, dec(value).map_err(err)?);
             }
             RecordKey::Op(o, k) => {
-                self.inventory.ops.insert((o, k), dec(value).map_err(err)?);
+                self.inventory
+                    .ops
+                    .insert(OpKey::new(o, k), dec(value).map_err(err)?);
             }
         }
         Ok(())
@@ -324,7 +330,7 @@ impl State {
                 self.inventory.holds.remove(&h);
             }
             RecordKey::Op(o, k) => {
-                self.inventory.ops.remove(&(o, k));
+                self.inventory.ops.remove(&OpKey::new(o, k));
             }
         }
         Ok(())
@@ -357,7 +363,7 @@ impl State {
                 self.inventory
                     .ops
                     .keys()
-                    .map(|(o, k)| RecordKey::Op(o.clone(), k.clone())),
+                    .map(|k| RecordKey::Op(k.owner.clone(), k.key.clone())),
             );
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }

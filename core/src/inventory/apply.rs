@@ -4,7 +4,7 @@ use crate::ids::{Epoch, RegionId, UserId};
 use crate::state::RecordKey;
 
 use super::{
-    Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory,
+    Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory, OpKey,
     Operation, Outcome, Seat, SeatPick, SeatState, OPERATION_TTL_MS,
 };
 
@@ -15,7 +15,7 @@ pub fn request_hash(action: &EventAction) -> u64 {
     fnv(&bytes)
 }
 
-fn fnv(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
@@ -65,7 +65,9 @@ impl Inventory {
         self.forget_old_operations(now, changed);
 
         let op_key = match (&cmd.idempotency, &cmd.action) {
-            (Some(k), EventAction::Hold { .. } | EventAction::Cancel { .. }) => Some(k.clone()),
+            (Some((owner, key)), EventAction::Hold { .. } | EventAction::Cancel { .. }) => {
+                Some(OpKey::new(owner.clone(), key.clone()))
+            }
             _ => None,
         };
         let hash = request_hash(&cmd.action);
@@ -89,8 +91,8 @@ impl Inventory {
             EventAction::Tick => Outcome::Ticked { expired },
         };
         if let Some(k) = op_key {
-            self.index.op_times.insert((now, k.0.clone(), k.1.clone()));
-            changed.push(RecordKey::Op(k.0.clone(), k.1.clone()));
+            self.index.op_times.insert((now, k.clone()));
+            changed.push(RecordKey::Op(k.owner.clone(), k.key.clone()));
             self.ops.insert(
                 k,
                 Operation {
@@ -352,15 +354,13 @@ impl Inventory {
     }
 
     fn forget_old_operations(&mut self, now: u64, changed: &mut Vec<RecordKey>) {
-        while let Some((at, owner, key)) = self.index.op_times.get_min().cloned() {
+        while let Some((at, key)) = self.index.op_times.get_min().cloned() {
             if at.saturating_add(OPERATION_TTL_MS) > now {
                 break;
             }
-            self.index
-                .op_times
-                .remove(&(at, owner.clone(), key.clone()));
-            self.ops.remove(&(owner.clone(), key.clone()));
-            changed.push(RecordKey::Op(owner, key));
+            self.index.op_times.remove(&(at, key.clone()));
+            self.ops.remove(&key);
+            changed.push(RecordKey::Op(key.owner, key.key));
         }
     }
 }

@@ -260,6 +260,30 @@ pub struct EventReply {
     pub outcome: Outcome,
 }
 
+/// The key of an idempotency record: `(owner, key)`, ordered by a hash of
+/// both first so a lookup among many records rarely compares strings
+/// (they share long prefixes such as `buyer…`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpKey {
+    pub hash: u64,
+    pub owner: UserId,
+    pub key: String,
+}
+
+impl OpKey {
+    pub fn new(owner: UserId, key: String) -> OpKey {
+        let mut bytes = Vec::with_capacity(owner.0.len() + key.len() + 1);
+        bytes.extend_from_slice(owner.0.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(key.as_bytes());
+        OpKey {
+            hash: apply::fnv(&bytes),
+            owner,
+            key,
+        }
+    }
+}
+
 /// Indexes derived from the records; rebuilt after loading, kept in step by
 /// `apply`. Persistent sets, so cloning the state for a snapshot stays O(1).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -268,8 +292,8 @@ pub struct Indexes {
     pub free: imbl::OrdMap<u32, imbl::OrdSet<(u32, String)>>,
     /// Deadlines of held holds: `(expires_at_ms, hold seq)`.
     pub deadlines: imbl::OrdSet<(u64, u64)>,
-    /// When each idempotency record lapses: `(at_ms, owner, key)`.
-    pub op_times: imbl::OrdSet<(u64, UserId, String)>,
+    /// When each idempotency record was made: `(at_ms, key)`.
+    pub op_times: imbl::OrdSet<(u64, OpKey)>,
     /// Seats in each buyer's live holds.
     pub buyer_seats: imbl::OrdMap<UserId, u32>,
 }
@@ -280,7 +304,8 @@ pub struct Inventory {
     pub event: Option<Event>,
     pub seats: imbl::OrdMap<String, Seat>,
     pub holds: imbl::OrdMap<u64, Hold>,
-    pub ops: imbl::OrdMap<(UserId, String), Operation>,
+    /// Idempotency records by [`OpKey`].
+    pub ops: imbl::OrdMap<OpKey, Operation>,
     #[serde(skip)]
     pub index: Indexes,
 }
@@ -305,8 +330,8 @@ impl Inventory {
                 *ix.buyer_seats.entry(h.owner.clone()).or_default() += h.seats.len() as u32;
             }
         }
-        for ((owner, key), op) in &self.ops {
-            ix.op_times.insert((op.at_ms, owner.clone(), key.clone()));
+        for (k, op) in &self.ops {
+            ix.op_times.insert((op.at_ms, k.clone()));
         }
         self.index = ix;
     }

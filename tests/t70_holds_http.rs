@@ -290,4 +290,38 @@ async fn t70_holds_over_http() {
         assert_ne!(a.status.as_u16(), 405, "{method} {path}");
         assert_ne!(a.code(), Some("not_found"), "{method} {path}: {}", a.body);
     }
+
+    tracing::info!("--- a hold past its TTL expires on its own, seats free again");
+    create_event(
+        &cluster,
+        eu,
+        json!({"event_id": "brief", "name": "Brief", "home_region": "eu-west",
+               "seats": ["X1", "X2", "X3"], "hold_ttl_secs": 1}),
+    )
+    .await;
+    let h = http
+        .post(
+            &format!("{ap}/v1/holds"),
+            Some(tok),
+            None,
+            &json!({"event_id": "brief", "seats": ["X1", "X2"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(h.status.as_u16(), 201, "{}", h.body);
+    let brief_id = h.body["hold_id"].as_str().unwrap().to_string();
+    eventually("the hold expires without other traffic", || async {
+        let a = http
+            .get(&format!("{us}/v1/holds/{brief_id}"), Some(tok))
+            .await
+            .ok()?;
+        (a.body["status"] == "expired").then_some(())
+    })
+    .await;
+    tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
+    let av = http
+        .get(&format!("{us}/v1/events/brief/availability"), Some(tok))
+        .await
+        .unwrap();
+    assert_eq!(counts(&av.body), (3, 0, 0), "{}", av.body);
 }

@@ -24,6 +24,10 @@ use crate::{events, holds, Edge};
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// Oversized bodies up to this size are read and dropped before the 413;
+/// larger ones get the 413 and a closed connection.
+const DRAIN_LIMIT: usize = 16 << 20;
+
 /// A successful answer.
 pub struct Reply {
     pub status: StatusCode,
@@ -187,6 +191,10 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>
                 resp.headers_mut()
                     .insert("retry-after", HeaderValue::from(s));
             }
+            if matches!(e, ApiError::PayloadTooLarge { .. }) {
+                resp.headers_mut()
+                    .insert("connection", HeaderValue::from_static("close"));
+            }
             resp
         }
     };
@@ -232,7 +240,12 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES as u64) {
+        // Read (and drop) a moderately oversized body so the client, still
+        // writing it, sees the 413 instead of a broken pipe.
+        if n <= DRAIN_LIMIT as u64 {
+            let _ = Limited::new(req.into_body(), DRAIN_LIMIT).collect().await;
+        }
         return Err(too_large.into());
     }
     let header = |name: &str| {

@@ -103,6 +103,11 @@ impl Node {
         tokio::spawn(register_self(config.clone(), rx_stop.clone()));
         tokio::spawn(place_groups(registry.clone(), rx_stop.clone()));
         tokio::spawn(add_directory_learners(registry.clone(), rx_stop.clone()));
+        tokio::spawn(expire_holds(
+            registry.clone(),
+            clock.clone(),
+            rx_stop.clone(),
+        ));
         Ok(Node {
             config,
             registry,
@@ -235,6 +240,58 @@ async fn add_directory_learners(registry: Arc<Registry>, mut rx_stop: watch::Rec
             changed = rx_applied.changed() => if changed.is_err() { return },
             // Leadership may arrive without a new apply.
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// On each event group this node leads: once a hold's deadline has passed,
+/// propose a `Tick` so the hold is expired and its seats counted free again
+/// even when no other command arrives. (Any command expires due holds
+/// first; this only keeps idle events current.) Holds with a payment are
+/// never expired by time; only the reconciler releases those.
+async fn expire_holds(
+    registry: Arc<Registry>,
+    clock: Arc<SystemClock>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    use crate::clock::Clock;
+    use seatfence_core::inventory::{EventAction, EventCommand};
+    loop {
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        let now = clock.now_ms();
+        for (gid, g) in registry.all() {
+            if gid.is_directory() || !g.raft.is_leader() {
+                continue;
+            }
+            let due = g.sm.read(|s| {
+                let inv = &s.state.inventory;
+                let first = inv.index.deadlines.get_min().map(|(at, _)| *at);
+                match (&inv.event, first) {
+                    (Some(e), Some(at)) if at <= now => Some((e.event_id.clone(), e.epoch)),
+                    _ => None,
+                }
+            });
+            let Some((event_id, epoch)) = due else {
+                continue;
+            };
+            let cmd = Command::Event(EventCommand {
+                event_id,
+                epoch,
+                now_ms: now,
+                idempotency: None,
+                action: EventAction::Tick,
+            });
+            let term = {
+                use openraft::async_runtime::watch::WatchReceiver;
+                g.raft.metrics().borrow_watched().current_term
+            };
+            if let Err(e) = g.batcher.propose(cmd, Some(term)).await {
+                tracing::debug!(group = gid.0, "expire tick: {e}");
+            }
         }
     }
 }

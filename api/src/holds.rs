@@ -197,6 +197,13 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 
 /// `DELETE /v1/holds/{id}` (owner only, before payment).
 pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    let caller = req.caller(edge)?;
+    edge.admission.check_rate(&caller.user).inspect_err(|_| {
+        edge.metrics.inc(|m| &m.rejected_rate);
+    })?;
+    let _permit = edge.admission.enter().inspect_err(|_| {
+        edge.metrics.inc(|m| &m.rejected_inflight);
+    })?;
     let (id, event_id, h) = load(edge, req, id).await?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
     let route = edge.route(&event_id).await?;

@@ -13,7 +13,7 @@ use openraft::OptionalSend;
 use seatfence_core::GroupId;
 
 use super::db::{FlushMode, GroupTrees, NodeDb};
-use super::{decode, encode, io_err};
+use super::{decode, decode_compressed, encode, encode_compressed, io_err};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
 const VOTE: &[u8] = b"vote";
@@ -82,7 +82,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .range((Bound::Included(index_key(start)), end))
         {
             let (k, v) = kv.map_err(io_err)?;
-            let entry: Entry = decode(&v)?;
+            let entry: Entry = decode_compressed(&v)?;
             debug_assert_eq!(key_index(&k)?, entry.index());
             out.push(entry);
         }
@@ -100,7 +100,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let purged: Option<LogId> = self.get_meta(PURGED)?;
         let last = match self.trees.log.last().map_err(io_err)? {
-            Some((_, v)) => Some(decode::<Entry>(&v)?.log_id()),
+            Some((_, v)) => Some(decode_compressed::<Entry>(&v)?.log_id()),
             None => purged,
         };
         Ok(LogState {
@@ -142,7 +142,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut n = 0;
         for entry in entries {
             n += 1;
-            batch.insert(&index_key(entry.index()), encode(&entry)?);
+            batch.insert(&index_key(entry.index()), encode_compressed(&entry)?);
         }
         // Readable as soon as this returns; durable once flushed below.
         self.trees.log.apply_batch(batch).map_err(io_err)?;

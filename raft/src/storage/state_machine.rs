@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::db::{GroupTrees, NodeDb};
-use super::{decode, encode, io_err};
+use super::{decode, decode_compressed, encode, encode_compressed, io_err};
 use crate::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 
 const APPLIED: &[u8] = b"!applied";
@@ -96,7 +96,7 @@ impl StateMachineStore {
             if base_index.is_some_and(|b| index <= b) {
                 continue; // already in the snapshot; deletion was interrupted
             }
-            for (rk, rv) in decode::<Delta>(&v)? {
+            for (rk, rv) in decode_compressed::<Delta>(&v)? {
                 match rv {
                     Some(rv) => gs.state.load_record(&rk, &rv),
                     None => gs.state.remove_record(&rk),
@@ -226,7 +226,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     .iter()
                     .map(|key| (key.encode(), g.state.encode_record(key)))
                     .collect();
-                batch.insert(delta_key(applied_index), encode(&delta)?);
+                batch.insert(delta_key(applied_index), encode_compressed(&delta)?);
             }
             batch.insert(APPLIED, encode(&g.last_applied)?);
         }

@@ -299,6 +299,7 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
             edge_config,
             seeds,
             node.registry.clone(),
+            node.clock.clone(),
         ));
         tokio::spawn(seatfence_api::serve(edge, listener, node.rx_stop.clone()));
     }

@@ -50,6 +50,9 @@ const MAX_ATTEMPTS: usize = 8;
 /// Shared state of one edge.
 pub struct Edge {
     pub region: String,
+    /// This node's own API, called in-process when this node leads the
+    /// event's group (no gRPC hop to itself).
+    local: seatfence_raft::api::NodeApi,
     pub config: EdgeConfig,
     pub client: ClusterClient,
     pub routes: RouteCache,
@@ -91,13 +94,16 @@ impl Edge {
         config: EdgeConfig,
         seeds: Vec<String>,
         registry: Arc<Registry>,
+        clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
+        let local = seatfence_raft::api::NodeApi::new(registry.clone(), region.clone(), clock);
         let resolver_registry = registry.clone();
         let client = ClusterClient::new(seeds)
             .with_deadline(Duration::from_millis(config.request_timeout_ms))
             .with_members(Arc::new(move |group| members_of(&resolver_registry, group)));
         Edge {
             region,
+            local,
             admission: Admission::new(
                 config.max_inflight_mutations,
                 config.user_rate_per_sec,
@@ -156,11 +162,7 @@ impl Edge {
                 tokio::time::sleep(Duration::from_millis(20 << attempt.min(4))).await;
             }
             cmd.epoch = route.epoch;
-            let out = match self
-                .client
-                .write(route.group, &Command::Event(cmd.clone()))
-                .await
-            {
+            let out = match self.write(route.group, Command::Event(cmd.clone())).await {
                 Ok(out) => out,
                 Err(ClientError::Rejected(s))
                     if matches!(s.code(), tonic::Code::Aborted | tonic::Code::NotFound) =>
@@ -261,6 +263,42 @@ impl Edge {
             cache.retain(|_, (t, _)| t.elapsed() < AVAILABILITY_CACHE);
         }
         cache.insert(event.clone(), (at, body));
+    }
+
+    /// Propose `cmd` to `group`: in-process when this node leads the group,
+    /// else through the cluster client to the leader.
+    async fn write(
+        &self,
+        group: seatfence_core::GroupId,
+        cmd: Command,
+    ) -> Result<seatfence_raft::WriteOutcome, ClientError> {
+        use seatfence_proto::v1::{node_service_server::NodeService, write_reply, WriteRequest};
+        let leads = self.registry.get(group).is_some_and(|g| g.raft.is_leader());
+        if leads {
+            let bytes = seatfence_raft::storage::encode(&cmd)
+                .map_err(|e| ClientError::BadReply(e.to_string()))?;
+            let req = tonic::Request::new(WriteRequest {
+                group_id: group.0,
+                command: bytes,
+                expected_term: None,
+            });
+            let reply = self
+                .local
+                .write(req)
+                .await
+                .map_err(ClientError::Rejected)?
+                .into_inner();
+            if let Some(write_reply::Result::Committed(c)) = reply.result {
+                return Ok(seatfence_raft::WriteOutcome {
+                    response: seatfence_raft::storage::decode(&c.response)
+                        .map_err(|e| ClientError::BadReply(e.to_string()))?,
+                    log_index: c.log_index,
+                    term: c.term,
+                });
+            }
+            // Leadership moved meanwhile: go through the client.
+        }
+        self.client.write(group, &cmd).await
     }
 
     /// Whether this node can serve: the directory has a leader it knows.

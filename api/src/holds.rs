@@ -96,12 +96,7 @@ fn auto_key() -> String {
 /// `POST /v1/holds`.
 pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
-    edge.admission.check_rate(&caller.user).inspect_err(|_| {
-        edge.metrics.inc(|m| &m.rejected_rate);
-    })?;
-    let _permit = edge.admission.enter().inspect_err(|_| {
-        edge.metrics.inc(|m| &m.rejected_inflight);
-    })?;
+    let _permit = edge.admit(&caller.user)?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
     let body: HoldBody = req.json()?;
     let pick = match (body.seats, body.quantity) {
@@ -198,12 +193,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 /// `DELETE /v1/holds/{id}` (owner only, before payment).
 pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
-    edge.admission.check_rate(&caller.user).inspect_err(|_| {
-        edge.metrics.inc(|m| &m.rejected_rate);
-    })?;
-    let _permit = edge.admission.enter().inspect_err(|_| {
-        edge.metrics.inc(|m| &m.rejected_inflight);
-    })?;
+    let _permit = edge.admit(&caller.user)?;
     let (id, event_id, h) = load(edge, req, id).await?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
     let route = edge.route(&event_id).await?;

@@ -265,6 +265,20 @@ impl Edge {
         cache.insert(event.clone(), (at, body));
     }
 
+    /// Admission for one mutation by `user`: their rate, then a slot among
+    /// the edge's mutations in flight (held until the permit drops).
+    pub fn admit(
+        &self,
+        user: &seatfence_core::UserId,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.admission
+            .check_rate(user)
+            .inspect_err(|_| self.metrics.inc(|m| &m.rejected_rate))?;
+        self.admission
+            .enter()
+            .inspect_err(|_| self.metrics.inc(|m| &m.rejected_inflight))
+    }
+
     /// Propose `cmd` to `group`: in-process when this node leads the group,
     /// else through the cluster client to the leader.
     async fn write(

@@ -208,17 +208,10 @@ impl ClusterClient {
                         return Ok((r, a.term));
                     }
                     Some(query_reply::Result::NotLeader(nl)) => {
-                        inner.redirects.fetch_add(1, Ordering::Relaxed);
-                        match nl.leader {
-                            Some(h) if h.grpc_addr != addr => {
-                                last = format!("{addr}: not leader, try {}", h.grpc_addr);
-                                inner.set_leader(group, Some(h.grpc_addr));
-                                continue;
-                            }
-                            _ => {
-                                last = format!("{addr}: not leader, no leader known");
-                                inner.set_leader(group, None);
-                            }
+                        let (retry_now, why) = inner.follow_hint(group, &addr, nl);
+                        last = why;
+                        if retry_now {
+                            continue;
                         }
                     }
                     None => return Err(ClientError::BadReply("empty query reply".into())),
@@ -339,6 +332,29 @@ impl Inner {
         all[n % all.len()].clone()
     }
 
+    /// A `not_leader` answer from `addr`: remember the hinted leader (retry
+    /// at once) or forget the leader (pause first). Returns whether to retry
+    /// now, and why, for the error if the deadline passes.
+    fn follow_hint(
+        &self,
+        group: GroupId,
+        addr: &str,
+        nl: seatfence_proto::v1::NotLeader,
+    ) -> (bool, String) {
+        self.redirects.fetch_add(1, Ordering::Relaxed);
+        match nl.leader {
+            Some(h) if h.grpc_addr != addr => {
+                let why = format!("{addr}: not leader, try {}", h.grpc_addr);
+                self.set_leader(group, Some(h.grpc_addr));
+                (true, why)
+            }
+            _ => {
+                self.set_leader(group, None);
+                (false, format!("{addr}: not leader, no leader known"))
+            }
+        }
+    }
+
     fn leader(&self, group: GroupId) -> Option<String> {
         self.leaders
             .lock()
@@ -403,17 +419,10 @@ impl Inner {
                             .collect();
                     }
                     Some(write_batch_reply::Result::NotLeader(nl)) => {
-                        self.redirects.fetch_add(1, Ordering::Relaxed);
-                        match nl.leader {
-                            Some(h) if h.grpc_addr != addr => {
-                                last = format!("{addr}: not leader, try {}", h.grpc_addr);
-                                self.set_leader(group, Some(h.grpc_addr));
-                                continue;
-                            }
-                            _ => {
-                                last = format!("{addr}: not leader, no leader known");
-                                self.set_leader(group, None);
-                            }
+                        let (retry_now, why) = self.follow_hint(group, &addr, nl);
+                        last = why;
+                        if retry_now {
+                            continue;
                         }
                     }
                     None => return Err(ClientError::BadReply("empty write reply".into())),

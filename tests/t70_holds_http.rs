@@ -72,6 +72,7 @@ async fn t70_holds_over_http() {
             201 => winners.push((b, tok, key, a.body)),
             409 => {
                 assert_eq!(a.code(), Some("seats_unavailable"), "{}", a.body);
+                assert_eq!(a.epoch, Some(1), "a refusal carries the event's fence");
                 losers += 1;
             }
             other => panic!("buyer {b}: unexpected {other} {}", a.body),
@@ -103,6 +104,7 @@ async fn t70_holds_over_http() {
         .unwrap();
     assert_eq!(again.status.as_u16(), 201, "{}", again.body);
     assert_eq!(&again.body, first, "replay returns the recorded hold");
+    assert_eq!(again.epoch, Some(1), "X-Seatfence-Epoch on a mutation");
     let other = http
         .post(
             &format!("{eu}/v1/holds"),

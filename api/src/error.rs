@@ -36,6 +36,14 @@ pub enum ApiError {
     NotImplemented(&'static str),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A refusal decided by the event's group: answered like `inner`, with
+    /// the fence headers of the group's reply.
+    #[error("{inner}")]
+    Fenced {
+        inner: Box<ApiError>,
+        epoch: u64,
+        owner_region: String,
+    },
 }
 
 impl ApiError {
@@ -53,8 +61,46 @@ impl ApiError {
         }
     }
 
+    /// Attach the event's fence (`X-Seatfence-Epoch`, `-Owner-Region`).
+    pub fn fenced(self, epoch: u64, owner_region: &str) -> ApiError {
+        ApiError::Fenced {
+            inner: Box::new(self),
+            epoch,
+            owner_region: owner_region.to_string(),
+        }
+    }
+
+    /// Extra response headers.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = Vec::new();
+        if let Some(s) = self.retry_after() {
+            h.push(("retry-after", s.to_string()));
+        }
+        if let ApiError::Fenced {
+            epoch,
+            owner_region,
+            ..
+        } = self
+        {
+            h.push(("x-seatfence-epoch", epoch.to_string()));
+            h.push(("x-seatfence-owner-region", owner_region.clone()));
+        }
+        if matches!(self.unfenced(), ApiError::PayloadTooLarge { .. }) {
+            h.push(("connection", "close".into()));
+        }
+        h
+    }
+
+    fn unfenced(&self) -> &ApiError {
+        match self {
+            ApiError::Fenced { inner, .. } => inner.unfenced(),
+            other => other,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
+            ApiError::Fenced { inner, .. } => inner.status(),
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
@@ -72,6 +118,7 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
+            ApiError::Fenced { inner, .. } => inner.code(),
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden => "forbidden",
             ApiError::NotFound { code, .. } => code,
@@ -91,7 +138,7 @@ impl ApiError {
     /// Seconds a client should wait before retrying, when it should.
     pub fn retry_after(&self) -> Option<u64> {
         matches!(
-            self,
+            self.unfenced(),
             ApiError::TooManyRequests { .. } | ApiError::Unavailable { .. }
         )
         .then_some(1)
@@ -100,7 +147,7 @@ impl ApiError {
     /// The JSON body: `{"error":{"code","message",...extra}}`.
     pub fn body(&self) -> Value {
         let mut err = json!({"code": self.code(), "message": self.to_string()});
-        if let ApiError::Conflict { extra, .. } = self {
+        if let ApiError::Conflict { extra, .. } = self.unfenced() {
             if let (Some(e), Some(x)) = (err.as_object_mut(), extra.as_object()) {
                 for (k, v) in x {
                     e.insert(k.clone(), v.clone());
@@ -112,7 +159,7 @@ impl ApiError {
 
     /// Server-side failures are logged once, here; client errors are not.
     pub fn log(&self) {
-        match self {
+        match self.unfenced() {
             ApiError::Internal(m) => tracing::error!(code = self.code(), "{m}"),
             ApiError::Unavailable { message, .. } => {
                 tracing::warn!(code = self.code(), "{message}")

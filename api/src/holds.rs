@@ -150,7 +150,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             if matches!(other, Outcome::SeatsUnavailable { .. }) {
                 edge.metrics.inc(|m| &m.hold_conflicts);
             }
-            Err(outcome_error(other, &event_id))
+            Err(outcome_error(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
         }
     }
 }
@@ -213,6 +213,6 @@ pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
             .header("x-seatfence-epoch", reply.epoch.0)
             .header("x-seatfence-owner-region", &reply.owner.0)
             .header("cache-control", "no-store")),
-        other => Err(outcome_error(other, &event_id)),
+        other => Err(outcome_error(other, &event_id).fenced(reply.epoch.0, &reply.owner.0)),
     }
 }

@@ -187,13 +187,10 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>
             *resp.status_mut() = e.status();
             resp.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            if let Some(s) = e.retry_after() {
-                resp.headers_mut()
-                    .insert("retry-after", HeaderValue::from(s));
-            }
-            if matches!(e, ApiError::PayloadTooLarge { .. }) {
-                resp.headers_mut()
-                    .insert("connection", HeaderValue::from_static("close"));
+            for (k, v) in e.headers() {
+                if let Ok(v) = HeaderValue::from_str(&v) {
+                    resp.headers_mut().insert(k, v);
+                }
             }
             resp
         }

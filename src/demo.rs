@@ -158,11 +158,14 @@ pub async fn run(
     println!("  curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"section\":\"B\",\"quantity\":3}}'; echo");
     println!("  # counts and the first free seats (may be up to 250 ms stale; says how stale)");
     println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo");
-    println!("  # read or cancel a hold (owner only; anyone else gets 404): use the hold_id printed above");
-    println!("  curl -s $US/v1/holds/HOLD_ID -H \"Authorization: Bearer $ALICE\"; echo");
-    println!("  curl -s -X DELETE $US/v1/holds/HOLD_ID -H \"Authorization: Bearer $ALICE\"; echo");
-    println!("  # metrics");
-    println!("  curl -s $US/metrics | grep seatfence_holds");
+    // On a fresh demo alice's hold is the group's first.
+    let hold = format!("h{}-1", created.body["group_id"]);
+    println!("  # read or cancel alice's hold (its hold_id above: {hold}); bob gets 404 for it");
+    println!("  curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $BOB\"; echo");
+    println!("  curl -s -X DELETE $US/v1/holds/{hold} -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  # this edge's metrics (alice's hold went through the Europe edge)");
+    println!("  curl -s $EU/metrics | grep -E 'seatfence_(holds|hold_conflicts|stale_epoch)'");
     println!();
     println!("Or with the CLI (reads {}):", demo_path.display());
     let exe = bin.display();

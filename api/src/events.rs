@@ -167,7 +167,18 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         idempotency: None,
         action: EventAction::Create(Box::new(spec.clone())),
     };
-    let (reply, _) = edge.execute(&route, cmd).await?;
+    // The group was just placed: its replicas open it and elect a leader
+    // as they see the directory entry. Give that a while (the create is
+    // idempotent, so retrying is safe) before answering 503.
+    let started = Instant::now();
+    let (reply, _) = loop {
+        match edge.execute(&route, cmd.clone()).await {
+            Err(ApiError::Unavailable { .. }) if started.elapsed() < GROUP_START_PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => break other?,
+        }
+    };
     match reply.outcome {
         Outcome::Created { capacity } => Ok(Reply::json(
             StatusCode::CREATED,
@@ -187,6 +198,9 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         other => Err(ApiError::Internal(format!("create answered {other:?}"))),
     }
 }
+
+/// How long a create waits for a new event group to elect its leader.
+const GROUP_START_PATIENCE: Duration = Duration::from_secs(20);
 
 fn event_exists(id: &EventId) -> ApiError {
     ApiError::Conflict {

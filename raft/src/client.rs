@@ -88,6 +88,13 @@ struct Queued {
     tx: oneshot::Sender<Result<WriteOutcome, ClientError>>,
 }
 
+/// One try of a call at a group's leader.
+enum Attempt<T> {
+    Done(T),
+    NotLeader(seatfence_proto::v1::NotLeader),
+    Failed(tonic::Status),
+}
+
 /// Most commands one `WriteBatch` carries.
 const MAX_CLIENT_BATCH: usize = 512;
 
@@ -184,54 +191,37 @@ impl ClusterClient {
     ) -> Result<(QueryResult, u64), ClientError> {
         let bytes = storage::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;
         let inner = &self.inner;
-        let start = Instant::now();
-        let mut seed = 0usize;
-        let mut last = String::from("no attempt");
-        let mut pause = Duration::from_millis(20);
-        while start.elapsed() < self.deadline {
-            let addr = inner.leader(group).unwrap_or_else(|| {
-                seed += 1;
-                inner.candidate(group, seed)
-            });
-            let mut req = tonic::Request::new(QueryRequest {
-                group_id: group.0,
-                query: bytes.clone(),
-                linearizable,
-            });
-            req.set_timeout(Duration::from_secs(2));
-            match inner.node(&addr)?.query(req).await {
-                Ok(reply) => match reply.into_inner().result {
-                    Some(query_reply::Result::Answer(a)) => {
-                        inner.set_leader(group, Some(addr));
-                        let r = storage::decode(&a.result)
-                            .map_err(|e| ClientError::BadReply(e.to_string()))?;
-                        return Ok((r, a.term));
-                    }
-                    Some(query_reply::Result::NotLeader(nl)) => {
-                        let (retry_now, why) = inner.follow_hint(group, &addr, nl);
-                        last = why;
-                        if retry_now {
-                            continue;
-                        }
-                    }
-                    None => return Err(ClientError::BadReply("empty query reply".into())),
-                },
-                Err(s) => match s.code() {
-                    tonic::Code::InvalidArgument => return Err(ClientError::Rejected(s)),
-                    _ => {
-                        last = format!("{addr}: {}: {}", s.code(), s.message());
-                        inner.set_leader(group, None);
+        inner
+            .at_leader(
+                group,
+                self.deadline,
+                &[tonic::Code::InvalidArgument],
+                |addr| {
+                    let bytes = bytes.clone();
+                    async move {
+                        let mut req = tonic::Request::new(QueryRequest {
+                            group_id: group.0,
+                            query: bytes,
+                            linearizable,
+                        });
+                        req.set_timeout(Duration::from_secs(2));
+                        let reply = inner.node(&addr)?.query(req).await;
+                        Ok(match reply.map(|r| r.into_inner().result) {
+                            Ok(Some(query_reply::Result::Answer(a))) => {
+                                let r = storage::decode(&a.result)
+                                    .map_err(|e| ClientError::BadReply(e.to_string()))?;
+                                Attempt::Done((r, a.term))
+                            }
+                            Ok(Some(query_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
+                            Ok(None) => {
+                                return Err(ClientError::BadReply("empty query reply".into()))
+                            }
+                            Err(s) => Attempt::Failed(s),
+                        })
                     }
                 },
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(300));
-        }
-        Err(ClientError::NoLeader {
-            group,
-            waited: start.elapsed(),
-            last,
-        })
+            )
+            .await
     }
 
     /// Read `key` from the replica of `group` on the node at `addr`.
@@ -380,32 +370,30 @@ impl Inner {
         deadline: Duration,
     ) -> Result<Vec<WriteOutcome>, ClientError> {
         let n = cmds.len();
-        let start = Instant::now();
-        let mut seed = 0usize;
-        let mut last = String::from("no attempt");
-        let mut pause = Duration::from_millis(20);
-        while start.elapsed() < deadline {
-            let addr = self.leader(group).unwrap_or_else(|| {
-                seed += 1;
-                self.candidate(group, seed)
-            });
-            let mut req = tonic::Request::new(WriteBatchRequest {
-                group_id: group.0,
-                commands: cmds.clone(),
-                expected_term: None,
-            });
-            req.set_timeout(Duration::from_secs(5));
-            match self.node(&addr)?.write_batch(req).await {
-                Ok(reply) => match reply.into_inner().result {
-                    Some(write_batch_reply::Result::Committed(c)) => {
-                        self.set_leader(group, Some(addr));
+        let fatal = [
+            tonic::Code::InvalidArgument,
+            tonic::Code::FailedPrecondition,
+            tonic::Code::Aborted,
+        ];
+        self.at_leader(group, deadline, &fatal, |addr| {
+            let cmds = cmds.clone();
+            async move {
+                let mut req = tonic::Request::new(WriteBatchRequest {
+                    group_id: group.0,
+                    commands: cmds,
+                    expected_term: None,
+                });
+                req.set_timeout(Duration::from_secs(5));
+                let reply = self.node(&addr)?.write_batch(req).await;
+                Ok(match reply.map(|r| r.into_inner().result) {
+                    Ok(Some(write_batch_reply::Result::Committed(c))) => {
                         if c.responses.len() != n {
                             return Err(ClientError::BadReply(format!(
                                 "{} responses for {n} commands",
                                 c.responses.len()
                             )));
                         }
-                        return c
+                        let outcomes = c
                             .responses
                             .iter()
                             .map(|r| {
@@ -416,26 +404,61 @@ impl Inner {
                                     term: c.term,
                                 })
                             })
-                            .collect();
+                            .collect::<Result<Vec<_>, ClientError>>()?;
+                        Attempt::Done(outcomes)
                     }
-                    Some(write_batch_reply::Result::NotLeader(nl)) => {
-                        let (retry_now, why) = self.follow_hint(group, &addr, nl);
-                        last = why;
-                        if retry_now {
-                            continue;
-                        }
+                    Ok(Some(write_batch_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
+                    Ok(None) => return Err(ClientError::BadReply("empty write reply".into())),
+                    Err(s) => Attempt::Failed(s),
+                })
+            }
+        })
+        .await
+    }
+
+    /// Run `call` against the leader of `group` until it answers or
+    /// `deadline` passes: follow `not_leader` hints, try members and seeds
+    /// when no leader is known, back off (20 ms doubling to 300 ms) between
+    /// failures. A status whose code is in `fatal` is returned at once.
+    async fn at_leader<T, F, Fut>(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+        fatal: &[tonic::Code],
+        mut call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Attempt<T>, ClientError>>,
+    {
+        let start = Instant::now();
+        let mut seed = 0usize;
+        let mut last = String::from("no attempt");
+        let mut pause = Duration::from_millis(20);
+        while start.elapsed() < deadline {
+            let addr = self.leader(group).unwrap_or_else(|| {
+                seed += 1;
+                self.candidate(group, seed)
+            });
+            match call(addr.clone()).await? {
+                Attempt::Done(v) => {
+                    self.set_leader(group, Some(addr));
+                    return Ok(v);
+                }
+                Attempt::NotLeader(nl) => {
+                    let (retry_now, why) = self.follow_hint(group, &addr, nl);
+                    last = why;
+                    if retry_now {
+                        continue;
                     }
-                    None => return Err(ClientError::BadReply("empty write reply".into())),
-                },
-                Err(s) => match s.code() {
-                    tonic::Code::InvalidArgument
-                    | tonic::Code::FailedPrecondition
-                    | tonic::Code::Aborted => return Err(ClientError::Rejected(s)),
-                    _ => {
-                        last = format!("{addr}: {}: {}", s.code(), s.message());
-                        self.set_leader(group, None);
-                    }
-                },
+                }
+                Attempt::Failed(s) if fatal.contains(&s.code()) => {
+                    return Err(ClientError::Rejected(s))
+                }
+                Attempt::Failed(s) => {
+                    last = format!("{addr}: {}: {}", s.code(), s.message());
+                    self.set_leader(group, None);
+                }
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(300));

@@ -90,7 +90,11 @@ pub fn outcome_error(o: Outcome, event_id: &EventId) -> ApiError {
 /// A fresh idempotency key for a request that came without one, so the
 /// edge's own retries can never apply it twice.
 fn auto_key() -> String {
-    format!("~auto-{:032x}", rand::random::<u128>())
+    format!(
+        "{}{:032x}",
+        seatfence_core::inventory::AUTO_KEY_PREFIX,
+        rand::random::<u128>()
+    )
 }
 
 /// `POST /v1/holds`.

@@ -88,18 +88,22 @@ impl Req {
         })
     }
 
-    /// `Idempotency-Key`, checked: 1-255 printable ASCII characters.
+    /// `Idempotency-Key`, checked: 1-255 printable ASCII characters; a
+    /// leading `~` is reserved for the edge's own keys.
     pub fn idempotency(&self) -> Result<Option<String>, ApiError> {
         match &self.idempotency_key {
             None => Ok(None),
             Some(k)
-                if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) =>
+                if !k.is_empty()
+                    && k.len() <= 255
+                    && k.bytes().all(|b| b.is_ascii_graphic())
+                    && !k.starts_with('~') =>
             {
                 Ok(Some(k.clone()))
             }
             Some(_) => Err(ApiError::bad(
                 "invalid_idempotency_key",
-                "Idempotency-Key must be 1-255 printable ASCII characters",
+                "Idempotency-Key must be 1-255 printable ASCII characters, not starting with '~'",
             )),
         }
     }

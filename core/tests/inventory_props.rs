@@ -296,3 +296,40 @@ fn only_the_owner_cancels_and_a_stranger_learns_nothing() {
     assert!(matches!(c, Outcome::Cancelled(h) if h.status == HoldStatus::Released));
     assert_eq!(s.inventory.event.as_ref().unwrap().available, 8);
 }
+
+#[test]
+fn the_edges_own_keys_are_forgotten_after_minutes_clients_keys_after_a_day() {
+    use seatfence_core::inventory::{AUTO_KEY_PREFIX, AUTO_OPERATION_TTL_MS, OPERATION_TTL_MS};
+    let g = GroupId(1);
+    let mut s = State::default();
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
+    let hold = |who: &str| EventAction::Hold {
+        owner: UserId(who.into()),
+        pick: SeatPick::Quantity {
+            section: None,
+            quantity: 1,
+        },
+    };
+    let auto = format!("{AUTO_KEY_PREFIX}1");
+    s.apply(g, &cmd(1, 1, Some((UserId("a".into()), auto)), hold("a")));
+    s.apply(
+        g,
+        &cmd(1, 1, Some((UserId("b".into()), "mine".into())), hold("b")),
+    );
+    assert_eq!(s.inventory.ops.len(), 2);
+    s.apply(
+        g,
+        &cmd(1 + AUTO_OPERATION_TTL_MS, 1, None, EventAction::Tick),
+    );
+    let owners: Vec<&str> = s.inventory.ops.keys().map(|k| k.owner.0.as_str()).collect();
+    assert_eq!(
+        owners,
+        ["b"],
+        "the auto key's record lapsed, the client's did not"
+    );
+    s.apply(g, &cmd(1 + OPERATION_TTL_MS, 1, None, EventAction::Tick));
+    assert!(s.inventory.ops.is_empty());
+    let mut rebuilt = s.inventory.clone();
+    rebuilt.rebuild_indexes();
+    assert_eq!(rebuilt.index, s.inventory.index);
+}

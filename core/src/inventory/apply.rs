@@ -5,7 +5,7 @@ use crate::state::RecordKey;
 
 use super::{
     Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory, OpKey,
-    Operation, Outcome, Seat, SeatPick, SeatState, OPERATION_TTL_MS,
+    Operation, Outcome, Seat, SeatPick, SeatState,
 };
 
 /// FNV-1a of the request part of a command (not its epoch or time): equal
@@ -91,7 +91,7 @@ impl Inventory {
             EventAction::Tick => Outcome::Ticked { expired },
         };
         if let Some(k) = op_key {
-            self.index.op_times.insert((now, k.clone()));
+            self.index.op_times.insert((k.forget_at(now), k.clone()));
             changed.push(RecordKey::Op(k.owner.clone(), k.key.clone()));
             self.ops.insert(
                 k,
@@ -354,11 +354,11 @@ impl Inventory {
     }
 
     fn forget_old_operations(&mut self, now: u64, changed: &mut Vec<RecordKey>) {
-        while let Some((at, key)) = self.index.op_times.get_min().cloned() {
-            if at.saturating_add(OPERATION_TTL_MS) > now {
+        while let Some((forget_at, key)) = self.index.op_times.get_min().cloned() {
+            if forget_at > now {
                 break;
             }
-            self.index.op_times.remove(&(at, key.clone()));
+            self.index.op_times.remove(&(forget_at, key.clone()));
             self.ops.remove(&key);
             changed.push(RecordKey::Op(key.owner, key.key));
         }

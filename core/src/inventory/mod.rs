@@ -30,8 +30,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{Epoch, EventId, RegionId, UserId};
 
-/// Idempotency records older than this are forgotten.
+/// Idempotency records of clients' keys are forgotten after this long.
 pub const OPERATION_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// Keys starting with this are the edge's own (given to requests that came
+/// without one, so the edge's retries are safe). Clients may not use it.
+pub const AUTO_KEY_PREFIX: &str = "~auto-";
+
+/// The edge's own keys only guard its retries of one request, which end
+/// within seconds: their records are forgotten after this long, so a flash
+/// sale's millions of keyless requests do not pile up for a day.
+pub const AUTO_OPERATION_TTL_MS: u64 = 10 * 60 * 1000;
 
 /// A command for an event group. The edge fills `epoch` from its route
 /// cache; the leader stamps `now_ms` just before proposing.
@@ -271,6 +280,16 @@ pub struct OpKey {
 }
 
 impl OpKey {
+    /// When a record made at `at_ms` under this key is forgotten.
+    pub fn forget_at(&self, at_ms: u64) -> u64 {
+        let ttl = if self.key.starts_with(AUTO_KEY_PREFIX) {
+            AUTO_OPERATION_TTL_MS
+        } else {
+            OPERATION_TTL_MS
+        };
+        at_ms.saturating_add(ttl)
+    }
+
     pub fn new(owner: UserId, key: String) -> OpKey {
         let mut bytes = Vec::with_capacity(owner.0.len() + key.len() + 1);
         bytes.extend_from_slice(owner.0.as_bytes());
@@ -292,7 +311,7 @@ pub struct Indexes {
     pub free: imbl::OrdMap<u32, imbl::OrdSet<(u32, String)>>,
     /// Deadlines of held holds: `(expires_at_ms, hold seq)`.
     pub deadlines: imbl::OrdSet<(u64, u64)>,
-    /// When each idempotency record was made: `(at_ms, key)`.
+    /// When each idempotency record lapses: `(forget_at_ms, key)`.
     pub op_times: imbl::OrdSet<(u64, OpKey)>,
     /// Seats in each buyer's live holds.
     pub buyer_seats: imbl::OrdMap<UserId, u32>,
@@ -331,7 +350,7 @@ impl Inventory {
             }
         }
         for (k, op) in &self.ops {
-            ix.op_times.insert((op.at_ms, k.clone()));
+            ix.op_times.insert((k.forget_at(op.at_ms), k.clone()));
         }
         self.index = ix;
     }

@@ -58,6 +58,10 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn spec() -> EventSpec {
+    spec_with(Some(5))
+}
+
+fn spec_with(max_seats_per_buyer: Option<u32>) -> EventSpec {
     EventSpec {
         event_id: EventId("e".into()),
         name: "e".into(),
@@ -66,7 +70,7 @@ fn spec() -> EventSpec {
         sections: vec![],
         hold_ttl_ms: TTL_MS,
         max_seats_per_hold: 3,
-        max_seats_per_buyer: Some(5),
+        max_seats_per_buyer,
         opens_at_ms: None,
         closes_at_ms: None,
         survival: Survival::Zone,
@@ -139,11 +143,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn inventory_invariants_hold_after_every_step(steps in prop::collection::vec(step(), 1..80)) {
+    fn inventory_invariants_hold_after_every_step(
+        steps in prop::collection::vec(step(), 1..80),
+        buyer_limit in any::<bool>(),
+    ) {
         let g = GroupId(1);
         let mut s = State::default();
         let mut now = 1_000u64;
-        let created = outcome(s.apply(g, &cmd(now, 0, None, EventAction::Create(Box::new(spec())))).response);
+        let spec = spec_with(buyer_limit.then_some(5));
+        let created = outcome(s.apply(g, &cmd(now, 0, None, EventAction::Create(Box::new(spec)))).response);
         prop_assert_eq!(created, Outcome::Created { capacity: 8 });
         // Keyed commands sent so far with their first outcome.
         let mut sent: Vec<(UserId, String, EventAction, Outcome)> = Vec::new();

@@ -283,7 +283,9 @@ impl Inventory {
             status: HoldStatus::Held,
         };
         self.index.deadlines.insert((expires_at_ms, seq));
-        *self.index.buyer_seats.entry(owner.clone()).or_default() += n;
+        if self.counts_buyers() {
+            *self.index.buyer_seats.entry(owner.clone()).or_default() += n;
+        }
         self.holds.insert(seq, hold.clone());
         changed.push(RecordKey::Hold(seq));
         Outcome::Held(hold)
@@ -318,10 +320,12 @@ impl Inventory {
         changed.push(RecordKey::Hold(seq));
         self.index.deadlines.remove(&(deadline, seq));
         let n = seats.len() as u32;
-        if let Some(c) = self.index.buyer_seats.get_mut(&owner) {
-            *c -= n;
-            if *c == 0 {
-                self.index.buyer_seats.remove(&owner);
+        if self.counts_buyers() {
+            if let Some(c) = self.index.buyer_seats.get_mut(&owner) {
+                *c -= n;
+                if *c == 0 {
+                    self.index.buyer_seats.remove(&owner);
+                }
             }
         }
         for id in seats {

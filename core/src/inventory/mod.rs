@@ -313,7 +313,8 @@ pub struct Indexes {
     pub deadlines: imbl::OrdSet<(u64, u64)>,
     /// When each idempotency record lapses: `(forget_at_ms, key)`.
     pub op_times: imbl::OrdSet<(u64, OpKey)>,
-    /// Seats in each buyer's live holds.
+    /// Seats in each buyer's live holds (only for events with a per-buyer
+    /// limit).
     pub buyer_seats: imbl::OrdMap<UserId, u32>,
 }
 
@@ -345,7 +346,7 @@ impl Inventory {
             if h.status == HoldStatus::Held {
                 ix.deadlines.insert((h.expires_at_ms, h.seq));
             }
-            if h.status.is_live() {
+            if h.status.is_live() && self.counts_buyers() {
                 *ix.buyer_seats.entry(h.owner.clone()).or_default() += h.seats.len() as u32;
             }
         }
@@ -353,6 +354,14 @@ impl Inventory {
             ix.op_times.insert((k.forget_at(op.at_ms), k.clone()));
         }
         self.index = ix;
+    }
+
+    /// Whether seats per buyer are tracked: only for an event with a
+    /// per-buyer limit (the lookup costs a string comparison per hold).
+    pub fn counts_buyers(&self) -> bool {
+        self.event
+            .as_ref()
+            .is_some_and(|e| e.max_seats_per_buyer.is_some())
     }
 
     /// Counts recomputed from the seat records: `(available, held, sold)`.

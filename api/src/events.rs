@@ -1,11 +1,9 @@
 //! Event handlers: create (operator), read, availability, open/close.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use hyper::StatusCode;
-use seatfence_core::inventory::{
-    EventAction, EventCommand, EventSpec, Outcome, Section, Survival, MAX_CAPACITY,
-};
+use seatfence_core::inventory::{EventAction, EventSpec, Outcome, Section, Survival, MAX_CAPACITY};
 use seatfence_core::{Command, EventId, GroupId, Query, QueryResult, RegionId, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -160,13 +158,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         return Err(event_exists(&spec.event_id));
     }
     edge.routes.learn(route.clone());
-    let cmd = EventCommand {
-        event_id: spec.event_id.clone(),
-        epoch: route.epoch,
-        now_ms: now_ms(),
-        idempotency: None,
-        action: EventAction::Create(Box::new(spec.clone())),
-    };
+    let cmd = Edge::command(&route, None, EventAction::Create(Box::new(spec.clone())));
     // The group was just placed: its replicas open it and elect a leader
     // as they see the directory entry. Give that a while (the create is
     // idempotent, so retrying is safe) before answering 503.
@@ -210,13 +202,6 @@ fn event_exists(id: &EventId) -> ApiError {
     }
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// `GET /v1/events/{id}`.
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.caller(edge)?;
@@ -233,7 +218,10 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             what: format!("event {event_id}"),
         });
     };
-    let open = ev.sale_open(now_ms()).is_ok();
+    let open = {
+        use seatfence_raft::clock::{Clock, SystemClock};
+        ev.sale_open(SystemClock.now_ms()).is_ok()
+    };
     Ok(Reply::json(
         StatusCode::OK,
         json!({
@@ -321,13 +309,7 @@ pub async fn set_open(edge: &Edge, req: &Req, id: &str, open: bool) -> Result<Re
     req.operator(edge)?;
     let event_id = parse_event_id(id)?;
     let route = edge.route(&event_id).await?;
-    let cmd = EventCommand {
-        event_id: event_id.clone(),
-        epoch: route.epoch,
-        now_ms: 0,
-        idempotency: None,
-        action: EventAction::SetOpen { open },
-    };
+    let cmd = Edge::command(&route, None, EventAction::SetOpen { open });
     let (reply, _) = edge.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::OpenSet { open } => Ok(Reply::json(

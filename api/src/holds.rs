@@ -2,7 +2,7 @@
 //! mapping of every inventory outcome to its HTTP answer.
 
 use hyper::StatusCode;
-use seatfence_core::inventory::{EventAction, EventCommand, Hold, Outcome, SeatPick};
+use seatfence_core::inventory::{EventAction, Hold, Outcome, SeatPick};
 use seatfence_core::{EventId, HoldId, Query, QueryResult};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -124,16 +124,14 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     }
     let event_id = EventId(body.event_id);
     let route = edge.route(&event_id).await?;
-    let cmd = EventCommand {
-        event_id: event_id.clone(),
-        epoch: route.epoch,
-        now_ms: 0,
-        idempotency: Some((caller.user.clone(), key)),
-        action: EventAction::Hold {
+    let cmd = Edge::command(
+        &route,
+        Some((caller.user.clone(), key)),
+        EventAction::Hold {
             owner: caller.user,
             pick,
         },
-    };
+    );
     let (reply, _) = edge.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::Held(h) => {
@@ -201,16 +199,14 @@ pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
     let (id, event_id, h) = load(edge, req, id).await?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
     let route = edge.route(&event_id).await?;
-    let cmd = EventCommand {
-        event_id: event_id.clone(),
-        epoch: route.epoch,
-        now_ms: 0,
-        idempotency: Some((h.owner.clone(), key)),
-        action: EventAction::Cancel {
+    let cmd = Edge::command(
+        &route,
+        Some((h.owner.clone(), key)),
+        EventAction::Cancel {
             owner: h.owner,
             hold: id.seq,
         },
-    };
+    );
     let (reply, _) = edge.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::Cancelled(h) => Ok(Reply::json(StatusCode::OK, hold_json(id, &event_id, &h))

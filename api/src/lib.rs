@@ -265,6 +265,22 @@ impl Edge {
         cache.insert(event.clone(), (at, body));
     }
 
+    /// A command for `route`'s event at the cached epoch (`execute`
+    /// re-stamps it on retries; the leader stamps `now_ms`).
+    pub fn command(
+        route: &EventRoute,
+        idempotency: Option<(seatfence_core::UserId, String)>,
+        action: seatfence_core::inventory::EventAction,
+    ) -> EventCommand {
+        EventCommand {
+            event_id: route.event_id.clone(),
+            epoch: route.epoch,
+            now_ms: 0,
+            idempotency,
+            action,
+        }
+    }
+
     /// Admission for one mutation by `user`: their rate, then a slot among
     /// the edge's mutations in flight (held until the permit drops).
     pub fn admit(

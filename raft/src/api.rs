@@ -56,10 +56,11 @@ impl NodeApi {
     /// again). Returns the command to propose, or the answer to give now.
     fn prepare(&self, g: &GroupHandle, mut cmd: Command) -> Result<Command, CoreResponse> {
         if let Command::Event(c) = &mut cmd {
+            c.now_ms = self.clock.now_ms();
+            // A create carries no epoch yet: nothing to fence.
             if matches!(c.action, seatfence_core::inventory::EventAction::Create(_)) {
                 return Ok(cmd);
             }
-            c.now_ms = self.clock.now_ms();
             let current = g.sm.read(|s| {
                 s.state
                     .inventory

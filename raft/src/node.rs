@@ -63,7 +63,7 @@ impl Node {
             pool,
             config.openraft_config(),
         ));
-        let clock = Arc::new(SystemClock::default());
+        let clock = Arc::new(SystemClock);
 
         for g in db.stored_groups() {
             registry.open(g).await?;

@@ -131,20 +131,6 @@ impl RouteCache {
         }
         FenceCheck::Fresh
     }
-
-    /// The highest fence seen for `event`.
-    pub fn highest(&self, event: &EventId) -> Option<Fence> {
-        self.lock().get(event).map(|e| e.highest)
-    }
-
-    /// Number of cached routes.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]

@@ -70,7 +70,11 @@ impl Inventory {
             }
             _ => None,
         };
-        let hash = request_hash(&cmd.action);
+        // Only keyed commands are hashed (the hash is recorded with them).
+        let hash = op_key
+            .as_ref()
+            .map(|_| request_hash(&cmd.action))
+            .unwrap_or(0);
         if let Some(k) = &op_key {
             if let Some(op) = self.ops.get(k) {
                 return if op.request_hash == hash {

@@ -97,17 +97,41 @@ pub struct HoldId {
 
 impl HoldId {
     pub fn parse(s: &str) -> Option<HoldId> {
-        let (g, seq) = s.strip_prefix('h')?.split_once('-')?;
-        let digits =
-            |x: &str| !x.is_empty() && x.len() <= 20 && x.bytes().all(|b| b.is_ascii_digit());
-        if !digits(g) || !digits(seq) {
-            return None;
-        }
-        Some(HoldId {
-            group: GroupId(g.parse().ok()?),
-            seq: seq.parse().ok()?,
-        })
+        let (group, seq) = parse_group_seq(s, 'h')?;
+        Some(HoldId { group, seq })
     }
+}
+
+/// A booking: one per hold, so it shares the hold's group and sequence
+/// number, written `b<group>-<seq>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BookingId {
+    pub group: GroupId,
+    pub seq: u64,
+}
+
+impl BookingId {
+    pub fn parse(s: &str) -> Option<BookingId> {
+        let (group, seq) = parse_group_seq(s, 'b')?;
+        Some(BookingId { group, seq })
+    }
+
+    pub fn hold(self) -> HoldId {
+        HoldId {
+            group: self.group,
+            seq: self.seq,
+        }
+    }
+}
+
+/// `<prefix><group>-<seq>`, both decimal.
+fn parse_group_seq(s: &str, prefix: char) -> Option<(GroupId, u64)> {
+    let (g, seq) = s.strip_prefix(prefix)?.split_once('-')?;
+    let digits = |x: &str| !x.is_empty() && x.len() <= 20 && x.bytes().all(|b| b.is_ascii_digit());
+    if !digits(g) || !digits(seq) {
+        return None;
+    }
+    Some((GroupId(g.parse().ok()?), seq.parse().ok()?))
 }
 
 impl fmt::Display for EventId {
@@ -140,6 +164,12 @@ impl fmt::Display for HoldId {
     }
 }
 
+impl fmt::Display for BookingId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}-{}", self.group.0, self.seq)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +195,12 @@ mod tests {
         ] {
             assert_eq!(HoldId::parse(bad), None, "{bad}");
         }
+        let b = BookingId {
+            group: GroupId(3),
+            seq: 9,
+        };
+        assert_eq!(BookingId::parse(&b.to_string()), Some(b));
+        assert_eq!(BookingId::parse("h3-9"), None);
     }
 
     #[test]

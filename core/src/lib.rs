@@ -28,6 +28,6 @@ pub mod state;
 
 pub use command::{Command, Response};
 pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement};
-pub use ids::{Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
+pub use ids::{BookingId, Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
 pub use query::{Query, QueryResult};
 pub use state::{Applied, RecordKey, State};

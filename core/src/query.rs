@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::directory::{Directory, EventRoute};
 use crate::ids::EventId;
-use crate::inventory::{Event, Hold};
+use crate::inventory::{Booking, Event, Hold, OutboxItem};
 use crate::state::State;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +17,15 @@ pub enum Query {
     Availability { max_seats: u32 },
     /// Event group: one hold.
     Hold(u64),
+    /// Event group: one hold and its booking.
+    Booking(u64),
+    /// Event group: held holds with a pending payment whose deadline is at
+    /// or before `until_ms`, earliest deadline first, at most `limit`.
+    DuePayments { until_ms: u64, limit: u32 },
+    /// Event group: undelivered outbox items, oldest first, at most `limit`.
+    Outbox { limit: u32 },
+    /// Event group: whether a webhook's provider event id was acted on.
+    Inbox(String),
     /// Directory: one event's route.
     Route(EventId),
     /// Directory: all of it.
@@ -36,6 +45,18 @@ pub enum QueryResult {
     },
     Route(Option<EventRoute>),
     Directory(Directory),
+    Booking {
+        event_id: Option<EventId>,
+        hold: Option<Hold>,
+        booking: Option<Booking>,
+    },
+    /// `(hold, booking)` pairs.
+    DuePayments(Vec<(Hold, Booking)>),
+    Outbox {
+        event_id: Option<EventId>,
+        items: Vec<(OutboxItem, Booking)>,
+    },
+    Inbox(bool),
 }
 
 impl State {
@@ -51,6 +72,36 @@ impl State {
                 hold: inv.holds.get(seq).cloned(),
                 event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
             },
+            Query::Booking(seq) => QueryResult::Booking {
+                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+                hold: inv.holds.get(seq).cloned(),
+                booking: inv.bookings.get(seq).cloned(),
+            },
+            Query::DuePayments { until_ms, limit } => QueryResult::DuePayments(
+                inv.index
+                    .pay_deadlines
+                    .iter()
+                    .take_while(|(deadline, _)| deadline <= until_ms)
+                    .take(*limit as usize)
+                    .filter_map(|(_, seq)| {
+                        Some((inv.holds.get(seq)?.clone(), inv.bookings.get(seq)?.clone()))
+                    })
+                    .collect(),
+            ),
+            Query::Outbox { limit } => QueryResult::Outbox {
+                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+                items: inv
+                    .index
+                    .outbox_pending
+                    .iter()
+                    .take(*limit as usize)
+                    .filter_map(|id| {
+                        let item = inv.outbox.get(id)?;
+                        Some((item.clone(), inv.bookings.get(&item.booking)?.clone()))
+                    })
+                    .collect(),
+            },
+            Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
             Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory.clone()),
         }

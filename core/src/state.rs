@@ -39,6 +39,11 @@ pub enum RecordKey {
     Hold(u64),
     /// An idempotency record: `(owner, key)`.
     Op(UserId, String),
+    /// Event group: a booking, by hold seq.
+    Booking(u64),
+    Outbox(u64),
+    /// A webhook's provider event id.
+    Inbox(String),
 }
 
 /// The result of one `apply`.
@@ -75,6 +80,9 @@ impl RecordKey {
             RecordKey::Event => b"m/event".to_vec(),
             RecordKey::Seat(s) => [b"s/".as_slice(), s.as_bytes()].concat(),
             RecordKey::Hold(h) => [b"h/".as_slice(), &h.to_be_bytes()].concat(),
+            RecordKey::Booking(b) => [b"b/".as_slice(), &b.to_be_bytes()].concat(),
+            RecordKey::Outbox(x) => [b"x/".as_slice(), &x.to_be_bytes()].concat(),
+            RecordKey::Inbox(i) => [b"i/".as_slice(), i.as_bytes()].concat(),
             RecordKey::Op(owner, key) => {
                 // The owner's length first, so owner and key cannot run together.
                 let len = u16::try_from(owner.0.len()).expect("user ids are short");
@@ -102,6 +110,9 @@ impl RecordKey {
                 .map(|e| RecordKey::Route(EventId(e))),
             (b"s/", s) => String::from_utf8(s.to_vec()).ok().map(RecordKey::Seat),
             (b"h/", h) => num(h).map(RecordKey::Hold),
+            (b"b/", b) => num(b).map(RecordKey::Booking),
+            (b"x/", x) => num(x).map(RecordKey::Outbox),
+            (b"i/", i) => String::from_utf8(i.to_vec()).ok().map(RecordKey::Inbox),
             (b"o/", rest) => {
                 let (len, rest) = rest.split_at_checked(2)?;
                 let len = usize::from(u16::from_be_bytes(len.try_into().ok()?));
@@ -261,6 +272,9 @@ impl State {
                 .ops
                 .get(&OpKey::new(o.clone(), k.clone()))
                 .map(enc),
+            RecordKey::Booking(b) => self.inventory.bookings.get(b).map(enc),
+            RecordKey::Outbox(x) => self.inventory.outbox.get(x).map(enc),
+            RecordKey::Inbox(i) => self.inventory.inbox.get(i).map(enc),
         }
     }
 
@@ -299,6 +313,15 @@ impl State {
                     .ops
                     .insert(OpKey::new(o, k), dec(value).map_err(err)?);
             }
+            RecordKey::Booking(b) => {
+                self.inventory.bookings.insert(b, dec(value).map_err(err)?);
+            }
+            RecordKey::Outbox(x) => {
+                self.inventory.outbox.insert(x, dec(value).map_err(err)?);
+            }
+            RecordKey::Inbox(i) => {
+                self.inventory.inbox.insert(i, dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -332,6 +355,15 @@ impl State {
             RecordKey::Op(o, k) => {
                 self.inventory.ops.remove(&OpKey::new(o, k));
             }
+            RecordKey::Booking(b) => {
+                self.inventory.bookings.remove(&b);
+            }
+            RecordKey::Outbox(x) => {
+                self.inventory.outbox.remove(&x);
+            }
+            RecordKey::Inbox(i) => {
+                self.inventory.inbox.remove(&i);
+            }
         }
         Ok(())
     }
@@ -364,6 +396,19 @@ impl State {
                     .ops
                     .keys()
                     .map(|k| RecordKey::Op(k.owner.clone(), k.key.clone())),
+            )
+            .chain(
+                self.inventory
+                    .bookings
+                    .keys()
+                    .map(|b| RecordKey::Booking(*b)),
+            )
+            .chain(self.inventory.outbox.keys().map(|x| RecordKey::Outbox(*x)))
+            .chain(
+                self.inventory
+                    .inbox
+                    .keys()
+                    .map(|i| RecordKey::Inbox(i.clone())),
             );
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use seatfence_core::inventory::{
-    EventAction, EventCommand, EventSpec, HoldStatus, Outcome, SeatPick, SeatState, Survival,
+    BookingStatus, ConfirmPath, EventAction, EventCommand, EventSpec, HoldStatus, OutboxKind,
+    Outcome, PaymentAction, PaymentAttempt, ReleaseReason, SeatPick, SeatState, Survival,
 };
 use seatfence_core::{Command, Epoch, EventId, GroupId, RegionId, Response, State, UserId};
 
@@ -32,6 +33,34 @@ enum Step {
     },
     Advance(u64),
     StaleEpoch,
+    /// A payment step on hold `hold`, with payment `pay` ("p<hold>" when 0,
+    /// another id otherwise).
+    Pay {
+        hold: u64,
+        pay: u8,
+        what: PayStep,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PayStep {
+    Attach,
+    Intent { takeover: bool },
+    Confirm,
+    Release { unpaid: bool },
+    Extend,
+    OutboxDone { id: u64 },
+}
+
+fn pay_step() -> impl Strategy<Value = PayStep> {
+    prop_oneof![
+        3 => Just(PayStep::Attach),
+        1 => any::<bool>().prop_map(|takeover| PayStep::Intent { takeover }),
+        2 => Just(PayStep::Confirm),
+        2 => any::<bool>().prop_map(|unpaid| PayStep::Release { unpaid }),
+        1 => Just(PayStep::Extend),
+        1 => (1u64..6).prop_map(|id| PayStep::OutboxDone { id }),
+    ]
 }
 
 fn pick() -> impl Strategy<Value = SeatPick> {
@@ -54,6 +83,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0usize..64, any::<bool>()).prop_map(|(n, other_payload)| Step::Replay { n, other_payload }),
         1 => (0u64..2 * TTL_MS).prop_map(Step::Advance),
         1 => Just(Step::StaleEpoch),
+        4 => (1u64..12, 0u8..4, pay_step()).prop_map(|(hold, pay, what)| Step::Pay { hold, pay, what }),
     ]
 }
 
@@ -74,7 +104,67 @@ fn spec_with(max_seats_per_buyer: Option<u32>) -> EventSpec {
         opens_at_ms: None,
         closes_at_ms: None,
         survival: Survival::Zone,
+        price_cents: 1_000,
+        currency: "EUR".into(),
     }
+}
+
+/// The payment action of a `Step::Pay`, from the hold's owner when it has one.
+fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
+    let payment_id = if pay == 0 {
+        format!("p{hold}")
+    } else {
+        format!("x{pay}")
+    };
+    EventAction::Payment(match what {
+        PayStep::Attach => PaymentAction::Attach {
+            owner: s
+                .inventory
+                .holds
+                .get(&hold)
+                .map(|h| h.owner.clone())
+                .unwrap_or(UserId("u0".into())),
+            hold,
+            payment: PaymentAttempt {
+                payment_id,
+                provider_key: format!("k{hold}"),
+                signature: "sig".into(),
+                approve_url: "http://gw/approve".into(),
+                amount_cents: 1_000,
+                currency: "EUR".into(),
+            },
+        },
+        PayStep::Intent { takeover } => PaymentAction::ExecuteIntent {
+            hold,
+            payment_id,
+            takeover,
+        },
+        PayStep::Confirm => PaymentAction::Confirm {
+            hold,
+            payment_id,
+            txn_id: format!("t{hold}"),
+            via: ConfirmPath::Webhook,
+            inbox: Some(format!("ev{hold}")),
+        },
+        PayStep::Release { unpaid } => PaymentAction::Release {
+            hold,
+            payment_id,
+            reason: if unpaid {
+                ReleaseReason::Unpaid
+            } else {
+                ReleaseReason::PaymentFailed
+            },
+        },
+        PayStep::Extend => PaymentAction::Extend {
+            hold,
+            payment_id,
+            by_ms: 1_000,
+        },
+        PayStep::OutboxDone { id } => PaymentAction::OutboxDone {
+            id,
+            refund_id: Some(format!("r{id}")),
+        },
+    })
 }
 
 fn cmd(now: u64, epoch: u64, key: Option<(UserId, String)>, action: EventAction) -> Command {
@@ -110,12 +200,12 @@ fn check(s: &State) {
     let mut owner_of = BTreeMap::new();
     for h in inv.holds.values().filter(|h| h.status.is_live()) {
         for seat in &h.seats {
-            assert_eq!(
-                inv.seats[seat].state,
-                SeatState::Held(h.seq),
-                "hold {} lost {seat}",
-                h.seq
-            );
+            let want = if h.status == HoldStatus::Booked {
+                SeatState::Sold(h.seq)
+            } else {
+                SeatState::Held(h.seq)
+            };
+            assert_eq!(inv.seats[seat].state, want, "hold {} lost {seat}", h.seq);
             assert!(
                 owner_of.insert(seat.clone(), h.seq).is_none(),
                 "{seat} in two holds"
@@ -133,6 +223,45 @@ fn check(s: &State) {
     let mut rebuilt = inv.clone();
     rebuilt.rebuild_indexes();
     assert_eq!(rebuilt.index, inv.index, "indexes drifted from records");
+    // Bookings agree with their holds: sold seats ⇔ confirmed booking;
+    // a pending payment keeps its seats held; paid money after a release
+    // is owed back through the outbox.
+    for (seq, b) in &inv.bookings {
+        let hold = &inv.holds[seq];
+        let expected = match b.status {
+            BookingStatus::Pending => HoldStatus::Held,
+            BookingStatus::Confirmed => HoldStatus::Booked,
+            BookingStatus::Expired | BookingStatus::RefundPending | BookingStatus::Refunded => {
+                HoldStatus::Expired
+            }
+        };
+        assert_eq!(hold.status, expected, "booking {seq} {:?}", b.status);
+        let kinds: Vec<OutboxKind> = inv
+            .outbox
+            .values()
+            .filter(|x| x.booking == *seq)
+            .map(|x| x.kind)
+            .collect();
+        let want: &[OutboxKind] = match b.status {
+            BookingStatus::Pending | BookingStatus::Expired => &[],
+            BookingStatus::Confirmed => &[OutboxKind::ConfirmationEmail],
+            BookingStatus::RefundPending | BookingStatus::Refunded => &[OutboxKind::Refund],
+        };
+        assert_eq!(kinds, want, "outbox of booking {seq}");
+        assert!(hold.extensions <= seatfence_core::inventory::MAX_EXTENSIONS);
+    }
+    for h in inv.holds.values() {
+        let sold = h
+            .seats
+            .iter()
+            .all(|s| inv.seats[s].state == SeatState::Sold(h.seq));
+        assert_eq!(
+            h.status == HoldStatus::Booked,
+            sold && !h.seats.is_empty(),
+            "hold {}",
+            h.seq
+        );
+    }
     // Buyer limit respected.
     for (_, n) in &inv.index.buyer_seats {
         assert!(*n <= 5);
@@ -188,6 +317,32 @@ proptest! {
                     continue;
                 }
                 Step::Advance(ms) => { now += ms; continue; }
+                Step::Pay { hold, pay, what } => {
+                    // What time alone does (any command expires due holds).
+                    let mut before = s.clone();
+                    before.apply(g, &cmd(now, 1, None, EventAction::Tick));
+                    let action = pay_action(&s, hold, pay, what);
+                    let got = outcome(s.apply(g, &cmd(now, 1, None, action)).response);
+                    let was = before.inventory.bookings.get(&hold).map(|b| b.status);
+                    let is = s.inventory.bookings.get(&hold).map(|b| b.status);
+                    // Paid stays paid; a release needs the booking's own payment.
+                    if was == Some(BookingStatus::Confirmed) {
+                        prop_assert_eq!(is, Some(BookingStatus::Confirmed));
+                    }
+                    let payment_id = if pay == 0 { format!("p{hold}") } else { format!("x{pay}") };
+                    let foreign = before.inventory.bookings.get(&hold).is_some_and(|b| b.payment.payment_id != payment_id);
+                    if foreign && !matches!(what, PayStep::OutboxDone { .. }) {
+                        prop_assert!(got.error_code().is_some() || was.is_none() || was == is, "{:?}", got);
+                        prop_assert_eq!(&before.inventory.seats, &s.inventory.seats, "another payment id moved seats");
+                    }
+                    if let (PayStep::Release { unpaid: true }, Some(h)) = (what, before.inventory.holds.get(&hold)) {
+                        if now < h.expires_at_ms {
+                            prop_assert_eq!(&before.inventory.seats, &s.inventory.seats, "unpaid released early");
+                        }
+                    }
+                    check(&s);
+                    continue;
+                }
                 Step::StaleEpoch => {
                     let before = s.clone();
                     let got = outcome(s.apply(g, &cmd(now, 7, None, EventAction::Hold {
@@ -215,11 +370,16 @@ proptest! {
                 }
             }
             check(&s);
-            // Past every deadline, no hold is left holding seats.
+            // Past every deadline, only holds waiting on a payment keep
+            // seats: nothing but the reconciler releases those.
             if s.inventory.holds.values().all(|h| h.expires_at_ms <= now) {
                 let mut t = s.clone();
                 t.apply(g, &cmd(now, 1, None, EventAction::Tick));
-                prop_assert_eq!(t.inventory.event.as_ref().unwrap().held, 0);
+                let waiting: u64 = t.inventory.bookings.values()
+                    .filter(|b| b.status == BookingStatus::Pending)
+                    .map(|b| t.inventory.holds[&b.seq].seats.len() as u64)
+                    .sum();
+                prop_assert_eq!(t.inventory.event.as_ref().unwrap().held, waiting);
             }
         }
         // The stored records load back into an equal state.
@@ -340,4 +500,68 @@ fn the_edges_own_keys_are_forgotten_after_minutes_clients_keys_after_a_day() {
     let mut rebuilt = s.inventory.clone();
     rebuilt.rebuild_indexes();
     assert_eq!(rebuilt.index, s.inventory.index);
+}
+
+#[test]
+fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
+    let g = GroupId(1);
+    let mut s = State::default();
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
+    let hold = |who: &str| EventAction::Hold {
+        owner: UserId(who.into()),
+        pick: SeatPick::Seats(vec!["A1".into()]),
+    };
+    assert!(matches!(
+        outcome(s.apply(g, &cmd(1, 1, None, hold("alice"))).response),
+        Outcome::Held(_)
+    ));
+    let attach = pay_action(&s, 1, 0, PayStep::Attach);
+    assert!(matches!(
+        outcome(s.apply(g, &cmd(2, 1, None, attach)).response),
+        Outcome::Booking(_)
+    ));
+    // The owner can no longer cancel, and the deadline does not free it.
+    let cancel = EventAction::Cancel {
+        owner: UserId("alice".into()),
+        hold: 1,
+    };
+    assert_eq!(
+        outcome(s.apply(g, &cmd(3, 1, None, cancel)).response).error_code(),
+        Some("hold_not_cancellable")
+    );
+    s.apply(g, &cmd(TTL_MS + 5, 1, None, EventAction::Tick));
+    assert_eq!(s.inventory.seats["A1"].state, SeatState::Held(1));
+    // Released by the reconciler after the deadline; resold to bob.
+    let release = pay_action(&s, 1, 0, PayStep::Release { unpaid: true });
+    s.apply(g, &cmd(TTL_MS + 6, 1, None, release));
+    assert!(matches!(
+        outcome(s.apply(g, &cmd(TTL_MS + 7, 1, None, hold("bob"))).response),
+        Outcome::Held(_)
+    ));
+    // The payment completes late: refund, never alice's seat back.
+    let confirm = pay_action(&s, 1, 0, PayStep::Confirm);
+    let Outcome::Booking(b) = outcome(s.apply(g, &cmd(TTL_MS + 8, 1, None, confirm)).response)
+    else {
+        panic!()
+    };
+    assert_eq!(b.status, BookingStatus::RefundPending);
+    assert_eq!(s.inventory.seats["A1"].state, SeatState::Held(2));
+    let item = *s
+        .inventory
+        .index
+        .outbox_pending
+        .iter()
+        .next()
+        .expect("refund queued");
+    s.apply(
+        g,
+        &cmd(
+            TTL_MS + 9,
+            1,
+            None,
+            pay_action(&s, 1, 0, PayStep::OutboxDone { id: item }),
+        ),
+    );
+    assert_eq!(s.inventory.bookings[&1].status, BookingStatus::Refunded);
+    check(&s);
 }

@@ -93,6 +93,7 @@ impl Inventory {
                 Outcome::OpenSet { open: *open }
             }
             EventAction::Tick => Outcome::Ticked { expired },
+            EventAction::Payment(p) => self.payment(p, now, changed),
         };
         if let Some(k) = op_key {
             self.index.op_times.insert((k.forget_at(now), k.clone()));
@@ -109,7 +110,7 @@ impl Inventory {
         outcome
     }
 
-    fn event_mut(&mut self, changed: &mut Vec<RecordKey>) -> &mut Event {
+    pub(super) fn event_mut(&mut self, changed: &mut Vec<RecordKey>) -> &mut Event {
         changed.push(RecordKey::Event);
         self.event.as_mut().expect("checked by the caller")
     }
@@ -168,6 +169,9 @@ impl Inventory {
             sold: 0,
             spec_hash: hash,
             next_hold_seq: 1,
+            next_outbox_id: 1,
+            price_cents: spec.price_cents,
+            currency: spec.currency.clone(),
             clock_ms: now,
         });
         changed.push(RecordKey::Event);
@@ -285,6 +289,7 @@ impl Inventory {
             created_ms: now,
             expires_at_ms,
             status: HoldStatus::Held,
+            extensions: 0,
         };
         self.index.deadlines.insert((expires_at_ms, seq));
         if self.counts_buyers() {
@@ -306,6 +311,9 @@ impl Inventory {
             return Outcome::HoldNotFound;
         };
         match hold.status {
+            HoldStatus::Held if self.bookings.contains_key(&seq) => Outcome::HoldNotCancellable {
+                status: HoldStatus::Held,
+            },
             HoldStatus::Held => {
                 self.release(seq, HoldStatus::Released, changed);
                 Outcome::Cancelled(self.holds[&seq].clone())
@@ -316,7 +324,7 @@ impl Inventory {
     }
 
     /// End a held hold: its seats become available again.
-    fn release(&mut self, seq: u64, status: HoldStatus, changed: &mut Vec<RecordKey>) {
+    pub(super) fn release(&mut self, seq: u64, status: HoldStatus, changed: &mut Vec<RecordKey>) {
         let hold = self.holds.get_mut(&seq).expect("caller checked");
         debug_assert_eq!(hold.status, HoldStatus::Held);
         hold.status = status;

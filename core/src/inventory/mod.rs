@@ -18,11 +18,16 @@
 //! a replayed idempotency key returns the first outcome.
 
 mod apply;
+mod booking;
 mod spec;
 
 pub use apply::request_hash;
+pub use booking::{
+    Booking, BookingStatus, ConfirmPath, OutboxItem, OutboxKind, PaymentAction, PaymentAttempt,
+    ReleaseReason, MAX_EXTENSIONS,
+};
 pub use spec::{
-    EventSpec, Section, SpecError, Survival, MAX_CAPACITY, MAX_HOLD_TTL_MS,
+    EventSpec, Section, SpecError, Survival, MAX_CAPACITY, MAX_HOLD_TTL_MS, MAX_PRICE_CENTS,
     MAX_SEATS_PER_HOLD_LIMIT, MIN_HOLD_TTL_MS,
 };
 
@@ -67,6 +72,8 @@ pub enum EventAction {
     SetOpen { open: bool },
     /// Advance the clock: expires due holds.
     Tick,
+    /// Bookings and payments (see `booking.rs`).
+    Payment(PaymentAction),
 }
 
 /// Which seats a hold asks for.
@@ -105,6 +112,9 @@ pub struct Event {
     /// Hash of the creating spec: a repeated create must match it.
     pub spec_hash: u64,
     pub next_hold_seq: u64,
+    pub next_outbox_id: u64,
+    pub price_cents: u64,
+    pub currency: String,
     /// The highest `now_ms` applied: time never runs backwards in `apply`,
     /// whatever the clocks of successive leaders say.
     pub clock_ms: u64,
@@ -171,6 +181,8 @@ pub struct Hold {
     pub created_ms: u64,
     pub expires_at_ms: u64,
     pub status: HoldStatus,
+    /// Times the reconciler pushed the deadline back (payment unknown).
+    pub extensions: u32,
 }
 
 /// The recorded outcome of one idempotent request.
@@ -230,6 +242,33 @@ pub enum Outcome {
         limit: u32,
     },
     IdempotencyKeyReused,
+    /// A booking as it stands after the command.
+    Booking(Box<Booking>),
+    ExecuteIntent {
+        granted: bool,
+        booking: Box<Booking>,
+    },
+    Extended {
+        extensions: u32,
+        expires_at_ms: u64,
+    },
+    ExtensionsExhausted {
+        extensions: u32,
+    },
+    OutboxDone,
+    BookingNotFound,
+    /// The payment id is not the booking's.
+    PaymentMismatch,
+    /// Only a held hold can be booked.
+    HoldNotBookable {
+        status: HoldStatus,
+    },
+    /// The hold's deadline has passed: no payment is taken any more.
+    PaymentDeadlinePassed,
+    ReleaseRefused {
+        reason: String,
+    },
+    OutboxItemNotFound,
 }
 
 impl Outcome {
@@ -240,7 +279,11 @@ impl Outcome {
             | Outcome::Held(_)
             | Outcome::Cancelled(_)
             | Outcome::OpenSet { .. }
-            | Outcome::Ticked { .. } => return None,
+            | Outcome::Ticked { .. }
+            | Outcome::Booking(_)
+            | Outcome::ExecuteIntent { .. }
+            | Outcome::Extended { .. }
+            | Outcome::OutboxDone => return None,
             Outcome::StaleEpoch { .. } => "stale_epoch",
             Outcome::EventNotFound => "event_not_found",
             Outcome::EventExists => "event_exists",
@@ -256,6 +299,13 @@ impl Outcome {
             Outcome::SaleClosed => "sale_closed",
             Outcome::BuyerLimitReached { .. } => "buyer_limit_reached",
             Outcome::IdempotencyKeyReused => "idempotency_key_reused",
+            Outcome::ExtensionsExhausted { .. } => "extensions_exhausted",
+            Outcome::BookingNotFound => "booking_not_found",
+            Outcome::PaymentMismatch => "payment_mismatch",
+            Outcome::HoldNotBookable { .. } => "hold_not_bookable",
+            Outcome::PaymentDeadlinePassed => "payment_deadline_passed",
+            Outcome::ReleaseRefused { .. } => "release_refused",
+            Outcome::OutboxItemNotFound => "outbox_item_not_found",
         })
     }
 }
@@ -309,8 +359,14 @@ impl OpKey {
 pub struct Indexes {
     /// Free seats per section, in layout order: `(ordinal, seat id)`.
     pub free: imbl::OrdMap<u32, imbl::OrdSet<(u32, String)>>,
-    /// Deadlines of held holds: `(expires_at_ms, hold seq)`.
+    /// Deadlines of held holds without a payment, which `apply` expires:
+    /// `(expires_at_ms, hold seq)`.
     pub deadlines: imbl::OrdSet<(u64, u64)>,
+    /// Deadlines of held holds with a pending payment, which only the
+    /// reconciler ends.
+    pub pay_deadlines: imbl::OrdSet<(u64, u64)>,
+    /// Outbox items not yet delivered.
+    pub outbox_pending: imbl::OrdSet<u64>,
     /// When each idempotency record lapses: `(forget_at_ms, key)`.
     pub op_times: imbl::OrdSet<(u64, OpKey)>,
     /// Seats in each buyer's live holds (only for events with a per-buyer
@@ -326,6 +382,11 @@ pub struct Inventory {
     pub holds: imbl::OrdMap<u64, Hold>,
     /// Idempotency records by [`OpKey`].
     pub ops: imbl::OrdMap<OpKey, Operation>,
+    /// Bookings by hold seq.
+    pub bookings: imbl::OrdMap<u64, Booking>,
+    pub outbox: imbl::OrdMap<u64, OutboxItem>,
+    /// Provider event ids of webhooks already acted on, with when.
+    pub inbox: imbl::OrdMap<String, u64>,
     #[serde(skip)]
     pub index: Indexes,
 }
@@ -344,10 +405,19 @@ impl Inventory {
         }
         for h in self.holds.values() {
             if h.status == HoldStatus::Held {
-                ix.deadlines.insert((h.expires_at_ms, h.seq));
+                if self.bookings.contains_key(&h.seq) {
+                    ix.pay_deadlines.insert((h.expires_at_ms, h.seq));
+                } else {
+                    ix.deadlines.insert((h.expires_at_ms, h.seq));
+                }
             }
             if h.status.is_live() && self.counts_buyers() {
                 *ix.buyer_seats.entry(h.owner.clone()).or_default() += h.seats.len() as u32;
+            }
+        }
+        for item in self.outbox.values() {
+            if item.done_ms.is_none() {
+                ix.outbox_pending.insert(item.id);
             }
         }
         for (k, op) in &self.ops {

@@ -47,6 +47,10 @@ pub struct EventSpec {
     pub opens_at_ms: Option<u64>,
     pub closes_at_ms: Option<u64>,
     pub survival: Survival,
+    /// Price of one seat, in the currency's minor unit.
+    pub price_cents: u64,
+    /// ISO 4217 code, e.g. `EUR`.
+    pub currency: String,
 }
 
 /// Why a spec is refused.
@@ -78,7 +82,12 @@ pub enum SpecError {
     BadMaxPerBuyer,
     #[error("opens_at must be before closes_at")]
     BadWindow,
+    #[error("price_cents must be at most {MAX_PRICE_CENTS} and currency three capital letters")]
+    BadPrice,
 }
+
+/// The highest seat price accepted, in minor units.
+pub const MAX_PRICE_CENTS: u64 = 100_000_000;
 
 impl SpecError {
     pub fn code(&self) -> &'static str {
@@ -121,6 +130,12 @@ impl EventSpec {
         }
         if self.seats.is_empty() == self.sections.is_empty() {
             return Err(SpecError::SeatsOrSections);
+        }
+        if self.price_cents > MAX_PRICE_CENTS
+            || self.currency.len() != 3
+            || !self.currency.bytes().all(|b| b.is_ascii_uppercase())
+        {
+            return Err(SpecError::BadPrice);
         }
         let capacity = self.capacity();
         if capacity > MAX_CAPACITY {
@@ -205,6 +220,8 @@ mod tests {
             opens_at_ms: None,
             closes_at_ms: None,
             survival: Survival::Zone,
+            price_cents: 5_000,
+            currency: "EUR".into(),
         }
     }
 

@@ -1,0 +1,504 @@
+//! Bookings and payments inside `apply` (DESIGN.md §4, §8).
+//!
+//! ```text
+//!  hold HELD ─AttachPayment─▶ booking pending (the hold no longer expires by itself)
+//!     ─ExecuteIntent (at most once; a new leader may take over)─▶ gateway execute
+//!     ─Confirm(payment id, txn id)─▶ seats SOLD, hold BOOKED, booking confirmed, email queued
+//!     ─Release(payment id, reason)─▶ seats free, booking expired   (the reconciler only)
+//!  Confirm after a release ─▶ booking refund_pending, refund queued ─OutboxDone─▶ refunded
+//! ```
+//!
+//! The rule is one-sided: several paths may confirm, only `Release` frees
+//! a seat that has a payment, and it is guarded by the payment id and, for
+//! an unpaid payment, by the deadline. Every transition is conditional on
+//! the state it expects, so a repeated or late signal changes nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::UserId;
+use crate::state::RecordKey;
+
+use super::{HoldStatus, Inventory, Outcome, SeatState};
+
+/// How many times the reconciler may push a deadline back when it cannot
+/// learn a payment's state; after that it raises an alert and waits.
+pub const MAX_EXTENSIONS: u32 = 3;
+
+/// The payment a booking waits on, as the gateway created it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PaymentAttempt {
+    pub payment_id: String,
+    /// The idempotency key the payment was created with (stable per hold).
+    pub provider_key: String,
+    /// The gateway's per-payment signature: callbacks must carry it.
+    pub signature: String,
+    pub approve_url: String,
+    pub amount_cents: u64,
+    pub currency: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BookingStatus {
+    Pending,
+    Confirmed,
+    Expired,
+    RefundPending,
+    Refunded,
+}
+
+impl BookingStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BookingStatus::Pending => "pending",
+            BookingStatus::Confirmed => "confirmed",
+            BookingStatus::Expired => "expired",
+            BookingStatus::RefundPending => "refund_pending",
+            BookingStatus::Refunded => "refunded",
+        }
+    }
+}
+
+/// Which path confirmed a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConfirmPath {
+    Callback,
+    Webhook,
+    Reconciler,
+}
+
+impl ConfirmPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfirmPath::Callback => "callback",
+            ConfirmPath::Webhook => "webhook",
+            ConfirmPath::Reconciler => "reconciler",
+        }
+    }
+}
+
+/// Why the reconciler releases a hold that has a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReleaseReason {
+    /// The gateway says the payment failed or was cancelled.
+    PaymentFailed,
+    /// The deadline passed and the gateway says the payment is not completed.
+    Unpaid,
+}
+
+/// One booking: a hold with a payment. Its id is the hold's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Booking {
+    pub seq: u64,
+    pub owner: UserId,
+    pub payment: PaymentAttempt,
+    pub status: BookingStatus,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// Execute intents committed (the callback's, then any takeovers).
+    pub intents: u32,
+    pub txn_id: Option<String>,
+    pub confirmed_via: Option<ConfirmPath>,
+    pub refund_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OutboxKind {
+    ConfirmationEmail,
+    Refund,
+}
+
+impl OutboxKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxKind::ConfirmationEmail => "email",
+            OutboxKind::Refund => "refund",
+        }
+    }
+}
+
+/// A side effect to deliver after a commit, until acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OutboxItem {
+    pub id: u64,
+    /// The booking (hold seq) it belongs to.
+    pub booking: u64,
+    pub kind: OutboxKind,
+    pub created_ms: u64,
+    pub done_ms: Option<u64>,
+}
+
+/// Payment actions of [`super::EventAction`], applied by [`Inventory`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PaymentAction {
+    /// Record the payment created for a held hold: the booking exists from
+    /// here on. Repeating it with the same payment is a no-op.
+    Attach {
+        owner: UserId,
+        hold: u64,
+        payment: PaymentAttempt,
+    },
+    /// Commit the intent to execute (capture) the payment. Granted once;
+    /// `takeover` grants it again (a new leader finishing a payment).
+    ExecuteIntent {
+        hold: u64,
+        payment_id: String,
+        takeover: bool,
+    },
+    /// The gateway says the payment completed: HELD → PAID, or
+    /// refund_pending when the seats were already released.
+    Confirm {
+        hold: u64,
+        payment_id: String,
+        txn_id: String,
+        via: ConfirmPath,
+        /// The webhook's provider event id, remembered in the inbox.
+        inbox: Option<String>,
+    },
+    /// The reconciler frees the seats of a payment that will not complete.
+    Release {
+        hold: u64,
+        payment_id: String,
+        reason: ReleaseReason,
+    },
+    /// The reconciler could not learn the payment's state: push the
+    /// deadline back (at most [`MAX_EXTENSIONS`] times).
+    Extend {
+        hold: u64,
+        payment_id: String,
+        by_ms: u64,
+    },
+    /// An outbox item was delivered (`refund_id` for refunds).
+    OutboxDone { id: u64, refund_id: Option<String> },
+}
+
+impl Inventory {
+    pub(super) fn payment(
+        &mut self,
+        action: &PaymentAction,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        match action {
+            PaymentAction::Attach {
+                owner,
+                hold,
+                payment,
+            } => self.attach(owner, *hold, payment, now, changed),
+            PaymentAction::ExecuteIntent {
+                hold,
+                payment_id,
+                takeover,
+            } => self.execute_intent(*hold, payment_id, *takeover, now, changed),
+            PaymentAction::Confirm {
+                hold,
+                payment_id,
+                txn_id,
+                via,
+                inbox,
+            } => self.confirm(
+                *hold,
+                payment_id,
+                txn_id,
+                *via,
+                inbox.as_deref(),
+                now,
+                changed,
+            ),
+            PaymentAction::Release {
+                hold,
+                payment_id,
+                reason,
+            } => self.release_payment(*hold, payment_id, *reason, now, changed),
+            PaymentAction::Extend {
+                hold,
+                payment_id,
+                by_ms,
+            } => self.extend(*hold, payment_id, *by_ms, changed),
+            PaymentAction::OutboxDone { id, refund_id } => {
+                self.outbox_done(*id, refund_id.as_deref(), now, changed)
+            }
+        }
+    }
+
+    fn booking_outcome(&self, seq: u64) -> Outcome {
+        Outcome::Booking(Box::new(self.bookings[&seq].clone()))
+    }
+
+    /// The booking of `hold` if its payment is `payment_id`.
+    fn booking_for(&self, hold: u64, payment_id: &str) -> Result<&super::Booking, Outcome> {
+        match self.bookings.get(&hold) {
+            None => Err(Outcome::BookingNotFound),
+            Some(b) if b.payment.payment_id != payment_id => Err(Outcome::PaymentMismatch),
+            Some(b) => Ok(b),
+        }
+    }
+
+    fn attach(
+        &mut self,
+        owner: &UserId,
+        seq: u64,
+        payment: &PaymentAttempt,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let Some(hold) = self.holds.get(&seq).filter(|h| &h.owner == owner) else {
+            return Outcome::HoldNotFound;
+        };
+        if let Some(b) = self.bookings.get(&seq) {
+            return if b.payment.payment_id == payment.payment_id {
+                self.booking_outcome(seq)
+            } else {
+                Outcome::PaymentMismatch
+            };
+        }
+        if hold.status != HoldStatus::Held {
+            return Outcome::HoldNotBookable {
+                status: hold.status,
+            };
+        }
+        if now >= hold.expires_at_ms {
+            // Not reached: `apply` expires due holds before any action.
+            return Outcome::PaymentDeadlinePassed;
+        }
+        let deadline = hold.expires_at_ms;
+        // From here on only the reconciler ends this hold.
+        self.index.deadlines.remove(&(deadline, seq));
+        self.index.pay_deadlines.insert((deadline, seq));
+        self.bookings.insert(
+            seq,
+            super::Booking {
+                seq,
+                owner: owner.clone(),
+                payment: payment.clone(),
+                status: BookingStatus::Pending,
+                created_ms: now,
+                updated_ms: now,
+                intents: 0,
+                txn_id: None,
+                confirmed_via: None,
+                refund_id: None,
+            },
+        );
+        changed.push(RecordKey::Booking(seq));
+        self.booking_outcome(seq)
+    }
+
+    fn execute_intent(
+        &mut self,
+        seq: u64,
+        payment_id: &str,
+        takeover: bool,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let b = match self.booking_for(seq, payment_id) {
+            Ok(b) => b,
+            Err(o) => return o,
+        };
+        if b.status != BookingStatus::Pending {
+            return Outcome::ExecuteIntent {
+                granted: false,
+                booking: Box::new(b.clone()),
+            };
+        }
+        if now >= self.holds[&seq].expires_at_ms {
+            return Outcome::PaymentDeadlinePassed;
+        }
+        let granted = b.intents == 0 || takeover;
+        if granted {
+            let b = self.bookings.get_mut(&seq).expect("checked above");
+            b.intents += 1;
+            b.updated_ms = now;
+            changed.push(RecordKey::Booking(seq));
+        }
+        Outcome::ExecuteIntent {
+            granted,
+            booking: Box::new(self.bookings[&seq].clone()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn confirm(
+        &mut self,
+        seq: u64,
+        payment_id: &str,
+        txn_id: &str,
+        via: ConfirmPath,
+        inbox: Option<&str>,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let status = match self.booking_for(seq, payment_id) {
+            Ok(b) => b.status,
+            Err(o) => return o,
+        };
+        if let Some(id) = inbox {
+            if self.inbox.insert(id.to_string(), now).is_none() {
+                changed.push(RecordKey::Inbox(id.to_string()));
+            }
+        }
+        match status {
+            BookingStatus::Pending => {
+                let hold = self.holds.get_mut(&seq).expect("a booking's hold exists");
+                debug_assert_eq!(hold.status, HoldStatus::Held);
+                hold.status = HoldStatus::Booked;
+                let (seats, deadline) = (hold.seats.clone(), hold.expires_at_ms);
+                changed.push(RecordKey::Hold(seq));
+                self.index.pay_deadlines.remove(&(deadline, seq));
+                for id in &seats {
+                    let seat = self.seats.get_mut(id).expect("a hold's seats exist");
+                    debug_assert_eq!(seat.state, SeatState::Held(seq));
+                    seat.state = SeatState::Sold(seq);
+                    changed.push(RecordKey::Seat(id.clone()));
+                }
+                let n = seats.len() as u64;
+                let ev = self.event_mut(changed);
+                ev.held -= n;
+                ev.sold += n;
+                self.set_paid(seq, txn_id, via, BookingStatus::Confirmed, now, changed);
+                self.queue(seq, super::OutboxKind::ConfirmationEmail, now, changed);
+            }
+            BookingStatus::Expired => {
+                // Late success: the seats may be sold again; give the money back.
+                self.set_paid(seq, txn_id, via, BookingStatus::RefundPending, now, changed);
+                self.queue(seq, super::OutboxKind::Refund, now, changed);
+            }
+            BookingStatus::Confirmed | BookingStatus::RefundPending | BookingStatus::Refunded => {}
+        }
+        self.booking_outcome(seq)
+    }
+
+    fn set_paid(
+        &mut self,
+        seq: u64,
+        txn_id: &str,
+        via: ConfirmPath,
+        status: BookingStatus,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) {
+        let b = self.bookings.get_mut(&seq).expect("caller checked");
+        b.status = status;
+        b.txn_id = Some(txn_id.to_string());
+        b.confirmed_via = Some(via);
+        b.updated_ms = now;
+        changed.push(RecordKey::Booking(seq));
+    }
+
+    fn queue(
+        &mut self,
+        booking: u64,
+        kind: super::OutboxKind,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) {
+        let ev = self.event_mut(changed);
+        let id = ev.next_outbox_id;
+        ev.next_outbox_id += 1;
+        self.outbox.insert(
+            id,
+            OutboxItem {
+                id,
+                booking,
+                kind,
+                created_ms: now,
+                done_ms: None,
+            },
+        );
+        self.index.outbox_pending.insert(id);
+        changed.push(RecordKey::Outbox(id));
+    }
+
+    fn release_payment(
+        &mut self,
+        seq: u64,
+        payment_id: &str,
+        reason: ReleaseReason,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let status = match self.booking_for(seq, payment_id) {
+            Ok(b) => b.status,
+            Err(o) => return o,
+        };
+        if status != BookingStatus::Pending {
+            return self.booking_outcome(seq);
+        }
+        let deadline = self.holds[&seq].expires_at_ms;
+        if reason == ReleaseReason::Unpaid && now < deadline {
+            return Outcome::ReleaseRefused {
+                reason: "an unpaid payment is released only after its deadline".into(),
+            };
+        }
+        self.index.pay_deadlines.remove(&(deadline, seq));
+        self.release(seq, HoldStatus::Expired, changed);
+        let b = self.bookings.get_mut(&seq).expect("checked above");
+        b.status = BookingStatus::Expired;
+        b.updated_ms = now;
+        changed.push(RecordKey::Booking(seq));
+        self.booking_outcome(seq)
+    }
+
+    fn extend(
+        &mut self,
+        seq: u64,
+        payment_id: &str,
+        by_ms: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let status = match self.booking_for(seq, payment_id) {
+            Ok(b) => b.status,
+            Err(o) => return o,
+        };
+        if status != BookingStatus::Pending {
+            return self.booking_outcome(seq);
+        }
+        let hold = self.holds.get_mut(&seq).expect("a booking's hold exists");
+        if hold.extensions >= MAX_EXTENSIONS {
+            return Outcome::ExtensionsExhausted {
+                extensions: hold.extensions,
+            };
+        }
+        let old = hold.expires_at_ms;
+        hold.extensions += 1;
+        hold.expires_at_ms = old.saturating_add(by_ms.max(1));
+        let (new, extensions) = (hold.expires_at_ms, hold.extensions);
+        changed.push(RecordKey::Hold(seq));
+        self.index.pay_deadlines.remove(&(old, seq));
+        self.index.pay_deadlines.insert((new, seq));
+        Outcome::Extended {
+            extensions,
+            expires_at_ms: new,
+        }
+    }
+
+    fn outbox_done(
+        &mut self,
+        id: u64,
+        refund_id: Option<&str>,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let Some(item) = self.outbox.get_mut(&id) else {
+            return Outcome::OutboxItemNotFound;
+        };
+        if item.done_ms.is_some() {
+            return Outcome::OutboxDone;
+        }
+        item.done_ms = Some(now);
+        let (booking, kind) = (item.booking, item.kind);
+        self.index.outbox_pending.remove(&id);
+        changed.push(RecordKey::Outbox(id));
+        if kind == super::OutboxKind::Refund {
+            if let Some(b) = self.bookings.get_mut(&booking) {
+                if b.status == BookingStatus::RefundPending {
+                    b.status = BookingStatus::Refunded;
+                    b.refund_id = refund_id.map(str::to_string);
+                    b.updated_ms = now;
+                    changed.push(RecordKey::Booking(booking));
+                }
+            }
+        }
+        Outcome::OutboxDone
+    }
+}

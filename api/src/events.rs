@@ -36,7 +36,13 @@ struct CreateBody {
     survival: Option<String>,
     opens_at: Option<String>,
     closes_at: Option<String>,
+    price_cents: Option<u64>,
+    currency: Option<String>,
 }
+
+/// Seat price when the operator gives none.
+pub const DEFAULT_PRICE_CENTS: u64 = 5_000;
+pub const DEFAULT_CURRENCY: &str = "EUR";
 
 fn rfc3339_ms(s: &str, field: &str) -> Result<u64, ApiError> {
     humantime::parse_rfc3339_weak(s)
@@ -103,6 +109,8 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         hold_ttl_ms: body.hold_ttl_secs.unwrap_or(600).saturating_mul(1000),
         max_seats_per_hold: body.max_seats_per_hold.unwrap_or(8),
         max_seats_per_buyer: body.max_seats_per_buyer,
+        price_cents: body.price_cents.unwrap_or(DEFAULT_PRICE_CENTS),
+        currency: body.currency.unwrap_or_else(|| DEFAULT_CURRENCY.into()),
         opens_at_ms: body
             .opens_at
             .as_deref()
@@ -241,6 +249,8 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "opens_at": ev.opens_at_ms.map(format_ms),
             "closes_at": ev.closes_at_ms.map(format_ms),
             "sale_open": open,
+            "price_cents": ev.price_cents,
+            "currency": ev.currency,
         }),
     ))
 }

@@ -48,6 +48,7 @@ impl NodeService for FakeLeader {
                 created_ms: 0,
                 expires_at_ms: 1,
                 status: HoldStatus::Held,
+                extensions: 0,
             }),
         });
         let responses = (0..n).map(|_| encode(&reply).unwrap()).collect();

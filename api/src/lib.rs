@@ -23,6 +23,7 @@ pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod events;
+pub mod gateway;
 pub mod holds;
 pub mod http;
 pub mod metrics;

@@ -1,0 +1,535 @@
+//! The mock payment provider (`seatfence gateway`): a real HTTP server with
+//! the provider's contract (DESIGN.md §8), fault switches, and counters the
+//! tests and drills read (`GET /_stats`, `GET /_payments`).
+//!
+//! It keeps the promises a real provider keeps and the ones seatfence
+//! relies on: the same idempotency key gives the same payment; a payment
+//! is captured at most once; an execute or refund with a fencing token
+//! lower than the highest seen for that payment is refused (409
+//! `stale_fencing_token`); webhooks are signed; tokens are granted only a
+//! few times per hour. State is in memory: restarting the mock forgets it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use super::sign;
+
+/// How the mock is set up.
+#[derive(Debug, Clone)]
+pub struct MockConfig {
+    /// Base URL clients reach it at (for `approve_url`).
+    pub public_url: String,
+    /// Signs payments (the callback's `signature`).
+    pub signing_secret: String,
+    /// Signs webhook bodies.
+    pub webhook_secret: String,
+    pub client_id: String,
+    pub client_secret: String,
+    pub token_ttl: Duration,
+    pub grants_per_hour: u32,
+}
+
+/// Fault switches (`PUT /_faults` merges the fields it is given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// `ok` | `error` (500, nothing created).
+    pub create: String,
+    /// `ok` | `fail` (payment fails) | `timeout` (captures, answers after
+    /// `timeout_ms`) | `hold` (waits until switched back, then captures).
+    pub execute: String,
+    /// `ok` | `error` (500).
+    pub query: String,
+    /// `ok` | `error` (500).
+    pub refund: String,
+    /// `deliver` | `drop` | `duplicate` | `delay` (by `webhook_delay_ms`).
+    pub webhook: String,
+    pub timeout_ms: u64,
+    pub webhook_delay_ms: u64,
+    /// Added to every API call.
+    pub latency_ms: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Faults {
+        Faults {
+            create: "ok".into(),
+            execute: "ok".into(),
+            query: "ok".into(),
+            refund: "ok".into(),
+            webhook: "deliver".into(),
+            timeout_ms: 30_000,
+            webhook_delay_ms: 2_000,
+            latency_ms: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Payment {
+    payment_id: String,
+    amount_cents: u64,
+    currency: String,
+    invoice: String,
+    idempotency_key: String,
+    return_url: String,
+    webhook_url: String,
+    signature: String,
+    status: &'static str,
+    txn_id: Option<String>,
+    /// Highest fencing token seen for this payment.
+    highest_fence: Option<(u64, u64)>,
+    captures: u32,
+    execute_calls: u32,
+    refund_id: Option<String>,
+    refunds: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    payments: BTreeMap<String, Payment>,
+    by_key: HashMap<String, String>,
+    refunds_by_key: HashMap<String, (String, String)>,
+    tokens: HashMap<String, Instant>,
+    grants: VecDeque<Instant>,
+    grants_total: u64,
+    webhooks_sent: u64,
+    next_id: u64,
+}
+
+/// The mock's shared state. The `std::sync::Mutex` is held only for
+/// in-memory updates, never across `.await`.
+pub struct Mock {
+    config: MockConfig,
+    inner: Mutex<Inner>,
+    faults: Mutex<Faults>,
+    http: reqwest::Client,
+}
+
+type Answer = (StatusCode, Value);
+
+fn err(status: StatusCode, code: &str, message: &str) -> Answer {
+    (
+        status,
+        json!({"error": {"code": code, "message": message}}),
+    )
+}
+
+impl Mock {
+    pub fn new(config: MockConfig) -> Arc<Mock> {
+        Arc::new(Mock {
+            config,
+            inner: Mutex::new(Inner::default()),
+            faults: Mutex::new(Faults::default()),
+            http: reqwest::Client::new(),
+        })
+    }
+
+    fn faults(&self) -> Faults {
+        self.faults.lock().expect("faults lock poisoned").clone()
+    }
+
+    fn authorized(&self, auth: Option<&str>) -> bool {
+        let Some(token) = auth.and_then(|a| a.strip_prefix("Bearer ")) else {
+            return false;
+        };
+        let inner = self.inner.lock().expect("mock lock poisoned");
+        inner
+            .tokens
+            .get(token)
+            .is_some_and(|exp| *exp > Instant::now())
+    }
+
+    async fn handle(self: Arc<Mock>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let auth = header("authorization");
+        let fence = header("x-fencing-token");
+        let body = match Limited::new(req.into_body(), 1 << 20).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return respond(err(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "body over 1 MiB")),
+        };
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let browser = matches!(
+            (&method, parts.as_slice()),
+            (&Method::POST, ["v1", "payments", _, "approve" | "cancel"])
+        );
+        let open = browser
+            || matches!(parts.as_slice(), ["_faults"] | ["_stats"] | ["_payments"] | ["v1", "token"]);
+        if !open && !self.authorized(auth.as_deref()) {
+            return respond(err(StatusCode::UNAUTHORIZED, "invalid_token", "a valid bearer token from POST /v1/token is required"));
+        }
+        let latency = self.faults().latency_ms;
+        if latency > 0 && !open {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+        }
+        let answer = match (&method, parts.as_slice()) {
+            (&Method::POST, ["v1", "token"]) => self.token(&body),
+            (&Method::POST, ["v1", "payments"]) => self.create(&body),
+            (&Method::POST, ["v1", "payments", id, "approve"]) => self.browser(id, true),
+            (&Method::POST, ["v1", "payments", id, "cancel"]) => self.browser(id, false),
+            (&Method::POST, ["v1", "payments", id, "execute"]) => {
+                self.clone().execute(id, fence.as_deref()).await
+            }
+            (&Method::GET, ["v1", "payments", id]) => self.query(id),
+            (&Method::POST, ["v1", "refunds"]) => self.refund(&body, fence.as_deref()),
+            (&Method::PUT, ["_faults"]) => self.set_faults(&body),
+            (&Method::GET, ["_faults"]) => (StatusCode::OK, json!(self.faults())),
+            (&Method::GET, ["_stats"]) => self.stats(),
+            (&Method::GET, ["_payments"]) => {
+                let inner = self.inner.lock().expect("mock lock poisoned");
+                (StatusCode::OK, json!(inner.payments.values().collect::<Vec<_>>()))
+            }
+            _ => err(StatusCode::NOT_FOUND, "not_found", "no such route"),
+        };
+        respond(answer)
+    }
+
+    fn token(&self, body: &Bytes) -> Answer {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        if v["client_id"] != self.config.client_id.as_str()
+            || v["client_secret"] != self.config.client_secret.as_str()
+        {
+            return err(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client credentials");
+        }
+        let mut inner = self.inner.lock().expect("mock lock poisoned");
+        let hour = Duration::from_secs(3600);
+        while inner.grants.front().is_some_and(|t| t.elapsed() > hour) {
+            inner.grants.pop_front();
+        }
+        if inner.grants.len() >= self.config.grants_per_hour as usize {
+            return err(StatusCode::TOO_MANY_REQUESTS, "grant_rate_limited", "too many token grants this hour");
+        }
+        inner.grants.push_back(Instant::now());
+        inner.grants_total += 1;
+        let token = format!("tok_{:032x}", rand::random::<u128>());
+        inner
+            .tokens
+            .insert(token.clone(), Instant::now() + self.config.token_ttl);
+        (
+            StatusCode::OK,
+            json!({"access_token": token, "expires_in": self.config.token_ttl.as_secs(), "token_type": "Bearer"}),
+        )
+    }
+
+    fn create(&self, body: &Bytes) -> Answer {
+        let req: super::CreatePayment = match serde_json::from_slice(body) {
+            Ok(r) => r,
+            Err(e) => return err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
+        };
+        if self.faults().create == "error" {
+            return err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "injected create failure");
+        }
+        let mut inner = self.inner.lock().expect("mock lock poisoned");
+        if let Some(id) = inner.by_key.get(&req.idempotency_key) {
+            return (StatusCode::CREATED, self.created(&inner.payments[id]));
+        }
+        inner.next_id += 1;
+        let payment_id = format!("PAY-{:06}-{:08x}", inner.next_id, rand::random::<u32>());
+        let p = Payment {
+            signature: sign::sign(&self.config.signing_secret, payment_id.as_bytes()),
+            payment_id: payment_id.clone(),
+            amount_cents: req.amount_cents,
+            currency: req.currency,
+            invoice: req.invoice,
+            idempotency_key: req.idempotency_key.clone(),
+            return_url: req.return_url,
+            webhook_url: req.webhook_url,
+            status: "created",
+            txn_id: None,
+            highest_fence: None,
+            captures: 0,
+            execute_calls: 0,
+            refund_id: None,
+            refunds: 0,
+        };
+        let answer = self.created(&p);
+        inner.by_key.insert(req.idempotency_key, payment_id.clone());
+        inner.payments.insert(payment_id, p);
+        (StatusCode::CREATED, answer)
+    }
+
+    fn created(&self, p: &Payment) -> Value {
+        json!({
+            "payment_id": p.payment_id,
+            "signature": p.signature,
+            "approve_url": format!("{}/v1/payments/{}/approve", self.config.public_url, p.payment_id),
+        })
+    }
+
+    /// The buyer approves or cancels on the gateway's page.
+    fn browser(&self, id: &str, approve: bool) -> Answer {
+        let mut inner = self.inner.lock().expect("mock lock poisoned");
+        let Some(p) = inner.payments.get_mut(id) else {
+            return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+        };
+        match (p.status, approve) {
+            ("created" | "approved", true) => p.status = "approved",
+            ("created" | "approved", false) => p.status = "cancelled",
+            (s, _) => return err(StatusCode::CONFLICT, "invalid_state", &format!("payment is {s}")),
+        }
+        let sep = if p.return_url.contains('?') { '&' } else { '?' };
+        let status = if approve { "success" } else { "cancel" };
+        let redirect = format!(
+            "{}{sep}paymentID={}&status={status}&signature={}",
+            p.return_url, p.payment_id, p.signature
+        );
+        (StatusCode::OK, json!({"redirect": redirect}))
+    }
+
+    /// Check and record a fencing token for a payment.
+    fn fence(p: &mut Payment, token: Option<&str>) -> Result<(), Answer> {
+        let parsed = token.and_then(|t| {
+            let (e, t) = t.split_once('.')?;
+            Some((e.parse::<u64>().ok()?, t.parse::<u64>().ok()?))
+        });
+        let Some(f) = parsed else {
+            return Err(err(StatusCode::BAD_REQUEST, "fencing_token_required", "X-Fencing-Token: {epoch}.{term} is required"));
+        };
+        if p.highest_fence.is_some_and(|h| f < h) {
+            return Err(err(StatusCode::CONFLICT, "stale_fencing_token", "a newer fencing token was seen for this payment"));
+        }
+        p.highest_fence = Some(f);
+        Ok(())
+    }
+
+    async fn execute(self: Arc<Mock>, id: &str, token: Option<&str>) -> Answer {
+        {
+            let mut inner = self.inner.lock().expect("mock lock poisoned");
+            let Some(p) = inner.payments.get_mut(id) else {
+                return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+            };
+            if let Err(a) = Self::fence(p, token) {
+                return a;
+            }
+            p.execute_calls += 1;
+            match p.status {
+                "approved" => {}
+                "completed" | "failed" | "cancelled" => return (StatusCode::OK, state(p)),
+                s => return err(StatusCode::CONFLICT, "not_approved", &format!("payment is {s}")),
+            }
+        }
+        let mode = self.faults().execute;
+        if mode == "hold" {
+            while self.faults().execute == "hold" {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let (answer, webhook) = {
+            let mut inner = self.inner.lock().expect("mock lock poisoned");
+            let p = inner.payments.get_mut(id).expect("payments are never removed");
+            if p.status != "approved" {
+                return (StatusCode::OK, state(p));
+            }
+            if mode == "fail" {
+                p.status = "failed";
+                return (StatusCode::OK, state(p));
+            }
+            p.status = "completed";
+            p.captures += 1;
+            p.txn_id = Some(format!("TXN-{:016x}", rand::random::<u64>()));
+            (state(p), p.clone())
+        };
+        self.clone().send_webhook(webhook);
+        if mode == "timeout" {
+            tokio::time::sleep(Duration::from_millis(self.faults().timeout_ms)).await;
+        }
+        (StatusCode::OK, answer)
+    }
+
+    fn query(&self, id: &str) -> Answer {
+        if self.faults().query == "error" {
+            return err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "injected query failure");
+        }
+        let inner = self.inner.lock().expect("mock lock poisoned");
+        match inner.payments.get(id) {
+            Some(p) => (StatusCode::OK, state(p)),
+            None => err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment"),
+        }
+    }
+
+    fn refund(&self, body: &Bytes, token: Option<&str>) -> Answer {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let (Some(id), Some(key)) = (v["payment_id"].as_str(), v["idempotency_key"].as_str()) else {
+            return err(StatusCode::BAD_REQUEST, "invalid_request", "payment_id and idempotency_key are required");
+        };
+        if self.faults().refund == "error" {
+            return err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "injected refund failure");
+        }
+        let mut inner = self.inner.lock().expect("mock lock poisoned");
+        if let Some((pid, rid)) = inner.refunds_by_key.get(key) {
+            if pid == id {
+                return (StatusCode::OK, json!({"refund_id": rid, "status": "refunded"}));
+            }
+            return err(StatusCode::CONFLICT, "idempotency_key_reused", "key used for another payment");
+        }
+        let Some(p) = inner.payments.get_mut(id) else {
+            return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+        };
+        if let Err(a) = Self::fence(p, token) {
+            return a;
+        }
+        if p.status != "completed" {
+            return err(StatusCode::CONFLICT, "not_completed", "only a completed payment is refunded");
+        }
+        if p.refund_id.is_some() {
+            return err(StatusCode::CONFLICT, "already_refunded", "payment already refunded under another key");
+        }
+        let rid = format!("REF-{:012x}", rand::random::<u64>() >> 16);
+        p.refund_id = Some(rid.clone());
+        p.refunds += 1;
+        inner
+            .refunds_by_key
+            .insert(key.to_string(), (id.to_string(), rid.clone()));
+        (StatusCode::OK, json!({"refund_id": rid, "status": "refunded"}))
+    }
+
+    fn set_faults(&self, body: &Bytes) -> Answer {
+        let mut current = serde_json::to_value(self.faults()).expect("faults serialize");
+        let Ok(Value::Object(patch)) = serde_json::from_slice::<Value>(body) else {
+            return err(StatusCode::BAD_REQUEST, "invalid_request", "a JSON object of switches is required");
+        };
+        for (k, v) in patch {
+            current[k] = v;
+        }
+        match serde_json::from_value::<Faults>(current) {
+            Ok(f) => {
+                *self.faults.lock().expect("faults lock poisoned") = f.clone();
+                (StatusCode::OK, json!(f))
+            }
+            Err(e) => err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
+        }
+    }
+
+    fn stats(&self) -> Answer {
+        let inner = self.inner.lock().expect("mock lock poisoned");
+        let captures: u64 = inner.payments.values().map(|p| u64::from(p.captures)).sum();
+        let executes: u64 = inner.payments.values().map(|p| u64::from(p.execute_calls)).sum();
+        let refunds: u64 = inner.payments.values().map(|p| u64::from(p.refunds)).sum();
+        (
+            StatusCode::OK,
+            json!({
+                "payments": inner.payments.len(),
+                "captures": captures,
+                "execute_calls": executes,
+                "refunds": refunds,
+                "token_grants": inner.grants_total,
+                "webhooks_sent": inner.webhooks_sent,
+            }),
+        )
+    }
+
+    /// Deliver `payment.completed` as the webhook switch says, retrying
+    /// failed deliveries a few times like a real provider.
+    fn send_webhook(self: Arc<Mock>, p: Payment) {
+        let faults = self.faults();
+        let copies = match faults.webhook.as_str() {
+            "drop" => return,
+            "duplicate" => 2,
+            _ => 1,
+        };
+        let delay = if faults.webhook == "delay" {
+            Duration::from_millis(faults.webhook_delay_ms)
+        } else {
+            Duration::ZERO
+        };
+        let body = json!({
+            "id": format!("EVT-{:016x}", rand::random::<u64>()),
+            "type": "payment.completed",
+            "payment_id": p.payment_id,
+            "invoice": p.invoice,
+            "txn_id": p.txn_id,
+            "amount_cents": p.amount_cents,
+            "currency": p.currency,
+        });
+        let bytes = serde_json::to_vec(&body).expect("json serializes");
+        let header = sign::webhook_header(&self.config.webhook_secret, &bytes);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            for _ in 0..copies {
+                for attempt in 0..5u32 {
+                    let sent = self
+                        .http
+                        .post(&p.webhook_url)
+                        .header("content-type", "application/json")
+                        .header("x-gateway-signature", &header)
+                        .body(bytes.clone())
+                        .timeout(Duration::from_secs(5))
+                        .send()
+                        .await;
+                    if sent.is_ok_and(|r| r.status().is_success()) {
+                        self.inner.lock().expect("mock lock poisoned").webhooks_sent += 1;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+            }
+        });
+    }
+}
+
+fn state(p: &Payment) -> Value {
+    json!({
+        "payment_id": p.payment_id,
+        "status": p.status,
+        "txn_id": p.txn_id,
+        "invoice": p.invoice,
+        "amount_cents": p.amount_cents,
+        "currency": p.currency,
+        "refund_id": p.refund_id,
+    })
+}
+
+fn respond((status, body): Answer) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Serve the mock on `listener` until the process ends.
+pub async fn serve(mock: Arc<Mock>, listener: TcpListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!("gateway accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let mock = mock.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let mock = mock.clone();
+                async move { Ok::<_, Infallible>(mock.handle(req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!("gateway connection: {e}");
+            }
+        });
+    }
+}

@@ -10,6 +10,9 @@ pub enum ApiError {
     Unauthorized(&'static str),
     #[error("this endpoint needs an operator token")]
     Forbidden,
+    /// A payment signal whose signature does not verify.
+    #[error("{0}")]
+    InvalidSignature(&'static str),
     #[error("{what} not found")]
     NotFound { code: &'static str, what: String },
     #[error("no route for {0}")]
@@ -101,7 +104,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Fenced { inner, .. } => inner.status(),
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -120,6 +123,7 @@ impl ApiError {
         match self {
             ApiError::Fenced { inner, .. } => inner.code(),
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::InvalidSignature(_) => "invalid_signature",
             ApiError::Forbidden => "forbidden",
             ApiError::NotFound { code, .. } => code,
             ApiError::NoRoute(_) => "not_found",

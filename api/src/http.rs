@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
-use crate::{events, holds, Edge};
+use crate::{events, holds, payments, Edge};
 
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -57,6 +57,8 @@ pub struct Req {
     pub query: Option<String>,
     pub auth: Option<String>,
     pub idempotency_key: Option<String>,
+    /// `X-Gateway-Signature` (webhooks).
+    pub gateway_signature: Option<String>,
     pub body: Bytes,
 }
 
@@ -223,7 +225,7 @@ fn route_label(path: &str) -> &'static str {
         "availability"
     } else if path.starts_with("/v1/events") {
         "events"
-    } else if path.starts_with("/v1/bookings") {
+    } else if path.starts_with("/v1/bookings") || path.starts_with("/v1/payments") {
         "bookings"
     } else if path.starts_with("/v1/admin") {
         "admin"
@@ -257,6 +259,7 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
     };
     let auth = header("authorization");
     let idempotency_key = header("idempotency-key");
+    let gateway_signature = header("x-gateway-signature");
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
@@ -274,6 +277,7 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
         query,
         auth,
         idempotency_key,
+        gateway_signature,
         body,
     })
 }
@@ -315,20 +319,13 @@ async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
         (&Method::POST, ["v1", "holds"]) => holds::create(edge, &req).await?,
         (&Method::GET, ["v1", "holds", id]) => holds::get(edge, &req, id).await?,
         (&Method::DELETE, ["v1", "holds", id]) => holds::cancel(edge, &req, id).await?,
-        (&Method::POST, ["v1", "bookings"]) => {
-            req.caller(edge)?;
-            return Err(ApiError::NotImplemented(
-                "bookings and payments are not built yet: a hold is not a booking",
-            )
-            .into());
+        (&Method::POST, ["v1", "bookings"]) => payments::bookings::create(edge, &req).await?,
+        (&Method::GET, ["v1", "bookings", id]) => payments::bookings::get(edge, &req, id).await?,
+        (&Method::GET, ["v1", "payments", "callback"]) => {
+            payments::callback::handle(edge, &req).await?
         }
-        (&Method::GET, ["v1", "bookings", id]) => {
-            req.caller(edge)?;
-            return Err(ApiError::NotFound {
-                code: "booking_not_found",
-                what: format!("booking {id}"),
-            }
-            .into());
+        (&Method::POST, ["v1", "payments", "webhook"]) => {
+            payments::webhook::handle(edge, &req).await?
         }
         (_, ["healthz" | "readyz" | "metrics"])
         | (_, ["v1", "events"])
@@ -337,7 +334,10 @@ async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
         | (_, ["v1", "holds"])
         | (_, ["v1", "holds", _])
         | (_, ["v1", "bookings"])
-        | (_, ["v1", "bookings", _]) => return Err(ApiError::MethodNotAllowed.into()),
+        | (_, ["v1", "bookings", _])
+        | (_, ["v1", "payments", "callback" | "webhook"]) => {
+            return Err(ApiError::MethodNotAllowed.into())
+        }
         _ => return Err(ApiError::NoRoute(path.clone()).into()),
     };
     Ok(reply)
@@ -359,6 +359,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/holds/{hold_id}"),
     ("post", "/v1/bookings"),
     ("get", "/v1/bookings/{booking_id}"),
+    ("get", "/v1/payments/callback"),
+    ("post", "/v1/payments/webhook"),
 ];
 
 #[cfg(test)]

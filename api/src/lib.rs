@@ -27,6 +27,7 @@ pub mod gateway;
 pub mod holds;
 pub mod http;
 pub mod metrics;
+pub mod payments;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -59,7 +60,10 @@ pub struct Edge {
     pub routes: RouteCache,
     pub admission: Admission,
     pub metrics: EdgeMetrics,
-    registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
+    pub clock: Arc<dyn seatfence_raft::clock::Clock>,
+    /// The payment gateway and workers (`None`: bookings answer 503).
+    pub payments: Option<Arc<payments::Payments>>,
     /// Availability answers, reused for a short while to absorb refresh
     /// storms. Held only for a lookup or insert, never across `.await`.
     availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
@@ -97,7 +101,8 @@ impl Edge {
         registry: Arc<Registry>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
-        let local = seatfence_raft::api::NodeApi::new(registry.clone(), region.clone(), clock);
+        let local =
+            seatfence_raft::api::NodeApi::new(registry.clone(), region.clone(), clock.clone());
         let resolver_registry = registry.clone();
         let client = ClusterClient::new(seeds)
             .with_deadline(Duration::from_millis(config.request_timeout_ms))
@@ -115,8 +120,51 @@ impl Edge {
             client,
             metrics: EdgeMetrics::default(),
             registry,
+            clock,
+            payments: None,
             availability: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Take payments through the gateway of `config`, with the fleet's
+    /// shared token; confirmation emails go to `mail_dir` unless the
+    /// config names one.
+    pub fn with_payments(
+        mut self,
+        config: seatfence_raft::config::PaymentsConfig,
+        mail_dir: std::path::PathBuf,
+    ) -> Edge {
+        let tokens = Arc::new(gateway::token::DirectoryToken {
+            registry: self.registry.clone(),
+            clock: self.clock.clone(),
+        });
+        let gateway = Arc::new(gateway::client::HttpGateway::new(
+            &config.gateway_url,
+            Duration::from_millis(config.call_timeout_ms),
+            tokens,
+        ));
+        let public_url = config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.config.http_addr));
+        self.payments = Some(Arc::new(payments::Payments {
+            mail_dir: config.mail_dir.clone().unwrap_or(mail_dir),
+            config,
+            gateway,
+            public_url: public_url.trim_end_matches('/').to_string(),
+        }));
+        self
+    }
+
+    /// Start the payment workers (reconciler, outbox, token refresher);
+    /// each acts only for what this node leads, and stops with `rx_stop`.
+    pub fn spawn_workers(self: &Arc<Edge>, rx_stop: tokio::sync::watch::Receiver<bool>) {
+        if self.payments.is_none() {
+            return;
+        }
+        tokio::spawn(payments::reconciler::run(self.clone(), rx_stop.clone()));
+        tokio::spawn(payments::outbox::run(self.clone(), rx_stop.clone()));
+        tokio::spawn(payments::refresher::run(self.clone(), rx_stop));
     }
 
     /// The route of `event`, or 404 / 503.
@@ -298,7 +346,7 @@ impl Edge {
 
     /// Propose `cmd` to `group`: in-process when this node leads the group,
     /// else through the cluster client to the leader.
-    async fn write(
+    pub(crate) async fn write(
         &self,
         group: seatfence_core::GroupId,
         cmd: Command,

@@ -71,6 +71,28 @@ pub struct EdgeMetrics {
     pub rejected_inflight: AtomicU64,
     pub rejected_rate: AtomicU64,
     pub no_leader: AtomicU64,
+    pub bookings_created: AtomicU64,
+    pub confirmed_callback: AtomicU64,
+    pub confirmed_webhook: AtomicU64,
+    pub confirmed_reconciler: AtomicU64,
+    pub late_success: AtomicU64,
+    pub released_failed: AtomicU64,
+    pub released_unpaid: AtomicU64,
+    pub extensions: AtomicU64,
+    pub reconcile_alerts: AtomicU64,
+    pub callbacks_rejected: AtomicU64,
+    pub webhooks_rejected: AtomicU64,
+    pub webhooks_duplicate: AtomicU64,
+    pub gateway_errors: AtomicU64,
+    pub token_grants: AtomicU64,
+    pub token_grant_failures: AtomicU64,
+    pub emails_sent: AtomicU64,
+    pub refunds_done: AtomicU64,
+    /// Gauges, set by the last reconciler sweep / outbox scan.
+    pub reconcile_backlog: AtomicU64,
+    pub outbox_backlog: AtomicU64,
+    /// Age (ms) of the oldest hold the last sweep could not decide.
+    pub unknown_payment_age_ms: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -166,6 +188,103 @@ impl EdgeMetrics {
             "Times a group on this node became leader.",
             &[("", RaftMetrics::get(&METRICS.leader_changes))],
         );
+        counter(
+            "seatfence_bookings_created_total",
+            "Bookings created (payment created at the gateway and recorded).",
+            &[("", g(&self.bookings_created))],
+        );
+        counter(
+            "seatfence_payments_confirmed_total",
+            "Bookings confirmed (HELD -> PAID), by the path that confirmed them.",
+            &[
+                ("path=\"callback\"", g(&self.confirmed_callback)),
+                ("path=\"webhook\"", g(&self.confirmed_webhook)),
+                ("path=\"reconciler\"", g(&self.confirmed_reconciler)),
+            ],
+        );
+        counter(
+            "seatfence_late_success_total",
+            "Payments that completed after their seats were released (refund queued).",
+            &[("", g(&self.late_success))],
+        );
+        counter(
+            "seatfence_reconciler_releases_total",
+            "Holds with a payment released by the reconciler, by reason.",
+            &[
+                ("reason=\"payment_failed\"", g(&self.released_failed)),
+                ("reason=\"unpaid\"", g(&self.released_unpaid)),
+            ],
+        );
+        counter(
+            "seatfence_reconciler_extensions_total",
+            "Deadlines pushed back because the gateway could not be asked.",
+            &[("", g(&self.extensions))],
+        );
+        counter(
+            "seatfence_reconciler_alerts_total",
+            "Holds whose payment stayed unknown after every extension (operator attention).",
+            &[("", g(&self.reconcile_alerts))],
+        );
+        counter(
+            "seatfence_payment_signals_rejected_total",
+            "Callbacks and webhooks refused (bad signature, unknown payment).",
+            &[
+                ("path=\"callback\"", g(&self.callbacks_rejected)),
+                ("path=\"webhook\"", g(&self.webhooks_rejected)),
+            ],
+        );
+        counter(
+            "seatfence_webhooks_duplicate_total",
+            "Webhooks already in the inbox (ignored).",
+            &[("", g(&self.webhooks_duplicate))],
+        );
+        counter(
+            "seatfence_gateway_errors_total",
+            "Gateway calls that failed or timed out.",
+            &[("", g(&self.gateway_errors))],
+        );
+        counter(
+            "seatfence_gateway_token_grants_total",
+            "Gateway token grants by this node, by result.",
+            &[
+                ("result=\"ok\"", g(&self.token_grants)),
+                ("result=\"failed\"", g(&self.token_grant_failures)),
+            ],
+        );
+        counter(
+            "seatfence_outbox_delivered_total",
+            "Outbox items delivered and recorded, by kind.",
+            &[
+                ("kind=\"email\"", g(&self.emails_sent)),
+                ("kind=\"refund\"", g(&self.refunds_done)),
+            ],
+        );
+        for (name, help, v) in [
+            (
+                "seatfence_reconciliation_backlog",
+                "Holds with a payment due for reconciliation at the last sweep.",
+                &self.reconcile_backlog,
+            ),
+            (
+                "seatfence_outbox_backlog",
+                "Undelivered outbox items at the last scan.",
+                &self.outbox_backlog,
+            ),
+            (
+                "seatfence_unknown_payment_age_seconds",
+                "How long past its deadline the oldest undecided payment was at the last sweep.",
+                &self.unknown_payment_age_ms,
+            ),
+        ] {
+            let mut val = g(v) as f64;
+            if name.ends_with("_seconds") {
+                val /= 1000.0;
+            }
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {val}"
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP seatfence_http_request_duration_seconds Request latency by route.\n# TYPE seatfence_http_request_duration_seconds histogram"

@@ -49,6 +49,8 @@ pub enum QueryResult {
         event_id: Option<EventId>,
         hold: Option<Hold>,
         booking: Option<Booking>,
+        /// The event's seat price and currency.
+        price: Option<(u64, String)>,
     },
     /// `(hold, booking)` pairs.
     DuePayments(Vec<(Hold, Booking)>),
@@ -76,6 +78,10 @@ impl State {
                 event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
                 hold: inv.holds.get(seq).cloned(),
                 booking: inv.bookings.get(seq).cloned(),
+                price: inv
+                    .event
+                    .as_ref()
+                    .map(|e| (e.price_cents, e.currency.clone())),
             },
             Query::DuePayments { until_ms, limit } => QueryResult::DuePayments(
                 inv.index

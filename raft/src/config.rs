@@ -64,6 +64,72 @@ pub struct NodeConfig {
     /// The node's HTTP edge (absent: no edge on this node).
     #[serde(default)]
     pub edge: Option<EdgeConfig>,
+    /// The payment gateway (absent: bookings answer 503 `payments_disabled`).
+    #[serde(default)]
+    pub payments: Option<PaymentsConfig>,
+}
+
+/// How the node reaches the payment gateway and runs the payment workers
+/// (reconciler, outbox) for the groups it leads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentsConfig {
+    /// `http://host:port` of the gateway.
+    pub gateway_url: String,
+    /// Credentials for the gateway's token grant.
+    pub client_id: String,
+    pub client_secret: String,
+    /// HMAC secret of the gateway's webhooks (at least 16 bytes).
+    pub webhook_secret: String,
+    /// Base URL of this edge as the gateway and browsers reach it (for
+    /// `return_url` and `webhook_url`); default `http://{edge.http_addr}`.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// Deadline of one gateway call.
+    #[serde(default = "default_call_timeout")]
+    pub call_timeout_ms: u64,
+    /// Reconciler: time between sweeps, how close to its deadline a hold
+    /// is looked at, holds per batch, time budget of one sweep, and how
+    /// far a deadline is pushed back when the payment's state is unknown.
+    #[serde(default = "default_sweep")]
+    pub reconcile_interval_ms: u64,
+    #[serde(default = "default_margin")]
+    pub reconcile_margin_ms: u64,
+    #[serde(default = "default_batch")]
+    pub reconcile_batch: u32,
+    #[serde(default = "default_budget")]
+    pub reconcile_budget_ms: u64,
+    #[serde(default = "default_extension")]
+    pub extension_ms: u64,
+    /// Outbox: time between scans for undelivered items.
+    #[serde(default = "default_outbox_interval")]
+    pub outbox_interval_ms: u64,
+    /// Confirmation emails are written here as `.eml` files (default
+    /// `{data_dir}/mail`).
+    #[serde(default)]
+    pub mail_dir: Option<PathBuf>,
+}
+
+fn default_call_timeout() -> u64 {
+    2_000
+}
+fn default_sweep() -> u64 {
+    20_000
+}
+fn default_margin() -> u64 {
+    360_000
+}
+fn default_batch() -> u32 {
+    8
+}
+fn default_budget() -> u64 {
+    45_000
+}
+fn default_extension() -> u64 {
+    120_000
+}
+fn default_outbox_interval() -> u64 {
+    1_000
 }
 
 /// The HTTP edge every node runs for its region (served by `seatfence-api`).
@@ -135,6 +201,8 @@ pub enum ConfigError {
     SnapshotEvery,
     #[error("edge: {0}")]
     Edge(String),
+    #[error("payments: {0}")]
+    Payments(String),
 }
 
 impl ConfigError {
@@ -226,6 +294,28 @@ impl NodeConfig {
                 return Err(ConfigError::Edge(
                     "request_timeout_ms must be at least 100".into(),
                 ));
+            }
+        }
+        if let Some(p) = &self.payments {
+            let bad = |m: &str| Err(ConfigError::Payments(m.to_string()));
+            if self.edge.is_none() {
+                return bad("payments need an [edge]");
+            }
+            let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+            if !url_ok(&p.gateway_url) || p.public_url.as_deref().is_some_and(|u| !url_ok(u)) {
+                return bad("gateway_url and public_url must be http(s) URLs");
+            }
+            if p.webhook_secret.len() < 16 {
+                return bad("webhook_secret must be at least 16 bytes");
+            }
+            if p.call_timeout_ms < 10
+                || p.reconcile_interval_ms < 10
+                || p.reconcile_batch == 0
+                || p.reconcile_budget_ms < 10
+                || p.extension_ms < 10
+                || p.outbox_interval_ms < 10
+            {
+                return bad("timeouts and intervals must be at least 10 ms, the batch at least 1");
             }
         }
         Ok(())

@@ -21,6 +21,14 @@ pub struct GroupHandle {
     pub batcher: Batcher,
 }
 
+impl GroupHandle {
+    /// The current Raft term as this replica sees it.
+    pub fn term(&self) -> u64 {
+        use openraft::async_runtime::watch::WatchReceiver;
+        self.raft.metrics().borrow_watched().current_term
+    }
+}
+
 /// The node's replicas. The map is behind a `std::sync::RwLock`, held only
 /// for lookups and inserts, never across an `.await`; opening a group is
 /// serialised by an async mutex so a group is never opened twice.

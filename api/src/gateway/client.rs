@@ -67,7 +67,9 @@ impl HttpGateway {
             return Err(GatewayError::StaleFence);
         }
         if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 401 {
-            return Err(GatewayError::Unavailable(format!("{path}: {status} {code}")));
+            return Err(GatewayError::Unavailable(format!(
+                "{path}: {status} {code}"
+            )));
         }
         Err(GatewayError::Rejected {
             status: status.as_u16(),
@@ -121,8 +123,13 @@ impl Gateway for HttpGateway {
     ) -> BoxFuture<'a, Result<Refund, GatewayError>> {
         let body = json!({"payment_id": payment_id, "idempotency_key": idempotency_key});
         async move {
-            self.call(reqwest::Method::POST, "/v1/refunds", Some(body), Some(fence))
-                .await
+            self.call(
+                reqwest::Method::POST,
+                "/v1/refunds",
+                Some(body),
+                Some(fence),
+            )
+            .await
         }
         .boxed()
     }

@@ -121,10 +121,7 @@ pub struct Mock {
 type Answer = (StatusCode, Value);
 
 fn err(status: StatusCode, code: &str, message: &str) -> Answer {
-    (
-        status,
-        json!({"error": {"code": code, "message": message}}),
-    )
+    (status, json!({"error": {"code": code, "message": message}}))
 }
 
 impl Mock {
@@ -165,7 +162,13 @@ impl Mock {
         let fence = header("x-fencing-token");
         let body = match Limited::new(req.into_body(), 1 << 20).collect().await {
             Ok(b) => b.to_bytes(),
-            Err(_) => return respond(err(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "body over 1 MiB")),
+            Err(_) => {
+                return respond(err(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    "body over 1 MiB",
+                ))
+            }
         };
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         let browser = matches!(
@@ -173,9 +176,16 @@ impl Mock {
             (&Method::POST, ["v1", "payments", _, "approve" | "cancel"])
         );
         let open = browser
-            || matches!(parts.as_slice(), ["_faults"] | ["_stats"] | ["_payments"] | ["v1", "token"]);
+            || matches!(
+                parts.as_slice(),
+                ["_faults"] | ["_stats"] | ["_payments"] | ["v1", "token"]
+            );
         if !open && !self.authorized(auth.as_deref()) {
-            return respond(err(StatusCode::UNAUTHORIZED, "invalid_token", "a valid bearer token from POST /v1/token is required"));
+            return respond(err(
+                StatusCode::UNAUTHORIZED,
+                "invalid_token",
+                "a valid bearer token from POST /v1/token is required",
+            ));
         }
         let latency = self.faults().latency_ms;
         if latency > 0 && !open {
@@ -196,7 +206,10 @@ impl Mock {
             (&Method::GET, ["_stats"]) => self.stats(),
             (&Method::GET, ["_payments"]) => {
                 let inner = self.inner.lock().expect("mock lock poisoned");
-                (StatusCode::OK, json!(inner.payments.values().collect::<Vec<_>>()))
+                (
+                    StatusCode::OK,
+                    json!(inner.payments.values().collect::<Vec<_>>()),
+                )
             }
             _ => err(StatusCode::NOT_FOUND, "not_found", "no such route"),
         };
@@ -208,7 +221,11 @@ impl Mock {
         if v["client_id"] != self.config.client_id.as_str()
             || v["client_secret"] != self.config.client_secret.as_str()
         {
-            return err(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client credentials");
+            return err(
+                StatusCode::UNAUTHORIZED,
+                "invalid_client",
+                "unknown client credentials",
+            );
         }
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         let hour = Duration::from_secs(3600);
@@ -216,7 +233,11 @@ impl Mock {
             inner.grants.pop_front();
         }
         if inner.grants.len() >= self.config.grants_per_hour as usize {
-            return err(StatusCode::TOO_MANY_REQUESTS, "grant_rate_limited", "too many token grants this hour");
+            return err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "grant_rate_limited",
+                "too many token grants this hour",
+            );
         }
         inner.grants.push_back(Instant::now());
         inner.grants_total += 1;
@@ -236,7 +257,11 @@ impl Mock {
             Err(e) => return err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
         };
         if self.faults().create == "error" {
-            return err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "injected create failure");
+            return err(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "injected create failure",
+            );
         }
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         if let Some(id) = inner.by_key.get(&req.idempotency_key) {
@@ -279,12 +304,22 @@ impl Mock {
     fn browser(&self, id: &str, approve: bool) -> Answer {
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         let Some(p) = inner.payments.get_mut(id) else {
-            return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+            return err(
+                StatusCode::NOT_FOUND,
+                "payment_not_found",
+                "no such payment",
+            );
         };
         match (p.status, approve) {
             ("created" | "approved", true) => p.status = "approved",
             ("created" | "approved", false) => p.status = "cancelled",
-            (s, _) => return err(StatusCode::CONFLICT, "invalid_state", &format!("payment is {s}")),
+            (s, _) => {
+                return err(
+                    StatusCode::CONFLICT,
+                    "invalid_state",
+                    &format!("payment is {s}"),
+                )
+            }
         }
         let sep = if p.return_url.contains('?') { '&' } else { '?' };
         let status = if approve { "success" } else { "cancel" };
@@ -302,10 +337,18 @@ impl Mock {
             Some((e.parse::<u64>().ok()?, t.parse::<u64>().ok()?))
         });
         let Some(f) = parsed else {
-            return Err(err(StatusCode::BAD_REQUEST, "fencing_token_required", "X-Fencing-Token: {epoch}.{term} is required"));
+            return Err(err(
+                StatusCode::BAD_REQUEST,
+                "fencing_token_required",
+                "X-Fencing-Token: {epoch}.{term} is required",
+            ));
         };
         if p.highest_fence.is_some_and(|h| f < h) {
-            return Err(err(StatusCode::CONFLICT, "stale_fencing_token", "a newer fencing token was seen for this payment"));
+            return Err(err(
+                StatusCode::CONFLICT,
+                "stale_fencing_token",
+                "a newer fencing token was seen for this payment",
+            ));
         }
         p.highest_fence = Some(f);
         Ok(())
@@ -315,7 +358,11 @@ impl Mock {
         {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
             let Some(p) = inner.payments.get_mut(id) else {
-                return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+                return err(
+                    StatusCode::NOT_FOUND,
+                    "payment_not_found",
+                    "no such payment",
+                );
             };
             if let Err(a) = Self::fence(p, token) {
                 return a;
@@ -324,7 +371,13 @@ impl Mock {
             match p.status {
                 "approved" => {}
                 "completed" | "failed" | "cancelled" => return (StatusCode::OK, state(p)),
-                s => return err(StatusCode::CONFLICT, "not_approved", &format!("payment is {s}")),
+                s => {
+                    return err(
+                        StatusCode::CONFLICT,
+                        "not_approved",
+                        &format!("payment is {s}"),
+                    )
+                }
             }
         }
         let mode = self.faults().execute;
@@ -335,7 +388,10 @@ impl Mock {
         }
         let (answer, webhook) = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
-            let p = inner.payments.get_mut(id).expect("payments are never removed");
+            let p = inner
+                .payments
+                .get_mut(id)
+                .expect("payments are never removed");
             if p.status != "approved" {
                 return (StatusCode::OK, state(p));
             }
@@ -357,41 +413,77 @@ impl Mock {
 
     fn query(&self, id: &str) -> Answer {
         if self.faults().query == "error" {
-            return err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "injected query failure");
+            return err(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "injected query failure",
+            );
         }
         let inner = self.inner.lock().expect("mock lock poisoned");
         match inner.payments.get(id) {
             Some(p) => (StatusCode::OK, state(p)),
-            None => err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment"),
+            None => err(
+                StatusCode::NOT_FOUND,
+                "payment_not_found",
+                "no such payment",
+            ),
         }
     }
 
     fn refund(&self, body: &Bytes, token: Option<&str>) -> Answer {
         let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let (Some(id), Some(key)) = (v["payment_id"].as_str(), v["idempotency_key"].as_str()) else {
-            return err(StatusCode::BAD_REQUEST, "invalid_request", "payment_id and idempotency_key are required");
+        let (Some(id), Some(key)) = (v["payment_id"].as_str(), v["idempotency_key"].as_str())
+        else {
+            return err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "payment_id and idempotency_key are required",
+            );
         };
         if self.faults().refund == "error" {
-            return err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "injected refund failure");
+            return err(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "injected refund failure",
+            );
         }
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         if let Some((pid, rid)) = inner.refunds_by_key.get(key) {
             if pid == id {
-                return (StatusCode::OK, json!({"refund_id": rid, "status": "refunded"}));
+                return (
+                    StatusCode::OK,
+                    json!({"refund_id": rid, "status": "refunded"}),
+                );
             }
-            return err(StatusCode::CONFLICT, "idempotency_key_reused", "key used for another payment");
+            return err(
+                StatusCode::CONFLICT,
+                "idempotency_key_reused",
+                "key used for another payment",
+            );
         }
         let Some(p) = inner.payments.get_mut(id) else {
-            return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+            return err(
+                StatusCode::NOT_FOUND,
+                "payment_not_found",
+                "no such payment",
+            );
         };
         if let Err(a) = Self::fence(p, token) {
             return a;
         }
         if p.status != "completed" {
-            return err(StatusCode::CONFLICT, "not_completed", "only a completed payment is refunded");
+            return err(
+                StatusCode::CONFLICT,
+                "not_completed",
+                "only a completed payment is refunded",
+            );
         }
         if p.refund_id.is_some() {
-            return err(StatusCode::CONFLICT, "already_refunded", "payment already refunded under another key");
+            return err(
+                StatusCode::CONFLICT,
+                "already_refunded",
+                "payment already refunded under another key",
+            );
         }
         let rid = format!("REF-{:012x}", rand::random::<u64>() >> 16);
         p.refund_id = Some(rid.clone());
@@ -399,13 +491,20 @@ impl Mock {
         inner
             .refunds_by_key
             .insert(key.to_string(), (id.to_string(), rid.clone()));
-        (StatusCode::OK, json!({"refund_id": rid, "status": "refunded"}))
+        (
+            StatusCode::OK,
+            json!({"refund_id": rid, "status": "refunded"}),
+        )
     }
 
     fn set_faults(&self, body: &Bytes) -> Answer {
         let mut current = serde_json::to_value(self.faults()).expect("faults serialize");
         let Ok(Value::Object(patch)) = serde_json::from_slice::<Value>(body) else {
-            return err(StatusCode::BAD_REQUEST, "invalid_request", "a JSON object of switches is required");
+            return err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "a JSON object of switches is required",
+            );
         };
         for (k, v) in patch {
             current[k] = v;
@@ -422,7 +521,11 @@ impl Mock {
     fn stats(&self) -> Answer {
         let inner = self.inner.lock().expect("mock lock poisoned");
         let captures: u64 = inner.payments.values().map(|p| u64::from(p.captures)).sum();
-        let executes: u64 = inner.payments.values().map(|p| u64::from(p.execute_calls)).sum();
+        let executes: u64 = inner
+            .payments
+            .values()
+            .map(|p| u64::from(p.execute_calls))
+            .sum();
         let refunds: u64 = inner.payments.values().map(|p| u64::from(p.refunds)).sum();
         (
             StatusCode::OK,

@@ -111,8 +111,10 @@ pub trait Gateway: Send + Sync {
         payment_id: &'a str,
         fence: Fence,
     ) -> BoxFuture<'a, Result<PaymentState, GatewayError>>;
-    fn query<'a>(&'a self, payment_id: &'a str)
-        -> BoxFuture<'a, Result<PaymentState, GatewayError>>;
+    fn query<'a>(
+        &'a self,
+        payment_id: &'a str,
+    ) -> BoxFuture<'a, Result<PaymentState, GatewayError>>;
     fn refund<'a>(
         &'a self,
         payment_id: &'a str,

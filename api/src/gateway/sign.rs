@@ -25,7 +25,11 @@ pub fn verify(secret: &str, data: &[u8], signature: &str) -> bool {
 
 /// Constant-time equality of two strings (signatures we stored).
 pub fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The webhook header value: `sha256=<hex>`.
@@ -47,11 +51,27 @@ mod tests {
     #[test]
     fn signatures_verify_and_forgeries_do_not() {
         let h = webhook_header("s3cret-s3cret-s3cret", b"{\"a\":1}");
-        assert!(verify_webhook("s3cret-s3cret-s3cret", b"{\"a\":1}", Some(&h)));
-        assert!(!verify_webhook("s3cret-s3cret-s3cret", b"{\"a\":2}", Some(&h)));
-        assert!(!verify_webhook("other-secret-other", b"{\"a\":1}", Some(&h)));
+        assert!(verify_webhook(
+            "s3cret-s3cret-s3cret",
+            b"{\"a\":1}",
+            Some(&h)
+        ));
+        assert!(!verify_webhook(
+            "s3cret-s3cret-s3cret",
+            b"{\"a\":2}",
+            Some(&h)
+        ));
+        assert!(!verify_webhook(
+            "other-secret-other",
+            b"{\"a\":1}",
+            Some(&h)
+        ));
         assert!(!verify_webhook("s3cret-s3cret-s3cret", b"{\"a\":1}", None));
-        assert!(!verify_webhook("s3cret-s3cret-s3cret", b"x", Some("sha256=zz")));
+        assert!(!verify_webhook(
+            "s3cret-s3cret-s3cret",
+            b"x",
+            Some("sha256=zz")
+        ));
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
     }
 }

@@ -31,6 +31,7 @@ impl TokenSource for StaticToken {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedToken {
     pub access_token: String,
+    pub granted_at_ms: u64,
     pub expires_at_ms: u64,
 }
 

@@ -365,7 +365,10 @@ impl Inventory {
             }
             BookingStatus::Confirmed | BookingStatus::RefundPending | BookingStatus::Refunded => {}
         }
-        self.booking_outcome(seq)
+        Outcome::Confirmed {
+            changed: status != self.bookings[&seq].status,
+            booking: Box::new(self.bookings[&seq].clone()),
+        }
     }
 
     fn set_paid(

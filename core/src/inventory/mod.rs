@@ -244,6 +244,12 @@ pub enum Outcome {
     IdempotencyKeyReused,
     /// A booking as it stands after the command.
     Booking(Box<Booking>),
+    /// The answer to a confirm: `changed` when this command moved the
+    /// booking (to confirmed, or to refund_pending after a release).
+    Confirmed {
+        changed: bool,
+        booking: Box<Booking>,
+    },
     ExecuteIntent {
         granted: bool,
         booking: Box<Booking>,
@@ -281,6 +287,7 @@ impl Outcome {
             | Outcome::OpenSet { .. }
             | Outcome::Ticked { .. }
             | Outcome::Booking(_)
+            | Outcome::Confirmed { .. }
             | Outcome::ExecuteIntent { .. }
             | Outcome::Extended { .. }
             | Outcome::OutboxDone => return None,

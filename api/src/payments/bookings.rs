@@ -1,0 +1,156 @@
+//! `POST /v1/bookings` and `GET /v1/bookings/{id}`.
+//!
+//! A booking is created by creating the payment at the gateway first, with
+//! a key stable per hold, and then committing it; a failed create leaves no
+//! booking and the hold unchanged, and a retry reuses the same payment.
+
+use hyper::StatusCode;
+use seatfence_core::inventory::{Booking, HoldStatus, Outcome, PaymentAction, PaymentAttempt};
+use seatfence_core::{BookingId, HoldId};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::Loaded;
+use crate::error::ApiError;
+use crate::events::format_ms;
+use crate::gateway::{provider_key, CreatePayment, GatewayError};
+use crate::holds::outcome_error;
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BookingBody {
+    hold_id: String,
+}
+
+fn not_found() -> ApiError {
+    ApiError::NotFound {
+        code: "booking_not_found",
+        what: "booking".into(),
+    }
+}
+
+/// The JSON of a booking.
+pub fn booking_json(l: &Loaded, b: &Booking) -> Value {
+    json!({
+        "booking_id": l.id.to_string(),
+        "status": b.status.as_str(),
+        "event_id": l.event_id.0,
+        "hold_id": l.id.hold().to_string(),
+        "seats": l.hold.seats,
+        "payment_id": b.payment.payment_id,
+        "approve_url": b.payment.approve_url,
+        "amount_cents": b.payment.amount_cents,
+        "currency": b.payment.currency,
+        "expires_at": format_ms(l.hold.expires_at_ms),
+        "extensions": l.hold.extensions,
+        "txn_id": b.txn_id,
+        "confirmed_via": b.confirmed_via.map(|v| v.as_str()),
+        "refund_id": b.refund_id,
+        "execute_intents": b.intents,
+    })
+}
+
+fn gateway_error(e: GatewayError) -> ApiError {
+    match e {
+        GatewayError::Rejected { code, message, .. } => ApiError::Conflict {
+            code: "gateway_rejected",
+            message: format!("the gateway refused the payment: {code} {message}"),
+            extra: json!({"gateway_code": code}),
+        },
+        other => ApiError::unavailable("gateway_unavailable", other.to_string()),
+    }
+}
+
+/// `POST /v1/bookings {hold_id}` → 201 pending booking with `approve_url`.
+pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    let caller = req.caller(edge)?;
+    let _permit = edge.admit(&caller.user)?;
+    let payments = edge.payments()?;
+    let body: BookingBody = req.json()?;
+    let hold_not_found = || ApiError::NotFound {
+        code: "hold_not_found",
+        what: "hold".into(),
+    };
+    let hold = HoldId::parse(&body.hold_id).ok_or_else(hold_not_found)?;
+    let id = BookingId {
+        group: hold.group,
+        seq: hold.seq,
+    };
+    let l = edge
+        .load_booking(id)
+        .await?
+        .filter(|l| l.hold.owner == caller.user)
+        .ok_or_else(hold_not_found)?;
+    if let Some(b) = &l.booking {
+        // One booking per hold: a repeated request gets the same booking.
+        return Ok(reply(&l, b, StatusCode::CREATED));
+    }
+    if l.hold.status != HoldStatus::Held {
+        return Err(outcome_error(
+            Outcome::HoldNotBookable {
+                status: l.hold.status,
+            },
+            &l.event_id,
+        ));
+    }
+    let (price, currency) = l.price.clone();
+    let booking_id = id.to_string();
+    let key = provider_key(&l.event_id.0, &booking_id);
+    let base = &payments.public_url;
+    let created = payments
+        .gateway
+        .create(CreatePayment {
+            amount_cents: price.saturating_mul(l.hold.seats.len() as u64),
+            currency: currency.clone(),
+            invoice: booking_id.clone(),
+            idempotency_key: key.clone(),
+            return_url: format!("{base}/v1/payments/callback?booking={booking_id}"),
+            webhook_url: format!("{base}/v1/payments/webhook"),
+        })
+        .await
+        .inspect_err(|_| edge.metrics.inc(|m| &m.gateway_errors))
+        .map_err(gateway_error)?;
+    let attach = PaymentAction::Attach {
+        owner: caller.user,
+        hold: id.seq,
+        payment: PaymentAttempt {
+            payment_id: created.payment_id,
+            provider_key: key,
+            signature: created.signature,
+            approve_url: created.approve_url,
+            amount_cents: price.saturating_mul(l.hold.seats.len() as u64),
+            currency,
+        },
+    };
+    let (r, _) = edge.payment_command(&l.event_id, attach).await?;
+    match r.outcome {
+        Outcome::Booking(b) => {
+            edge.metrics.inc(|m| &m.bookings_created);
+            Ok(reply(&l, &b, StatusCode::CREATED)
+                .header("x-seatfence-epoch", r.epoch.0)
+                .header("x-seatfence-owner-region", &r.owner.0))
+        }
+        other => Err(outcome_error(other, &l.event_id).fenced(r.epoch.0, &r.owner.0)),
+    }
+}
+
+fn reply(l: &Loaded, b: &Booking, status: StatusCode) -> Reply {
+    Reply::json(status, booking_json(l, b))
+        .header("location", format!("/v1/bookings/{}", l.id))
+        .header("cache-control", "no-store")
+}
+
+/// `GET /v1/bookings/{id}` (owner only; 404 to anyone else).
+pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    let caller = req.caller(edge)?;
+    let id = BookingId::parse(id).ok_or_else(not_found)?;
+    let l = edge
+        .load_booking(id)
+        .await?
+        .filter(|l| l.hold.owner == caller.user)
+        .ok_or_else(not_found)?;
+    let b = l.booking.as_ref().ok_or_else(not_found)?;
+    Ok(reply(&l, b, StatusCode::OK))
+}

@@ -1,0 +1,75 @@
+//! `GET /v1/payments/callback?booking=..&paymentID=..&status=..&signature=..`:
+//! the buyer's browser back from the gateway.
+//!
+//! Only a payment id we recorded, with the signature the gateway gave us
+//! for it, is acted on; `status` is ignored (anyone can type it). Before
+//! the hold's deadline the callback commits an execute intent and captures
+//! once; it never releases anything. A forged or unknown callback gets a
+//! 4xx JSON error, never a redirect.
+
+use hyper::StatusCode;
+use seatfence_core::inventory::{BookingStatus, ConfirmPath};
+use seatfence_core::BookingId;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::gateway::sign;
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+fn rejected(edge: &Edge, code: &'static str, message: &str) -> ApiError {
+    edge.metrics.inc(|m| &m.callbacks_rejected);
+    ApiError::bad(code, message.to_string())
+}
+
+pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    edge.payments()?;
+    let param = |name| req.query_param(name).filter(|v| !v.is_empty());
+    let (Some(booking), Some(payment_id), Some(signature)) =
+        (param("booking"), param("paymentID"), param("signature"))
+    else {
+        return Err(rejected(edge, "invalid_callback", "booking, paymentID and signature are required"));
+    };
+    let unknown = || {
+        edge.metrics.inc(|m| &m.callbacks_rejected);
+        ApiError::NotFound {
+            code: "payment_not_found",
+            what: "payment".into(),
+        }
+    };
+    let id = BookingId::parse(booking).ok_or_else(unknown)?;
+    let l = edge.load_booking(id).await?.ok_or_else(unknown)?;
+    let b = l.booking.as_ref().ok_or_else(unknown)?;
+    if b.payment.payment_id != payment_id {
+        return Err(unknown());
+    }
+    if !sign::same(&b.payment.signature, signature) {
+        edge.metrics.inc(|m| &m.callbacks_rejected);
+        return Err(ApiError::InvalidSignature(
+            "the callback's signature is not this payment's",
+        ));
+    }
+    let answer = |status: BookingStatus| {
+        Reply::json(
+            StatusCode::OK,
+            json!({"booking_id": id.to_string(), "status": status.as_str()}),
+        )
+        .header("cache-control", "no-store")
+    };
+    if b.status != BookingStatus::Pending {
+        // Decided already: a repeated callback changes nothing.
+        return Ok(answer(b.status));
+    }
+    let now = edge.clock.now_ms();
+    if now >= l.hold.expires_at_ms {
+        return Err(ApiError::Conflict {
+            code: "payment_deadline_passed",
+            message: "the hold's deadline has passed: the payment will not be taken".into(),
+            extra: json!({"booking_id": id.to_string()}),
+        });
+    }
+    let booking = edge
+        .execute_and_confirm(&l, false, ConfirmPath::Callback)
+        .await?;
+    Ok(answer(booking.status))
+}

@@ -1,0 +1,195 @@
+//! Payments (DESIGN.md §8): three paths confirm, one path releases.
+//!
+//! ```text
+//!  POST /v1/bookings ─▶ gateway create (stable key) ─▶ commit Attach ─▶ 201 pending + approve_url
+//!  callback (browser) ─┐
+//!  webhook (gateway)  ─┼▶ ExecuteIntent committed ─▶ execute(X-Fencing-Token) ─▶ Confirm HELD → PAID
+//!  reconciler (leader)─┘      (webhook and reconciler first ask the gateway)
+//!  reconciler only: failed/cancelled, or unpaid past the deadline ─▶ Release (guarded by payment id)
+//!  outbox (leader): confirmation email, refunds ─▶ OutboxDone
+//! ```
+//!
+//! Every external signal is a hint until the gateway confirms it; a
+//! release never happens when the gateway's answer is unknown.
+
+pub mod bookings;
+pub mod callback;
+pub mod outbox;
+pub mod reconciler;
+pub mod refresher;
+pub mod webhook;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use seatfence_core::inventory::{
+    Booking, ConfirmPath, EventAction, EventReply, Hold, Outcome, PaymentAction,
+};
+use seatfence_core::{BookingId, EventId, Fence, Query, QueryResult};
+use seatfence_raft::config::PaymentsConfig;
+
+use crate::error::ApiError;
+use crate::gateway::{Gateway, GatewayError, PaymentStatus};
+use crate::holds::outcome_error;
+use crate::Edge;
+
+/// The payment side of an edge.
+pub struct Payments {
+    pub config: PaymentsConfig,
+    pub gateway: Arc<dyn Gateway>,
+    /// Base URL of this edge for the gateway and browsers.
+    pub public_url: String,
+    pub mail_dir: PathBuf,
+}
+
+/// A hold and its booking (if any), read at the group's leader.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub id: BookingId,
+    pub event_id: EventId,
+    pub hold: Hold,
+    pub booking: Option<Booking>,
+    pub price: (u64, String),
+}
+
+impl Edge {
+    pub fn payments(&self) -> Result<&Payments, ApiError> {
+        self.payments.as_deref().ok_or_else(|| {
+            ApiError::unavailable(
+                "payments_disabled",
+                "this node has no payment gateway configured",
+            )
+        })
+    }
+
+    /// Read hold `id.seq` and its booking at its group's leader; `None`
+    /// when the group or hold does not exist.
+    pub async fn load_booking(&self, id: BookingId) -> Result<Option<Loaded>, ApiError> {
+        if id.group.is_directory() || !self.group_exists(id.group).await? {
+            return Ok(None);
+        }
+        let (answer, _) = self
+            .client
+            .query(id.group, &Query::Booking(id.seq), true)
+            .await
+            .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+        Ok(match answer {
+            QueryResult::Booking {
+                event_id: Some(event_id),
+                hold: Some(hold),
+                booking,
+                price: Some(price),
+            } => Some(Loaded {
+                id,
+                event_id,
+                hold,
+                booking,
+                price,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Run a payment action on `event`'s group (no idempotency key: every
+    /// payment action is conditional on the state it expects).
+    pub async fn payment_command(
+        &self,
+        event: &EventId,
+        action: PaymentAction,
+    ) -> Result<(EventReply, Fence), ApiError> {
+        let route = self.route(event).await?;
+        let cmd = Edge::command(&route, None, EventAction::Payment(action));
+        self.execute(&route, cmd).await
+    }
+
+    /// The conditional confirm (HELD → PAID, or refund_pending after a
+    /// release), counted by the path that made it.
+    pub async fn confirm(
+        &self,
+        l: &Loaded,
+        payment_id: &str,
+        txn_id: &str,
+        via: ConfirmPath,
+        inbox: Option<String>,
+    ) -> Result<Booking, ApiError> {
+        let action = PaymentAction::Confirm {
+            hold: l.id.seq,
+            payment_id: payment_id.to_string(),
+            txn_id: txn_id.to_string(),
+            via,
+            inbox,
+        };
+        let (reply, _) = self.payment_command(&l.event_id, action).await?;
+        match reply.outcome {
+            Outcome::Confirmed { changed, booking } => {
+                if changed {
+                    use seatfence_core::inventory::BookingStatus;
+                    if booking.status == BookingStatus::RefundPending {
+                        self.metrics.inc(|m| &m.late_success);
+                        tracing::warn!(booking = %l.id, payment_id, "payment completed after its hold was released: refund queued");
+                    } else {
+                        self.metrics.inc(|m| match via {
+                            ConfirmPath::Callback => &m.confirmed_callback,
+                            ConfirmPath::Webhook => &m.confirmed_webhook,
+                            ConfirmPath::Reconciler => &m.confirmed_reconciler,
+                        });
+                        tracing::info!(booking = %l.id, payment_id, via = via.as_str(), "booking confirmed");
+                    }
+                }
+                Ok(*booking)
+            }
+            other => Err(outcome_error(other, &l.event_id)),
+        }
+    }
+
+    /// Commit an execute intent, then capture once with the intent's
+    /// fence; on a timeout ask the gateway once; confirm if completed.
+    /// Returns the booking as it stands (pending when undecided).
+    pub async fn execute_and_confirm(
+        &self,
+        l: &Loaded,
+        takeover: bool,
+        via: ConfirmPath,
+    ) -> Result<Booking, ApiError> {
+        let payments = self.payments()?;
+        let booking = l.booking.as_ref().ok_or(ApiError::NotFound {
+            code: "booking_not_found",
+            what: "booking".into(),
+        })?;
+        let payment_id = booking.payment.payment_id.clone();
+        let intent = PaymentAction::ExecuteIntent {
+            hold: l.id.seq,
+            payment_id: payment_id.clone(),
+            takeover,
+        };
+        let (reply, fence) = self.payment_command(&l.event_id, intent).await?;
+        match reply.outcome {
+            Outcome::ExecuteIntent {
+                granted: true,
+                booking: _,
+            } => {}
+            // Another path holds the intent (or the booking is decided).
+            Outcome::ExecuteIntent { booking, .. } => return Ok(*booking),
+            other => return Err(outcome_error(other, &l.event_id)),
+        }
+        let state = match payments.gateway.execute(&payment_id, fence).await {
+            Ok(s) => Some(s),
+            Err(e @ (GatewayError::Timeout | GatewayError::Unavailable(_))) => {
+                self.metrics.inc(|m| &m.gateway_errors);
+                tracing::warn!(booking = %l.id, payment_id, fence = %fence, "execute: {e}; asking once");
+                payments.gateway.query(&payment_id).await.ok()
+            }
+            Err(e) => {
+                tracing::warn!(booking = %l.id, payment_id, fence = %fence, "execute refused: {e}");
+                None
+            }
+        };
+        match state {
+            Some(s) if s.status == PaymentStatus::Completed => {
+                let txn = s.txn_id.unwrap_or_default();
+                self.confirm(l, &payment_id, &txn, via, None).await
+            }
+            _ => Ok(booking.clone()),
+        }
+    }
+}

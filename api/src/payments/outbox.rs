@@ -1,0 +1,160 @@
+//! The outbox worker: delivers what a commit promised (confirmation
+//! emails, refunds) for the groups this node leads, retrying with backoff
+//! until delivered, then records `OutboxDone` once. Delivery is at least
+//! once (a leader change may repeat one); the record is exactly once.
+//!
+//! Emails go to a mail sink: one `.eml` file per item in `mail_dir`,
+//! written to a temporary name, flushed, then renamed. An email is never
+//! proof of a booking: `GET /v1/bookings/{id}` is.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seatfence_core::inventory::{Booking, OutboxItem, OutboxKind, PaymentAction};
+use seatfence_core::{BookingId, EventId, Fence, GroupId, Query, QueryResult};
+use tokio::sync::watch;
+
+use super::Payments;
+use crate::gateway::GatewayError;
+use crate::Edge;
+
+/// Items looked at per scan and group.
+const SCAN_LIMIT: u32 = 64;
+
+pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
+    let Some(p) = edge.payments.clone() else {
+        return;
+    };
+    let interval = Duration::from_millis(p.config.outbox_interval_ms);
+    // Failed deliveries: (group, item) → (attempts, next try). In memory:
+    // a new leader simply starts over.
+    let mut retry: HashMap<(GroupId, u64), (u32, Instant)> = HashMap::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let mut backlog = 0;
+        for (gid, g) in edge.registry.all() {
+            if gid.is_directory() || !g.raft.is_leader() {
+                continue;
+            }
+            let term = g.term();
+            let (epoch, items) = g.sm.read(|s| {
+                let epoch = s.state.inventory.event.as_ref().map(|e| e.epoch);
+                match s.state.query(&Query::Outbox { limit: SCAN_LIMIT }) {
+                    QueryResult::Outbox {
+                        event_id: Some(e),
+                        items,
+                    } => (epoch.map(|ep| (e, ep)), items),
+                    _ => (None, Vec::new()),
+                }
+            });
+            let Some((event_id, epoch)) = epoch else {
+                continue;
+            };
+            backlog += items.len() as u64;
+            let fence = Fence { epoch, term };
+            for (item, booking) in items {
+                let key = (gid, item.id);
+                if retry.get(&key).is_some_and(|(_, at)| Instant::now() < *at) {
+                    continue;
+                }
+                let id = BookingId {
+                    group: gid,
+                    seq: booking.seq,
+                };
+                match deliver(&p, &event_id, id, &item, &booking, fence).await {
+                    Ok(refund_id) => {
+                        let done = PaymentAction::OutboxDone {
+                            id: item.id,
+                            refund_id,
+                        };
+                        match edge.payment_command(&event_id, done).await {
+                            Ok(_) => {
+                                retry.remove(&key);
+                                edge.metrics.inc(|m| match item.kind {
+                                    OutboxKind::ConfirmationEmail => &m.emails_sent,
+                                    OutboxKind::Refund => &m.refunds_done,
+                                });
+                                tracing::info!(booking = %id, kind = item.kind.as_str(), "outbox item delivered");
+                            }
+                            Err(e) => tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}"),
+                        }
+                    }
+                    Err(e) => {
+                        let (n, _) = retry.get(&key).copied().unwrap_or((0, Instant::now()));
+                        let wait = Duration::from_millis((250u64 << n.min(10)).min(300_000));
+                        retry.insert(key, (n + 1, Instant::now() + wait));
+                        tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt = n + 1, "outbox delivery failed ({e}); retry in {wait:?}");
+                    }
+                }
+            }
+        }
+        edge.metrics
+            .outbox_backlog
+            .store(backlog, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Deliver one item; `Ok(refund_id)` for a refund.
+async fn deliver(
+    p: &Payments,
+    event_id: &EventId,
+    id: BookingId,
+    item: &OutboxItem,
+    booking: &Booking,
+    fence: Fence,
+) -> anyhow::Result<Option<String>> {
+    match item.kind {
+        OutboxKind::ConfirmationEmail => {
+            write_email(p, event_id, id, item, booking, fence)?;
+            Ok(None)
+        }
+        OutboxKind::Refund => {
+            let key = format!("refund-{}", booking.payment.provider_key);
+            match p
+                .gateway
+                .refund(&booking.payment.payment_id, &key, fence)
+                .await
+            {
+                Ok(r) => Ok(Some(r.refund_id)),
+                Err(GatewayError::StaleFence) => {
+                    anyhow::bail!("gateway saw a newer fence than {fence}: a newer leader owns this refund")
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}
+
+fn write_email(
+    p: &Payments,
+    event_id: &EventId,
+    id: BookingId,
+    item: &OutboxItem,
+    booking: &Booking,
+    fence: Fence,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&p.mail_dir)?;
+    let name = format!("{}-{id}-{}.eml", event_id.0, item.id);
+    let path = p.mail_dir.join(&name);
+    let tmp = p.mail_dir.join(format!(".{name}.tmp"));
+    let body = format!(
+        "To: {owner}@users.seatfence.invalid\r\nFrom: tickets@seatfence.invalid\r\nSubject: Booking {id} confirmed ({event})\r\nX-Fencing-Token: {fence}\r\nX-Seatfence-Booking: {id}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nYour booking {id} for {event} is confirmed.\r\nPayment {pid}, transaction {txn}, {amount} {cur} (minor units).\r\n\r\nThis email is not proof of the booking: GET /v1/bookings/{id} is.\r\n",
+        owner = booking.owner.0,
+        event = event_id.0,
+        pid = booking.payment.payment_id,
+        txn = booking.txn_id.as_deref().unwrap_or("-"),
+        amount = booking.payment.amount_cents,
+        cur = booking.payment.currency,
+    );
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(body.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `POST /v1/payments/webhook`: the gateway's notification.
+//!
+//! The HMAC signature over the raw body is checked first (401 otherwise).
+//! A correctly signed message is always answered 200 — also when it is
+//! ignored or left to the reconciler — so the gateway stops redelivering.
+//! It is only a hint: the handler dedupes by provider event id (inbox),
+//! asks the gateway, compares the txn id, and only then confirms.
+
+use hyper::StatusCode;
+use seatfence_core::inventory::{BookingStatus, ConfirmPath};
+use seatfence_core::{BookingId, Query, QueryResult};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::gateway::{sign, PaymentStatus};
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+#[derive(Debug, Deserialize)]
+struct Notification {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    payment_id: String,
+    invoice: String,
+    #[serde(default)]
+    txn_id: Option<String>,
+}
+
+fn ok(result: &str) -> Result<Reply, ApiError> {
+    Ok(Reply::json(StatusCode::OK, json!({"result": result})))
+}
+
+pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    let payments = edge.payments()?;
+    let header = req.gateway_signature.as_deref();
+    if !sign::verify_webhook(&payments.config.webhook_secret, &req.body, header) {
+        edge.metrics.inc(|m| &m.webhooks_rejected);
+        return Err(ApiError::InvalidSignature(
+            "X-Gateway-Signature does not match the body",
+        ));
+    }
+    let Ok(n) = serde_json::from_slice::<Notification>(&req.body) else {
+        tracing::warn!("signed webhook with an unreadable body: ignored");
+        return ok("ignored");
+    };
+    let Some(id) = BookingId::parse(&n.invoice) else {
+        return ok("ignored");
+    };
+    let Some(l) = edge.load_booking(id).await? else {
+        return ok("ignored");
+    };
+    let Some(b) = l.booking.as_ref().filter(|b| b.payment.payment_id == n.payment_id) else {
+        return ok("ignored");
+    };
+    let (seen, _) = edge
+        .client
+        .query(id.group, &Query::Inbox(n.id.clone()), true)
+        .await
+        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+    if seen == QueryResult::Inbox(true) {
+        edge.metrics.inc(|m| &m.webhooks_duplicate);
+        return ok("duplicate");
+    }
+    if matches!(b.status, BookingStatus::Confirmed | BookingStatus::Refunded | BookingStatus::RefundPending) {
+        return ok(b.status.as_str());
+    }
+    // The message is a hint: the gateway's own answer decides.
+    let state = match payments.gateway.query(&n.payment_id).await {
+        Ok(s) => s,
+        Err(e) => {
+            edge.metrics.inc(|m| &m.gateway_errors);
+            tracing::warn!(booking = %id, kind = n.kind, "webhook: gateway query failed ({e}); left to the reconciler");
+            return ok("deferred");
+        }
+    };
+    match (state.status, &state.txn_id) {
+        (PaymentStatus::Completed, Some(txn)) if Some(txn) == n.txn_id.as_ref() => {
+            let b = edge
+                .confirm(&l, &n.payment_id, txn, ConfirmPath::Webhook, Some(n.id))
+                .await?;
+            ok(b.status.as_str())
+        }
+        (PaymentStatus::Completed, _) => {
+            tracing::warn!(booking = %id, "webhook txn id differs from the gateway's: ignored");
+            ok("ignored")
+        }
+        _ => ok("deferred"),
+    }
+}

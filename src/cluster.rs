@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use seatfence_core::GroupId;
-use seatfence_raft::config::EdgeConfig;
+use seatfence_raft::config::{EdgeConfig, PaymentsConfig};
 use seatfence_raft::{ClusterClient, NodeConfig, Peer, RaftTuning};
 
 /// The regions a local cluster spreads its nodes over, in order.
@@ -94,7 +94,7 @@ impl LocalCluster {
         if voters == 0 || voters > REGIONS.len() {
             bail!("1 to {} directory voters (one per region)", REGIONS.len());
         }
-        Self::start_layout(bin, dir, voters, voters + extra, tuning)
+        Self::start_layout(bin, dir, voters, voters + extra, tuning, None)
     }
 
     /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
@@ -108,10 +108,23 @@ impl LocalCluster {
         per_region: usize,
         tuning: RaftTuning,
     ) -> anyhow::Result<LocalCluster> {
+        Self::start_regions_with(bin, dir, regions, per_region, tuning, None)
+    }
+
+    /// [`start_regions`](Self::start_regions), with every node taking
+    /// payments through the gateway of `payments` when given.
+    pub fn start_regions_with(
+        bin: &Path,
+        dir: &Path,
+        regions: usize,
+        per_region: usize,
+        tuning: RaftTuning,
+        payments: Option<PaymentsConfig>,
+    ) -> anyhow::Result<LocalCluster> {
         if regions == 0 || regions > REGIONS.len() || per_region == 0 {
             bail!("1 to {} regions, at least one node each", REGIONS.len());
         }
-        Self::start_layout(bin, dir, regions, regions * per_region, tuning)
+        Self::start_layout(bin, dir, regions, regions * per_region, tuning, payments)
     }
 
     fn start_layout(
@@ -120,6 +133,7 @@ impl LocalCluster {
         voters: usize,
         n: usize,
         tuning: RaftTuning,
+        payments: Option<PaymentsConfig>,
     ) -> anyhow::Result<LocalCluster> {
         if let Some(existing) = Self::existing_configs(dir, n)? {
             return Self::from_configs(bin, existing);
@@ -157,6 +171,7 @@ impl LocalCluster {
                     user_burst: 40,
                     request_timeout_ms: 5000,
                 }),
+                payments: payments.clone(),
             };
             config.validate()?;
             fs::write(node_dir.join("node.toml"), toml::to_string(&config)?)?;
@@ -372,6 +387,82 @@ impl LocalCluster {
         let text = fs::read_to_string(&self.nodes[i].log_path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+/// The mock gateway (`seatfence gateway`) as a separate process on a
+/// free port. Dropping it SIGKILLs it.
+pub struct GatewayProc {
+    child: Option<Child>,
+    pub url: String,
+    pub webhook_secret: String,
+    pub client_id: String,
+    pub client_secret: String,
+    log_path: PathBuf,
+}
+
+impl GatewayProc {
+    /// Start the mock with fresh secrets, logging to `dir/gateway.log`,
+    /// and wait until it answers.
+    pub fn start(bin: &Path, dir: &Path, grants_per_hour: u32) -> anyhow::Result<GatewayProc> {
+        fs::create_dir_all(dir)?;
+        let port = free_ports(1)?[0];
+        let secret = || format!("{:032x}", rand::random::<u128>());
+        let (signing, webhook, client) = (secret(), secret(), secret());
+        let log_path = dir.join("gateway.log");
+        let log = fs::File::create(&log_path)
+            .with_context(|| format!("create {}", log_path.display()))?;
+        let child = Command::new(bin)
+            .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--grants-per-hour", &grants_per_hour.to_string()])
+            .env("SEATFENCE_GATEWAY_SIGNING_SECRET", &signing)
+            .env("SEATFENCE_GATEWAY_WEBHOOK_SECRET", &webhook)
+            .env("SEATFENCE_GATEWAY_CLIENT_SECRET", &client)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {} gateway", bin.display()))?;
+        let g = GatewayProc {
+            child: Some(child),
+            url: format!("http://127.0.0.1:{port}"),
+            webhook_secret: webhook,
+            client_id: "seatfence".into(),
+            client_secret: client,
+            log_path,
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(g);
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        bail!("gateway did not listen within 5 s: {}", g.log_tail())
+    }
+
+    /// A node's payments config for this gateway, with the default timings.
+    pub fn payments_config(&self) -> PaymentsConfig {
+        let text = format!(
+            "gateway_url = {:?}\nclient_id = {:?}\nclient_secret = {:?}\nwebhook_secret = {:?}\n",
+            self.url, self.client_id, self.client_secret, self.webhook_secret
+        );
+        toml::from_str(&text).expect("a complete payments config parses")
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for GatewayProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -62,6 +62,31 @@ enum Cmd {
         #[command(subcommand)]
         cmd: Box<CtlCmd>,
     },
+    /// The mock payment gateway (DESIGN.md §8): a real HTTP server with
+    /// fault switches, for the demo, tests, drills and benchmarks.
+    Gateway {
+        #[arg(long, default_value = "127.0.0.1:7300")]
+        listen: String,
+        /// Base URL clients use (default: http://<listen>).
+        #[arg(long)]
+        public_url: Option<String>,
+        /// Signs payments (callback signatures).
+        #[arg(long, env = "SEATFENCE_GATEWAY_SIGNING_SECRET")]
+        signing_secret: String,
+        /// Signs webhook bodies; nodes need the same value.
+        #[arg(long, env = "SEATFENCE_GATEWAY_WEBHOOK_SECRET")]
+        webhook_secret: String,
+        #[arg(long, default_value = "seatfence")]
+        client_id: String,
+        #[arg(long, env = "SEATFENCE_GATEWAY_CLIENT_SECRET")]
+        client_secret: String,
+        /// Lifetime of a granted token, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        token_ttl_secs: u64,
+        /// Token grants allowed per hour.
+        #[arg(long, default_value_t = 5)]
+        grants_per_hour: u32,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -188,6 +213,41 @@ async fn main() -> anyhow::Result<()> {
             run_node_with_edge(config).await
         }
         Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
+        Cmd::Gateway {
+            listen,
+            public_url,
+            signing_secret,
+            webhook_secret,
+            client_id,
+            client_secret,
+            token_ttl_secs,
+            grants_per_hour,
+        } => {
+            use seatfence_api::gateway::mock::{self, Mock, MockConfig};
+            anyhow::ensure!(
+                signing_secret.len() >= 16 && webhook_secret.len() >= 16,
+                "--signing-secret and --webhook-secret must be at least 16 bytes"
+            );
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("bind gateway on {listen}"))?;
+            let addr = listener.local_addr()?;
+            let mock = Mock::new(MockConfig {
+                public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
+                signing_secret,
+                webhook_secret,
+                client_id,
+                client_secret,
+                token_ttl: Duration::from_secs(token_ttl_secs.max(1)),
+                grants_per_hour,
+            });
+            tracing::info!(%addr, "mock gateway serving");
+            tokio::select! {
+                _ = mock::serve(mock, listener) => {}
+                _ = terminated() => {}
+            }
+            Ok(())
+        }
         Cmd::Ctl {
             addr,
             demo,
@@ -294,13 +354,18 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
                 .iter()
                 .map(|p| p.grpc_addr.clone()),
         );
-        let edge = std::sync::Arc::new(seatfence_api::Edge::new(
+        let mut edge = seatfence_api::Edge::new(
             node.config.region.clone(),
             edge_config,
             seeds,
             node.registry.clone(),
             node.clock.clone(),
-        ));
+        );
+        if let Some(p) = node.config.payments.clone() {
+            edge = edge.with_payments(p, node.config.data_dir.join("mail"));
+        }
+        let edge = std::sync::Arc::new(edge);
+        edge.spawn_workers(node.rx_stop.clone());
         tokio::spawn(seatfence_api::serve(edge, listener, node.rx_stop.clone()));
     }
     terminated().await;

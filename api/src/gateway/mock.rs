@@ -331,7 +331,7 @@ impl Mock {
     }
 
     /// Check and record a fencing token for a payment.
-    fn fence(p: &mut Payment, token: Option<&str>) -> Result<(), Answer> {
+    fn fence(p: &mut Payment, token: Option<&str>) -> Result<(u64, u64), Answer> {
         let parsed = token.and_then(|t| {
             let (e, t) = t.split_once('.')?;
             Some((e.parse::<u64>().ok()?, t.parse::<u64>().ok()?))
@@ -351,35 +351,36 @@ impl Mock {
             ));
         }
         p.highest_fence = Some(f);
-        Ok(())
+        Ok(f)
     }
 
     async fn execute(self: Arc<Mock>, id: &str, token: Option<&str>) -> Answer {
-        {
+        let fence = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
             let Some(p) = inner.payments.get_mut(id) else {
-                return err(
-                    StatusCode::NOT_FOUND,
-                    "payment_not_found",
-                    "no such payment",
-                );
+                return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
             };
-            if let Err(a) = Self::fence(p, token) {
-                return a;
-            }
+            let fence = match Self::fence(p, token) {
+                Ok(f) => f,
+                Err(a) => return a,
+            };
             p.execute_calls += 1;
             match p.status {
                 "approved" => {}
                 "completed" | "failed" | "cancelled" => return (StatusCode::OK, state(p)),
-                s => {
-                    return err(
-                        StatusCode::CONFLICT,
-                        "not_approved",
-                        &format!("payment is {s}"),
-                    )
-                }
+                s => return err(StatusCode::CONFLICT, "not_approved", &format!("payment is {s}")),
             }
-        }
+            fence
+        };
+        // The capture runs on its own task: a caller that gives up (a
+        // timeout, a killed node) does not stop it, as with a real provider.
+        let id = id.to_string();
+        let task = tokio::spawn(self.clone().capture(id, fence));
+        task.await
+            .unwrap_or_else(|_| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "capture task failed"))
+    }
+
+    async fn capture(self: Arc<Mock>, id: String, fence: (u64, u64)) -> Answer {
         let mode = self.faults().execute;
         if mode == "hold" {
             while self.faults().execute == "hold" {
@@ -388,10 +389,11 @@ impl Mock {
         }
         let (answer, webhook) = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
-            let p = inner
-                .payments
-                .get_mut(id)
-                .expect("payments are never removed");
+            let p = inner.payments.get_mut(&id).expect("payments are never removed");
+            // Checked again at capture: a newer leader may have come meanwhile.
+            if p.highest_fence.is_some_and(|h| fence < h) {
+                return err(StatusCode::CONFLICT, "stale_fencing_token", "a newer fencing token was seen for this payment");
+            }
             if p.status != "approved" {
                 return (StatusCode::OK, state(p));
             }

@@ -1,0 +1,500 @@
+//! Payments end to end: a real mock gateway process and real nodes
+//! (1 region × 3 nodes, one edge each). Every confirm path on its own,
+//! forged and repeated signals, gateway failures, the reconciler as the
+//! only release path, late success refunded, and a leader killed between
+//! the execute intent and the confirm.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use hyper::Method;
+use seatfence::cluster::{GatewayProc, LocalCluster};
+use seatfence::http_client::{HttpAnswer, HttpClient};
+use serde_json::{json, Value};
+
+struct Env {
+    cluster: LocalCluster,
+    gateway: GatewayProc,
+    edges: Vec<String>,
+    http: HttpClient,
+    raw: reqwest::Client,
+}
+
+impl Env {
+    async fn start(dir: &Path) -> Env {
+        let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
+        let gateway = GatewayProc::start(bin, &dir.join("gateway"), 50).expect("start gateway");
+        let mut p = gateway.payments_config();
+        p.call_timeout_ms = 1_000;
+        p.reconcile_interval_ms = 300;
+        p.reconcile_margin_ms = 20_000;
+        p.reconcile_budget_ms = 5_000;
+        p.extension_ms = 1_000;
+        p.outbox_interval_ms = 200;
+        let cluster =
+            LocalCluster::start_regions_with(bin, dir, 1, 3, test_tuning(), Some(p)).expect("start cluster");
+        cluster.wait_ready(PATIENCE).await.expect("cluster ready");
+        let edges = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
+        Env {
+            cluster,
+            gateway,
+            edges,
+            http: HttpClient::default(),
+            raw: reqwest::Client::new(),
+        }
+    }
+
+    fn token(&self, user: &str) -> String {
+        token(&self.cluster, user, false)
+    }
+
+    async fn event(&self, id: &str, seats: &[&str], ttl_secs: u64) {
+        create_event(
+            &self.cluster,
+            &self.edges[0],
+            json!({"event_id": id, "name": id, "home_region": "us-east", "seats": seats,
+                   "hold_ttl_secs": ttl_secs, "price_cents": 2500, "currency": "EUR"}),
+        )
+        .await;
+    }
+
+    async fn faults(&self, f: Value) {
+        let r = self
+            .raw
+            .put(format!("{}/_faults", self.gateway.url))
+            .json(&f)
+            .send()
+            .await
+            .expect("set faults");
+        assert!(r.status().is_success(), "faults {f}");
+    }
+
+    async fn payment(&self, id: &str) -> Value {
+        let all: Vec<Value> = self
+            .raw
+            .get(format!("{}/_payments", self.gateway.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        all.into_iter()
+            .find(|p| p["payment_id"] == id)
+            .unwrap_or_else(|| panic!("gateway has no payment {id}"))
+    }
+
+    async fn hold(&self, user: &str, event: &str, seats: &[&str]) -> Value {
+        let a = self
+            .http
+            .post(
+                &format!("{}/v1/holds", self.edges[1]),
+                Some(&self.token(user)),
+                None,
+                &json!({"event_id": event, "seats": seats}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status.as_u16(), 201, "hold {seats:?}: {}", a.body);
+        a.body
+    }
+
+    async fn book_raw(&self, user: &str, hold_id: &str) -> HttpAnswer {
+        self.http
+            .post(
+                &format!("{}/v1/bookings", self.edges[2]),
+                Some(&self.token(user)),
+                None,
+                &json!({"hold_id": hold_id}),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// Book a hold; waits out a 503 while the fleet's first gateway token
+    /// is granted.
+    async fn book(&self, user: &str, hold_id: &str) -> Value {
+        eventually(&format!("booking of {hold_id}"), || async {
+            let a = self.book_raw(user, hold_id).await;
+            match a.status.as_u16() {
+                201 => Some(a.body),
+                503 => None,
+                s => panic!("booking {hold_id}: {s} {}", a.body),
+            }
+        })
+        .await
+    }
+
+    async fn booking(&self, user: &str, id: &str) -> HttpAnswer {
+        self.http
+            .get(&format!("{}/v1/bookings/{id}", self.edges[0]), Some(&self.token(user)))
+            .await
+            .unwrap()
+    }
+
+    async fn wait_status(&self, user: &str, id: &str, status: &str) -> Value {
+        eventually(&format!("booking {id} {status}"), || async {
+            let a = self.booking(user, id).await;
+            (a.body["status"] == status).then_some(a.body)
+        })
+        .await
+    }
+
+    /// The buyer approves (or cancels) on the gateway page; returns the redirect.
+    async fn browser(&self, approve_url: &str, approve: bool) -> String {
+        let url = if approve {
+            approve_url.to_string()
+        } else {
+            approve_url.replace("/approve", "/cancel")
+        };
+        let v: Value = self.raw.post(url).send().await.unwrap().json().await.unwrap();
+        v["redirect"].as_str().expect("redirect").to_string()
+    }
+
+    async fn get(&self, url: &str) -> HttpAnswer {
+        self.http.get(url, None).await.unwrap()
+    }
+
+    /// Sum of a metric over every edge.
+    async fn metric(&self, name: &str) -> f64 {
+        let mut sum = 0.0;
+        for e in &self.edges {
+            let Ok(r) = self.raw.get(format!("{e}/metrics")).send().await else {
+                continue;
+            };
+            let text = r.text().await.unwrap_or_default();
+            for line in text.lines().filter(|l| l.starts_with(name)) {
+                let rest = &line[name.len()..];
+                if rest.starts_with(' ') || rest.starts_with('{') {
+                    sum += line.rsplit(' ').next().unwrap().parse::<f64>().unwrap_or(0.0);
+                }
+            }
+        }
+        sum
+    }
+
+    async fn available(&self, event: &str) -> Value {
+        let a = self
+            .http
+            .get(&format!("{}/v1/events/{event}/availability", self.edges[0]), Some(&self.token("x")))
+            .await
+            .unwrap();
+        a.body
+    }
+
+    async fn gateway_token(&self) -> String {
+        let v: Value = self
+            .raw
+            .post(format!("{}/v1/token", self.gateway.url))
+            .json(&json!({"client_id": self.gateway.client_id, "client_secret": self.gateway.client_secret}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["access_token"].as_str().unwrap().to_string()
+    }
+
+    async fn execute_at_gateway(&self, payment_id: &str, fence: &str) -> (u16, Value) {
+        let r = self
+            .raw
+            .post(format!("{}/v1/payments/{payment_id}/execute", self.gateway.url))
+            .bearer_auth(self.gateway_token().await)
+            .header("x-fencing-token", fence)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn webhook(&self, body: &Value, secret: &str) -> HttpAnswer {
+        let bytes = body.to_string();
+        let r = self
+            .raw
+            .post(format!("{}/v1/payments/webhook", self.edges[0]))
+            .header("content-type", "application/json")
+            .header(
+                "x-gateway-signature",
+                seatfence_api::gateway::sign::webhook_header(secret, bytes.as_bytes()),
+            )
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        HttpAnswer {
+            status: hyper::StatusCode::from_u16(r.status().as_u16()).unwrap(),
+            body: r.json().await.unwrap_or(Value::Null),
+            retry_after: None,
+            epoch: None,
+            cache_control: None,
+        }
+    }
+
+    fn mail_mentions(&self, booking: &str) -> bool {
+        self.cluster.nodes.iter().any(|n| {
+            std::fs::read_dir(n.config.data_dir.join("mail"))
+                .map(|d| {
+                    d.flatten().any(|f| {
+                        f.file_name().to_string_lossy().ends_with(".eml")
+                            && std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains(booking))
+                    })
+                })
+                .unwrap_or(false)
+        })
+    }
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_payments_end_to_end() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = Env::start(dir.path()).await;
+    // Long holds: the reconciler (margin 20 s) leaves them to the callback and webhook.
+    env.event("pay-cb", &["A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"], 600).await;
+    callback_path(&env).await;
+    webhook_path(&env).await;
+    create_fails(&env).await;
+    completed_before_recorded(&env).await;
+    // Short holds: within the reconciler's margin from the start.
+    env.event("pay-rc", &["R1", "R2", "R3"], 12).await;
+    reconciler_path(&env).await;
+    cancelled_then_rebooked(&env).await;
+    env.event("pay-ext", &["X1"], 2).await;
+    unknown_at_deadline(&env).await;
+    env.event("pay-late", &["L1"], 4).await;
+    late_success_refunded(&env).await;
+    env.event("pay-kill", &["K1"], 25).await;
+    leader_killed_between_intent_and_confirm(&mut env).await;
+}
+
+async fn callback_path(env: &Env) {
+    tracing::info!("--- book to PAID through the callback");
+    let hold = env.hold("alice", "pay-cb", &["A1", "A2"]).await;
+    let b = env.book("alice", s(&hold["hold_id"])).await;
+    assert_eq!(b["status"], "pending");
+    assert_eq!(b["amount_cents"], 5000);
+    assert!(s(&b["approve_url"]).starts_with(&env.gateway.url));
+    let id = s(&b["booking_id"]).to_string();
+    let pid = s(&b["payment_id"]).to_string();
+    let again = env.book_raw("alice", s(&hold["hold_id"])).await;
+    assert_eq!((again.body["booking_id"].clone(), again.body["payment_id"].clone()), (json!(id), json!(pid)), "one booking per hold");
+    assert_eq!(env.booking("bob", &id).await.status.as_u16(), 404, "a stranger sees nothing");
+    let del = env
+        .http
+        .send(Method::DELETE, &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])), Some(&env.token("alice")), None, None)
+        .await
+        .unwrap();
+    assert_eq!(del.code(), Some("hold_not_cancellable"), "a hold with a payment is not cancelled by its owner");
+
+    tracing::info!("--- forged callbacks change nothing");
+    let redirect = env.browser(s(&b["approve_url"]), true).await;
+    assert!(redirect.contains("status=success"));
+    let forged = redirect.replace("signature=", "signature=00");
+    let a = env.get(&forged).await;
+    assert_eq!((a.status.as_u16(), a.code()), (401, Some("invalid_signature")), "{}", a.body);
+    let a = env.get(&redirect.replace(&pid, "PAY-000000-deadbeef")).await;
+    assert_eq!((a.status.as_u16(), a.code()), (404, Some("payment_not_found")));
+    let a = env.get(&format!("{}/v1/payments/callback?paymentID={pid}", env.edges[0])).await;
+    assert_eq!(a.code(), Some("invalid_callback"));
+    assert_eq!(env.payment(&pid).await["execute_calls"], 0, "no forged callback reached the gateway");
+
+    tracing::info!("--- the genuine callback confirms; a second one changes nothing");
+    let a = env.get(&redirect).await;
+    assert_eq!((a.status.as_u16(), a.body["status"].clone()), (200, json!("confirmed")), "{}", a.body);
+    let a = env.get(&redirect).await;
+    assert_eq!(a.body["status"], "confirmed");
+    let p = env.payment(&pid).await;
+    assert_eq!((p["captures"].clone(), p["execute_calls"].clone()), (json!(1), json!(1)), "{p}");
+    let got = env.booking("alice", &id).await;
+    assert_eq!((got.body["status"].clone(), got.body["confirmed_via"].clone()), (json!("confirmed"), json!("callback")));
+    assert_eq!(got.body["txn_id"], p["txn_id"]);
+    assert_eq!(got.cache_control.as_deref(), Some("no-store"));
+    assert_eq!(env.available("pay-cb").await["sold"], 2);
+    eventually("confirmation email", || async { env.mail_mentions(&id).then_some(()) }).await;
+
+    tracing::info!("--- a callback saying status=cancel is not believed and releases nothing");
+    let hold = env.hold("bob", "pay-cb", &["A3"]).await;
+    let b = env.book("bob", s(&hold["hold_id"])).await;
+    let cancel_redirect = env.browser(s(&b["approve_url"]), false).await;
+    assert!(cancel_redirect.contains("status=cancel"));
+    let a = env.get(&cancel_redirect).await;
+    assert_eq!(a.body["status"], "pending", "{}", a.body);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.booking("bob", s(&b["booking_id"])).await.body["status"], "pending");
+    let h = env.http.get(&format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])), Some(&env.token("bob"))).await.unwrap();
+    assert_eq!(h.body["status"], "held", "only the reconciler releases");
+}
+
+async fn webhook_path(env: &Env) {
+    tracing::info!("--- confirmed through the webhook alone: captured, callback never arrives");
+    env.faults(json!({"webhook": "duplicate"})).await;
+    let hold = env.hold("carol", "pay-cb", &["A5"]).await;
+    let b = env.book("carol", s(&hold["hold_id"])).await;
+    let pid = s(&b["payment_id"]).to_string();
+    env.browser(s(&b["approve_url"]), true).await;
+    let (status, _) = env.execute_at_gateway(&pid, "1.0").await;
+    assert_eq!(status, 200);
+    let got = env.wait_status("carol", s(&b["booking_id"]), "confirmed").await;
+    assert_eq!(got["confirmed_via"], "webhook");
+    eventually("the duplicate delivery deduped by the inbox", || async {
+        (env.metric("seatfence_webhooks_duplicate_total").await >= 1.0).then_some(())
+    })
+    .await;
+    env.faults(json!({"webhook": "deliver"})).await;
+
+    tracing::info!("--- forged and unknown webhooks");
+    let body = json!({"id": "EVT-forged", "type": "payment.completed", "payment_id": pid,
+                      "invoice": b["booking_id"], "txn_id": "TXN-forged", "amount_cents": 1, "currency": "EUR"});
+    let a = env.webhook(&body, "not-the-webhook-secret").await;
+    assert_eq!((a.status.as_u16(), a.code()), (401, Some("invalid_signature")));
+    let mut unknown = body.clone();
+    unknown["invoice"] = json!("b999-1");
+    let a = env.webhook(&unknown, &env.gateway.webhook_secret).await;
+    assert_eq!((a.status.as_u16(), a.body["result"].clone()), (200, json!("ignored")));
+    let a = env.webhook(&body, &env.gateway.webhook_secret).await;
+    assert_eq!(a.status.as_u16(), 200, "a correctly signed message is always answered 200");
+    assert_eq!(env.payment(&pid).await["captures"], 1);
+}
+
+async fn create_fails(env: &Env) {
+    tracing::info!("--- gateway error on create: no booking, hold unchanged");
+    env.faults(json!({"create": "error"})).await;
+    let hold = env.hold("erin", "pay-cb", &["A6"]).await;
+    let a = env.book_raw("erin", s(&hold["hold_id"])).await;
+    assert_eq!((a.status.as_u16(), a.code()), (503, Some("gateway_unavailable")), "{}", a.body);
+    let bid = s(&hold["hold_id"]).replacen('h', "b", 1);
+    assert_eq!(env.booking("erin", &bid).await.status.as_u16(), 404);
+    let h = env.http.get(&format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])), Some(&env.token("erin"))).await.unwrap();
+    assert_eq!((h.body["status"].clone(), h.body["expires_at"].clone()), (json!("held"), hold["expires_at"].clone()));
+    env.faults(json!({"create": "ok"})).await;
+    let b = env.book("erin", s(&hold["hold_id"])).await;
+    assert_eq!(b["status"], "pending", "the hold is still bookable");
+}
+
+async fn completed_before_recorded(env: &Env) {
+    tracing::info!("--- the capture completes but its answer is lost: the callback asks once and confirms");
+    env.faults(json!({"execute": "timeout", "timeout_ms": 3000, "webhook": "drop"})).await;
+    let hold = env.hold("frank", "pay-cb", &["A7"]).await;
+    let b = env.book("frank", s(&hold["hold_id"])).await;
+    let redirect = env.browser(s(&b["approve_url"]), true).await;
+    let a = env.get(&redirect).await;
+    assert_eq!(a.body["status"], "confirmed", "{}", a.body);
+    assert_eq!(env.payment(s(&b["payment_id"])).await["captures"], 1);
+    env.faults(json!({"execute": "ok", "webhook": "deliver"})).await;
+}
+
+async fn reconciler_path(env: &Env) {
+    tracing::info!("--- confirmed by the reconciler alone: callback and webhook both lost");
+    env.faults(json!({"webhook": "drop"})).await;
+    let hold = env.hold("dave", "pay-rc", &["R1"]).await;
+    let b = env.book("dave", s(&hold["hold_id"])).await;
+    env.browser(s(&b["approve_url"]), true).await;
+    let got = env.wait_status("dave", s(&b["booking_id"]), "confirmed").await;
+    assert_eq!(got["confirmed_via"], "reconciler");
+    assert_eq!(env.payment(s(&b["payment_id"])).await["captures"], 1);
+    env.faults(json!({"webhook": "deliver"})).await;
+}
+
+async fn cancelled_then_rebooked(env: &Env) {
+    tracing::info!("--- a cancelled payment is released by the reconciler; the buyer books again");
+    let released_before = env.metric("seatfence_reconciler_releases_total").await;
+    let hold = env.hold("gina", "pay-rc", &["R2"]).await;
+    let b = env.book("gina", s(&hold["hold_id"])).await;
+    env.browser(s(&b["approve_url"]), false).await;
+    env.wait_status("gina", s(&b["booking_id"]), "expired").await;
+    assert!(env.metric("seatfence_reconciler_releases_total").await > released_before);
+    let hold2 = env.hold("gina", "pay-rc", &["R2"]).await;
+    assert_ne!(hold2["hold_id"], hold["hold_id"]);
+    let b2 = env.book("gina", s(&hold2["hold_id"])).await;
+    let redirect = env.browser(s(&b2["approve_url"]), true).await;
+    assert_eq!(env.get(&redirect).await.body["status"], "confirmed");
+    assert_eq!(env.booking("gina", s(&b["booking_id"])).await.body["status"], "expired");
+}
+
+async fn unknown_at_deadline(env: &Env) {
+    tracing::info!("--- gateway unreachable at the deadline: extended 3 times, alert, never released");
+    env.faults(json!({"query": "error"})).await;
+    let alerts_before = env.metric("seatfence_reconciler_alerts_total").await;
+    let hold = env.hold("hank", "pay-ext", &["X1"]).await;
+    let b = env.book("hank", s(&hold["hold_id"])).await;
+    let id = s(&b["booking_id"]).to_string();
+    eventually("three extensions and an alert", || async {
+        let got = env.booking("hank", &id).await.body;
+        let alerted = env.metric("seatfence_reconciler_alerts_total").await > alerts_before;
+        (got["extensions"] == 3 && alerted).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = env.booking("hank", &id).await.body;
+    assert_eq!((got["status"].clone(), got["extensions"].clone()), (json!("pending"), json!(3)));
+    assert_eq!(env.available("pay-ext").await["held"], 1, "never released when unsure");
+    env.faults(json!({"query": "ok"})).await;
+    env.wait_status("hank", &id, "expired").await;
+}
+
+async fn late_success_refunded(env: &Env) {
+    tracing::info!("--- late success after the seat was resold: refund_pending, then refunded");
+    env.faults(json!({"execute": "hold"})).await;
+    let hold = env.hold("ivy", "pay-late", &["L1"]).await;
+    let b = env.book("ivy", s(&hold["hold_id"])).await;
+    let id = s(&b["booking_id"]).to_string();
+    let redirect = env.browser(s(&b["approve_url"]), true).await;
+    let a = env.get(&redirect).await;
+    assert_eq!(a.body["status"], "pending", "capture still hanging: {}", a.body);
+    env.wait_status("ivy", &id, "expired").await;
+    let resold = env.hold("jack", "pay-late", &["L1"]).await;
+    env.faults(json!({"execute": "ok"})).await;
+    let got = env.wait_status("ivy", &id, "refunded").await;
+    assert!(got["refund_id"].is_string());
+    let p = env.payment(s(&b["payment_id"])).await;
+    assert_eq!((p["captures"].clone(), p["refunds"].clone()), (json!(1), json!(1)), "{p}");
+    let h = env.http.get(&format!("{}/v1/holds/{}", env.edges[0], s(&resold["hold_id"])), Some(&env.token("jack"))).await.unwrap();
+    assert_eq!(h.body["status"], "held", "the resold seat stays with its new buyer");
+}
+
+async fn leader_killed_between_intent_and_confirm(env: &mut Env) {
+    tracing::info!("--- leader killed between the execute intent and the confirm");
+    env.faults(json!({"execute": "hold", "webhook": "drop"})).await;
+    let hold = env.hold("kim", "pay-kill", &["K1"]).await;
+    let b = env.book("kim", s(&hold["hold_id"])).await;
+    let pid = s(&b["payment_id"]).to_string();
+    let redirect = env.browser(s(&b["approve_url"]), true).await;
+    let http = env.http.clone();
+    let cb = tokio::spawn(async move { http.get(&redirect, None).await });
+    let old_term = {
+        let env = &*env;
+        eventually("the intent's execute at the gateway", || async {
+            env.payment(&pid).await["highest_fence"][1].as_u64()
+        })
+        .await
+    };
+    let group = seatfence_core::HoldId::parse(s(&hold["hold_id"])).unwrap().group;
+    let leader = env.cluster.wait_leader(group, PATIENCE).await.unwrap();
+    env.cluster.kill(leader).unwrap();
+    let _ = cb.await;
+    let env = &*env;
+    tracing::info!("--- the new leader's reconciler takes over with a higher fence");
+    eventually("a newer fence at the gateway", || async {
+        let t = env.payment(&pid).await["highest_fence"][1].as_u64()?;
+        (t > old_term).then_some(())
+    })
+    .await;
+    env.faults(json!({"execute": "ok"})).await;
+    let got = env.wait_status("kim", s(&b["booking_id"]), "confirmed").await;
+    assert_eq!(got["confirmed_via"], "reconciler");
+    let p = env.payment(&pid).await;
+    assert_eq!(p["captures"], 1, "exactly one capture: {p}");
+    tracing::info!("--- the deposed leader's fence is refused by the gateway");
+    let (status, body) = env.execute_at_gateway(&pid, &format!("1.{old_term}")).await;
+    assert_eq!((status, body["error"]["code"].clone()), (409, json!("stale_fencing_token")));
+    env.faults(json!({"webhook": "deliver"})).await;
+}

@@ -34,8 +34,8 @@ impl Env {
         p.reconcile_budget_ms = 5_000;
         p.extension_ms = 1_000;
         p.outbox_interval_ms = 200;
-        let cluster =
-            LocalCluster::start_regions_with(bin, dir, 1, 3, test_tuning(), Some(p)).expect("start cluster");
+        let cluster = LocalCluster::start_regions_with(bin, dir, 1, 3, test_tuning(), Some(p))
+            .expect("start cluster");
         cluster.wait_ready(PATIENCE).await.expect("cluster ready");
         let edges = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
         Env {
@@ -121,7 +121,10 @@ impl Env {
             let a = self.book_raw(user, hold_id).await;
             match a.status.as_u16() {
                 201 => Some(a.body),
-                503 => None,
+                503 => {
+                    tracing::info!("booking {hold_id}: 503 {}", a.body);
+                    None
+                }
                 s => panic!("booking {hold_id}: {s} {}", a.body),
             }
         })
@@ -130,7 +133,10 @@ impl Env {
 
     async fn booking(&self, user: &str, id: &str) -> HttpAnswer {
         self.http
-            .get(&format!("{}/v1/bookings/{id}", self.edges[0]), Some(&self.token(user)))
+            .get(
+                &format!("{}/v1/bookings/{id}", self.edges[0]),
+                Some(&self.token(user)),
+            )
             .await
             .unwrap()
     }
@@ -150,7 +156,15 @@ impl Env {
         } else {
             approve_url.replace("/approve", "/cancel")
         };
-        let v: Value = self.raw.post(url).send().await.unwrap().json().await.unwrap();
+        let v: Value = self
+            .raw
+            .post(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         v["redirect"].as_str().expect("redirect").to_string()
     }
 
@@ -169,7 +183,12 @@ impl Env {
             for line in text.lines().filter(|l| l.starts_with(name)) {
                 let rest = &line[name.len()..];
                 if rest.starts_with(' ') || rest.starts_with('{') {
-                    sum += line.rsplit(' ').next().unwrap().parse::<f64>().unwrap_or(0.0);
+                    sum += line
+                        .rsplit(' ')
+                        .next()
+                        .unwrap()
+                        .parse::<f64>()
+                        .unwrap_or(0.0);
                 }
             }
         }
@@ -179,7 +198,10 @@ impl Env {
     async fn available(&self, event: &str) -> Value {
         let a = self
             .http
-            .get(&format!("{}/v1/events/{event}/availability", self.edges[0]), Some(&self.token("x")))
+            .get(
+                &format!("{}/v1/events/{event}/availability", self.edges[0]),
+                Some(&self.token("x")),
+            )
             .await
             .unwrap();
         a.body
@@ -202,7 +224,10 @@ impl Env {
     async fn execute_at_gateway(&self, payment_id: &str, fence: &str) -> (u16, Value) {
         let r = self
             .raw
-            .post(format!("{}/v1/payments/{payment_id}/execute", self.gateway.url))
+            .post(format!(
+                "{}/v1/payments/{payment_id}/execute",
+                self.gateway.url
+            ))
             .bearer_auth(self.gateway_token().await)
             .header("x-fencing-token", fence)
             .json(&json!({}))
@@ -259,7 +284,12 @@ async fn t85_payments_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let mut env = Env::start(dir.path()).await;
     // Long holds: the reconciler (margin 20 s) leaves them to the callback and webhook.
-    env.event("pay-cb", &["A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"], 600).await;
+    env.event(
+        "pay-cb",
+        &["A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"],
+        600,
+    )
+    .await;
     callback_path(&env).await;
     webhook_path(&env).await;
     create_fails(&env).await;
@@ -286,40 +316,98 @@ async fn callback_path(env: &Env) {
     let id = s(&b["booking_id"]).to_string();
     let pid = s(&b["payment_id"]).to_string();
     let again = env.book_raw("alice", s(&hold["hold_id"])).await;
-    assert_eq!((again.body["booking_id"].clone(), again.body["payment_id"].clone()), (json!(id), json!(pid)), "one booking per hold");
-    assert_eq!(env.booking("bob", &id).await.status.as_u16(), 404, "a stranger sees nothing");
+    assert_eq!(
+        (
+            again.body["booking_id"].clone(),
+            again.body["payment_id"].clone()
+        ),
+        (json!(id), json!(pid)),
+        "one booking per hold"
+    );
+    assert_eq!(
+        env.booking("bob", &id).await.status.as_u16(),
+        404,
+        "a stranger sees nothing"
+    );
     let del = env
         .http
-        .send(Method::DELETE, &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])), Some(&env.token("alice")), None, None)
+        .send(
+            Method::DELETE,
+            &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])),
+            Some(&env.token("alice")),
+            None,
+            None,
+        )
         .await
         .unwrap();
-    assert_eq!(del.code(), Some("hold_not_cancellable"), "a hold with a payment is not cancelled by its owner");
+    assert_eq!(
+        del.code(),
+        Some("hold_not_cancellable"),
+        "a hold with a payment is not cancelled by its owner"
+    );
 
     tracing::info!("--- forged callbacks change nothing");
     let redirect = env.browser(s(&b["approve_url"]), true).await;
     assert!(redirect.contains("status=success"));
     let forged = redirect.replace("signature=", "signature=00");
     let a = env.get(&forged).await;
-    assert_eq!((a.status.as_u16(), a.code()), (401, Some("invalid_signature")), "{}", a.body);
-    let a = env.get(&redirect.replace(&pid, "PAY-000000-deadbeef")).await;
-    assert_eq!((a.status.as_u16(), a.code()), (404, Some("payment_not_found")));
-    let a = env.get(&format!("{}/v1/payments/callback?paymentID={pid}", env.edges[0])).await;
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (401, Some("invalid_signature")),
+        "{}",
+        a.body
+    );
+    let a = env
+        .get(&redirect.replace(&pid, "PAY-000000-deadbeef"))
+        .await;
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (404, Some("payment_not_found"))
+    );
+    let a = env
+        .get(&format!(
+            "{}/v1/payments/callback?paymentID={pid}",
+            env.edges[0]
+        ))
+        .await;
     assert_eq!(a.code(), Some("invalid_callback"));
-    assert_eq!(env.payment(&pid).await["execute_calls"], 0, "no forged callback reached the gateway");
+    assert_eq!(
+        env.payment(&pid).await["execute_calls"],
+        0,
+        "no forged callback reached the gateway"
+    );
 
     tracing::info!("--- the genuine callback confirms; a second one changes nothing");
     let a = env.get(&redirect).await;
-    assert_eq!((a.status.as_u16(), a.body["status"].clone()), (200, json!("confirmed")), "{}", a.body);
+    assert_eq!(
+        (a.status.as_u16(), a.body["status"].clone()),
+        (200, json!("confirmed")),
+        "{}",
+        a.body
+    );
     let a = env.get(&redirect).await;
     assert_eq!(a.body["status"], "confirmed");
     let p = env.payment(&pid).await;
-    assert_eq!((p["captures"].clone(), p["execute_calls"].clone()), (json!(1), json!(1)), "{p}");
+    assert_eq!(
+        (p["captures"].clone(), p["execute_calls"].clone()),
+        (json!(1), json!(1)),
+        "{p}"
+    );
     let got = env.booking("alice", &id).await;
-    assert_eq!((got.body["status"].clone(), got.body["confirmed_via"].clone()), (json!("confirmed"), json!("callback")));
+    assert_eq!(
+        (
+            got.body["status"].clone(),
+            got.body["confirmed_via"].clone()
+        ),
+        (json!("confirmed"), json!("callback"))
+    );
     assert_eq!(got.body["txn_id"], p["txn_id"]);
     assert_eq!(got.cache_control.as_deref(), Some("no-store"));
     assert_eq!(env.available("pay-cb").await["sold"], 2);
-    eventually("confirmation email", || async { env.mail_mentions(&id).then_some(()) }).await;
+    eventually("confirmation email", || async {
+        env.mail_mentions(&id).then_some(())
+    })
+    .await;
 
     tracing::info!("--- a callback saying status=cancel is not believed and releases nothing");
     let hold = env.hold("bob", "pay-cb", &["A3"]).await;
@@ -329,8 +417,18 @@ async fn callback_path(env: &Env) {
     let a = env.get(&cancel_redirect).await;
     assert_eq!(a.body["status"], "pending", "{}", a.body);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(env.booking("bob", s(&b["booking_id"])).await.body["status"], "pending");
-    let h = env.http.get(&format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])), Some(&env.token("bob"))).await.unwrap();
+    assert_eq!(
+        env.booking("bob", s(&b["booking_id"])).await.body["status"],
+        "pending"
+    );
+    let h = env
+        .http
+        .get(
+            &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])),
+            Some(&env.token("bob")),
+        )
+        .await
+        .unwrap();
     assert_eq!(h.body["status"], "held", "only the reconciler releases");
 }
 
@@ -343,7 +441,9 @@ async fn webhook_path(env: &Env) {
     env.browser(s(&b["approve_url"]), true).await;
     let (status, _) = env.execute_at_gateway(&pid, "1.0").await;
     assert_eq!(status, 200);
-    let got = env.wait_status("carol", s(&b["booking_id"]), "confirmed").await;
+    let got = env
+        .wait_status("carol", s(&b["booking_id"]), "confirmed")
+        .await;
     assert_eq!(got["confirmed_via"], "webhook");
     eventually("the duplicate delivery deduped by the inbox", || async {
         (env.metric("seatfence_webhooks_duplicate_total").await >= 1.0).then_some(())
@@ -355,13 +455,23 @@ async fn webhook_path(env: &Env) {
     let body = json!({"id": "EVT-forged", "type": "payment.completed", "payment_id": pid,
                       "invoice": b["booking_id"], "txn_id": "TXN-forged", "amount_cents": 1, "currency": "EUR"});
     let a = env.webhook(&body, "not-the-webhook-secret").await;
-    assert_eq!((a.status.as_u16(), a.code()), (401, Some("invalid_signature")));
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (401, Some("invalid_signature"))
+    );
     let mut unknown = body.clone();
     unknown["invoice"] = json!("b999-1");
     let a = env.webhook(&unknown, &env.gateway.webhook_secret).await;
-    assert_eq!((a.status.as_u16(), a.body["result"].clone()), (200, json!("ignored")));
+    assert_eq!(
+        (a.status.as_u16(), a.body["result"].clone()),
+        (200, json!("ignored"))
+    );
     let a = env.webhook(&body, &env.gateway.webhook_secret).await;
-    assert_eq!(a.status.as_u16(), 200, "a correctly signed message is always answered 200");
+    assert_eq!(
+        a.status.as_u16(),
+        200,
+        "a correctly signed message is always answered 200"
+    );
     assert_eq!(env.payment(&pid).await["captures"], 1);
 }
 
@@ -370,26 +480,45 @@ async fn create_fails(env: &Env) {
     env.faults(json!({"create": "error"})).await;
     let hold = env.hold("erin", "pay-cb", &["A6"]).await;
     let a = env.book_raw("erin", s(&hold["hold_id"])).await;
-    assert_eq!((a.status.as_u16(), a.code()), (503, Some("gateway_unavailable")), "{}", a.body);
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (503, Some("gateway_unavailable")),
+        "{}",
+        a.body
+    );
     let bid = s(&hold["hold_id"]).replacen('h', "b", 1);
     assert_eq!(env.booking("erin", &bid).await.status.as_u16(), 404);
-    let h = env.http.get(&format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])), Some(&env.token("erin"))).await.unwrap();
-    assert_eq!((h.body["status"].clone(), h.body["expires_at"].clone()), (json!("held"), hold["expires_at"].clone()));
+    let h = env
+        .http
+        .get(
+            &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])),
+            Some(&env.token("erin")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (h.body["status"].clone(), h.body["expires_at"].clone()),
+        (json!("held"), hold["expires_at"].clone())
+    );
     env.faults(json!({"create": "ok"})).await;
     let b = env.book("erin", s(&hold["hold_id"])).await;
     assert_eq!(b["status"], "pending", "the hold is still bookable");
 }
 
 async fn completed_before_recorded(env: &Env) {
-    tracing::info!("--- the capture completes but its answer is lost: the callback asks once and confirms");
-    env.faults(json!({"execute": "timeout", "timeout_ms": 3000, "webhook": "drop"})).await;
+    tracing::info!(
+        "--- the capture completes but its answer is lost: the callback asks once and confirms"
+    );
+    env.faults(json!({"execute": "timeout", "timeout_ms": 3000, "webhook": "drop"}))
+        .await;
     let hold = env.hold("frank", "pay-cb", &["A7"]).await;
     let b = env.book("frank", s(&hold["hold_id"])).await;
     let redirect = env.browser(s(&b["approve_url"]), true).await;
     let a = env.get(&redirect).await;
     assert_eq!(a.body["status"], "confirmed", "{}", a.body);
     assert_eq!(env.payment(s(&b["payment_id"])).await["captures"], 1);
-    env.faults(json!({"execute": "ok", "webhook": "deliver"})).await;
+    env.faults(json!({"execute": "ok", "webhook": "deliver"}))
+        .await;
 }
 
 async fn reconciler_path(env: &Env) {
@@ -398,7 +527,9 @@ async fn reconciler_path(env: &Env) {
     let hold = env.hold("dave", "pay-rc", &["R1"]).await;
     let b = env.book("dave", s(&hold["hold_id"])).await;
     env.browser(s(&b["approve_url"]), true).await;
-    let got = env.wait_status("dave", s(&b["booking_id"]), "confirmed").await;
+    let got = env
+        .wait_status("dave", s(&b["booking_id"]), "confirmed")
+        .await;
     assert_eq!(got["confirmed_via"], "reconciler");
     assert_eq!(env.payment(s(&b["payment_id"])).await["captures"], 1);
     env.faults(json!({"webhook": "deliver"})).await;
@@ -410,18 +541,24 @@ async fn cancelled_then_rebooked(env: &Env) {
     let hold = env.hold("gina", "pay-rc", &["R2"]).await;
     let b = env.book("gina", s(&hold["hold_id"])).await;
     env.browser(s(&b["approve_url"]), false).await;
-    env.wait_status("gina", s(&b["booking_id"]), "expired").await;
+    env.wait_status("gina", s(&b["booking_id"]), "expired")
+        .await;
     assert!(env.metric("seatfence_reconciler_releases_total").await > released_before);
     let hold2 = env.hold("gina", "pay-rc", &["R2"]).await;
     assert_ne!(hold2["hold_id"], hold["hold_id"]);
     let b2 = env.book("gina", s(&hold2["hold_id"])).await;
     let redirect = env.browser(s(&b2["approve_url"]), true).await;
     assert_eq!(env.get(&redirect).await.body["status"], "confirmed");
-    assert_eq!(env.booking("gina", s(&b["booking_id"])).await.body["status"], "expired");
+    assert_eq!(
+        env.booking("gina", s(&b["booking_id"])).await.body["status"],
+        "expired"
+    );
 }
 
 async fn unknown_at_deadline(env: &Env) {
-    tracing::info!("--- gateway unreachable at the deadline: extended 3 times, alert, never released");
+    tracing::info!(
+        "--- gateway unreachable at the deadline: extended 3 times, alert, never released"
+    );
     env.faults(json!({"query": "error"})).await;
     let alerts_before = env.metric("seatfence_reconciler_alerts_total").await;
     let hold = env.hold("hank", "pay-ext", &["X1"]).await;
@@ -435,8 +572,15 @@ async fn unknown_at_deadline(env: &Env) {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let got = env.booking("hank", &id).await.body;
-    assert_eq!((got["status"].clone(), got["extensions"].clone()), (json!("pending"), json!(3)));
-    assert_eq!(env.available("pay-ext").await["held"], 1, "never released when unsure");
+    assert_eq!(
+        (got["status"].clone(), got["extensions"].clone()),
+        (json!("pending"), json!(3))
+    );
+    assert_eq!(
+        env.available("pay-ext").await["held"],
+        1,
+        "never released when unsure"
+    );
     env.faults(json!({"query": "ok"})).await;
     env.wait_status("hank", &id, "expired").await;
 }
@@ -449,21 +593,40 @@ async fn late_success_refunded(env: &Env) {
     let id = s(&b["booking_id"]).to_string();
     let redirect = env.browser(s(&b["approve_url"]), true).await;
     let a = env.get(&redirect).await;
-    assert_eq!(a.body["status"], "pending", "capture still hanging: {}", a.body);
+    assert_eq!(
+        a.body["status"], "pending",
+        "capture still hanging: {}",
+        a.body
+    );
     env.wait_status("ivy", &id, "expired").await;
     let resold = env.hold("jack", "pay-late", &["L1"]).await;
     env.faults(json!({"execute": "ok"})).await;
     let got = env.wait_status("ivy", &id, "refunded").await;
     assert!(got["refund_id"].is_string());
     let p = env.payment(s(&b["payment_id"])).await;
-    assert_eq!((p["captures"].clone(), p["refunds"].clone()), (json!(1), json!(1)), "{p}");
-    let h = env.http.get(&format!("{}/v1/holds/{}", env.edges[0], s(&resold["hold_id"])), Some(&env.token("jack"))).await.unwrap();
-    assert_eq!(h.body["status"], "held", "the resold seat stays with its new buyer");
+    assert_eq!(
+        (p["captures"].clone(), p["refunds"].clone()),
+        (json!(1), json!(1)),
+        "{p}"
+    );
+    let h = env
+        .http
+        .get(
+            &format!("{}/v1/holds/{}", env.edges[0], s(&resold["hold_id"])),
+            Some(&env.token("jack")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        h.body["status"], "held",
+        "the resold seat stays with its new buyer"
+    );
 }
 
 async fn leader_killed_between_intent_and_confirm(env: &mut Env) {
     tracing::info!("--- leader killed between the execute intent and the confirm");
-    env.faults(json!({"execute": "hold", "webhook": "drop"})).await;
+    env.faults(json!({"execute": "hold", "webhook": "drop"}))
+        .await;
     let hold = env.hold("kim", "pay-kill", &["K1"]).await;
     let b = env.book("kim", s(&hold["hold_id"])).await;
     let pid = s(&b["payment_id"]).to_string();
@@ -477,7 +640,9 @@ async fn leader_killed_between_intent_and_confirm(env: &mut Env) {
         })
         .await
     };
-    let group = seatfence_core::HoldId::parse(s(&hold["hold_id"])).unwrap().group;
+    let group = seatfence_core::HoldId::parse(s(&hold["hold_id"]))
+        .unwrap()
+        .group;
     let leader = env.cluster.wait_leader(group, PATIENCE).await.unwrap();
     env.cluster.kill(leader).unwrap();
     let _ = cb.await;
@@ -489,12 +654,17 @@ async fn leader_killed_between_intent_and_confirm(env: &mut Env) {
     })
     .await;
     env.faults(json!({"execute": "ok"})).await;
-    let got = env.wait_status("kim", s(&b["booking_id"]), "confirmed").await;
+    let got = env
+        .wait_status("kim", s(&b["booking_id"]), "confirmed")
+        .await;
     assert_eq!(got["confirmed_via"], "reconciler");
     let p = env.payment(&pid).await;
     assert_eq!(p["captures"], 1, "exactly one capture: {p}");
     tracing::info!("--- the deposed leader's fence is refused by the gateway");
     let (status, body) = env.execute_at_gateway(&pid, &format!("1.{old_term}")).await;
-    assert_eq!((status, body["error"]["code"].clone()), (409, json!("stale_fencing_token")));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("stale_fencing_token"))
+    );
     env.faults(json!({"webhook": "deliver"})).await;
 }

@@ -18,6 +18,9 @@ pub enum Command {
     Put { key: String, value: Vec<u8> },
     /// Remove `key`.
     Delete { key: String },
+    /// Directory: set a fleet-wide value (the shared gateway token),
+    /// readable on every directory replica.
+    PutShared { key: String, value: Vec<u8> },
     /// Several key→value commands applied in order as one entry.
     Batch(Vec<Command>),
     /// Directory: add or update a node (id, region, gRPC address).
@@ -73,6 +76,7 @@ impl fmt::Display for Command {
             Command::Put { key, value } => write!(f, "put {key} ({} bytes)", value.len()),
             Command::Delete { key } => write!(f, "delete {key}"),
             Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
+            Command::PutShared { key, .. } => write!(f, "put shared {key}"),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),

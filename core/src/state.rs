@@ -143,14 +143,17 @@ impl State {
     ) -> Response {
         let directory_cmd = matches!(
             cmd,
-            Command::RegisterNode(_) | Command::CreateGroup { .. } | Command::RegisterEvent { .. }
+            Command::RegisterNode(_)
+                | Command::CreateGroup { .. }
+                | Command::RegisterEvent { .. }
+                | Command::PutShared { .. }
         );
         // A batch is checked command by command.
         if !matches!(cmd, Command::Batch(_)) && directory_cmd != group.is_directory() {
             return Response::WrongGroup;
         }
         match cmd {
-            Command::Put { key, value } => {
+            Command::Put { key, value } | Command::PutShared { key, value } => {
                 changed.push(RecordKey::Kv(key.clone()));
                 let existed = self.kv.insert(key.clone(), value.clone()).is_some();
                 Response::Written { existed }

@@ -358,7 +358,11 @@ impl Mock {
         let fence = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
             let Some(p) = inner.payments.get_mut(id) else {
-                return err(StatusCode::NOT_FOUND, "payment_not_found", "no such payment");
+                return err(
+                    StatusCode::NOT_FOUND,
+                    "payment_not_found",
+                    "no such payment",
+                );
             };
             let fence = match Self::fence(p, token) {
                 Ok(f) => f,
@@ -368,7 +372,13 @@ impl Mock {
             match p.status {
                 "approved" => {}
                 "completed" | "failed" | "cancelled" => return (StatusCode::OK, state(p)),
-                s => return err(StatusCode::CONFLICT, "not_approved", &format!("payment is {s}")),
+                s => {
+                    return err(
+                        StatusCode::CONFLICT,
+                        "not_approved",
+                        &format!("payment is {s}"),
+                    )
+                }
             }
             fence
         };
@@ -376,8 +386,13 @@ impl Mock {
         // timeout, a killed node) does not stop it, as with a real provider.
         let id = id.to_string();
         let task = tokio::spawn(self.clone().capture(id, fence));
-        task.await
-            .unwrap_or_else(|_| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "capture task failed"))
+        task.await.unwrap_or_else(|_| {
+            err(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "capture task failed",
+            )
+        })
     }
 
     async fn capture(self: Arc<Mock>, id: String, fence: (u64, u64)) -> Answer {
@@ -389,10 +404,17 @@ impl Mock {
         }
         let (answer, webhook) = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
-            let p = inner.payments.get_mut(&id).expect("payments are never removed");
+            let p = inner
+                .payments
+                .get_mut(&id)
+                .expect("payments are never removed");
             // Checked again at capture: a newer leader may have come meanwhile.
             if p.highest_fence.is_some_and(|h| fence < h) {
-                return err(StatusCode::CONFLICT, "stale_fencing_token", "a newer fencing token was seen for this payment");
+                return err(
+                    StatusCode::CONFLICT,
+                    "stale_fencing_token",
+                    "a newer fencing token was seen for this payment",
+                );
             }
             if p.status != "approved" {
                 return (StatusCode::OK, state(p));

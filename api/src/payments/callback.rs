@@ -28,7 +28,11 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let (Some(booking), Some(payment_id), Some(signature)) =
         (param("booking"), param("paymentID"), param("signature"))
     else {
-        return Err(rejected(edge, "invalid_callback", "booking, paymentID and signature are required"));
+        return Err(rejected(
+            edge,
+            "invalid_callback",
+            "booking, paymentID and signature are required",
+        ));
     };
     let unknown = || {
         edge.metrics.inc(|m| &m.callbacks_rejected);

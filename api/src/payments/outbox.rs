@@ -82,7 +82,9 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                                 });
                                 tracing::info!(booking = %id, kind = item.kind.as_str(), "outbox item delivered");
                             }
-                            Err(e) => tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}"),
+                            Err(e) => {
+                                tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}")
+                            }
                         }
                     }
                     Err(e) => {
@@ -123,7 +125,9 @@ async fn deliver(
             {
                 Ok(r) => Ok(Some(r.refund_id)),
                 Err(GatewayError::StaleFence) => {
-                    anyhow::bail!("gateway saw a newer fence than {fence}: a newer leader owns this refund")
+                    anyhow::bail!(
+                        "gateway saw a newer fence than {fence}: a newer leader owns this refund"
+                    )
                 }
                 Err(e) => Err(e.into()),
             }

@@ -128,7 +128,10 @@ fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> L
         event_id: event_id.clone(),
         hold: hold.clone(),
         booking: Some(booking.clone()),
-        price: (booking.payment.amount_cents, booking.payment.currency.clone()),
+        price: (
+            booking.payment.amount_cents,
+            booking.payment.currency.clone(),
+        ),
     }
 }
 
@@ -141,7 +144,12 @@ enum Verdict {
     Unknown { exhausted: bool },
 }
 
-async fn reconcile_one(edge: &Edge, p: &Payments, l: Loaded, now: u64) -> Result<Verdict, ApiError> {
+async fn reconcile_one(
+    edge: &Edge,
+    p: &Payments,
+    l: Loaded,
+    now: u64,
+) -> Result<Verdict, ApiError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
     let payment_id = b.payment.payment_id.clone();
     let past = now >= l.hold.expires_at_ms;

@@ -67,14 +67,19 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             granted_at_ms: now,
             expires_at_ms: now + ttl.as_millis() as u64,
         };
-        let put = Command::Put {
+        let put = Command::PutShared {
             key: TOKEN_KEY.into(),
             value: serde_json::to_vec(&shared).expect("tokens serialize"),
         };
-        if let Err(e) = edge.write(GroupId::DIRECTORY, put).await {
-            tracing::warn!("storing the gateway token failed: {e}");
-        } else {
-            tracing::info!("gateway token granted, valid {ttl:?}");
+        match edge.write(GroupId::DIRECTORY, put).await {
+            Ok(w)
+                if w.response == seatfence_core::Response::Written { existed: true }
+                    || w.response == seatfence_core::Response::Written { existed: false } =>
+            {
+                tracing::info!("gateway token granted, valid {ttl:?}")
+            }
+            Ok(w) => tracing::error!("the directory refused the gateway token: {:?}", w.response),
+            Err(e) => tracing::warn!("storing the gateway token failed: {e}"),
         }
     }
 }

@@ -51,7 +51,11 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let Some(l) = edge.load_booking(id).await? else {
         return ok("ignored");
     };
-    let Some(b) = l.booking.as_ref().filter(|b| b.payment.payment_id == n.payment_id) else {
+    let Some(b) = l
+        .booking
+        .as_ref()
+        .filter(|b| b.payment.payment_id == n.payment_id)
+    else {
         return ok("ignored");
     };
     let (seen, _) = edge
@@ -63,7 +67,10 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         edge.metrics.inc(|m| &m.webhooks_duplicate);
         return ok("duplicate");
     }
-    if matches!(b.status, BookingStatus::Confirmed | BookingStatus::Refunded | BookingStatus::RefundPending) {
+    if matches!(
+        b.status,
+        BookingStatus::Confirmed | BookingStatus::Refunded | BookingStatus::RefundPending
+    ) {
         return ok(b.status.as_str());
     }
     // The message is a hint: the gateway's own answer decides.

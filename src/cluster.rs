@@ -403,15 +403,27 @@ pub struct GatewayProc {
 
 impl GatewayProc {
     /// Start the mock with fresh secrets, logging to `dir/gateway.log`,
-    /// and wait until it answers.
+    /// and wait until it answers. If `dir/gateway.json` exists (an earlier
+    /// start), the same port and secrets are used again.
     pub fn start(bin: &Path, dir: &Path, grants_per_hour: u32) -> anyhow::Result<GatewayProc> {
         fs::create_dir_all(dir)?;
-        let port = free_ports(1)?[0];
-        let secret = || format!("{:032x}", rand::random::<u128>());
-        let (signing, webhook, client) = (secret(), secret(), secret());
+        let saved = dir.join("gateway.json");
+        let (port, signing, webhook, client) = match fs::read_to_string(&saved) {
+            Ok(text) => serde_json::from_str(&text)
+                .with_context(|| format!("parse {}", saved.display()))?,
+            Err(_) => {
+                let secret = || format!("{:032x}", rand::random::<u128>());
+                let s = (free_ports(1)?[0], secret(), secret(), secret());
+                fs::write(&saved, serde_json::to_string(&s)?)?;
+                s
+            }
+        };
         let log_path = dir.join("gateway.log");
-        let log = fs::File::create(&log_path)
-            .with_context(|| format!("create {}", log_path.display()))?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("open {}", log_path.display()))?;
         let child = Command::new(bin)
             .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--grants-per-hour", &grants_per_hour.to_string()])

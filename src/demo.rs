@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cluster::LocalCluster;
+use crate::cluster::{GatewayProc, LocalCluster};
 use crate::http_client::HttpClient;
 use seatfence_raft::RaftTuning;
 
@@ -17,7 +17,7 @@ use seatfence_raft::RaftTuning;
 pub struct DemoFile {
     /// Region → HTTP edge URL.
     pub edges: std::collections::BTreeMap<String, String>,
-    /// The mock payment gateway (built with the payments issue; null until then).
+    /// The mock payment gateway.
     pub gateway: Option<String>,
     /// `operator`, `alice`, `bob` → bearer token.
     pub tokens: std::collections::BTreeMap<String, String>,
@@ -66,10 +66,18 @@ pub async fn run(
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let bin = std::env::current_exe().context("find own binary")?;
     println!(
-        "seatfence demo: starting 9 nodes (3 regions × 3) in {} ...",
+        "seatfence demo: starting the mock gateway and 9 nodes (3 regions × 3) in {} ...",
         dir.display()
     );
-    let cluster = LocalCluster::start_regions(&bin, &dir, 3, 3, RaftTuning::default())?;
+    let gateway = GatewayProc::start(&bin, &dir.join("gateway"), 5)?;
+    let cluster = LocalCluster::start_regions_with(
+        &bin,
+        &dir,
+        3,
+        3,
+        RaftTuning::default(),
+        Some(gateway.payments_config()),
+    )?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
     let secret = cluster.jwt_secret().context("cluster has no edges")?;
     let day = 24 * 3600;
@@ -117,7 +125,7 @@ pub async fn run(
     );
     let demo = DemoFile {
         edges: edges.clone(),
-        gateway: None,
+        gateway: Some(gateway.url.clone()),
         tokens: tokens.clone(),
         events: vec![DEMO_EVENT.into()],
         jwt_secret: secret,
@@ -136,7 +144,11 @@ pub async fn run(
             n.edge_url().unwrap_or_default()
         );
     }
-    println!("\nWrote {} (edges, tokens, events).", demo_path.display());
+    println!("  mock gateway {}", gateway.url);
+    println!(
+        "\nWrote {} (edges, gateway, tokens, events).",
+        demo_path.display()
+    );
     println!(
         "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by us-east.\n"
     );
@@ -147,6 +159,7 @@ pub async fn run(
     println!("  ALICE={}", tokens["alice"]);
     println!("  BOB={}", tokens["bob"]);
     println!("  OP={}", tokens["operator"]);
+    println!("  GW={}", gateway.url);
     println!();
     println!("  # the event, from an edge in another region (routed to us-east)");
     println!("  curl -s $EU/v1/events/{DEMO_EVENT} -H \"Authorization: Bearer $ALICE\"; echo");
@@ -158,14 +171,30 @@ pub async fn run(
     println!("  curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"section\":\"B\",\"quantity\":3}}'; echo");
     println!("  # counts and the first free seats (may be up to 250 ms stale; says how stale)");
     println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo");
-    // On a fresh demo alice's hold is the group's first.
-    let hold = format!("h{}-1", created.body["group_id"]);
-    println!("  # read or cancel alice's hold (its hold_id above: {hold}); bob gets 404 for it");
+    // On a fresh demo alice's hold is the group's first, bob's the second.
+    let group = &created.body["group_id"];
+    let (hold, bob_hold) = (format!("h{group}-1"), format!("h{group}-2"));
+    let booking = format!("b{group}-1");
+    println!("  # read alice's hold (its hold_id above: {hold}); bob gets 404 for it");
     println!("  curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $ALICE\"; echo");
     println!("  curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $BOB\"; echo");
-    println!("  curl -s -X DELETE $US/v1/holds/{hold} -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  # bob changes his mind: he cancels his hold (allowed before a payment exists)");
+    println!("  curl -s -X DELETE $US/v1/holds/{bob_hold} -H \"Authorization: Bearer $BOB\"; echo");
+    println!("  # alice books her hold: the payment is created at the mock gateway; the booking is pending");
+    println!("  curl -s -X POST $US/v1/bookings -H \"Authorization: Bearer $ALICE\" -d '{{\"hold_id\":\"{hold}\"}}' | tee /tmp/booking.json; echo");
+    println!("  # she approves on the gateway's page, which redirects her browser to the callback");
+    println!("  APPROVE=$(sed 's/.*\"approve_url\":\"\\([^\"]*\\)\".*/\\1/' /tmp/booking.json)");
+    println!("  REDIRECT=$(curl -s -X POST \"$APPROVE\" | sed 's/.*\"redirect\":\"\\([^\"]*\\)\".*/\\1/'); echo \"$REDIRECT\"");
+    println!("  curl -s \"$REDIRECT\"; echo");
+    println!("  # the callback executed the payment once and confirmed: the seats are sold");
+    println!("  curl -s $US/v1/bookings/{booking} -H \"Authorization: Bearer $ALICE\"; echo");
+    println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=0\" -H \"Authorization: Bearer $BOB\"; echo");
+    println!("  # the gateway's side: one capture; the outbox writes the confirmation email within a second");
+    println!("  curl -s $GW/_stats; echo");
+    println!("  sleep 1; cat {}/n*/data/mail/*.eml", dir.display());
     println!("  # this edge's metrics (alice's hold went through the Europe edge)");
     println!("  curl -s $EU/metrics | grep -E 'seatfence_(holds|hold_conflicts|stale_epoch)'");
+    println!("  curl -s $US/metrics | grep -E 'seatfence_(bookings|payments_confirmed|outbox)'");
     println!();
     println!("Or with the CLI (reads {}):", demo_path.display());
     let exe = bin.display();
@@ -177,5 +206,6 @@ pub async fn run(
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
     drop(cluster);
+    drop(gateway);
     Ok(())
 }

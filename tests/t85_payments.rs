@@ -18,7 +18,6 @@ use serde_json::{json, Value};
 struct Env {
     cluster: LocalCluster,
     gateway: GatewayProc,
-    edges: Vec<String>,
     http: HttpClient,
     raw: reqwest::Client,
 }
@@ -37,14 +36,24 @@ impl Env {
         let cluster = LocalCluster::start_regions_with(bin, dir, 1, 3, test_tuning(), Some(p))
             .expect("start cluster");
         cluster.wait_ready(PATIENCE).await.expect("cluster ready");
-        let edges = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
         Env {
             cluster,
             gateway,
-            edges,
             http: HttpClient::default(),
             raw: reqwest::Client::new(),
         }
+    }
+
+    /// The edge of the `i`th running node (wrapping around).
+    fn edge(&self, i: usize) -> String {
+        let live: Vec<String> = self
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .filter_map(|n| n.edge_url())
+            .collect();
+        live[i % live.len()].clone()
     }
 
     fn token(&self, user: &str) -> String {
@@ -54,7 +63,7 @@ impl Env {
     async fn event(&self, id: &str, seats: &[&str], ttl_secs: u64) {
         create_event(
             &self.cluster,
-            &self.edges[0],
+            &self.edge(0),
             json!({"event_id": id, "name": id, "home_region": "us-east", "seats": seats,
                    "hold_ttl_secs": ttl_secs, "price_cents": 2500, "currency": "EUR"}),
         )
@@ -91,7 +100,7 @@ impl Env {
         let a = self
             .http
             .post(
-                &format!("{}/v1/holds", self.edges[1]),
+                &format!("{}/v1/holds", self.edge(1)),
                 Some(&self.token(user)),
                 None,
                 &json!({"event_id": event, "seats": seats}),
@@ -105,7 +114,7 @@ impl Env {
     async fn book_raw(&self, user: &str, hold_id: &str) -> HttpAnswer {
         self.http
             .post(
-                &format!("{}/v1/bookings", self.edges[2]),
+                &format!("{}/v1/bookings", self.edge(2)),
                 Some(&self.token(user)),
                 None,
                 &json!({"hold_id": hold_id}),
@@ -134,7 +143,7 @@ impl Env {
     async fn booking(&self, user: &str, id: &str) -> HttpAnswer {
         self.http
             .get(
-                &format!("{}/v1/bookings/{id}", self.edges[0]),
+                &format!("{}/v1/bookings/{id}", self.edge(0)),
                 Some(&self.token(user)),
             )
             .await
@@ -175,7 +184,7 @@ impl Env {
     /// Sum of a metric over every edge.
     async fn metric(&self, name: &str) -> f64 {
         let mut sum = 0.0;
-        for e in &self.edges {
+        for e in self.cluster.nodes.iter().filter(|n| n.is_running()).filter_map(|n| n.edge_url()) {
             let Ok(r) = self.raw.get(format!("{e}/metrics")).send().await else {
                 continue;
             };
@@ -199,7 +208,7 @@ impl Env {
         let a = self
             .http
             .get(
-                &format!("{}/v1/events/{event}/availability", self.edges[0]),
+                &format!("{}/v1/events/{event}/availability", self.edge(0)),
                 Some(&self.token("x")),
             )
             .await
@@ -241,7 +250,7 @@ impl Env {
         let bytes = body.to_string();
         let r = self
             .raw
-            .post(format!("{}/v1/payments/webhook", self.edges[0]))
+            .post(format!("{}/v1/payments/webhook", self.edge(0)))
             .header("content-type", "application/json")
             .header(
                 "x-gateway-signature",
@@ -333,7 +342,7 @@ async fn callback_path(env: &Env) {
         .http
         .send(
             Method::DELETE,
-            &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])),
+            &format!("{}/v1/holds/{}", env.edge(0), s(&hold["hold_id"])),
             Some(&env.token("alice")),
             None,
             None,
@@ -345,6 +354,22 @@ async fn callback_path(env: &Env) {
         Some("hold_not_cancellable"),
         "a hold with a payment is not cancelled by its owner"
     );
+
+    tracing::info!("--- bad booking requests: stable codes, nothing created");
+    let url = format!("{}/v1/bookings", env.edge(0));
+    let alice = env.token("alice");
+    let bad = env.http.send_raw(Method::POST, &url, Some(&alice), None, "{not json".into()).await.unwrap();
+    assert_eq!((bad.status.as_u16(), bad.code()), (400, Some("malformed_json")));
+    let bad = env.http.post(&url, Some(&alice), None, &json!({"hold_id": "h1-1", "x": 1})).await.unwrap();
+    assert_eq!(bad.code(), Some("unknown_field"));
+    for hold_id in ["nope", "h999-1", "h1-999"] {
+        let bad = env.http.post(&url, Some(&alice), None, &json!({"hold_id": hold_id})).await.unwrap();
+        assert_eq!((bad.status.as_u16(), bad.code()), (404, Some("hold_not_found")), "{hold_id}");
+    }
+    let bad = env.book_raw("bob", s(&hold["hold_id"])).await;
+    assert_eq!((bad.status.as_u16(), bad.code()), (404, Some("hold_not_found")), "another buyer's hold");
+    let bad = env.http.post(&url, None, None, &json!({"hold_id": "h1-1"})).await.unwrap();
+    assert_eq!(bad.status.as_u16(), 401);
 
     tracing::info!("--- forged callbacks change nothing");
     let redirect = env.browser(s(&b["approve_url"]), true).await;
@@ -367,7 +392,7 @@ async fn callback_path(env: &Env) {
     let a = env
         .get(&format!(
             "{}/v1/payments/callback?paymentID={pid}",
-            env.edges[0]
+            env.edge(0)
         ))
         .await;
     assert_eq!(a.code(), Some("invalid_callback"));
@@ -424,7 +449,7 @@ async fn callback_path(env: &Env) {
     let h = env
         .http
         .get(
-            &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])),
+            &format!("{}/v1/holds/{}", env.edge(0), s(&hold["hold_id"])),
             Some(&env.token("bob")),
         )
         .await
@@ -491,7 +516,7 @@ async fn create_fails(env: &Env) {
     let h = env
         .http
         .get(
-            &format!("{}/v1/holds/{}", env.edges[0], s(&hold["hold_id"])),
+            &format!("{}/v1/holds/{}", env.edge(0), s(&hold["hold_id"])),
             Some(&env.token("erin")),
         )
         .await
@@ -612,7 +637,7 @@ async fn late_success_refunded(env: &Env) {
     let h = env
         .http
         .get(
-            &format!("{}/v1/holds/{}", env.edges[0], s(&resold["hold_id"])),
+            &format!("{}/v1/holds/{}", env.edge(0), s(&resold["hold_id"])),
             Some(&env.token("jack")),
         )
         .await

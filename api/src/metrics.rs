@@ -93,6 +93,8 @@ pub struct EdgeMetrics {
     pub outbox_backlog: AtomicU64,
     /// Age (ms) of the oldest hold the last sweep could not decide.
     pub unknown_payment_age_ms: AtomicU64,
+    /// Age (ms) of the oldest undelivered refund at the last outbox scan.
+    pub refund_pending_age_ms: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {

@@ -7,6 +7,8 @@
 //! once; it never releases anything. A forged or unknown callback gets a
 //! 4xx JSON error, never a redirect.
 
+use std::time::{Duration, Instant};
+
 use hyper::StatusCode;
 use seatfence_core::inventory::{BookingStatus, ConfirmPath};
 use seatfence_core::BookingId;
@@ -75,5 +77,19 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let booking = edge
         .execute_and_confirm(&l, false, ConfirmPath::Callback)
         .await?;
-    Ok(answer(booking.status))
+    if booking.status != BookingStatus::Pending {
+        return Ok(answer(booking.status));
+    }
+    // Undecided: another path may be executing this payment right now.
+    // Give it about one gateway call to finish so the buyer sees the result.
+    let patience = Duration::from_millis(edge.payments()?.config.call_timeout_ms + 1_000);
+    let start = Instant::now();
+    let mut status = booking.status;
+    while status == BookingStatus::Pending && start.elapsed() < patience {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(b) = edge.load_booking(id).await?.and_then(|l| l.booking) {
+            status = b.status;
+        }
+    }
+    Ok(answer(status))
 }

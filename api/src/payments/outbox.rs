@@ -38,6 +38,8 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(interval) => {}
         }
         let mut backlog = 0;
+        let mut refund_age = 0;
+        let now_ms = edge.clock.now_ms();
         for (gid, g) in edge.registry.all() {
             if gid.is_directory() || !g.raft.is_leader() {
                 continue;
@@ -57,6 +59,9 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 continue;
             };
             backlog += items.len() as u64;
+            for (item, _) in items.iter().filter(|(i, _)| i.kind == OutboxKind::Refund) {
+                refund_age = refund_age.max(now_ms.saturating_sub(item.created_ms));
+            }
             let fence = Fence { epoch, term };
             for (item, booking) in items {
                 let key = (gid, item.id);
@@ -99,6 +104,9 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         edge.metrics
             .outbox_backlog
             .store(backlog, std::sync::atomic::Ordering::Relaxed);
+        edge.metrics
+            .refund_pending_age_ms
+            .store(refund_age, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

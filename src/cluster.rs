@@ -409,8 +409,9 @@ impl GatewayProc {
         fs::create_dir_all(dir)?;
         let saved = dir.join("gateway.json");
         let (port, signing, webhook, client) = match fs::read_to_string(&saved) {
-            Ok(text) => serde_json::from_str(&text)
-                .with_context(|| format!("parse {}", saved.display()))?,
+            Ok(text) => {
+                serde_json::from_str(&text).with_context(|| format!("parse {}", saved.display()))?
+            }
             Err(_) => {
                 let secret = || format!("{:032x}", rand::random::<u128>());
                 let s = (free_ports(1)?[0], secret(), secret(), secret());

@@ -184,7 +184,13 @@ impl Env {
     /// Sum of a metric over every edge.
     async fn metric(&self, name: &str) -> f64 {
         let mut sum = 0.0;
-        for e in self.cluster.nodes.iter().filter(|n| n.is_running()).filter_map(|n| n.edge_url()) {
+        for e in self
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .filter_map(|n| n.edge_url())
+        {
             let Ok(r) = self.raw.get(format!("{e}/metrics")).send().await else {
                 continue;
             };
@@ -358,17 +364,49 @@ async fn callback_path(env: &Env) {
     tracing::info!("--- bad booking requests: stable codes, nothing created");
     let url = format!("{}/v1/bookings", env.edge(0));
     let alice = env.token("alice");
-    let bad = env.http.send_raw(Method::POST, &url, Some(&alice), None, "{not json".into()).await.unwrap();
-    assert_eq!((bad.status.as_u16(), bad.code()), (400, Some("malformed_json")));
-    let bad = env.http.post(&url, Some(&alice), None, &json!({"hold_id": "h1-1", "x": 1})).await.unwrap();
+    let bad = env
+        .http
+        .send_raw(Method::POST, &url, Some(&alice), None, "{not json".into())
+        .await
+        .unwrap();
+    assert_eq!(
+        (bad.status.as_u16(), bad.code()),
+        (400, Some("malformed_json"))
+    );
+    let bad = env
+        .http
+        .post(
+            &url,
+            Some(&alice),
+            None,
+            &json!({"hold_id": "h1-1", "x": 1}),
+        )
+        .await
+        .unwrap();
     assert_eq!(bad.code(), Some("unknown_field"));
     for hold_id in ["nope", "h999-1", "h1-999"] {
-        let bad = env.http.post(&url, Some(&alice), None, &json!({"hold_id": hold_id})).await.unwrap();
-        assert_eq!((bad.status.as_u16(), bad.code()), (404, Some("hold_not_found")), "{hold_id}");
+        let bad = env
+            .http
+            .post(&url, Some(&alice), None, &json!({"hold_id": hold_id}))
+            .await
+            .unwrap();
+        assert_eq!(
+            (bad.status.as_u16(), bad.code()),
+            (404, Some("hold_not_found")),
+            "{hold_id}"
+        );
     }
     let bad = env.book_raw("bob", s(&hold["hold_id"])).await;
-    assert_eq!((bad.status.as_u16(), bad.code()), (404, Some("hold_not_found")), "another buyer's hold");
-    let bad = env.http.post(&url, None, None, &json!({"hold_id": "h1-1"})).await.unwrap();
+    assert_eq!(
+        (bad.status.as_u16(), bad.code()),
+        (404, Some("hold_not_found")),
+        "another buyer's hold"
+    );
+    let bad = env
+        .http
+        .post(&url, None, None, &json!({"hold_id": "h1-1"}))
+        .await
+        .unwrap();
     assert_eq!(bad.status.as_u16(), 401);
 
     tracing::info!("--- forged callbacks change nothing");

@@ -111,6 +111,16 @@ impl Env {
         a.body
     }
 
+    async fn hold_of(&self, user: &str, hold_id: &str) -> HttpAnswer {
+        self.http
+            .get(
+                &format!("{}/v1/holds/{hold_id}", self.edge(0)),
+                Some(&self.token(user)),
+            )
+            .await
+            .unwrap()
+    }
+
     async fn book_raw(&self, user: &str, hold_id: &str) -> HttpAnswer {
         self.http
             .post(
@@ -484,14 +494,7 @@ async fn callback_path(env: &Env) {
         env.booking("bob", s(&b["booking_id"])).await.body["status"],
         "pending"
     );
-    let h = env
-        .http
-        .get(
-            &format!("{}/v1/holds/{}", env.edge(0), s(&hold["hold_id"])),
-            Some(&env.token("bob")),
-        )
-        .await
-        .unwrap();
+    let h = env.hold_of("bob", s(&hold["hold_id"])).await;
     assert_eq!(h.body["status"], "held", "only the reconciler releases");
 }
 
@@ -551,14 +554,7 @@ async fn create_fails(env: &Env) {
     );
     let bid = s(&hold["hold_id"]).replacen('h', "b", 1);
     assert_eq!(env.booking("erin", &bid).await.status.as_u16(), 404);
-    let h = env
-        .http
-        .get(
-            &format!("{}/v1/holds/{}", env.edge(0), s(&hold["hold_id"])),
-            Some(&env.token("erin")),
-        )
-        .await
-        .unwrap();
+    let h = env.hold_of("erin", s(&hold["hold_id"])).await;
     assert_eq!(
         (h.body["status"].clone(), h.body["expires_at"].clone()),
         (json!("held"), hold["expires_at"].clone())
@@ -672,14 +668,7 @@ async fn late_success_refunded(env: &Env) {
         (json!(1), json!(1)),
         "{p}"
     );
-    let h = env
-        .http
-        .get(
-            &format!("{}/v1/holds/{}", env.edge(0), s(&resold["hold_id"])),
-            Some(&env.token("jack")),
-        )
-        .await
-        .unwrap();
+    let h = env.hold_of("jack", s(&resold["hold_id"])).await;
     assert_eq!(
         h.body["status"], "held",
         "the resold seat stays with its new buyer"

@@ -256,12 +256,8 @@ impl Mock {
             Ok(r) => r,
             Err(e) => return err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
         };
-        if self.faults().create == "error" {
-            return err(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "injected create failure",
-            );
+        if let Some(a) = injected(&self.faults().create, "create") {
+            return a;
         }
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         if let Some(id) = inner.by_key.get(&req.idempotency_key) {
@@ -436,12 +432,8 @@ impl Mock {
     }
 
     fn query(&self, id: &str) -> Answer {
-        if self.faults().query == "error" {
-            return err(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "injected query failure",
-            );
+        if let Some(a) = injected(&self.faults().query, "query") {
+            return a;
         }
         let inner = self.inner.lock().expect("mock lock poisoned");
         match inner.payments.get(id) {
@@ -464,12 +456,8 @@ impl Mock {
                 "payment_id and idempotency_key are required",
             );
         };
-        if self.faults().refund == "error" {
-            return err(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "injected refund failure",
-            );
+        if let Some(a) = injected(&self.faults().refund, "refund") {
+            return a;
         }
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         if let Some((pid, rid)) = inner.refunds_by_key.get(key) {
@@ -611,6 +599,17 @@ impl Mock {
             }
         });
     }
+}
+
+/// The 500 a switch set to `error` injects.
+fn injected(switch: &str, call: &str) -> Option<Answer> {
+    (switch == "error").then(|| {
+        err(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("injected {call} failure"),
+        )
+    })
 }
 
 fn state(p: &Payment) -> Value {

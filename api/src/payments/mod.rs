@@ -53,6 +53,20 @@ pub struct Loaded {
 }
 
 impl Edge {
+    /// The event groups this node leads now (the workers act for these).
+    pub(crate) fn led_event_groups(
+        &self,
+    ) -> Vec<(
+        seatfence_core::GroupId,
+        Arc<seatfence_raft::registry::GroupHandle>,
+    )> {
+        self.registry
+            .all()
+            .into_iter()
+            .filter(|(gid, g)| !gid.is_directory() && g.raft.is_leader())
+            .collect()
+    }
+
     pub fn payments(&self) -> Result<&Payments, ApiError> {
         self.payments.as_deref().ok_or_else(|| {
             ApiError::unavailable(

@@ -40,10 +40,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         let mut backlog = 0;
         let mut refund_age = 0;
         let now_ms = edge.clock.now_ms();
-        for (gid, g) in edge.registry.all() {
-            if gid.is_directory() || !g.raft.is_leader() {
-                continue;
-            }
+        for (gid, g) in edge.led_event_groups() {
             let term = g.term();
             let (epoch, items) = g.sm.read(|s| {
                 let epoch = s.state.inventory.event.as_ref().map(|e| e.epoch);

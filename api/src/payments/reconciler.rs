@@ -48,10 +48,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(interval) => {}
         }
         let mut backlog = 0;
-        for (gid, g) in edge.registry.all() {
-            if gid.is_directory() || !g.raft.is_leader() {
-                continue;
-            }
+        for (gid, g) in edge.led_event_groups() {
             backlog += sweep(&edge, &p, gid, &g, &mut alerted).await;
         }
         edge.metrics

@@ -233,6 +233,15 @@ impl Inventory {
         }
     }
 
+    /// `Ok` if the booking of `hold` waits on `payment_id`; else the
+    /// answer: the mismatch, or the booking as it stands (decided already).
+    fn pending(&self, hold: u64, payment_id: &str) -> Result<(), Outcome> {
+        match self.booking_for(hold, payment_id)? {
+            b if b.status == BookingStatus::Pending => Ok(()),
+            _ => Err(self.booking_outcome(hold)),
+        }
+    }
+
     fn attach(
         &mut self,
         owner: &UserId,
@@ -420,12 +429,8 @@ impl Inventory {
         now: u64,
         changed: &mut Vec<RecordKey>,
     ) -> Outcome {
-        let status = match self.booking_for(seq, payment_id) {
-            Ok(b) => b.status,
-            Err(o) => return o,
-        };
-        if status != BookingStatus::Pending {
-            return self.booking_outcome(seq);
+        if let Err(o) = self.pending(seq, payment_id) {
+            return o;
         }
         let deadline = self.holds[&seq].expires_at_ms;
         if reason == ReleaseReason::Unpaid && now < deadline {
@@ -449,12 +454,8 @@ impl Inventory {
         by_ms: u64,
         changed: &mut Vec<RecordKey>,
     ) -> Outcome {
-        let status = match self.booking_for(seq, payment_id) {
-            Ok(b) => b.status,
-            Err(o) => return o,
-        };
-        if status != BookingStatus::Pending {
-            return self.booking_outcome(seq);
+        if let Err(o) = self.pending(seq, payment_id) {
+            return o;
         }
         let hold = self.holds.get_mut(&seq).expect("a booking's hold exists");
         if hold.extensions >= MAX_EXTENSIONS {

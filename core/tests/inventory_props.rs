@@ -540,9 +540,12 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
     ));
     // The payment completes late: refund, never alice's seat back.
     let confirm = pay_action(&s, 1, 0, PayStep::Confirm);
-    let Outcome::Booking(b) = outcome(s.apply(g, &cmd(TTL_MS + 8, 1, None, confirm)).response)
+    let Outcome::Confirmed {
+        changed: true,
+        booking: b,
+    } = outcome(s.apply(g, &cmd(TTL_MS + 8, 1, None, confirm)).response)
     else {
-        panic!()
+        panic!("a late confirm changes the booking")
     };
     assert_eq!(b.status, BookingStatus::RefundPending);
     assert_eq!(s.inventory.seats["A1"].state, SeatState::Held(2));

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use seatfence::bench::{run_raft_bench, RaftBenchArgs};
 use seatfence::bench_holds::{run_holds_bench, HoldsBenchArgs, Via};
+use seatfence::bench_payments::{run_payments_bench, PaymentsBenchArgs};
 use seatfence::ctl::{EdgeTarget, EventCmd};
 use seatfence_core::{Command, GroupId, Placement};
 use seatfence_raft::storage::FlushMode;
@@ -134,6 +135,19 @@ enum FlushArg {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Confirmed bookings/s and the latency of each step (hold, booking,
+    /// callback) with the mock gateway: buyers go hold → book → approve →
+    /// callback on a local 3-node cluster.
+    Payments {
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        #[arg(long)]
+        json: bool,
+    },
     /// Committed writes/s and latency of a 3-voter group of real node processes.
     Raft {
         #[arg(long, default_value_t = 10)]
@@ -295,6 +309,36 @@ async fn main() -> anyhow::Result<()> {
             }
             if r.oversold || !r.counters_match {
                 anyhow::bail!("sale did not stop exactly at capacity");
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Payments {
+                    duration,
+                    inflight,
+                    seats,
+                    json,
+                },
+        } => {
+            let args = PaymentsBenchArgs {
+                duration: Duration::from_secs(duration),
+                inflight,
+                seats,
+            };
+            let bin = std::env::current_exe().context("find own binary")?;
+            let r = run_payments_bench(&bin, &args).await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "bench payments: {:.0} confirmed bookings/s; p50/p99 ms: hold {:.1}/{:.1}, booking {:.1}/{:.1}, callback {:.1}/{:.1}, hold→confirmed {:.1}/{:.1}; confirmed {}, sold {}, captures {}, capacity {}, oversold {}, counters_match {}, errors {}, {} in flight, {:.1} s",
+                    r.bookings_per_sec, r.hold_p50_ms, r.hold_p99_ms, r.book_p50_ms, r.book_p99_ms, r.callback_p50_ms, r.callback_p99_ms,
+                    r.total_p50_ms, r.total_p99_ms, r.confirmed, r.sold, r.captures, r.capacity, r.oversold, r.counters_match, r.errors, r.inflight, r.duration_secs
+                );
+            }
+            if r.oversold || !r.counters_match {
+                anyhow::bail!("seats sold, captures and confirmed bookings disagree");
             }
             Ok(())
         }

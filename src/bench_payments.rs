@@ -1,0 +1,247 @@
+//! `seatfence bench payments`: buyers on a local cluster with the mock
+//! gateway, each going hold → booking → approve at the gateway → callback
+//! (execute intent, capture, confirm). Reports confirmed bookings/s, the
+//! latency of each step, and whether seats sold, captures and confirmed
+//! bookings agree exactly.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use seatfence_raft::RaftTuning;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::bench::bench_dir;
+use crate::cluster::{GatewayProc, LocalCluster};
+use crate::http_client::HttpClient;
+
+#[derive(Debug, Clone)]
+pub struct PaymentsBenchArgs {
+    pub duration: Duration,
+    pub inflight: usize,
+    pub seats: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PaymentsBenchReport {
+    pub bookings_per_sec: f64,
+    /// Latency of each step (ms): POST /v1/holds, POST /v1/bookings (gateway
+    /// create + commit), the callback (intent, capture, confirm).
+    pub hold_p50_ms: f64,
+    pub hold_p99_ms: f64,
+    pub book_p50_ms: f64,
+    pub book_p99_ms: f64,
+    pub callback_p50_ms: f64,
+    pub callback_p99_ms: f64,
+    /// Hold to confirmed, one buyer.
+    pub total_p50_ms: f64,
+    pub total_p99_ms: f64,
+    pub confirmed: u64,
+    pub sold: u64,
+    pub captures: u64,
+    pub capacity: u64,
+    pub oversold: bool,
+    /// sold == confirmed == captures and available + held + sold == capacity.
+    pub counters_match: bool,
+    pub errors: u64,
+    pub duration_secs: f64,
+    pub inflight: usize,
+}
+
+const EVENT: &str = "bench-pay";
+
+struct Hists {
+    hold: Histogram<u64>,
+    book: Histogram<u64>,
+    callback: Histogram<u64>,
+    total: Histogram<u64>,
+}
+
+impl Hists {
+    fn new() -> Hists {
+        let h = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+        Hists {
+            hold: h(),
+            book: h(),
+            callback: h(),
+            total: h(),
+        }
+    }
+
+    fn add(&mut self, o: &Hists) -> anyhow::Result<()> {
+        self.hold.add(&o.hold)?;
+        self.book.add(&o.book)?;
+        self.callback.add(&o.callback)?;
+        self.total.add(&o.total)?;
+        Ok(())
+    }
+}
+
+/// One buyer's purchase; `Ok(false)` when the event is sold out.
+async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyhow::Result<bool> {
+    let t0 = Instant::now();
+    let hold = http
+        .post(
+            &format!("{edge}/v1/holds"),
+            Some(token),
+            None,
+            &json!({"event_id": EVENT, "quantity": 1}),
+        )
+        .await?;
+    match hold.status.as_u16() {
+        201 => {}
+        409 => return Ok(false),
+        s => bail!("hold: {s} {}", hold.body),
+    }
+    h.hold.saturating_record(t0.elapsed().as_micros() as u64);
+    let hold_id = hold.body["hold_id"].as_str().context("hold_id")?;
+    let t1 = Instant::now();
+    let booking = loop {
+        let b = http
+            .post(
+                &format!("{edge}/v1/bookings"),
+                Some(token),
+                None,
+                &json!({"hold_id": hold_id}),
+            )
+            .await?;
+        match b.status.as_u16() {
+            201 => break b.body,
+            // The fleet's first gateway token is still being granted.
+            503 if b.code() == Some("gateway_unavailable") => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            s => bail!("booking: {s} {}", b.body),
+        }
+    };
+    h.book.saturating_record(t1.elapsed().as_micros() as u64);
+    let approve = booking["approve_url"].as_str().context("approve_url")?;
+    let r = http.post(approve, None, None, &json!({})).await?;
+    let redirect = r.body["redirect"].as_str().context("redirect")?.to_string();
+    let t2 = Instant::now();
+    let cb = http.get(&redirect, None).await?;
+    if cb.body["status"] != "confirmed" {
+        bail!("callback: {} {}", cb.status, cb.body);
+    }
+    h.callback
+        .saturating_record(t2.elapsed().as_micros() as u64);
+    h.total.saturating_record(t0.elapsed().as_micros() as u64);
+    Ok(true)
+}
+
+pub async fn run_payments_bench(
+    bin: &Path,
+    args: &PaymentsBenchArgs,
+) -> anyhow::Result<PaymentsBenchReport> {
+    let (_guard, dir) = bench_dir()?;
+    let gateway = GatewayProc::start(bin, &dir.join("gateway"), 5)?;
+    let cluster = LocalCluster::start_regions_with(
+        bin,
+        &dir,
+        1,
+        3,
+        RaftTuning::default(),
+        Some(gateway.payments_config()),
+    )?;
+    cluster.wait_ready(Duration::from_secs(30)).await?;
+    let secret = cluster.jwt_secret().context("no edge secret")?;
+    let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
+    let http = HttpClient::default();
+    let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+    let seats: Vec<String> = (1..=args.seats.max(1)).map(|i| format!("S{i}")).collect();
+    let created = http
+        .post(
+            &format!("{}/v1/events", edges[0]),
+            Some(&op),
+            None,
+            &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
+                    "seats": seats, "hold_ttl_secs": 600}),
+        )
+        .await?;
+    if created.status.as_u16() != 201 {
+        bail!("create event: {} {}", created.status, created.body);
+    }
+    let capacity = created.body["capacity"].as_u64().context("capacity")?;
+    let errors = Arc::new(AtomicU64::new(0));
+    let confirmed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + args.duration;
+    let mut tasks = Vec::new();
+    for t in 0..args.inflight.max(1) {
+        let (http, edge, errors, confirmed) = (
+            http.clone(),
+            edges[t % edges.len()].clone(),
+            errors.clone(),
+            confirmed.clone(),
+        );
+        let secret = secret.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut h = Hists::new();
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                // A new buyer each time (one buyer is rate-limited per second).
+                n += 1;
+                let token =
+                    seatfence_api::auth::mint(&secret, &format!("buyer{t}-{n}"), false, 3600);
+                match buy(&http, &edge, &token, &mut h).await {
+                    Ok(true) => {
+                        confirmed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        if errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                            eprintln!("bench payments: {e:#}");
+                        }
+                    }
+                }
+            }
+            h
+        }));
+    }
+    let mut h = Hists::new();
+    for t in tasks {
+        h.add(&t.await?)?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let av = http
+        .get(
+            &format!("{}/v1/events/{EVENT}/availability?limit=0", edges[0]),
+            Some(&op),
+        )
+        .await?;
+    let num = |k: &str| av.body[k].as_u64().unwrap_or(u64::MAX);
+    let (available, held, sold) = (num("available"), num("held"), num("sold"));
+    let stats: Value = http
+        .get(&format!("{}/_stats", gateway.url), None)
+        .await?
+        .body;
+    let captures = stats["captures"].as_u64().unwrap_or(u64::MAX);
+    let confirmed = confirmed.load(Ordering::Relaxed);
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    Ok(PaymentsBenchReport {
+        bookings_per_sec: confirmed as f64 / elapsed,
+        hold_p50_ms: ms(&h.hold, 0.5),
+        hold_p99_ms: ms(&h.hold, 0.99),
+        book_p50_ms: ms(&h.book, 0.5),
+        book_p99_ms: ms(&h.book, 0.99),
+        callback_p50_ms: ms(&h.callback, 0.5),
+        callback_p99_ms: ms(&h.callback, 0.99),
+        total_p50_ms: ms(&h.total, 0.5),
+        total_p99_ms: ms(&h.total, 0.99),
+        confirmed,
+        sold,
+        captures,
+        capacity,
+        oversold: sold.saturating_add(held) > capacity,
+        counters_match: sold == confirmed
+            && captures == confirmed
+            && available.saturating_add(held).saturating_add(sold) == capacity,
+        errors: errors.load(Ordering::Relaxed),
+        duration_secs: elapsed,
+        inflight: args.inflight,
+    })
+}

@@ -419,6 +419,27 @@ async fn callback_path(env: &Env) {
         .unwrap();
     assert_eq!(bad.status.as_u16(), 401);
 
+    let cancelled = env.hold("alice", "pay-cb", &["A8"]).await;
+    let del = env
+        .http
+        .send(
+            Method::DELETE,
+            &format!("{}/v1/holds/{}", env.edge(0), s(&cancelled["hold_id"])),
+            Some(&alice),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(del.body["status"], "released");
+    let bad = env.book_raw("alice", s(&cancelled["hold_id"])).await;
+    assert_eq!(
+        (bad.status.as_u16(), bad.code()),
+        (409, Some("hold_not_bookable")),
+        "{}",
+        bad.body
+    );
+
     tracing::info!("--- forged callbacks change nothing");
     let redirect = env.browser(s(&b["approve_url"]), true).await;
     assert!(redirect.contains("status=success"));

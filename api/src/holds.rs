@@ -59,9 +59,32 @@ pub fn outcome_error(o: Outcome, event_id: &EventId) -> ApiError {
             json!({"limit": limit}),
         ),
         Outcome::HoldNotCancellable { status } => conflict(
-            format!("a {} hold cannot be cancelled", status.as_str()),
+            format!(
+                "this hold has a payment and cannot be cancelled (hold {})",
+                status.as_str()
+            ),
             json!({"status": status.as_str()}),
         ),
+        Outcome::HoldNotBookable { status } => conflict(
+            format!("a {} hold cannot be booked", status.as_str()),
+            json!({"status": status.as_str()}),
+        ),
+        Outcome::PaymentDeadlinePassed => conflict(
+            "the hold's deadline has passed: no payment is taken".into(),
+            json!({}),
+        ),
+        Outcome::PaymentMismatch => {
+            conflict("the payment id is not this booking's".into(), json!({}))
+        }
+        Outcome::ReleaseRefused { reason } => conflict(reason, json!({})),
+        Outcome::ExtensionsExhausted { extensions } => conflict(
+            format!("the deadline was already extended {extensions} times"),
+            json!({"extensions": extensions}),
+        ),
+        Outcome::BookingNotFound | Outcome::OutboxItemNotFound => ApiError::NotFound {
+            code,
+            what: "booking".into(),
+        },
         Outcome::EventExists => conflict(format!("event {event_id} exists"), json!({})),
         Outcome::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
         Outcome::EventNotFound => ApiError::NotFound {

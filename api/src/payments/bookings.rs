@@ -95,6 +95,10 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             &l.event_id,
         ));
     }
+    if edge.clock.now_ms() >= l.hold.expires_at_ms {
+        // About to expire: do not create a payment nobody may complete.
+        return Err(outcome_error(Outcome::PaymentDeadlinePassed, &l.event_id));
+    }
     let (price, currency) = l.price.clone();
     let booking_id = id.to_string();
     let key = provider_key(&l.event_id.0, &booking_id);

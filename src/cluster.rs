@@ -398,6 +398,10 @@ pub struct GatewayProc {
     pub webhook_secret: String,
     pub client_id: String,
     pub client_secret: String,
+    signing_secret: String,
+    port: u16,
+    grants_per_hour: u32,
+    bin: PathBuf,
     log_path: PathBuf,
 }
 
@@ -419,39 +423,59 @@ impl GatewayProc {
                 s
             }
         };
-        let log_path = dir.join("gateway.log");
+        let mut g = GatewayProc {
+            child: None,
+            url: format!("http://127.0.0.1:{port}"),
+            webhook_secret: webhook,
+            client_id: "seatfence".into(),
+            client_secret: client,
+            signing_secret: signing,
+            port,
+            grants_per_hour,
+            bin: bin.to_path_buf(),
+            log_path: dir.join("gateway.log"),
+        };
+        g.spawn()?;
+        Ok(g)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&log_path)
-            .with_context(|| format!("open {}", log_path.display()))?;
-        let child = Command::new(bin)
-            .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--grants-per-hour", &grants_per_hour.to_string()])
-            .env("SEATFENCE_GATEWAY_SIGNING_SECRET", &signing)
-            .env("SEATFENCE_GATEWAY_WEBHOOK_SECRET", &webhook)
-            .env("SEATFENCE_GATEWAY_CLIENT_SECRET", &client)
+            .open(&self.log_path)
+            .with_context(|| format!("open {}", self.log_path.display()))?;
+        let child = Command::new(&self.bin)
+            .args(["gateway", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--grants-per-hour", &self.grants_per_hour.to_string()])
+            .env("SEATFENCE_GATEWAY_SIGNING_SECRET", &self.signing_secret)
+            .env("SEATFENCE_GATEWAY_WEBHOOK_SECRET", &self.webhook_secret)
+            .env("SEATFENCE_GATEWAY_CLIENT_SECRET", &self.client_secret)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("start {} gateway", bin.display()))?;
-        let g = GatewayProc {
-            child: Some(child),
-            url: format!("http://127.0.0.1:{port}"),
-            webhook_secret: webhook,
-            client_id: "seatfence".into(),
-            client_secret: client,
-            log_path,
-        };
+            .with_context(|| format!("start {} gateway", self.bin.display()))?;
+        self.child = Some(child);
         for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(g);
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        bail!("gateway did not listen within 5 s: {}", g.log_tail())
+        bail!("gateway did not listen within 5 s: {}", self.log_tail())
+    }
+
+    /// SIGKILL the mock and start it again on the same port with the same
+    /// secrets. It forgets every payment and token, as a provider whose
+    /// state was lost would.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill().context("SIGKILL gateway")?;
+            c.wait()?;
+        }
+        self.spawn()
     }
 
     /// A node's payments config for this gateway, with the default timings.

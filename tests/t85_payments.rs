@@ -329,6 +329,21 @@ async fn t85_payments_end_to_end() {
     late_success_refunded(&env).await;
     env.event("pay-kill", &["K1"], 25).await;
     leader_killed_between_intent_and_confirm(&mut env).await;
+    gateway_forgets_the_token(&mut env).await;
+}
+
+async fn gateway_forgets_the_token(env: &mut Env) {
+    tracing::info!(
+        "--- the gateway restarts and forgets the fleet's token: it is replaced, bookings resume"
+    );
+    env.gateway.restart().unwrap();
+    let env = &*env;
+    env.event("pay-after", &["Z1"], 600).await;
+    let hold = env.hold("zoe", "pay-after", &["Z1"]).await;
+    // 503 gateway_unavailable until the refresher has replaced the token.
+    let b = env.book("zoe", s(&hold["hold_id"])).await;
+    let redirect = env.browser(s(&b["approve_url"]), true).await;
+    assert_eq!(env.get(&redirect).await.body["status"], "confirmed");
 }
 
 async fn callback_path(env: &Env) {

@@ -134,14 +134,14 @@ impl Edge {
         config: seatfence_raft::config::PaymentsConfig,
         mail_dir: std::path::PathBuf,
     ) -> Edge {
-        let tokens = Arc::new(gateway::token::DirectoryToken {
-            registry: self.registry.clone(),
-            clock: self.clock.clone(),
-        });
+        let tokens = Arc::new(gateway::token::DirectoryToken::new(
+            self.registry.clone(),
+            self.clock.clone(),
+        ));
         let gateway = Arc::new(gateway::client::HttpGateway::new(
             &config.gateway_url,
             Duration::from_millis(config.call_timeout_ms),
-            tokens,
+            tokens.clone(),
         ));
         let public_url = config
             .public_url
@@ -151,6 +151,7 @@ impl Edge {
             mail_dir: config.mail_dir.clone().unwrap_or(mail_dir),
             config,
             gateway,
+            tokens,
             public_url: public_url.trim_end_matches('/').to_string(),
         }));
         self

@@ -46,7 +46,7 @@ impl HttpGateway {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.base))
-            .bearer_auth(token)
+            .bearer_auth(&token)
             .timeout(self.timeout);
         if let Some(f) = fence {
             req = req.header("x-fencing-token", f.to_string());
@@ -60,6 +60,9 @@ impl HttpGateway {
         if status.is_success() {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| GatewayError::BadAnswer(format!("{path}: {e}")));
+        }
+        if status.as_u16() == 401 {
+            self.tokens.reject(&token);
         }
         let err: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let code = err["error"]["code"].as_str().unwrap_or("").to_string();

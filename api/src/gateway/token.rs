@@ -13,9 +13,15 @@ use serde_json::json;
 /// Directory key of the shared token.
 pub const TOKEN_KEY: &str = "gateway/token";
 
+/// Directory key of a token some node saw the gateway refuse (401): the
+/// refresher replaces it before its time.
+pub const REJECTED_KEY: &str = "gateway/token-rejected";
+
 /// Where calls get the current bearer token.
 pub trait TokenSource: Send + Sync {
     fn current(&self) -> Option<String>;
+    /// The gateway refused `token` (401).
+    fn reject(&self, _token: &str) {}
 }
 
 /// A fixed token (tests, benchmarks, tools).
@@ -35,18 +41,47 @@ pub struct SharedToken {
     pub expires_at_ms: u64,
 }
 
-/// Reads the shared token from this node's directory replica.
+/// Reads the shared token from this node's directory replica, and notes
+/// the gateway's refusals of it for the refresher.
 pub struct DirectoryToken {
-    pub registry: Arc<seatfence_raft::registry::Registry>,
-    pub clock: Arc<dyn seatfence_raft::clock::Clock>,
+    registry: Arc<seatfence_raft::registry::Registry>,
+    clock: Arc<dyn seatfence_raft::clock::Clock>,
+    /// A token this node's calls saw refused, not yet reported. Held only
+    /// to swap the value, never across `.await`.
+    rejected: Mutex<Option<String>>,
 }
 
 impl DirectoryToken {
-    pub fn stored(&self) -> Option<SharedToken> {
+    pub fn new(
+        registry: Arc<seatfence_raft::registry::Registry>,
+        clock: Arc<dyn seatfence_raft::clock::Clock>,
+    ) -> DirectoryToken {
+        DirectoryToken {
+            registry,
+            clock,
+            rejected: Mutex::new(None),
+        }
+    }
+
+    fn kv(&self, key: &str) -> Option<Vec<u8>> {
         let dir = self.registry.get(seatfence_core::GroupId::DIRECTORY)?;
-        dir.sm
-            .read(|s| s.state.kv.get(TOKEN_KEY).cloned())
+        dir.sm.read(|s| s.state.kv.get(key).cloned())
+    }
+
+    pub fn stored(&self) -> Option<SharedToken> {
+        self.kv(TOKEN_KEY)
             .and_then(|v| serde_json::from_slice(&v).ok())
+    }
+
+    /// The token a node reported refused, as the directory has it.
+    pub fn rejected_in_directory(&self) -> Option<String> {
+        self.kv(REJECTED_KEY)
+            .and_then(|v| String::from_utf8(v).ok())
+    }
+
+    /// A refusal this node saw since the last call.
+    pub fn take_rejected(&self) -> Option<String> {
+        self.rejected.lock().expect("token lock poisoned").take()
     }
 }
 
@@ -55,6 +90,10 @@ impl TokenSource for DirectoryToken {
         self.stored()
             .filter(|t| t.expires_at_ms > self.clock.now_ms())
             .map(|t| t.access_token)
+    }
+
+    fn reject(&self, token: &str) {
+        *self.rejected.lock().expect("token lock poisoned") = Some(token.to_string());
     }
 }
 

@@ -37,6 +37,8 @@ use crate::Edge;
 pub struct Payments {
     pub config: PaymentsConfig,
     pub gateway: Arc<dyn Gateway>,
+    /// The fleet's token as this node reads it (shared with `gateway`).
+    pub tokens: Arc<crate::gateway::token::DirectoryToken>,
     /// Base URL of this edge for the gateway and browsers.
     pub public_url: String,
     pub mail_dir: PathBuf,

@@ -1,15 +1,21 @@
 //! The single refresher of the fleet's gateway token: runs on every node,
-//! acts only while this node leads the directory. One grant at a time,
+//! grants only while this node leads the directory. One grant at a time,
 //! early (a third of the lifetime left), backing off after a failure; the
-//! token is written into the directory for every node to read.
+//! token is written into the directory for every node to read. A node whose
+//! calls see the token refused (401, e.g. the provider restarted) reports
+//! it in the directory, and the refresher replaces it at once (at most once
+//! per `FORCED_EVERY`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use seatfence_core::{Command, GroupId};
 use tokio::sync::watch;
 
-use crate::gateway::token::{self, Backoff, DirectoryToken, SharedToken, TOKEN_KEY};
+use crate::gateway::token::{self, Backoff, SharedToken, REJECTED_KEY, TOKEN_KEY};
+
+/// Refreshes forced by a refusal are at least this far apart.
+const FORCED_EVERY: Duration = Duration::from_secs(30);
 use crate::Edge;
 
 pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
@@ -18,10 +24,8 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     };
     let http = reqwest::Client::new();
     let backoff = Backoff::default();
-    let stored = DirectoryToken {
-        registry: edge.registry.clone(),
-        clock: edge.clock.clone(),
-    };
+    let tokens = p.tokens.clone();
+    let mut last_forced: Option<Instant> = None;
     let mut wait = Duration::from_millis(200);
     loop {
         tokio::select! {
@@ -30,19 +34,39 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(wait) => {}
         }
         wait = Duration::from_secs(1);
+        let seen = tokens.take_rejected();
+        let stored = tokens.stored();
+        let current = stored.as_ref().map(|t| t.access_token.clone());
         let leads = edge
             .registry
             .get(GroupId::DIRECTORY)
             .is_some_and(|g| g.raft.is_leader());
         if !leads {
+            // Report a refusal of the current token to the refresher.
+            if seen.is_some() && seen == current && tokens.rejected_in_directory() != seen {
+                let put = Command::PutShared {
+                    key: REJECTED_KEY.into(),
+                    value: seen.unwrap_or_default().into_bytes(),
+                };
+                if let Err(e) = edge.write(GroupId::DIRECTORY, put).await {
+                    tracing::warn!("reporting a refused gateway token failed: {e}");
+                }
+            }
             continue;
         }
         let now = edge.clock.now_ms();
-        if let Some(t) = stored.stored() {
+        let refused =
+            current.is_some() && (seen == current || tokens.rejected_in_directory() == current);
+        let forced = refused && last_forced.is_none_or(|at| at.elapsed() >= FORCED_EVERY);
+        if let Some(t) = &stored {
             let lifetime = t.expires_at_ms.saturating_sub(t.granted_at_ms);
-            if !token::refresh_due(now, t.expires_at_ms, lifetime) {
+            if !token::refresh_due(now, t.expires_at_ms, lifetime) && !forced {
                 continue;
             }
+        }
+        if forced {
+            last_forced = Some(Instant::now());
+            tracing::warn!("the gateway refused the fleet's token: replacing it now");
         }
         let granted = token::grant(
             &http,

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use seatfence_core::inventory::{
     BookingStatus, ConfirmPath, EventAction, EventCommand, EventSpec, HoldStatus, OutboxKind,
     Outcome, PaymentAction, PaymentAttempt, ReleaseReason, SeatPick, SeatState, Survival,
+    INBOX_TTL_MS,
 };
 use seatfence_core::{Command, Epoch, EventId, GroupId, RegionId, Response, State, UserId};
 
@@ -566,5 +567,29 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
         ),
     );
     assert_eq!(s.inventory.bookings[&1].status, BookingStatus::Refunded);
+    check(&s);
+}
+
+#[test]
+fn webhook_ids_are_remembered_for_a_week_then_forgotten() {
+    let g = GroupId(1);
+    let mut s = State::default();
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
+    let hold = EventAction::Hold {
+        owner: UserId("alice".into()),
+        pick: SeatPick::Seats(vec!["A1".into()]),
+    };
+    s.apply(g, &cmd(1, 1, None, hold));
+    s.apply(g, &cmd(2, 1, None, pay_action(&s, 1, 0, PayStep::Attach)));
+    s.apply(g, &cmd(3, 1, None, pay_action(&s, 1, 0, PayStep::Confirm)));
+    assert!(s.inventory.inbox.contains_key("ev1"));
+    s.apply(g, &cmd(3 + INBOX_TTL_MS - 1, 1, None, EventAction::Tick));
+    assert!(
+        s.inventory.inbox.contains_key("ev1"),
+        "kept for the whole week"
+    );
+    s.apply(g, &cmd(3 + INBOX_TTL_MS, 1, None, EventAction::Tick));
+    assert!(s.inventory.inbox.is_empty());
+    assert_eq!(s.inventory.bookings[&1].status, BookingStatus::Confirmed);
     check(&s);
 }

@@ -378,6 +378,14 @@ impl Inventory {
             self.ops.remove(&key);
             changed.push(RecordKey::Op(key.owner, key.key));
         }
+        while let Some((seen_at, id)) = self.index.inbox_times.get_min().cloned() {
+            if seen_at.saturating_add(super::INBOX_TTL_MS) > now {
+                break;
+            }
+            self.index.inbox_times.remove(&(seen_at, id.clone()));
+            self.inbox.remove(&id);
+            changed.push(RecordKey::Inbox(id));
+        }
     }
 }
 

@@ -342,7 +342,9 @@ impl Inventory {
             Err(o) => return o,
         };
         if let Some(id) = inbox {
-            if self.inbox.insert(id.to_string(), now).is_none() {
+            if !self.inbox.contains_key(id) {
+                self.inbox.insert(id.to_string(), now);
+                self.index.inbox_times.insert((now, id.to_string()));
                 changed.push(RecordKey::Inbox(id.to_string()));
             }
         }

@@ -38,6 +38,10 @@ use crate::ids::{Epoch, EventId, RegionId, UserId};
 /// Idempotency records of clients' keys are forgotten after this long.
 pub const OPERATION_TTL_MS: u64 = 24 * 3600 * 1000;
 
+/// Webhook event ids are remembered this long (a provider redelivers for
+/// a few days at most), then forgotten.
+pub const INBOX_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+
 /// Keys starting with this are the edge's own (given to requests that came
 /// without one, so the edge's retries are safe). Clients may not use it.
 pub const AUTO_KEY_PREFIX: &str = "~auto-";
@@ -376,6 +380,8 @@ pub struct Indexes {
     pub outbox_pending: imbl::OrdSet<u64>,
     /// When each idempotency record lapses: `(forget_at_ms, key)`.
     pub op_times: imbl::OrdSet<(u64, OpKey)>,
+    /// When each inbox entry was recorded: `(at_ms, provider event id)`.
+    pub inbox_times: imbl::OrdSet<(u64, String)>,
     /// Seats in each buyer's live holds (only for events with a per-buyer
     /// limit).
     pub buyer_seats: imbl::OrdMap<UserId, u32>,
@@ -429,6 +435,9 @@ impl Inventory {
         }
         for (k, op) in &self.ops {
             ix.op_times.insert((k.forget_at(op.at_ms), k.clone()));
+        }
+        for (id, at) in &self.inbox {
+            ix.inbox_times.insert((*at, id.clone()));
         }
         self.index = ix;
     }

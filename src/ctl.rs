@@ -56,6 +56,90 @@ pub enum EventCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Regions, nodes and groups: leader, term, epoch, members, lag (operator).
+    Cluster {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hand a group's leadership to another (caught-up) voter (operator).
+    TransferLeader {
+        group: u64,
+        #[arg(long)]
+        to: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move every leader off a node before maintenance (operator).
+    Drain {
+        node: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The cluster view as a readable table.
+fn print_cluster(v: &Value) {
+    let arr = |x: &Value| x.as_array().cloned().unwrap_or_default();
+    let ids = |x: &Value| {
+        arr(x)
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    println!("REGION     NODES");
+    for r in arr(&v["regions"]) {
+        println!(
+            "{:<10} {}",
+            r["region"].as_str().unwrap_or("?"),
+            ids(&r["nodes"])
+        );
+    }
+    println!("\nNODE  REGION     GRPC                  UP   LEADS");
+    for n in arr(&v["nodes"]) {
+        println!(
+            "{:<5} {:<10} {:<21} {:<4} {}",
+            n["node_id"],
+            n["region"].as_str().unwrap_or("?"),
+            n["grpc_addr"].as_str().unwrap_or("?"),
+            if n["reachable"] == json!(true) {
+                "yes"
+            } else {
+                "NO"
+            },
+            ids(&n["leader_of"])
+        );
+    }
+    println!("\nGROUP EVENT                OWNER      EPOCH LEADER TERM  MEMBERS      LAG (node:entries)");
+    for g in arr(&v["groups"]) {
+        let lag = arr(&g["replicas"])
+            .iter()
+            .map(|r| format!("{}:{}", r["node_id"], r["lag"]))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let dash = |x: &Value| {
+            if x.is_null() {
+                "-".to_string()
+            } else {
+                x.to_string()
+            }
+        };
+        println!(
+            "{:<5} {:<20} {:<10} {:<5} {:<6} {:<5} {:<12} {}",
+            g["group_id"],
+            g["event_id"].as_str().unwrap_or(if g["group_id"] == 0 {
+                "(directory)"
+            } else {
+                "-"
+            }),
+            g["owner_region"].as_str().unwrap_or("-"),
+            dash(&g["epoch"]),
+            dash(&g["leader"]),
+            dash(&g["term"]),
+            ids(&g["members"]),
+            lag
+        );
+    }
 }
 
 /// Where event commands go and with which token.
@@ -209,6 +293,79 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                     a["capacity"], a["available"], a["held"], a["sold"], a["stale_ms"]
                 );
                 println!("  first free seats: {}", a["available_seats"]);
+            }
+        }
+        EventCmd::Cluster { json: as_json } => {
+            let a = http
+                .get(&format!("{edge}/v1/admin/cluster"), Some(&token))
+                .await?;
+            if !a.status.is_success() {
+                bail!("{}: {}", a.status, a.body);
+            }
+            if as_json {
+                println!("{}", a.body);
+            } else {
+                print_cluster(&a.body);
+            }
+        }
+        EventCmd::TransferLeader {
+            group,
+            to,
+            json: as_json,
+        } => {
+            let a = http
+                .post(
+                    &format!("{edge}/v1/admin/groups/{group}/transfer-leader"),
+                    Some(&token),
+                    None,
+                    &json!({"to": to}),
+                )
+                .await?;
+            if !a.status.is_success() {
+                bail!("{}: {}", a.status, a.body);
+            }
+            if as_json {
+                println!("{}", a.body);
+            } else {
+                println!(
+                    "group {group}: leader {} -> {} (term {})",
+                    a.body["previous_leader"], a.body["leader"], a.body["term"]
+                );
+            }
+        }
+        EventCmd::Drain {
+            node,
+            json: as_json,
+        } => {
+            let a = http
+                .post(
+                    &format!("{edge}/v1/admin/nodes/{node}/drain"),
+                    Some(&token),
+                    None,
+                    &json!({}),
+                )
+                .await?;
+            if !a.status.is_success() {
+                bail!("{}: {}", a.status, a.body);
+            }
+            if as_json {
+                println!("{}", a.body);
+            } else {
+                for m in a.body["moved"].as_array().cloned().unwrap_or_default() {
+                    println!("group {}: leader moved to node {}", m["group_id"], m["to"]);
+                }
+                println!(
+                    "node {node}: {} (still leading: {})",
+                    if a.body["done"] == json!(true) {
+                        "drained"
+                    } else {
+                        "NOT drained"
+                    },
+                    a.body["remaining"]
+                );
+            }
+            if a.body["done"] != json!(true) {
+                bail!("drain incomplete: {}", a.body);
             }
         }
     }

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
-use crate::{events, holds, payments, Edge};
+use crate::{admin, events, holds, payments, Edge};
 
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -327,6 +327,13 @@ async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
         (&Method::POST, ["v1", "payments", "webhook"]) => {
             payments::webhook::handle(edge, &req).await?
         }
+        (&Method::GET, ["v1", "admin", "cluster"]) => admin::cluster(edge, &req).await?,
+        (&Method::POST, ["v1", "admin", "groups", id, "transfer-leader"]) => {
+            admin::transfer(edge, &req, id).await?
+        }
+        (&Method::POST, ["v1", "admin", "nodes", id, "drain"]) => {
+            admin::drain(edge, &req, id).await?
+        }
         (_, ["healthz" | "readyz" | "metrics"])
         | (_, ["v1", "events"])
         | (_, ["v1", "events", _])
@@ -335,7 +342,10 @@ async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
         | (_, ["v1", "holds", _])
         | (_, ["v1", "bookings"])
         | (_, ["v1", "bookings", _])
-        | (_, ["v1", "payments", "callback" | "webhook"]) => {
+        | (_, ["v1", "payments", "callback" | "webhook"])
+        | (_, ["v1", "admin", "cluster"])
+        | (_, ["v1", "admin", "groups", _, "transfer-leader"])
+        | (_, ["v1", "admin", "nodes", _, "drain"]) => {
             return Err(ApiError::MethodNotAllowed.into())
         }
         _ => return Err(ApiError::NoRoute(path.clone()).into()),
@@ -361,6 +371,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/bookings/{booking_id}"),
     ("get", "/v1/payments/callback"),
     ("post", "/v1/payments/webhook"),
+    ("get", "/v1/admin/cluster"),
+    ("post", "/v1/admin/groups/{group_id}/transfer-leader"),
+    ("post", "/v1/admin/nodes/{node_id}/drain"),
 ];
 
 #[cfg(test)]

@@ -13,12 +13,16 @@
 //! - [`auth`]: bearer tokens. [`admission`]: in-flight bound and per-user rate.
 //! - [`error`]: `ApiError` and its HTTP mapping. [`metrics`]: `/metrics`.
 //! - [`http`]: the hyper server and router. [`events`], [`holds`]: handlers.
+//! - [`payments`]: bookings, callback, webhook, reconciler, outbox;
+//!   [`gateway`]: the payment provider's client and the mock provider.
+//! - [`admin`]: operator endpoints (cluster view, leader transfer, drain).
 //!
 //! The edge never decides an outcome itself: seats change only through a
 //! committed command of the owning group. A request that cannot be admitted
 //! is refused (429), never queued out of sight; a queue position is never
 //! shown as a reservation.
 
+pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod error;

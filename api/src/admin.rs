@@ -1,0 +1,398 @@
+//! Operator endpoints (DESIGN.md §7): the cluster as every node reports it,
+//! leader transfer, and drain.
+//!
+//! ```text
+//!  GET  /v1/admin/cluster                    directory (nodes, groups, events) + Status of every node
+//!  POST /v1/admin/groups/{id}/transfer-leader {"to": node}   caught-up voters only; waits for the change
+//!  POST /v1/admin/nodes/{id}/drain           moves every leader off the node; reports what moved
+//! ```
+//!
+//! The edge asks each node for its view (`NodeService.Status`) in parallel,
+//! with a short deadline: an unreachable node is reported, never waited for.
+//! Leadership moves go through the group's leader (`TransferLeader`), and
+//! the answer comes only once the target reports itself leader.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use seatfence_core::{Directory, GroupId};
+use seatfence_proto::v1::{GroupStatus, StatusReply, StatusRequest, TransferLeaderRequest};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+/// A target whose applied index is this far behind the leader's log is
+/// not caught up enough to lead.
+pub const CATCH_UP_SLACK: u64 = 100;
+
+/// How long a leader transfer may take before the edge gives up waiting.
+const TRANSFER_WAIT: Duration = Duration::from_secs(10);
+
+/// Every node's report, as gathered by one fan-out.
+pub struct ClusterView {
+    pub directory: Directory,
+    /// node id → its status, `None` when it did not answer in time.
+    pub status: BTreeMap<u64, Option<StatusReply>>,
+}
+
+/// One replica of a group as its node reports it.
+struct Replica<'a> {
+    node: u64,
+    s: &'a GroupStatus,
+}
+
+impl ClusterView {
+    fn replicas(&self, group: GroupId) -> Vec<Replica<'_>> {
+        self.status
+            .iter()
+            .filter_map(|(node, s)| {
+                let s = s.as_ref()?.groups.iter().find(|g| g.group_id == group.0)?;
+                Some(Replica { node: *node, s })
+            })
+            .collect()
+    }
+
+    /// The leader with the highest term any replica reports.
+    fn leader(&self, group: GroupId) -> Option<(u64, &GroupStatus)> {
+        self.replicas(group)
+            .into_iter()
+            .filter(|r| r.s.role == "leader")
+            .max_by_key(|r| r.s.term)
+            .map(|r| (r.node, r.s))
+    }
+
+    /// Groups the directory knows, the directory itself first.
+    fn groups(&self) -> Vec<GroupId> {
+        std::iter::once(GroupId::DIRECTORY)
+            .chain(self.directory.groups.keys().copied())
+            .collect()
+    }
+
+    /// How far `node`'s replica of `group` is behind the leader's log.
+    fn lag(&self, group: GroupId, node: u64) -> Option<u64> {
+        let (_, leader) = self.leader(group)?;
+        let r = self.replicas(group).into_iter().find(|r| r.node == node)?;
+        Some(leader.last_log_index.saturating_sub(r.s.applied_index))
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut regions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for n in self.directory.nodes.values() {
+            regions.entry(n.region.0.clone()).or_default().push(n.id.0);
+        }
+        let leads = |node: u64| -> Vec<u64> {
+            self.groups()
+                .into_iter()
+                .filter(|g| self.leader(*g).is_some_and(|(l, _)| l == node))
+                .map(|g| g.0)
+                .collect()
+        };
+        let nodes: Vec<Value> = self
+            .directory
+            .nodes
+            .values()
+            .map(|n| {
+                json!({
+                    "node_id": n.id.0,
+                    "region": n.region.0,
+                    "grpc_addr": n.grpc_addr,
+                    "reachable": self.status.get(&n.id.0).is_some_and(|s| s.is_some()),
+                    "leader_of": leads(n.id.0),
+                })
+            })
+            .collect();
+        let events: BTreeMap<u64, &seatfence_core::EventRoute> = self
+            .directory
+            .events
+            .values()
+            .map(|r| (r.group.0, r))
+            .collect();
+        let groups: Vec<Value> = self
+            .groups()
+            .into_iter()
+            .map(|g| {
+                let leader = self.leader(g);
+                let replicas: Vec<Value> = self
+                    .replicas(g)
+                    .iter()
+                    .map(|r| {
+                        json!({
+                            "node_id": r.node,
+                            "role": r.s.role,
+                            "term": r.s.term,
+                            "applied_index": r.s.applied_index,
+                            "lag": self.lag(g, r.node),
+                        })
+                    })
+                    .collect();
+                let members: Vec<u64> = match self.directory.groups.get(&g) {
+                    Some(info) => info.members.iter().map(|m| m.0).collect(),
+                    None => leader.map(|(_, s)| s.voters.clone()).unwrap_or_default(),
+                };
+                let event = events.get(&g.0);
+                json!({
+                    "group_id": g.0,
+                    "event_id": event.map(|r| r.event_id.0.clone()),
+                    "owner_region": event.map(|r| r.owner_region.0.clone()),
+                    "epoch": event.map(|r| r.epoch.0),
+                    "leader": leader.map(|(n, _)| n),
+                    "term": leader.map(|(_, s)| s.term),
+                    "members": members,
+                    "voters": leader.map(|(_, s)| s.voters.clone()),
+                    "learners": leader.map(|(_, s)| s.learners.clone()),
+                    "replicas": replicas,
+                })
+            })
+            .collect();
+        json!({
+            "regions": regions.into_iter().map(|(r, n)| json!({"region": r, "nodes": n})).collect::<Vec<_>>(),
+            "nodes": nodes,
+            "groups": groups,
+        })
+    }
+}
+
+impl Edge {
+    /// The directory (leader's copy) and every registered node's status.
+    pub async fn cluster_view(&self) -> Result<ClusterView, ApiError> {
+        let (answer, _) = self
+            .client
+            .query(GroupId::DIRECTORY, &seatfence_core::Query::Directory, true)
+            .await
+            .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+        let seatfence_core::QueryResult::Directory(directory) = answer else {
+            return Err(ApiError::Internal("directory answered oddly".into()));
+        };
+        let asks = directory.nodes.values().map(|n| {
+            let client = self.client.clone();
+            let (id, addr) = (n.id.0, n.grpc_addr.clone());
+            async move {
+                let status = async {
+                    let mut req = tonic::Request::new(StatusRequest {});
+                    req.set_timeout(Duration::from_secs(2));
+                    client.node(&addr).ok()?.status(req).await.ok()
+                };
+                let status = tokio::time::timeout(Duration::from_secs(2), status)
+                    .await
+                    .ok()
+                    .flatten();
+                (id, status.map(|r| r.into_inner()))
+            }
+        });
+        let status = futures::future::join_all(asks).await.into_iter().collect();
+        Ok(ClusterView { directory, status })
+    }
+
+    /// Hand `group`'s leadership to `to`, a caught-up voter, and wait until
+    /// it leads. Returns `(previous leader, new term)`.
+    pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(u64, u64), ApiError> {
+        let view = self.cluster_view().await?;
+        if !group.is_directory() && !view.directory.groups.contains_key(&group) {
+            return Err(ApiError::NotFound {
+                code: "group_not_found",
+                what: format!("group {}", group.0),
+            });
+        }
+        let Some((leader, ls)) = view.leader(group) else {
+            return Err(ApiError::unavailable(
+                "no_leader",
+                format!("group {} has no leader now", group.0),
+            ));
+        };
+        if leader == to {
+            return Ok((leader, ls.term));
+        }
+        if !ls.voters.contains(&to) {
+            return Err(ApiError::Conflict {
+                code: "not_a_voter",
+                message: format!("node {to} is not a voter of group {}", group.0),
+                extra: json!({"voters": ls.voters}),
+            });
+        }
+        match view.lag(group, to) {
+            Some(lag) if lag <= CATCH_UP_SLACK => {}
+            lag => {
+                return Err(ApiError::Conflict {
+                    code: "not_caught_up",
+                    message: format!(
+                        "node {to} is not caught up with group {} (lag {lag:?})",
+                        group.0
+                    ),
+                    extra: json!({"lag": lag}),
+                })
+            }
+        }
+        let addr = view
+            .directory
+            .nodes
+            .get(&seatfence_core::NodeId(leader))
+            .map(|n| n.grpc_addr.clone())
+            .ok_or_else(|| ApiError::Internal(format!("leader {leader} is not registered")))?;
+        let mut req = tonic::Request::new(TransferLeaderRequest {
+            group_id: group.0,
+            to,
+        });
+        req.set_timeout(Duration::from_secs(5));
+        self.client
+            .node(&addr)
+            .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?
+            .transfer_leader(req)
+            .await
+            .map_err(|e| ApiError::unavailable("transfer_failed", e.message().to_string()))?;
+        let target = view
+            .directory
+            .nodes
+            .get(&seatfence_core::NodeId(to))
+            .map(|n| n.grpc_addr.clone())
+            .unwrap_or_default();
+        let start = Instant::now();
+        while start.elapsed() < TRANSFER_WAIT {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if let Ok(s) = self.client.status_at(&target).await {
+                if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
+                    if g.role == "leader" {
+                        return Ok((leader, g.term));
+                    }
+                }
+            }
+        }
+        Err(ApiError::unavailable(
+            "transfer_timeout",
+            format!(
+                "node {to} did not become leader of group {} in {TRANSFER_WAIT:?}",
+                group.0
+            ),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransferBody {
+    to: u64,
+}
+
+fn parse_id(id: &str, what: &'static str) -> Result<u64, ApiError> {
+    id.parse().map_err(|_| ApiError::NotFound {
+        code: what,
+        what: format!("{id:?}"),
+    })
+}
+
+/// `GET /v1/admin/cluster`.
+pub async fn cluster(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let view = edge.cluster_view().await?;
+    Ok(Reply::json(StatusCode::OK, view.to_json()).header("cache-control", "no-store"))
+}
+
+/// `POST /v1/admin/groups/{id}/transfer-leader {"to": node}`.
+pub async fn transfer(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let group = GroupId(parse_id(id, "group_not_found")?);
+    let body: TransferBody = req.json()?;
+    let (previous, term) = edge.transfer_leader(group, body.to).await?;
+    tracing::info!(
+        group = group.0,
+        from = previous,
+        to = body.to,
+        term,
+        "operator: leader transferred"
+    );
+    Ok(Reply::json(
+        StatusCode::OK,
+        json!({"group_id": group.0, "leader": body.to, "previous_leader": previous, "term": term}),
+    ))
+}
+
+/// `POST /v1/admin/nodes/{id}/drain`: move every leader off the node (for
+/// maintenance). Each group's leadership goes to a caught-up voter on
+/// another node, preferring the drained node's region, then the node
+/// leading the fewest groups. Answers when done, or with what remains.
+pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let node = parse_id(id, "node_not_found")?;
+    let mut moved = Vec::new();
+    let mut failed = Vec::new();
+    for _round in 0..3 {
+        let view = edge.cluster_view().await?;
+        let Some(info) = view
+            .directory
+            .nodes
+            .get(&seatfence_core::NodeId(node))
+            .cloned()
+        else {
+            return Err(ApiError::NotFound {
+                code: "node_not_found",
+                what: format!("node {node}"),
+            });
+        };
+        let led: Vec<GroupId> = view
+            .groups()
+            .into_iter()
+            .filter(|g| view.leader(*g).is_some_and(|(l, _)| l == node))
+            .collect();
+        if led.is_empty() {
+            break;
+        }
+        let mut load: BTreeMap<u64, usize> = BTreeMap::new();
+        for g in view.groups() {
+            if let Some((l, _)) = view.leader(g) {
+                *load.entry(l).or_default() += 1;
+            }
+        }
+        for g in led {
+            let Some((_, ls)) = view.leader(g) else {
+                continue;
+            };
+            let target = ls
+                .voters
+                .iter()
+                .copied()
+                .filter(|v| *v != node)
+                .filter(|v| view.lag(g, *v).is_some_and(|lag| lag <= CATCH_UP_SLACK))
+                .min_by_key(|v| {
+                    let same_region = view
+                        .directory
+                        .nodes
+                        .get(&seatfence_core::NodeId(*v))
+                        .is_some_and(|n| n.region == info.region);
+                    (!same_region, load.get(v).copied().unwrap_or(0), *v)
+                });
+            let Some(to) = target else {
+                failed
+                    .push(json!({"group_id": g.0, "reason": "no caught-up voter on another node"}));
+                continue;
+            };
+            match edge.transfer_leader(g, to).await {
+                Ok(_) => {
+                    *load.entry(to).or_default() += 1;
+                    moved.push(json!({"group_id": g.0, "to": to}));
+                }
+                Err(e) => failed.push(json!({"group_id": g.0, "reason": e.to_string()})),
+            }
+        }
+    }
+    let view = edge.cluster_view().await?;
+    let remaining: Vec<u64> = view
+        .groups()
+        .into_iter()
+        .filter(|g| view.leader(*g).is_some_and(|(l, _)| l == node))
+        .map(|g| g.0)
+        .collect();
+    tracing::info!(
+        node,
+        moved = moved.len(),
+        remaining = remaining.len(),
+        "operator: drain"
+    );
+    Ok(Reply::json(
+        StatusCode::OK,
+        json!({"node_id": node, "done": remaining.is_empty(), "moved": moved,
+               "remaining": remaining, "failures": failed}),
+    ))
+}

@@ -1,0 +1,240 @@
+//! Operator endpoints against real processes (3 regions × 1 node, an event
+//! with one voter per region): the cluster view, leader transfer (caught-up
+//! voters only), and draining a node while buyers keep holding seats.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use seatfence::http_client::HttpClient;
+use serde_json::{json, Value};
+
+fn ctl(edge: &str, token: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_seatfence"))
+        .args(["ctl", "--edge", edge, "--token", token])
+        .args(args)
+        .output()
+        .expect("run seatfence ctl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn group(view: &Value, id: u64) -> &Value {
+    view["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group_id"] == id)
+        .unwrap_or_else(|| panic!("group {id} in {view}"))
+}
+
+fn leads(view: &Value, node: u64) -> Vec<u64> {
+    view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == node)
+        .unwrap()["leader_of"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t90_cluster_view_transfer_and_drain() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_regions(dir.path(), 3, 1).await;
+    let edges: Vec<String> = cluster.edges().into_values().collect();
+    let edge = edges[0].clone();
+    let http = HttpClient::default();
+    let op = token(&cluster, "ops", true);
+    let created = create_event(
+        &cluster,
+        &edge,
+        json!({"event_id": "adm", "name": "Admin", "home_region": "us-east", "survival": "region",
+               "sections": [{"name": "A", "rows": 10, "seats_per_row": 50}]}),
+    )
+    .await;
+    let gid = created["group_id"].as_u64().unwrap();
+    let view_of = || async {
+        let a = http
+            .get(&format!("{edge}/v1/admin/cluster"), Some(&op))
+            .await
+            .unwrap();
+        assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+        a.body
+    };
+
+    tracing::info!(
+        "--- the cluster view: regions, nodes, groups with leader, term, epoch, members, lag"
+    );
+    let view = eventually("every replica reported with a leader", || async {
+        let v = view_of().await;
+        let g = group(&v, gid).clone();
+        (!g["leader"].is_null() && g["replicas"].as_array().unwrap().len() == 3).then_some(v)
+    })
+    .await;
+    assert_eq!(view["regions"].as_array().unwrap().len(), 3);
+    assert!(view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["reachable"] == true));
+    let g = group(&view, gid);
+    assert_eq!(
+        (
+            g["event_id"].clone(),
+            g["epoch"].clone(),
+            g["owner_region"].clone()
+        ),
+        (json!("adm"), json!(1), json!("us-east"))
+    );
+    assert_eq!(g["members"].as_array().unwrap().len(), 3);
+    assert!(g["term"].as_u64().unwrap() >= 1);
+    assert!(
+        !group(&view, 0)["leader"].is_null(),
+        "the directory has a leader"
+    );
+    let stranger = http
+        .get(
+            &format!("{edge}/v1/admin/cluster"),
+            Some(&token(&cluster, "eve", false)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stranger.status.as_u16(), 403);
+    let (ok, out) = ctl(&edge, &op, &["cluster"]);
+    assert!(
+        ok && out.contains("adm") && out.contains("(directory)"),
+        "{out}"
+    );
+
+    tracing::info!("--- leader transfer: to a caught-up voter; refused for others");
+    let leader = g["leader"].as_u64().unwrap();
+    let to = (1..=3).find(|n| *n != leader).unwrap();
+    let url = format!("{edge}/v1/admin/groups/{gid}/transfer-leader");
+    let a = http
+        .post(&url, Some(&op), None, &json!({"to": to}))
+        .await
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    assert_eq!(
+        (a.body["leader"].clone(), a.body["previous_leader"].clone()),
+        (json!(to), json!(leader))
+    );
+    assert_eq!(group(&view_of().await, gid)["leader"], to);
+    let a = http
+        .post(&url, Some(&op), None, &json!({"to": 99}))
+        .await
+        .unwrap();
+    assert_eq!((a.status.as_u16(), a.code()), (409, Some("not_a_voter")));
+    let a = http
+        .post(&url, Some(&op), None, &json!({"too": 1}))
+        .await
+        .unwrap();
+    assert_eq!(a.code(), Some("unknown_field"));
+    let a = http
+        .post(
+            &format!("{edge}/v1/admin/groups/999/transfer-leader"),
+            Some(&op),
+            None,
+            &json!({"to": 1}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (404, Some("group_not_found"))
+    );
+
+    tracing::info!(
+        "--- drain the event leader's node while buyers keep holding seats through every edge"
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (granted, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut buyers = Vec::new();
+    for b in 0..6 {
+        let (http, stop, granted, failed) =
+            (http.clone(), stop.clone(), granted.clone(), failed.clone());
+        let e = edges[b % edges.len()].clone();
+        let tok = token(&cluster, &format!("buyer{b}"), false);
+        buyers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let a = http
+                    .post(
+                        &format!("{e}/v1/holds"),
+                        Some(&tok),
+                        None,
+                        &json!({"event_id": "adm", "quantity": 1}),
+                    )
+                    .await;
+                match a {
+                    Ok(a) if a.status.as_u16() == 201 => granted.fetch_add(1, Ordering::Relaxed),
+                    Ok(a) if a.status.as_u16() == 429 => 0,
+                    other => {
+                        tracing::warn!("hold during drain: {:?}", other.map(|a| a.body));
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let before = granted.load(Ordering::Relaxed);
+    let (ok, out) = ctl(&edge, &op, &["drain", &to.to_string(), "--json"]);
+    assert!(ok, "{out}");
+    let report: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(report["done"], true, "{report}");
+    assert!(
+        report["moved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["group_id"] == gid),
+        "{report}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for b in buyers {
+        b.await.unwrap();
+    }
+    let after = granted.load(Ordering::Relaxed);
+    assert!(
+        after > before,
+        "holds kept being granted through the drain ({before} → {after})"
+    );
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "no hold failed during the drain"
+    );
+    let view = view_of().await;
+    assert!(
+        leads(&view, to).is_empty(),
+        "node {to} still leads {:?}",
+        leads(&view, to)
+    );
+    assert_ne!(group(&view, gid)["leader"], to);
+    tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
+    let av = http
+        .get(
+            &format!("{edge}/v1/events/adm/availability?limit=0"),
+            Some(&op),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        av.body["held"].as_u64().unwrap(),
+        after,
+        "every granted hold is held, none twice"
+    );
+}

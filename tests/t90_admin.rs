@@ -131,6 +131,27 @@ async fn t90_cluster_view_transfer_and_drain() {
         (json!(to), json!(leader))
     );
     assert_eq!(group(&view_of().await, gid)["leader"], to);
+    let to_edge = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id() == to)
+        .unwrap()
+        .edge_url()
+        .unwrap();
+    let metrics = http
+        .get(&format!("{to_edge}/metrics"), None)
+        .await
+        .unwrap()
+        .body;
+    let line = format!("seatfence_group_leader_changes_total{{group=\"{gid}\"}} ");
+    assert!(
+        metrics
+            .as_str()
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with(&line) && !l.ends_with(" 0")),
+        "node {to} counts its leadership of group {gid}"
+    );
     let a = http
         .post(&url, Some(&op), None, &json!({"to": 99}))
         .await

@@ -190,6 +190,19 @@ impl EdgeMetrics {
             "Times a group on this node became leader.",
             &[("", RaftMetrics::get(&METRICS.leader_changes))],
         );
+        let by_group: Vec<(String, u64)> = METRICS
+            .leader_changes_by_group()
+            .into_iter()
+            .map(|(g, n)| (format!("group=\"{g}\""), n))
+            .collect();
+        counter(
+            "seatfence_group_leader_changes_total",
+            "Times each group became leader on this node, by group id.",
+            &by_group
+                .iter()
+                .map(|(l, n)| (l.as_str(), *n))
+                .collect::<Vec<_>>(),
+        );
         counter(
             "seatfence_bookings_created_total",
             "Bookings created (payment created at the gateway and recorded).",

@@ -1,7 +1,9 @@
 //! Process-wide counters of the consensus layer, rendered by the edge's
 //! `/metrics`. Atomics only: counting never blocks a proposal or an apply.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 #[derive(Debug, Default)]
 pub struct RaftMetrics {
@@ -13,6 +15,8 @@ pub struct RaftMetrics {
     pub not_leader_answers: AtomicU64,
     /// Leadership gained by a group on this node.
     pub leader_changes: AtomicU64,
+    /// The same, per group id. Held only to bump or copy a count.
+    pub leader_changes_by_group: Mutex<BTreeMap<u64, u64>>,
 }
 
 impl RaftMetrics {
@@ -23,6 +27,25 @@ impl RaftMetrics {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+
+    /// Count a leadership gained by `group` on this node.
+    pub fn leader_gained(&self, group: u64) {
+        Self::inc(&self.leader_changes);
+        *self
+            .leader_changes_by_group
+            .lock()
+            .expect("metrics lock poisoned")
+            .entry(group)
+            .or_default() += 1;
+    }
+
+    /// Leaderships gained per group, by group id.
+    pub fn leader_changes_by_group(&self) -> BTreeMap<u64, u64> {
+        self.leader_changes_by_group
+            .lock()
+            .expect("metrics lock poisoned")
+            .clone()
+    }
 }
 
 /// This process's counters.
@@ -31,4 +54,5 @@ pub static METRICS: RaftMetrics = RaftMetrics {
     stale_epoch_apply: AtomicU64::new(0),
     not_leader_answers: AtomicU64::new(0),
     leader_changes: AtomicU64::new(0),
+    leader_changes_by_group: Mutex::new(BTreeMap::new()),
 };

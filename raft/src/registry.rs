@@ -187,8 +187,7 @@ async fn log_leadership(group: GroupId, raft: Raft) {
             if state == openraft::ServerState::Leader
                 && last.is_none_or(|(_, _, s)| s != openraft::ServerState::Leader)
             {
-                use crate::metrics::{RaftMetrics, METRICS};
-                RaftMetrics::inc(&METRICS.leader_changes);
+                crate::metrics::METRICS.leader_gained(group.0);
             }
             last = Some((term, leader, state));
             tracing::info!(group = group.0, term, ?leader, ?state, "leadership");

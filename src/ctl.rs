@@ -75,6 +75,13 @@ pub enum EventCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The operators' audit trail, newest first (operator).
+    Audit {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The cluster view as a readable table.
@@ -366,6 +373,35 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             }
             if a.body["done"] != json!(true) {
                 bail!("drain incomplete: {}", a.body);
+            }
+        }
+        EventCmd::Audit {
+            limit,
+            json: as_json,
+        } => {
+            let a = http
+                .get(
+                    &format!("{edge}/v1/admin/audit?limit={limit}"),
+                    Some(&token),
+                )
+                .await?;
+            if !a.status.is_success() {
+                bail!("{}: {}", a.status, a.body);
+            }
+            if as_json {
+                println!("{}", a.body);
+            } else {
+                for e in a.body["entries"].as_array().cloned().unwrap_or_default() {
+                    println!(
+                        "{:>5} {} {:<10} {:<16} {:<28} {}",
+                        e["seq"],
+                        e["at"].as_str().unwrap_or("?"),
+                        e["actor"].as_str().unwrap_or("?"),
+                        e["action"].as_str().unwrap_or("?"),
+                        e["target"].as_str().unwrap_or("?"),
+                        e["result"].as_str().unwrap_or("?")
+                    );
+                }
             }
         }
     }

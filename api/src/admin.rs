@@ -270,6 +270,63 @@ impl Edge {
     }
 }
 
+impl Edge {
+    /// Append to the operators' audit trail in the directory. A failure is
+    /// logged, never turned into the request's answer.
+    pub async fn audit(&self, actor: &str, action: &str, target: String, result: String) {
+        let entry = seatfence_core::AuditEntry {
+            seq: 0,
+            at_ms: self.clock.now_ms(),
+            actor: actor.to_string(),
+            action: action.to_string(),
+            target,
+            result,
+        };
+        if let Err(e) = self
+            .write(GroupId::DIRECTORY, seatfence_core::Command::Audit(entry))
+            .await
+        {
+            tracing::warn!(actor, action, "recording an audit entry failed: {e}");
+        }
+    }
+}
+
+/// `GET /v1/admin/audit[?limit=N]`: the newest operator actions first.
+pub async fn audit(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let limit = match req.query_param("limit") {
+        None => 100,
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000"))?,
+    };
+    let (answer, _) = edge
+        .client
+        .query(
+            GroupId::DIRECTORY,
+            &seatfence_core::Query::Audit { limit },
+            true,
+        )
+        .await
+        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+    let seatfence_core::QueryResult::Audit(entries) = answer else {
+        return Err(ApiError::Internal("directory answered oddly".into()));
+    };
+    let entries: Vec<Value> = entries
+        .into_iter()
+        .map(|e| {
+            json!({"seq": e.seq, "at": crate::events::format_ms(e.at_ms), "actor": e.actor,
+                   "action": e.action, "target": e.target, "result": e.result})
+        })
+        .collect();
+    Ok(
+        Reply::json(StatusCode::OK, json!({"entries": entries}))
+            .header("cache-control", "no-store"),
+    )
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TransferBody {

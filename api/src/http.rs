@@ -282,7 +282,50 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
     })
 }
 
+/// Route the request; operator actions are recorded in the audit trail
+/// (who, what, on what, with what result), refused ones included.
 async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
+    let audited = audited_action(&req);
+    let actor = audited
+        .as_ref()
+        .and_then(|_| req.caller(edge).ok())
+        .filter(|c| c.operator);
+    let result = route(edge, &req).await;
+    if let (Some((action, target)), Some(actor)) = (audited, actor) {
+        let outcome = match &result {
+            Ok(_) => "ok".to_string(),
+            Err(PlainOr::Api(e)) => format!("{}: {}", e.code(), e),
+            Err(PlainOr::Plain(status, _, _)) => status.to_string(),
+        };
+        edge.audit(&actor.user.0, action, target, outcome).await;
+    }
+    result
+}
+
+/// The operator action a request is, with its target, if it is one.
+fn audited_action(req: &Req) -> Option<(&'static str, String)> {
+    if req.method != Method::POST {
+        return None;
+    }
+    let segs: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    Some(match segs.as_slice() {
+        ["v1", "events"] => (
+            "create-event",
+            format!("event {}", body["event_id"].as_str().unwrap_or("?")),
+        ),
+        ["v1", "events", id, "open"] => ("open-sale", format!("event {id}")),
+        ["v1", "events", id, "close"] => ("close-sale", format!("event {id}")),
+        ["v1", "admin", "groups", id, "transfer-leader"] => (
+            "transfer-leader",
+            format!("group {id} to node {}", body["to"]),
+        ),
+        ["v1", "admin", "nodes", id, "drain"] => ("drain", format!("node {id}")),
+        _ => return None,
+    })
+}
+
+async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
     let path = req.path.clone();
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let m = req.method.clone();
@@ -308,31 +351,32 @@ async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
                 "text/plain; version=0.0.4",
             ))
         }
-        (&Method::POST, ["v1", "events"]) => events::create(edge, &req).await?,
-        (&Method::GET, ["v1", "events", id]) => events::get(edge, &req, id).await?,
+        (&Method::POST, ["v1", "events"]) => events::create(edge, req).await?,
+        (&Method::GET, ["v1", "events", id]) => events::get(edge, req, id).await?,
         (&Method::GET, ["v1", "events", id, "availability"]) => {
-            events::availability(edge, &req, id).await?
+            events::availability(edge, req, id).await?
         }
         (&Method::POST, ["v1", "events", id, action @ ("open" | "close")]) => {
-            events::set_open(edge, &req, id, *action == "open").await?
+            events::set_open(edge, req, id, *action == "open").await?
         }
-        (&Method::POST, ["v1", "holds"]) => holds::create(edge, &req).await?,
-        (&Method::GET, ["v1", "holds", id]) => holds::get(edge, &req, id).await?,
-        (&Method::DELETE, ["v1", "holds", id]) => holds::cancel(edge, &req, id).await?,
-        (&Method::POST, ["v1", "bookings"]) => payments::bookings::create(edge, &req).await?,
-        (&Method::GET, ["v1", "bookings", id]) => payments::bookings::get(edge, &req, id).await?,
+        (&Method::POST, ["v1", "holds"]) => holds::create(edge, req).await?,
+        (&Method::GET, ["v1", "holds", id]) => holds::get(edge, req, id).await?,
+        (&Method::DELETE, ["v1", "holds", id]) => holds::cancel(edge, req, id).await?,
+        (&Method::POST, ["v1", "bookings"]) => payments::bookings::create(edge, req).await?,
+        (&Method::GET, ["v1", "bookings", id]) => payments::bookings::get(edge, req, id).await?,
         (&Method::GET, ["v1", "payments", "callback"]) => {
-            payments::callback::handle(edge, &req).await?
+            payments::callback::handle(edge, req).await?
         }
         (&Method::POST, ["v1", "payments", "webhook"]) => {
-            payments::webhook::handle(edge, &req).await?
+            payments::webhook::handle(edge, req).await?
         }
-        (&Method::GET, ["v1", "admin", "cluster"]) => admin::cluster(edge, &req).await?,
+        (&Method::GET, ["v1", "admin", "cluster"]) => admin::cluster(edge, req).await?,
+        (&Method::GET, ["v1", "admin", "audit"]) => admin::audit(edge, req).await?,
         (&Method::POST, ["v1", "admin", "groups", id, "transfer-leader"]) => {
-            admin::transfer(edge, &req, id).await?
+            admin::transfer(edge, req, id).await?
         }
         (&Method::POST, ["v1", "admin", "nodes", id, "drain"]) => {
-            admin::drain(edge, &req, id).await?
+            admin::drain(edge, req, id).await?
         }
         (_, ["healthz" | "readyz" | "metrics"])
         | (_, ["v1", "events"])
@@ -343,7 +387,7 @@ async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
         | (_, ["v1", "bookings"])
         | (_, ["v1", "bookings", _])
         | (_, ["v1", "payments", "callback" | "webhook"])
-        | (_, ["v1", "admin", "cluster"])
+        | (_, ["v1", "admin", "cluster" | "audit"])
         | (_, ["v1", "admin", "groups", _, "transfer-leader"])
         | (_, ["v1", "admin", "nodes", _, "drain"]) => {
             return Err(ApiError::MethodNotAllowed.into())
@@ -372,6 +416,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/payments/callback"),
     ("post", "/v1/payments/webhook"),
     ("get", "/v1/admin/cluster"),
+    ("get", "/v1/admin/audit"),
     ("post", "/v1/admin/groups/{group_id}/transfer-leader"),
     ("post", "/v1/admin/nodes/{node_id}/drain"),
 ];

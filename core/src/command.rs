@@ -38,6 +38,9 @@ pub enum Command {
         home_region: RegionId,
         survival: Survival,
     },
+    /// Directory: append to the operators' audit trail (`seq` is assigned
+    /// by `apply`; the one given is ignored).
+    Audit(crate::audit::AuditEntry),
     /// Event groups: a seat inventory command.
     Event(EventCommand),
 }
@@ -67,6 +70,9 @@ pub enum Response {
     /// A directory command sent to a plain group, or the reverse.
     WrongGroup,
     EventRegistered(EventRoute),
+    Audited {
+        seq: u64,
+    },
     Event(EventReply),
 }
 
@@ -80,6 +86,7 @@ impl fmt::Display for Command {
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),
+            Command::Audit(a) => write!(f, "audit {} {}", a.action, a.target),
             Command::Event(c) => write!(f, "event {} epoch {}", c.event_id, c.epoch),
         }
     }

@@ -19,6 +19,7 @@
 //! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
 //! executes it, and every replica must compute the same result.
 
+pub mod audit;
 pub mod command;
 pub mod directory;
 pub mod ids;
@@ -26,6 +27,7 @@ pub mod inventory;
 pub mod query;
 pub mod state;
 
+pub use audit::AuditEntry;
 pub use command::{Command, Response};
 pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement};
 pub use ids::{BookingId, Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};

@@ -30,6 +30,8 @@ pub enum Query {
     Route(EventId),
     /// Directory: all of it.
     Directory,
+    /// Directory: the newest `limit` audit entries, newest first.
+    Audit { limit: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +47,7 @@ pub enum QueryResult {
     },
     Route(Option<EventRoute>),
     Directory(Directory),
+    Audit(Vec<crate::audit::AuditEntry>),
     Booking {
         event_id: Option<EventId>,
         hold: Option<Hold>,
@@ -110,6 +113,14 @@ impl State {
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
             Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory.clone()),
+            Query::Audit { limit } => QueryResult::Audit(
+                self.audit
+                    .values()
+                    .rev()
+                    .take(*limit as usize)
+                    .cloned()
+                    .collect(),
+            ),
         }
     }
 }

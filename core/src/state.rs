@@ -22,6 +22,8 @@ pub struct State {
     pub directory: Directory,
     /// Event groups: the event's seat inventory.
     pub inventory: Inventory,
+    /// Group 0 only: the operators' audit trail, by `seq`.
+    pub audit: imbl::OrdMap<u64, crate::audit::AuditEntry>,
 }
 
 /// One stored record of a [`State`].
@@ -44,6 +46,8 @@ pub enum RecordKey {
     Outbox(u64),
     /// A webhook's provider event id.
     Inbox(String),
+    /// Directory: one audit entry.
+    Audit(u64),
 }
 
 /// The result of one `apply`.
@@ -83,6 +87,7 @@ impl RecordKey {
             RecordKey::Booking(b) => [b"b/".as_slice(), &b.to_be_bytes()].concat(),
             RecordKey::Outbox(x) => [b"x/".as_slice(), &x.to_be_bytes()].concat(),
             RecordKey::Inbox(i) => [b"i/".as_slice(), i.as_bytes()].concat(),
+            RecordKey::Audit(a) => [b"a/".as_slice(), &a.to_be_bytes()].concat(),
             RecordKey::Op(owner, key) => {
                 // The owner's length first, so owner and key cannot run together.
                 let len = u16::try_from(owner.0.len()).expect("user ids are short");
@@ -113,6 +118,7 @@ impl RecordKey {
             (b"b/", b) => num(b).map(RecordKey::Booking),
             (b"x/", x) => num(x).map(RecordKey::Outbox),
             (b"i/", i) => String::from_utf8(i.to_vec()).ok().map(RecordKey::Inbox),
+            (b"a/", a) => num(a).map(RecordKey::Audit),
             (b"o/", rest) => {
                 let (len, rest) = rest.split_at_checked(2)?;
                 let len = usize::from(u16::from_be_bytes(len.try_into().ok()?));
@@ -147,6 +153,7 @@ impl State {
                 | Command::CreateGroup { .. }
                 | Command::RegisterEvent { .. }
                 | Command::PutShared { .. }
+                | Command::Audit(_)
         );
         // A batch is checked command by command.
         if !matches!(cmd, Command::Batch(_)) && directory_cmd != group.is_directory() {
@@ -247,6 +254,23 @@ impl State {
                     .insert(event_id.clone(), route.clone());
                 Response::EventRegistered(route)
             }
+            Command::Audit(entry) => {
+                let seq = self.audit.keys().next_back().map_or(1, |s| s + 1);
+                self.audit.insert(
+                    seq,
+                    crate::audit::AuditEntry {
+                        seq,
+                        ..entry.clone()
+                    },
+                );
+                changed.push(RecordKey::Audit(seq));
+                while self.audit.len() > crate::audit::AUDIT_KEEP {
+                    let oldest = *self.audit.keys().next().expect("not empty");
+                    self.audit.remove(&oldest);
+                    changed.push(RecordKey::Audit(oldest));
+                }
+                Response::Audited { seq }
+            }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
         }
     }
@@ -278,6 +302,7 @@ impl State {
             RecordKey::Booking(b) => self.inventory.bookings.get(b).map(enc),
             RecordKey::Outbox(x) => self.inventory.outbox.get(x).map(enc),
             RecordKey::Inbox(i) => self.inventory.inbox.get(i).map(enc),
+            RecordKey::Audit(a) => self.audit.get(a).map(enc),
         }
     }
 
@@ -325,6 +350,9 @@ impl State {
             RecordKey::Inbox(i) => {
                 self.inventory.inbox.insert(i, dec(value).map_err(err)?);
             }
+            RecordKey::Audit(a) => {
+                self.audit.insert(a, dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -366,6 +394,9 @@ impl State {
             }
             RecordKey::Inbox(i) => {
                 self.inventory.inbox.remove(&i);
+            }
+            RecordKey::Audit(a) => {
+                self.audit.remove(&a);
             }
         }
         Ok(())
@@ -412,7 +443,8 @@ impl State {
                     .inbox
                     .keys()
                     .map(|i| RecordKey::Inbox(i.clone())),
-            );
+            )
+            .chain(self.audit.keys().map(|a| RecordKey::Audit(*a)));
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }
@@ -421,6 +453,50 @@ impl State {
 mod tests {
     use super::*;
     use crate::directory::{NodeInfo, Placement};
+
+    #[test]
+    fn the_audit_trail_numbers_entries_keeps_the_newest_and_reloads() {
+        use crate::audit::{AuditEntry, AUDIT_KEEP};
+        let entry = |n: u64| {
+            Command::Audit(AuditEntry {
+                seq: 0,
+                at_ms: n,
+                actor: "ops".into(),
+                action: "drain".into(),
+                target: format!("node {n}"),
+                result: "ok".into(),
+            })
+        };
+        let mut s = State::default();
+        assert_eq!(
+            s.apply(GroupId(5), &entry(1)).response,
+            Response::WrongGroup
+        );
+        let extra = 5;
+        for n in 1..=(AUDIT_KEEP as u64 + extra) {
+            let a = s.apply(GroupId::DIRECTORY, &entry(n));
+            assert_eq!(a.response, Response::Audited { seq: n });
+        }
+        assert_eq!(s.audit.len(), AUDIT_KEEP);
+        assert_eq!(
+            s.audit.keys().next(),
+            Some(&(extra + 1)),
+            "the oldest went first"
+        );
+        let newest = s.query(&crate::Query::Audit { limit: 2 });
+        let crate::QueryResult::Audit(list) = newest else {
+            panic!("{newest:?}")
+        };
+        assert_eq!(
+            list.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![AUDIT_KEEP as u64 + extra, AUDIT_KEEP as u64 + extra - 1]
+        );
+        let mut loaded = State::default();
+        for (k, v) in s.records() {
+            loaded.load_record(&k, &v).unwrap();
+        }
+        assert_eq!(loaded.audit, s.audit);
+    }
 
     #[test]
     fn records_round_trip_through_storage_encoding() {

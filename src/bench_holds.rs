@@ -72,6 +72,24 @@ struct Shared {
 
 const EVENT: &str = "bench-hot";
 
+/// `(available, held, sold)` of `event` as an edge reports them
+/// (`u64::MAX` for a missing count, so a check against it fails).
+pub async fn seat_counts(
+    http: &HttpClient,
+    edge: &str,
+    token: &str,
+    event: &str,
+) -> anyhow::Result<(u64, u64, u64)> {
+    let av = http
+        .get(
+            &format!("{edge}/v1/events/{event}/availability?limit=0"),
+            Some(token),
+        )
+        .await?;
+    let num = |k: &str| av.body[k].as_u64().unwrap_or(u64::MAX);
+    Ok((num("available"), num("held"), num("sold")))
+}
+
 pub async fn run_holds_bench(
     bin: &Path,
     args: &HoldsBenchArgs,
@@ -219,14 +237,7 @@ pub async fn run_holds_bench(
         hist.add(t.await?)?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let av = http
-        .get(
-            &format!("{}/v1/events/{EVENT}/availability?limit=0", edges[0]),
-            Some(&op),
-        )
-        .await?;
-    let num = |k: &str| av.body[k].as_u64().unwrap_or(u64::MAX);
-    let (available, held, sold) = (num("available"), num("held"), num("sold"));
+    let (available, held, sold) = seat_counts(&http, &edges[0], &op, EVENT).await?;
     let granted = shared.granted.load(Ordering::Relaxed);
     let sold_or_held = held.saturating_add(sold);
     let sold_out_ms = shared.sold_out_at_ms.load(Ordering::Relaxed);

@@ -207,14 +207,8 @@ pub async fn run_payments_bench(
         h.add(&t.await?)?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let av = http
-        .get(
-            &format!("{}/v1/events/{EVENT}/availability?limit=0", edges[0]),
-            Some(&op),
-        )
-        .await?;
-    let num = |k: &str| av.body[k].as_u64().unwrap_or(u64::MAX);
-    let (available, held, sold) = (num("available"), num("held"), num("sold"));
+    let (available, held, sold) =
+        crate::bench_holds::seat_counts(&http, &edges[0], &op, EVENT).await?;
     let stats: Value = http
         .get(&format!("{}/_stats", gateway.url), None)
         .await?

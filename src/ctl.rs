@@ -84,6 +84,14 @@ pub enum EventCmd {
     },
 }
 
+/// An error answer as an error (status and body).
+fn check(a: &crate::http_client::HttpAnswer) -> anyhow::Result<()> {
+    if !a.status.is_success() {
+        bail!("{}: {}", a.status, a.body);
+    }
+    Ok(())
+}
+
 /// The cluster view as a readable table.
 fn print_cluster(v: &Value) {
     let arr = |x: &Value| x.as_array().cloned().unwrap_or_default();
@@ -256,26 +264,20 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                     a.body["capacity"]
                 );
             }
-            if !a.status.is_success() {
-                bail!("{}: {}", a.status, a.body);
-            }
+            check(&a)?;
         }
         EventCmd::Event { id, json: as_json } => {
             let ev = http
                 .get(&format!("{edge}/v1/events/{id}"), Some(&token))
                 .await?;
-            if !ev.status.is_success() {
-                bail!("{}: {}", ev.status, ev.body);
-            }
+            check(&ev)?;
             let av = http
                 .get(
                     &format!("{edge}/v1/events/{id}/availability?limit=10"),
                     Some(&token),
                 )
                 .await?;
-            if !av.status.is_success() {
-                bail!("{}: {}", av.status, av.body);
-            }
+            check(&av)?;
             if as_json {
                 println!("{}", json!({"event": ev.body, "availability": av.body}));
             } else {
@@ -306,9 +308,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             let a = http
                 .get(&format!("{edge}/v1/admin/cluster"), Some(&token))
                 .await?;
-            if !a.status.is_success() {
-                bail!("{}: {}", a.status, a.body);
-            }
+            check(&a)?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -328,9 +328,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                     &json!({"to": to}),
                 )
                 .await?;
-            if !a.status.is_success() {
-                bail!("{}: {}", a.status, a.body);
-            }
+            check(&a)?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -352,9 +350,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                     &json!({}),
                 )
                 .await?;
-            if !a.status.is_success() {
-                bail!("{}: {}", a.status, a.body);
-            }
+            check(&a)?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -385,9 +381,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                     Some(&token),
                 )
                 .await?;
-            if !a.status.is_success() {
-                bail!("{}: {}", a.status, a.body);
-            }
+            check(&a)?;
             if as_json {
                 println!("{}", a.body);
             } else {

@@ -75,6 +75,8 @@ pub enum EventCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Put a drained node back in service (operator).
+    Undrain { node: u64 },
     /// The operators' audit trail, newest first (operator).
     Audit {
         #[arg(long, default_value_t = 50)]
@@ -370,6 +372,18 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             if a.body["done"] != json!(true) {
                 bail!("drain incomplete: {}", a.body);
             }
+        }
+        EventCmd::Undrain { node } => {
+            let a = http
+                .post(
+                    &format!("{edge}/v1/admin/nodes/{node}/undrain"),
+                    Some(&token),
+                    None,
+                    &json!({}),
+                )
+                .await?;
+            check(&a)?;
+            println!("node {node}: back in service");
         }
         EventCmd::Audit {
             limit,

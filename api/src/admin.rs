@@ -4,7 +4,8 @@
 //! ```text
 //!  GET  /v1/admin/cluster                    directory (nodes, groups, events) + Status of every node
 //!  POST /v1/admin/groups/{id}/transfer-leader {"to": node}   caught-up voters only; waits for the change
-//!  POST /v1/admin/nodes/{id}/drain           moves every leader off the node; reports what moved
+//!  POST /v1/admin/nodes/{id}/drain           marks it drained, moves every leader off; reports what moved
+//!  POST /v1/admin/nodes/{id}/undrain         back in service
 //! ```
 //!
 //! The edge asks each node for its view (`NodeService.Status`) in parallel,
@@ -101,6 +102,7 @@ impl ClusterView {
                     "region": n.region.0,
                     "grpc_addr": n.grpc_addr,
                     "reachable": self.status.get(&n.id.0).is_some_and(|s| s.is_some()),
+                    "drained": self.directory.drained.contains(&n.id),
                     "leader_of": leads(n.id.0),
                 })
             })
@@ -205,6 +207,13 @@ impl Edge {
         };
         if leader == to {
             return Ok((leader, ls.term));
+        }
+        if view.directory.drained.contains(&seatfence_core::NodeId(to)) {
+            return Err(ApiError::Conflict {
+                code: "node_drained",
+                message: format!("node {to} is drained; undrain it first"),
+                extra: json!({}),
+            });
         }
         if !ls.voters.contains(&to) {
             return Err(ApiError::Conflict {
@@ -366,13 +375,55 @@ pub async fn transfer(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErro
     ))
 }
 
-/// `POST /v1/admin/nodes/{id}/drain`: move every leader off the node (for
-/// maintenance). Each group's leadership goes to a caught-up voter on
-/// another node, preferring the drained node's region, then the node
-/// leading the fewest groups. Answers when done, or with what remains.
+/// Mark `node` drained or back in service in the directory.
+async fn set_drained(edge: &Edge, node: u64, drained: bool) -> Result<(), ApiError> {
+    let known = edge
+        .cluster_view()
+        .await?
+        .directory
+        .nodes
+        .contains_key(&seatfence_core::NodeId(node));
+    if !known {
+        return Err(ApiError::NotFound {
+            code: "node_not_found",
+            what: format!("node {node}"),
+        });
+    }
+    let cmd = seatfence_core::Command::SetDrained {
+        node: seatfence_core::NodeId(node),
+        drained,
+    };
+    match edge.write(GroupId::DIRECTORY, cmd).await {
+        Ok(w) if matches!(w.response, seatfence_core::Response::DrainedSet { .. }) => Ok(()),
+        Ok(w) => Err(ApiError::Internal(format!(
+            "directory answered {:?}",
+            w.response
+        ))),
+        Err(e) => Err(ApiError::unavailable("no_leader", e.to_string())),
+    }
+}
+
+/// `POST /v1/admin/nodes/{id}/undrain`: back in service (it may lead again).
+pub async fn undrain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let node = parse_id(id, "node_not_found")?;
+    set_drained(edge, node, false).await?;
+    Ok(Reply::json(
+        StatusCode::OK,
+        json!({"node_id": node, "drained": false}),
+    ))
+}
+
+/// `POST /v1/admin/nodes/{id}/drain`: mark the node drained (from then on
+/// it hands off any leadership an election gives it) and move every leader
+/// off it (for maintenance). Each group's leadership goes to a caught-up
+/// voter on another node that is not drained, preferring the drained
+/// node's region, then the node leading the fewest groups. Answers when
+/// done, or with what remains.
 pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let node = parse_id(id, "node_not_found")?;
+    set_drained(edge, node, true).await?;
     let mut moved = Vec::new();
     let mut failed = Vec::new();
     for _round in 0..3 {
@@ -410,7 +461,9 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
                 .voters
                 .iter()
                 .copied()
-                .filter(|v| *v != node)
+                .filter(|v| {
+                    *v != node && !view.directory.drained.contains(&seatfence_core::NodeId(*v))
+                })
                 .filter(|v| view.lag(g, *v).is_some_and(|lag| lag <= CATCH_UP_SLACK))
                 .min_by_key(|v| {
                     let same_region = view
@@ -449,7 +502,7 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
     );
     Ok(Reply::json(
         StatusCode::OK,
-        json!({"node_id": node, "done": remaining.is_empty(), "moved": moved,
+        json!({"node_id": node, "drained": true, "done": remaining.is_empty(), "moved": moved,
                "remaining": remaining, "failures": failed}),
     ))
 }

@@ -321,6 +321,7 @@ fn audited_action(req: &Req) -> Option<(&'static str, String)> {
             format!("group {id} to node {}", body["to"]),
         ),
         ["v1", "admin", "nodes", id, "drain"] => ("drain", format!("node {id}")),
+        ["v1", "admin", "nodes", id, "undrain"] => ("undrain", format!("node {id}")),
         _ => return None,
     })
 }
@@ -378,6 +379,9 @@ async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
         (&Method::POST, ["v1", "admin", "nodes", id, "drain"]) => {
             admin::drain(edge, req, id).await?
         }
+        (&Method::POST, ["v1", "admin", "nodes", id, "undrain"]) => {
+            admin::undrain(edge, req, id).await?
+        }
         (_, ["healthz" | "readyz" | "metrics"])
         | (_, ["v1", "events"])
         | (_, ["v1", "events", _])
@@ -389,7 +393,7 @@ async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
         | (_, ["v1", "payments", "callback" | "webhook"])
         | (_, ["v1", "admin", "cluster" | "audit"])
         | (_, ["v1", "admin", "groups", _, "transfer-leader"])
-        | (_, ["v1", "admin", "nodes", _, "drain"]) => {
+        | (_, ["v1", "admin", "nodes", _, "drain" | "undrain"]) => {
             return Err(ApiError::MethodNotAllowed.into())
         }
         _ => return Err(ApiError::NoRoute(path.clone()).into()),
@@ -419,6 +423,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/admin/audit"),
     ("post", "/v1/admin/groups/{group_id}/transfer-leader"),
     ("post", "/v1/admin/nodes/{node_id}/drain"),
+    ("post", "/v1/admin/nodes/{node_id}/undrain"),
 ];
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub enum Command {
         home_region: RegionId,
         survival: Survival,
     },
+    /// Directory: mark a node drained (it hands off every leadership it
+    /// gets) or back in service.
+    SetDrained { node: NodeId, drained: bool },
     /// Directory: append to the operators' audit trail (`seq` is assigned
     /// by `apply`; the one given is ignored).
     Audit(crate::audit::AuditEntry),
@@ -73,6 +76,10 @@ pub enum Response {
     Audited {
         seq: u64,
     },
+    /// `was`: whether the node was drained before.
+    DrainedSet {
+        was: bool,
+    },
     Event(EventReply),
 }
 
@@ -87,6 +94,7 @@ impl fmt::Display for Command {
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),
             Command::Audit(a) => write!(f, "audit {} {}", a.action, a.target),
+            Command::SetDrained { node, drained } => write!(f, "set node {node} drained={drained}"),
             Command::Event(c) => write!(f, "event {} epoch {}", c.event_id, c.epoch),
         }
     }

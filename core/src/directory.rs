@@ -44,6 +44,8 @@ pub struct Directory {
     pub next_group_id: u64,
     /// Where each event lives: the route every edge caches.
     pub events: BTreeMap<EventId, EventRoute>,
+    /// Nodes drained for maintenance: they hand off any leadership they get.
+    pub drained: std::collections::BTreeSet<NodeId>,
 }
 
 /// An event's entry in the directory.

@@ -48,6 +48,8 @@ pub enum RecordKey {
     Inbox(String),
     /// Directory: one audit entry.
     Audit(u64),
+    /// Directory: a drained node.
+    Drained(NodeId),
 }
 
 /// The result of one `apply`.
@@ -88,6 +90,7 @@ impl RecordKey {
             RecordKey::Outbox(x) => [b"x/".as_slice(), &x.to_be_bytes()].concat(),
             RecordKey::Inbox(i) => [b"i/".as_slice(), i.as_bytes()].concat(),
             RecordKey::Audit(a) => [b"a/".as_slice(), &a.to_be_bytes()].concat(),
+            RecordKey::Drained(n) => [b"d/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Op(owner, key) => {
                 // The owner's length first, so owner and key cannot run together.
                 let len = u16::try_from(owner.0.len()).expect("user ids are short");
@@ -119,6 +122,7 @@ impl RecordKey {
             (b"x/", x) => num(x).map(RecordKey::Outbox),
             (b"i/", i) => String::from_utf8(i.to_vec()).ok().map(RecordKey::Inbox),
             (b"a/", a) => num(a).map(RecordKey::Audit),
+            (b"d/", n) => num(n).map(|n| RecordKey::Drained(NodeId(n))),
             (b"o/", rest) => {
                 let (len, rest) = rest.split_at_checked(2)?;
                 let len = usize::from(u16::from_be_bytes(len.try_into().ok()?));
@@ -154,6 +158,7 @@ impl State {
                 | Command::RegisterEvent { .. }
                 | Command::PutShared { .. }
                 | Command::Audit(_)
+                | Command::SetDrained { .. }
         );
         // A batch is checked command by command.
         if !matches!(cmd, Command::Batch(_)) && directory_cmd != group.is_directory() {
@@ -271,6 +276,18 @@ impl State {
                 }
                 Response::Audited { seq }
             }
+            Command::SetDrained { node, drained } => {
+                let was = self.directory.drained.contains(node);
+                if *drained {
+                    self.directory.drained.insert(*node);
+                } else {
+                    self.directory.drained.remove(node);
+                }
+                if was != *drained {
+                    changed.push(RecordKey::Drained(*node));
+                }
+                Response::DrainedSet { was }
+            }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
         }
     }
@@ -303,6 +320,7 @@ impl State {
             RecordKey::Outbox(x) => self.inventory.outbox.get(x).map(enc),
             RecordKey::Inbox(i) => self.inventory.inbox.get(i).map(enc),
             RecordKey::Audit(a) => self.audit.get(a).map(enc),
+            RecordKey::Drained(n) => self.directory.drained.contains(n).then(|| enc(&true)),
         }
     }
 
@@ -353,6 +371,9 @@ impl State {
             RecordKey::Audit(a) => {
                 self.audit.insert(a, dec(value).map_err(err)?);
             }
+            RecordKey::Drained(n) => {
+                self.directory.drained.insert(n);
+            }
         }
         Ok(())
     }
@@ -397,6 +418,9 @@ impl State {
             }
             RecordKey::Audit(a) => {
                 self.audit.remove(&a);
+            }
+            RecordKey::Drained(n) => {
+                self.directory.drained.remove(&n);
             }
         }
         Ok(())
@@ -444,7 +468,13 @@ impl State {
                     .keys()
                     .map(|i| RecordKey::Inbox(i.clone())),
             )
-            .chain(self.audit.keys().map(|a| RecordKey::Audit(*a)));
+            .chain(self.audit.keys().map(|a| RecordKey::Audit(*a)))
+            .chain(
+                self.directory
+                    .drained
+                    .iter()
+                    .map(|n| RecordKey::Drained(*n)),
+            );
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }
@@ -453,6 +483,31 @@ impl State {
 mod tests {
     use super::*;
     use crate::directory::{NodeInfo, Placement};
+
+    #[test]
+    fn drained_nodes_are_recorded_and_reload() {
+        let mut s = State::default();
+        let set = |drained| Command::SetDrained {
+            node: NodeId(2),
+            drained,
+        };
+        assert_eq!(
+            s.apply(GroupId(4), &set(true)).response,
+            Response::WrongGroup
+        );
+        let a = s.apply(GroupId::DIRECTORY, &set(true));
+        assert_eq!(a.response, Response::DrainedSet { was: false });
+        assert_eq!(a.changed, vec![RecordKey::Drained(NodeId(2))]);
+        let mut loaded = State::default();
+        for (k, v) in s.records() {
+            loaded.load_record(&k, &v).unwrap();
+        }
+        assert!(loaded.directory.drained.contains(&NodeId(2)));
+        let a = s.apply(GroupId::DIRECTORY, &set(false));
+        assert_eq!(a.response, Response::DrainedSet { was: true });
+        assert!(s.directory.drained.is_empty());
+        assert!(s.encode_record(&RecordKey::Drained(NodeId(2))).is_none());
+    }
 
     #[test]
     fn the_audit_trail_numbers_entries_keeps_the_newest_and_reloads() {

@@ -108,6 +108,7 @@ impl Node {
             clock.clone(),
             rx_stop.clone(),
         ));
+        tokio::spawn(hand_off_when_drained(registry.clone(), rx_stop.clone()));
         Ok(Node {
             config,
             registry,
@@ -291,6 +292,52 @@ async fn expire_holds(
             };
             if let Err(e) = g.batcher.propose(cmd, Some(term)).await {
                 tracing::debug!(group = gid.0, "expire tick: {e}");
+            }
+        }
+    }
+}
+
+/// While the directory marks this node drained, hand every leadership it
+/// gains (an election can still pick it) to the most caught-up other voter
+/// that is not drained. Checked every second.
+async fn hand_off_when_drained(registry: Arc<Registry>, mut rx_stop: watch::Receiver<bool>) {
+    use openraft::async_runtime::watch::WatchReceiver;
+    let me = registry.node_id();
+    loop {
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+            continue;
+        };
+        let drained = dir.sm.read(|s| s.state.directory.drained.clone());
+        if !drained.contains(&seatfence_core::NodeId(me)) {
+            continue;
+        }
+        for (gid, g) in registry.all() {
+            if !g.raft.is_leader() {
+                continue;
+            }
+            let matched = g.raft.metrics().borrow_watched().replication.clone();
+            let target = g
+                .raft
+                .voter_ids()
+                .filter(|v| *v != me && !drained.contains(&seatfence_core::NodeId(*v)))
+                .max_by_key(|v| {
+                    matched
+                        .as_ref()
+                        .and_then(|m| m.get(v).cloned().flatten())
+                        .map(|log_id| log_id.index)
+                });
+            let Some(to) = target else {
+                tracing::warn!(group = gid.0, "drained, but no other voter can lead");
+                continue;
+            };
+            tracing::info!(group = gid.0, to, "drained node hands off leadership");
+            if let Err(e) = g.raft.trigger().transfer_leader(to).await {
+                tracing::warn!(group = gid.0, to, "hand-off failed: {e}");
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use hyper::StatusCode;
 use seatfence_core::inventory::{EventAction, Hold, Outcome, SeatPick};
-use seatfence_core::{EventId, HoldId, Query, QueryResult};
+use seatfence_core::{EventId, HoldId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -191,19 +191,12 @@ fn not_found() -> ApiError {
 async fn load(edge: &Edge, req: &Req, id: &str) -> Result<(HoldId, EventId, Hold), ApiError> {
     let caller = req.caller(edge)?;
     let id = HoldId::parse(id).ok_or_else(not_found)?;
-    if id.group.is_directory() || !edge.group_exists(id.group).await? {
-        return Err(not_found());
-    }
-    let (answer, _) = edge
-        .client
-        .query(id.group, &Query::Hold(id.seq), true)
-        .await
-        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
-    match answer {
-        QueryResult::Hold {
-            hold: Some(h),
-            event_id: Some(e),
-        } if h.owner == caller.user => Ok((id, e, h)),
+    let booking = seatfence_core::BookingId {
+        group: id.group,
+        seq: id.seq,
+    };
+    match edge.load_booking(booking).await? {
+        Some(l) if l.hold.owner == caller.user => Ok((id, l.event_id, l.hold)),
         _ => Err(not_found()),
     }
 }

@@ -15,8 +15,6 @@ pub enum Query {
     Event,
     /// Event group: the event and up to `max_seats` free seat ids.
     Availability { max_seats: u32 },
-    /// Event group: one hold.
-    Hold(u64),
     /// Event group: one hold and its booking.
     Booking(u64),
     /// Event group: held holds with a pending payment whose deadline is at
@@ -40,10 +38,6 @@ pub enum QueryResult {
     Availability {
         event: Option<Event>,
         free_seats: Vec<String>,
-    },
-    Hold {
-        hold: Option<Hold>,
-        event_id: Option<EventId>,
     },
     Route(Option<EventRoute>),
     Directory(Directory),
@@ -72,10 +66,6 @@ impl State {
             Query::Availability { max_seats } => QueryResult::Availability {
                 event: inv.event.clone(),
                 free_seats: inv.free_seats(*max_seats as usize),
-            },
-            Query::Hold(seq) => QueryResult::Hold {
-                hold: inv.holds.get(seq).cloned(),
-                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
             },
             Query::Booking(seq) => QueryResult::Booking {
                 event_id: inv.event.as_ref().map(|e| e.event_id.clone()),

@@ -300,11 +300,7 @@ impl Mock {
     fn browser(&self, id: &str, approve: bool) -> Answer {
         let mut inner = self.inner.lock().expect("mock lock poisoned");
         let Some(p) = inner.payments.get_mut(id) else {
-            return err(
-                StatusCode::NOT_FOUND,
-                "payment_not_found",
-                "no such payment",
-            );
+            return no_payment();
         };
         match (p.status, approve) {
             ("created" | "approved", true) => p.status = "approved",
@@ -354,11 +350,7 @@ impl Mock {
         let fence = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
             let Some(p) = inner.payments.get_mut(id) else {
-                return err(
-                    StatusCode::NOT_FOUND,
-                    "payment_not_found",
-                    "no such payment",
-                );
+                return no_payment();
             };
             let fence = match Self::fence(p, token) {
                 Ok(f) => f,
@@ -438,11 +430,7 @@ impl Mock {
         let inner = self.inner.lock().expect("mock lock poisoned");
         match inner.payments.get(id) {
             Some(p) => (StatusCode::OK, state(p)),
-            None => err(
-                StatusCode::NOT_FOUND,
-                "payment_not_found",
-                "no such payment",
-            ),
+            None => no_payment(),
         }
     }
 
@@ -474,11 +462,7 @@ impl Mock {
             );
         }
         let Some(p) = inner.payments.get_mut(id) else {
-            return err(
-                StatusCode::NOT_FOUND,
-                "payment_not_found",
-                "no such payment",
-            );
+            return no_payment();
         };
         if let Err(a) = Self::fence(p, token) {
             return a;
@@ -610,6 +594,14 @@ fn injected(switch: &str, call: &str) -> Option<Answer> {
             &format!("injected {call} failure"),
         )
     })
+}
+
+fn no_payment() -> Answer {
+    err(
+        StatusCode::NOT_FOUND,
+        "payment_not_found",
+        "no such payment",
+    )
 }
 
 fn state(p: &Payment) -> Value {

@@ -99,7 +99,10 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         // About to expire: do not create a payment nobody may complete.
         return Err(outcome_error(Outcome::PaymentDeadlinePassed, &l.event_id));
     }
-    let (price, currency) = l.price.clone();
+    let (price, currency) = l
+        .price
+        .clone()
+        .ok_or_else(|| ApiError::Internal("the event has no price".into()))?;
     let booking_id = id.to_string();
     let key = provider_key(&l.event_id.0, &booking_id);
     let base = &payments.public_url;

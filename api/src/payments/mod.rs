@@ -51,7 +51,8 @@ pub struct Loaded {
     pub event_id: EventId,
     pub hold: Hold,
     pub booking: Option<Booking>,
-    pub price: (u64, String),
+    /// The event's seat price and currency (`None` when not read).
+    pub price: Option<(u64, String)>,
 }
 
 impl Edge {
@@ -94,7 +95,7 @@ impl Edge {
                 event_id: Some(event_id),
                 hold: Some(hold),
                 booking,
-                price: Some(price),
+                price,
             } => Some(Loaded {
                 id,
                 event_id,

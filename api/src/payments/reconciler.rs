@@ -125,10 +125,7 @@ fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> L
         event_id: event_id.clone(),
         hold: hold.clone(),
         booking: Some(booking.clone()),
-        price: (
-            booking.payment.amount_cents,
-            booking.payment.currency.clone(),
-        ),
+        price: None,
     }
 }
 

@@ -161,14 +161,7 @@ impl ClusterView {
 impl Edge {
     /// The directory (leader's copy) and every registered node's status.
     pub async fn cluster_view(&self) -> Result<ClusterView, ApiError> {
-        let (answer, _) = self
-            .client
-            .query(GroupId::DIRECTORY, &seatfence_core::Query::Directory, true)
-            .await
-            .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
-        let seatfence_core::QueryResult::Directory(directory) = answer else {
-            return Err(ApiError::Internal("directory answered oddly".into()));
-        };
+        let directory = self.directory_at_leader().await?;
         let asks = directory.nodes.values().map(|n| {
             let client = self.client.clone();
             let (id, addr) = (n.id.0, n.grpc_addr.clone());

@@ -134,10 +134,7 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
 pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let spec = spec_from(req.json()?)?;
-    let known_region = edge
-        .registry_directory(|d| d.nodes.values().any(|n| n.region == spec.home_region))
-        .unwrap_or(true);
-    if !known_region {
+    if !edge.region_exists(&spec.home_region).await? {
         return Err(ApiError::bad(
             "unknown_region",
             format!("no node is in region {}", spec.home_region),

@@ -279,6 +279,26 @@ impl Edge {
         if self.registry_directory(|d| d.groups.contains_key(&group)) == Some(true) {
             return Ok(true);
         }
+        Ok(self
+            .directory_at_leader()
+            .await?
+            .groups
+            .contains_key(&group))
+    }
+
+    /// Whether any registered node is in `region`: this node's directory
+    /// replica first, the directory's leader when the replica has not seen
+    /// one (it may lag behind registrations).
+    pub async fn region_exists(&self, region: &seatfence_core::RegionId) -> Result<bool, ApiError> {
+        let has = |d: &seatfence_core::Directory| d.nodes.values().any(|n| &n.region == region);
+        if self.registry_directory(has) == Some(true) {
+            return Ok(true);
+        }
+        Ok(has(&self.directory_at_leader().await?))
+    }
+
+    /// The directory as its leader has it (a linearizable read).
+    pub async fn directory_at_leader(&self) -> Result<seatfence_core::Directory, ApiError> {
         let (answer, _) = self
             .client
             .query(
@@ -288,9 +308,10 @@ impl Edge {
             )
             .await
             .map_err(|e| self.client_error(e))?;
-        Ok(
-            matches!(answer, seatfence_core::QueryResult::Directory(d) if d.groups.contains_key(&group)),
-        )
+        match answer {
+            seatfence_core::QueryResult::Directory(d) => Ok(d),
+            _ => Err(ApiError::Internal("directory answered oddly".into())),
+        }
     }
 
     fn cached_availability(

@@ -129,6 +129,7 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         owner_region: RegionId("us-east".into()),
         epoch: Epoch(1),
         survival: Survival::Zone,
+        state: Default::default(),
     };
     edge.routes.learn(route.clone());
     let cmd = |key: &str| EventCommand {

@@ -44,6 +44,12 @@ pub enum Command {
     /// Directory: append to the operators' audit trail (`seq` is assigned
     /// by `apply`; the one given is ignored).
     Audit(crate::audit::AuditEntry),
+    /// Directory: start, advance, finish or abort an ownership move.
+    /// `at_ms` is the proposer's clock, recorded only.
+    Move {
+        op: crate::moves::MoveOp,
+        at_ms: u64,
+    },
     /// Event groups: a seat inventory command.
     Event(EventCommand),
 }
@@ -80,6 +86,8 @@ pub enum Response {
     DrainedSet {
         was: bool,
     },
+    /// A move as it stands after a [`Command::Move`], or why it was refused.
+    Move(Result<crate::moves::MoveRecord, crate::moves::MoveRefused>),
     Event(EventReply),
 }
 
@@ -95,6 +103,7 @@ impl fmt::Display for Command {
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),
             Command::Audit(a) => write!(f, "audit {} {}", a.action, a.target),
             Command::SetDrained { node, drained } => write!(f, "set node {node} drained={drained}"),
+            Command::Move { op, .. } => write!(f, "move {op:?}"),
             Command::Event(c) => write!(f, "event {} epoch {}", c.event_id, c.epoch),
         }
     }

@@ -46,6 +46,29 @@ pub struct Directory {
     pub events: BTreeMap<EventId, EventRoute>,
     /// Nodes drained for maintenance: they hand off any leadership they get.
     pub drained: std::collections::BTreeSet<NodeId>,
+    /// Ownership moves, running and finished, by id.
+    pub moves: BTreeMap<u64, crate::moves::MoveRecord>,
+    /// The id the next move gets (never 0).
+    pub next_move_id: u64,
+}
+
+/// Whether an event is being moved between regions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RouteState {
+    #[default]
+    Active,
+    Moving {
+        move_id: u64,
+    },
+}
+
+impl RouteState {
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteState::Active => "active",
+            RouteState::Moving { .. } => "moving",
+        }
+    }
 }
 
 /// An event's entry in the directory.
@@ -57,6 +80,7 @@ pub struct EventRoute {
     pub owner_region: RegionId,
     pub epoch: Epoch,
     pub survival: Survival,
+    pub state: RouteState,
 }
 
 impl EventRoute {
@@ -78,6 +102,19 @@ impl Directory {
         self.groups
             .values()
             .filter(move |g| g.members.contains(&node))
+    }
+
+    /// The groups `node` should host a replica of: those it is a voter of,
+    /// and those a running move is adding it to.
+    pub fn hosted_on(&self, node: NodeId) -> std::collections::BTreeSet<GroupId> {
+        let mut out: std::collections::BTreeSet<GroupId> =
+            self.groups_of(node).map(|g| g.id).collect();
+        for m in self.moves.values() {
+            if m.is_running() && m.to_members.contains(&node) {
+                out.insert(m.group);
+            }
+        }
+        out
     }
 
     /// Choose the voters of a new group. Deterministic: the same directory

@@ -14,6 +14,8 @@
 //! - [`directory`]: the directory's records and the placement rule.
 //! - [`inventory`]: one event's seats, holds and idempotency records, and
 //!   its `apply` (fenced by the event's epoch).
+//! - [`moves`]: ownership moves as the directory records them (steps,
+//!   compare-and-set advances, abort before the membership change).
 //! - [`query`]: reads of a group's state.
 //!
 //! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
@@ -24,12 +26,14 @@ pub mod command;
 pub mod directory;
 pub mod ids;
 pub mod inventory;
+pub mod moves;
 pub mod query;
 pub mod state;
 
 pub use audit::AuditEntry;
 pub use command::{Command, Response};
-pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement};
+pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement, RouteState};
 pub use ids::{BookingId, Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
+pub use moves::{MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep};
 pub use query::{Query, QueryResult};
 pub use state::{Applied, RecordKey, State};

@@ -50,6 +50,9 @@ pub enum RecordKey {
     Audit(u64),
     /// Directory: a drained node.
     Drained(NodeId),
+    /// Directory: an ownership move.
+    Move(u64),
+    NextMoveId,
 }
 
 /// The result of one `apply`.
@@ -91,6 +94,8 @@ impl RecordKey {
             RecordKey::Inbox(i) => [b"i/".as_slice(), i.as_bytes()].concat(),
             RecordKey::Audit(a) => [b"a/".as_slice(), &a.to_be_bytes()].concat(),
             RecordKey::Drained(n) => [b"d/".as_slice(), &n.0.to_be_bytes()].concat(),
+            RecordKey::Move(m) => [b"v/".as_slice(), &m.to_be_bytes()].concat(),
+            RecordKey::NextMoveId => b"m/next_move_id".to_vec(),
             RecordKey::Op(owner, key) => {
                 // The owner's length first, so owner and key cannot run together.
                 let len = u16::try_from(owner.0.len()).expect("user ids are short");
@@ -113,6 +118,8 @@ impl RecordKey {
             (b"g/", g) => num(g).map(|g| RecordKey::Group(GroupId(g))),
             (b"m/", b"next_group_id") => Some(RecordKey::NextGroupId),
             (b"m/", b"event") => Some(RecordKey::Event),
+            (b"m/", b"next_move_id") => Some(RecordKey::NextMoveId),
+            (b"v/", m) => num(m).map(RecordKey::Move),
             (b"r/", e) => String::from_utf8(e.to_vec())
                 .ok()
                 .map(|e| RecordKey::Route(EventId(e))),
@@ -159,6 +166,7 @@ impl State {
                 | Command::PutShared { .. }
                 | Command::Audit(_)
                 | Command::SetDrained { .. }
+                | Command::Move { .. }
         );
         // A batch is checked command by command.
         if !matches!(cmd, Command::Batch(_)) && directory_cmd != group.is_directory() {
@@ -252,6 +260,7 @@ impl State {
                     owner_region: home_region.clone(),
                     epoch: Epoch(1),
                     survival: *survival,
+                    state: crate::directory::RouteState::Active,
                 };
                 changed.push(RecordKey::Route(event_id.clone()));
                 self.directory
@@ -288,6 +297,9 @@ impl State {
                 }
                 Response::DrainedSet { was }
             }
+            Command::Move { op, at_ms } => {
+                Response::Move(self.directory.apply_move(op, *at_ms, changed))
+            }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
         }
     }
@@ -321,6 +333,8 @@ impl State {
             RecordKey::Inbox(i) => self.inventory.inbox.get(i).map(enc),
             RecordKey::Audit(a) => self.audit.get(a).map(enc),
             RecordKey::Drained(n) => self.directory.drained.contains(n).then(|| enc(&true)),
+            RecordKey::Move(m) => self.directory.moves.get(m).map(enc),
+            RecordKey::NextMoveId => Some(enc(&self.directory.next_move_id)),
         }
     }
 
@@ -374,6 +388,10 @@ impl State {
             RecordKey::Drained(n) => {
                 self.directory.drained.insert(n);
             }
+            RecordKey::Move(m) => {
+                self.directory.moves.insert(m, dec(value).map_err(err)?);
+            }
+            RecordKey::NextMoveId => self.directory.next_move_id = dec(value).map_err(err)?,
         }
         Ok(())
     }
@@ -422,6 +440,10 @@ impl State {
             RecordKey::Drained(n) => {
                 self.directory.drained.remove(&n);
             }
+            RecordKey::Move(m) => {
+                self.directory.moves.remove(&m);
+            }
+            RecordKey::NextMoveId => self.directory.next_move_id = 0,
         }
         Ok(())
     }
@@ -474,7 +496,9 @@ impl State {
                     .drained
                     .iter()
                     .map(|n| RecordKey::Drained(*n)),
-            );
+            )
+            .chain(self.directory.moves.keys().map(|m| RecordKey::Move(*m)))
+            .chain(std::iter::once(RecordKey::NextMoveId));
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }

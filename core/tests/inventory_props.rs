@@ -593,3 +593,61 @@ fn webhook_ids_are_remembered_for_a_week_then_forgotten() {
     assert_eq!(s.inventory.bookings[&1].status, BookingStatus::Confirmed);
     check(&s);
 }
+
+#[test]
+fn after_an_epoch_bump_every_command_with_the_old_epoch_is_refused() {
+    let g = GroupId(1);
+    let mut s = State::default();
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
+    let hold = |epoch: u64, seat: &str| {
+        cmd(
+            1,
+            epoch,
+            None,
+            EventAction::Hold {
+                owner: UserId("a".into()),
+                pick: SeatPick::Seats(vec![seat.to_string()]),
+            },
+        )
+    };
+    assert!(matches!(
+        outcome(s.apply(g, &hold(1, "A1")).response),
+        Outcome::Held(_)
+    ));
+    let bump = |to: u64| {
+        cmd(
+            2,
+            1,
+            None,
+            EventAction::BumpEpoch {
+                epoch: seatfence_core::Epoch(to),
+                owner: "b".into(),
+            },
+        )
+    };
+    // Only one step up.
+    assert!(matches!(
+        outcome(s.apply(g, &bump(3)).response),
+        Outcome::InvalidRequest { .. }
+    ));
+    assert!(matches!(
+        outcome(s.apply(g, &bump(2)).response),
+        Outcome::EpochBumped { .. }
+    ));
+    // A repeat of the bump is refused with the new epoch: nothing changes.
+    let after = s.clone();
+    for c in [bump(2), hold(1, "A2"), hold(1, "A1")] {
+        match outcome(s.apply(g, &c).response) {
+            Outcome::StaleEpoch { current, owner } => {
+                assert_eq!((current.0, owner.0.as_str()), (2, "b"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(s, after);
+    assert!(matches!(
+        outcome(s.apply(g, &hold(2, "A2")).response),
+        Outcome::Held(_)
+    ));
+    check(&s);
+}

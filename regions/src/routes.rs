@@ -148,6 +148,7 @@ mod tests {
             owner_region: RegionId("a".into()),
             epoch: Epoch(epoch),
             survival: Survival::Zone,
+            state: Default::default(),
         });
         (c, id)
     }
@@ -191,6 +192,7 @@ mod tests {
             owner_region: RegionId("b".into()),
             epoch: Epoch(1),
             survival: Survival::Zone,
+            state: Default::default(),
         }
     }
 }

@@ -93,6 +93,25 @@ impl Inventory {
                 Outcome::OpenSet { open: *open }
             }
             EventAction::Tick => Outcome::Ticked { expired },
+            EventAction::BumpEpoch { epoch, owner } => {
+                if epoch.0 != cmd.epoch.0 + 1 {
+                    Outcome::InvalidRequest {
+                        reason: format!(
+                            "epoch {} can only be bumped to {}",
+                            cmd.epoch,
+                            cmd.epoch.0 + 1
+                        ),
+                    }
+                } else {
+                    let ev = self.event_mut(changed);
+                    ev.epoch = *epoch;
+                    ev.owner = owner.clone();
+                    Outcome::EpochBumped {
+                        epoch: *epoch,
+                        owner: owner.clone(),
+                    }
+                }
+            }
             EventAction::Payment(p) => self.payment(p, now, changed),
         };
         if let Some(k) = op_key {

@@ -78,6 +78,12 @@ pub enum EventAction {
     Tick,
     /// Bookings and payments (see `booking.rs`).
     Payment(PaymentAction),
+    /// Ownership move, step 5: the new owner region's leader raises the
+    /// epoch by one. The command carries the current epoch (so a repeat
+    /// after success is a `StaleEpoch` naming the new one); `epoch` must be
+    /// exactly one above it. From here on, every command stamped with the
+    /// old epoch is refused on every replica.
+    BumpEpoch { epoch: Epoch, owner: RegionId },
 }
 
 /// Which seats a hold asks for.
@@ -211,6 +217,10 @@ pub enum Outcome {
     Ticked {
         expired: u32,
     },
+    EpochBumped {
+        epoch: Epoch,
+        owner: RegionId,
+    },
     /// The command's epoch is not the event's: re-route with `current`.
     StaleEpoch {
         current: Epoch,
@@ -290,6 +300,7 @@ impl Outcome {
             | Outcome::Cancelled(_)
             | Outcome::OpenSet { .. }
             | Outcome::Ticked { .. }
+            | Outcome::EpochBumped { .. }
             | Outcome::Booking(_)
             | Outcome::Confirmed { .. }
             | Outcome::ExecuteIntent { .. }

@@ -1,0 +1,598 @@
+//! Ownership moves (DESIGN §6), as the directory records them.
+//!
+//! ```text
+//!  Start ──▶ add_learners ──▶ change_membership ──▶ transfer_leader
+//!              │ (abortable)      ──▶ bump_epoch ──▶ update_directory ──▶ done
+//!              ▼
+//!           aborted ──(learners removed)──▶ cleaned
+//! ```
+//!
+//! The directory is the only place a move's progress lives: a coordinator
+//! (any node leading the directory) reads the step, performs it (every step
+//! is idempotent), then advances the step with a compare-and-set
+//! ([`MoveOp::Advance`] names the step it expects), so a coordinator that
+//! was replaced and wakes up late can never move a move backwards, and an
+//! abort can never overtake the membership change: whichever of the two
+//! commits first wins, on every replica.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Epoch, EventId, GroupId, NodeId, RegionId};
+
+/// The step a running move is at: the step being performed now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MoveStep {
+    /// Step 2: the target nodes join as learners and catch up.
+    AddLearners,
+    /// Step 3: joint membership change to the target voters.
+    ChangeMembership,
+    /// Step 4: leadership into the target region (the only write pause).
+    TransferLeader,
+    /// Step 5: the new leader commits `BumpEpoch(epoch + 1, owner = to)`.
+    BumpEpoch,
+    /// Step 6: the directory records the new epoch and owner.
+    UpdateDirectory,
+    /// Finished (the old replicas drop their data after a grace period).
+    Done,
+}
+
+impl MoveStep {
+    pub const ALL: [MoveStep; 6] = [
+        MoveStep::AddLearners,
+        MoveStep::ChangeMembership,
+        MoveStep::TransferLeader,
+        MoveStep::BumpEpoch,
+        MoveStep::UpdateDirectory,
+        MoveStep::Done,
+    ];
+
+    /// The name in the API (`step` of `GET /v1/admin/moves/{id}`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MoveStep::AddLearners => "add_learners",
+            MoveStep::ChangeMembership => "change_membership",
+            MoveStep::TransferLeader => "transfer_leader",
+            MoveStep::BumpEpoch => "bump_epoch",
+            MoveStep::UpdateDirectory => "update_directory",
+            MoveStep::Done => "done",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MoveStep> {
+        MoveStep::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// 1-based position among the steps (for progress bars).
+    pub fn number(self) -> usize {
+        MoveStep::ALL
+            .iter()
+            .position(|s| *s == self)
+            .expect("every step is listed")
+            + 1
+    }
+
+    /// The step after this one.
+    pub fn next(self) -> MoveStep {
+        MoveStep::ALL
+            .get(self.number())
+            .copied()
+            .unwrap_or(MoveStep::Done)
+    }
+
+    /// A move can be aborted only before its membership change starts.
+    pub fn abortable(self) -> bool {
+        self <= MoveStep::AddLearners
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MoveState {
+    Running,
+    Done,
+    Aborted,
+    Failed,
+}
+
+impl MoveState {
+    pub fn name(self) -> &'static str {
+        match self {
+            MoveState::Running => "running",
+            MoveState::Done => "done",
+            MoveState::Aborted => "aborted",
+            MoveState::Failed => "failed",
+        }
+    }
+}
+
+/// One ownership move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    pub move_id: u64,
+    pub event_id: EventId,
+    pub group: GroupId,
+    pub from_region: RegionId,
+    pub to_region: RegionId,
+    /// The event's epoch when the move started; the move ends at `+1`.
+    pub from_epoch: Epoch,
+    /// The group's voters before the move.
+    pub from_members: Vec<NodeId>,
+    /// The group's voters after it (placed in `to_region` at the start).
+    pub to_members: Vec<NodeId>,
+    pub step: MoveStep,
+    pub state: MoveState,
+    pub started_ms: u64,
+    /// When the step last changed.
+    pub updated_ms: u64,
+    /// When each step was entered, in order (`(step, at_ms)`).
+    pub history: Vec<(MoveStep, u64)>,
+    /// Who asked (the operator's token `sub`).
+    pub actor: String,
+    /// Why the move was aborted or failed.
+    pub reason: Option<String>,
+    /// Aborted moves: the learners it added have been removed again.
+    pub cleaned: bool,
+    /// How long the group had no leader in the target region able to take
+    /// writes at the new epoch: from the transfer's start to the bump's
+    /// commit, as the coordinator measured it.
+    pub pause_ms: Option<u64>,
+}
+
+impl MoveRecord {
+    /// Nodes that host a replica only because of this move (learners that
+    /// are not voters yet).
+    pub fn joining(&self) -> Vec<NodeId> {
+        self.to_members
+            .iter()
+            .filter(|n| !self.from_members.contains(n))
+            .copied()
+            .collect()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.state == MoveState::Running
+    }
+
+    /// Milliseconds from start to the last change.
+    pub fn duration_ms(&self) -> u64 {
+        self.updated_ms.saturating_sub(self.started_ms)
+    }
+}
+
+/// What the directory is asked to do with moves. `at_ms` (in
+/// [`crate::Command::Move`]) is the caller's clock, recorded, never compared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MoveOp {
+    /// Step 1: record the move, mark the event `moving`, place the target
+    /// voters. Refused while another move of the event runs.
+    Start {
+        event_id: EventId,
+        to_region: RegionId,
+        actor: String,
+    },
+    /// Advance `move_id` from `from` to the next step, only if it is at
+    /// `from` and running. `pause_ms` is recorded when given.
+    Advance {
+        move_id: u64,
+        from: MoveStep,
+        pause_ms: Option<u64>,
+    },
+    /// Step 6: the new epoch is committed in the event group: record it,
+    /// the owner and the voters, mark the event active, the move done.
+    Finish { move_id: u64, epoch: Epoch },
+    /// Abort a running move before its membership change.
+    Abort { move_id: u64, reason: String },
+    /// An aborted move's learners are gone.
+    Cleaned { move_id: u64 },
+}
+
+/// Why the directory refused a [`MoveOp`]: a stable code and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRefused {
+    pub code: String,
+    pub message: String,
+    /// The move as it stands, when there is one.
+    pub current: Option<Box<MoveRecord>>,
+}
+
+impl MoveRefused {
+    pub fn new(code: &str, message: impl Into<String>) -> MoveRefused {
+        MoveRefused {
+            code: code.to_string(),
+            message: message.into(),
+            current: None,
+        }
+    }
+
+    fn with(mut self, m: &MoveRecord) -> MoveRefused {
+        self.current = Some(Box::new(m.clone()));
+        self
+    }
+}
+
+impl crate::directory::Directory {
+    /// Apply one move operation. Returns the move as it stands afterwards.
+    pub fn apply_move(
+        &mut self,
+        op: &MoveOp,
+        at_ms: u64,
+        changed: &mut Vec<crate::RecordKey>,
+    ) -> Result<MoveRecord, MoveRefused> {
+        use crate::directory::RouteState;
+        use crate::RecordKey;
+        match op {
+            MoveOp::Start {
+                event_id,
+                to_region,
+                actor,
+            } => {
+                let route = self.events.get(event_id).ok_or_else(|| {
+                    MoveRefused::new("event_not_found", format!("event {event_id}"))
+                })?;
+                if let RouteState::Moving { move_id } = route.state {
+                    let m = &self.moves[&move_id];
+                    return Err(MoveRefused::new(
+                        "move_in_progress",
+                        format!("event {event_id} is already moving (move {move_id})"),
+                    )
+                    .with(m));
+                }
+                if &route.owner_region == to_region {
+                    return Err(MoveRefused::new(
+                        "already_owner",
+                        format!("event {event_id} is already owned by {to_region}"),
+                    ));
+                }
+                let group = self.groups.get(&route.group).ok_or_else(|| {
+                    MoveRefused::new("group_not_found", format!("group {}", route.group))
+                })?;
+                let from_members = group.members.clone();
+                let to_members = self.place_move(&from_members, to_region, route.survival)?;
+                let move_id = self.next_move_id.max(1);
+                self.next_move_id = move_id + 1;
+                let m = MoveRecord {
+                    move_id,
+                    event_id: event_id.clone(),
+                    group: route.group,
+                    from_region: route.owner_region.clone(),
+                    to_region: to_region.clone(),
+                    from_epoch: route.epoch,
+                    from_members,
+                    to_members,
+                    step: MoveStep::AddLearners,
+                    state: MoveState::Running,
+                    started_ms: at_ms,
+                    updated_ms: at_ms,
+                    history: vec![(MoveStep::AddLearners, at_ms)],
+                    actor: actor.clone(),
+                    reason: None,
+                    cleaned: false,
+                    pause_ms: None,
+                };
+                let route = self.events.get_mut(event_id).expect("checked above");
+                route.state = RouteState::Moving { move_id };
+                changed.push(RecordKey::Route(event_id.clone()));
+                changed.push(RecordKey::NextMoveId);
+                changed.push(RecordKey::Move(move_id));
+                self.moves.insert(move_id, m.clone());
+                Ok(m)
+            }
+            MoveOp::Advance {
+                move_id,
+                from,
+                pause_ms,
+            } => {
+                let m = self.move_mut(*move_id)?;
+                if !m.is_running() || m.step != *from || *from >= MoveStep::UpdateDirectory {
+                    return Err(MoveRefused::new(
+                        "step_mismatch",
+                        format!(
+                            "move {move_id} is {} at {}, not running at {}",
+                            m.state.name(),
+                            m.step.name(),
+                            from.name()
+                        ),
+                    )
+                    .with(m));
+                }
+                m.step = from.next();
+                m.updated_ms = at_ms;
+                m.history.push((m.step, at_ms));
+                if pause_ms.is_some() {
+                    m.pause_ms = *pause_ms;
+                }
+                let m = m.clone();
+                changed.push(RecordKey::Move(*move_id));
+                Ok(m)
+            }
+            MoveOp::Finish { move_id, epoch } => {
+                let m = self.move_mut(*move_id)?;
+                if m.state == MoveState::Done {
+                    return Ok(m.clone());
+                }
+                if !m.is_running() || m.step != MoveStep::UpdateDirectory {
+                    return Err(MoveRefused::new(
+                        "step_mismatch",
+                        format!(
+                            "move {move_id} is {} at {}, not at update_directory",
+                            m.state.name(),
+                            m.step.name()
+                        ),
+                    )
+                    .with(m));
+                }
+                if epoch.0 != m.from_epoch.0 + 1 {
+                    return Err(MoveRefused::new(
+                        "bad_epoch",
+                        format!("move {move_id} ends at epoch {}", m.from_epoch.0 + 1),
+                    )
+                    .with(m));
+                }
+                m.step = MoveStep::Done;
+                m.state = MoveState::Done;
+                m.updated_ms = at_ms;
+                m.history.push((MoveStep::Done, at_ms));
+                let m = m.clone();
+                changed.push(RecordKey::Move(*move_id));
+                if let Some(route) = self.events.get_mut(&m.event_id) {
+                    route.epoch = *epoch;
+                    route.owner_region = m.to_region.clone();
+                    route.state = RouteState::Active;
+                    changed.push(RecordKey::Route(m.event_id.clone()));
+                }
+                if let Some(g) = self.groups.get_mut(&m.group) {
+                    g.members = m.to_members.clone();
+                    changed.push(RecordKey::Group(m.group));
+                }
+                Ok(m)
+            }
+            MoveOp::Abort { move_id, reason } => {
+                let m = self.move_mut(*move_id)?;
+                if m.state == MoveState::Aborted {
+                    return Ok(m.clone());
+                }
+                if !m.is_running() || !m.step.abortable() {
+                    return Err(MoveRefused::new(
+                        "move_not_abortable",
+                        format!(
+                            "move {move_id} is {} at {}: only a running move before its \
+                             membership change can be aborted",
+                            m.state.name(),
+                            m.step.name()
+                        ),
+                    )
+                    .with(m));
+                }
+                m.state = MoveState::Aborted;
+                m.reason = Some(reason.clone());
+                m.updated_ms = at_ms;
+                let m = m.clone();
+                changed.push(RecordKey::Move(*move_id));
+                if let Some(route) = self.events.get_mut(&m.event_id) {
+                    route.state = RouteState::Active;
+                    changed.push(RecordKey::Route(m.event_id.clone()));
+                }
+                Ok(m)
+            }
+            MoveOp::Cleaned { move_id } => {
+                let m = self.move_mut(*move_id)?;
+                if m.state != MoveState::Aborted {
+                    return Err(MoveRefused::new(
+                        "step_mismatch",
+                        format!("move {move_id} is {}, not aborted", m.state.name()),
+                    )
+                    .with(m));
+                }
+                m.cleaned = true;
+                let m = m.clone();
+                changed.push(RecordKey::Move(*move_id));
+                Ok(m)
+            }
+        }
+    }
+
+    fn move_mut(&mut self, id: u64) -> Result<&mut MoveRecord, MoveRefused> {
+        self.moves
+            .get_mut(&id)
+            .ok_or_else(|| MoveRefused::new("move_not_found", format!("move {id}")))
+    }
+
+    /// The voters a group moving into `to` will have. Zone survival: three
+    /// nodes of `to`, least loaded first, the least-leading first. Region
+    /// survival: the same voters (one per region already), with the one in
+    /// `to` first, so leadership goes there.
+    fn place_move(
+        &self,
+        from_members: &[NodeId],
+        to: &RegionId,
+        survival: crate::inventory::Survival,
+    ) -> Result<Vec<NodeId>, MoveRefused> {
+        use crate::directory::Placement;
+        use crate::inventory::Survival;
+        if !self.nodes.values().any(|n| &n.region == to) {
+            return Err(MoveRefused::new(
+                "unknown_region",
+                format!("no node is registered in region {to}"),
+            ));
+        }
+        let mut members = match survival {
+            Survival::Zone => self
+                .place(&Placement::InRegion {
+                    region: to.clone(),
+                    replicas: u8::try_from(from_members.len()).unwrap_or(3),
+                })
+                .map_err(|e| MoveRefused::new("placement_failed", e))?,
+            Survival::Region => from_members.to_vec(),
+        };
+        // Never lead from a drained node; prefer a voter in `to`.
+        let in_to = |n: &NodeId| self.nodes.get(n).is_some_and(|i| &i.region == to);
+        if let Some(i) = members
+            .iter()
+            .position(|n| in_to(n) && !self.drained.contains(n))
+        {
+            members.swap(0, i);
+        }
+        if !members.first().is_some_and(in_to) {
+            return Err(MoveRefused::new(
+                "placement_failed",
+                format!("no voter of the group can be placed in region {to}"),
+            ));
+        }
+        Ok(members)
+    }
+
+    /// The running move of `group`, if any.
+    pub fn running_move_of(&self, group: GroupId) -> Option<&MoveRecord> {
+        self.moves
+            .values()
+            .find(|m| m.group == group && m.is_running())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::{Directory, EventRoute, GroupInfo, NodeInfo, RouteState};
+    use crate::inventory::Survival;
+
+    fn dir() -> Directory {
+        let mut d = Directory::default();
+        for (id, region) in [(1, "a"), (2, "a"), (3, "a"), (4, "b"), (5, "b"), (6, "b")] {
+            d.nodes.insert(
+                NodeId(id),
+                NodeInfo {
+                    id: NodeId(id),
+                    region: RegionId::from(region),
+                    grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                },
+            );
+        }
+        d.groups.insert(
+            GroupId(1),
+            GroupInfo {
+                id: GroupId(1),
+                members: vec![NodeId(1), NodeId(2), NodeId(3)],
+            },
+        );
+        d.events.insert(
+            EventId("e".into()),
+            EventRoute {
+                event_id: EventId("e".into()),
+                group: GroupId(1),
+                home_region: "a".into(),
+                owner_region: "a".into(),
+                epoch: Epoch(1),
+                survival: Survival::Zone,
+                state: RouteState::Active,
+            },
+        );
+        d
+    }
+
+    fn start(d: &mut Directory, to: &str) -> Result<MoveRecord, MoveRefused> {
+        d.apply_move(
+            &MoveOp::Start {
+                event_id: EventId("e".into()),
+                to_region: to.into(),
+                actor: "op".into(),
+            },
+            10,
+            &mut Vec::new(),
+        )
+    }
+
+    fn advance(d: &mut Directory, id: u64, from: MoveStep) -> Result<MoveRecord, MoveRefused> {
+        d.apply_move(
+            &MoveOp::Advance {
+                move_id: id,
+                from,
+                pause_ms: None,
+            },
+            20,
+            &mut Vec::new(),
+        )
+    }
+
+    #[test]
+    fn a_move_runs_its_steps_in_order_and_updates_the_route() {
+        let mut d = dir();
+        let m = start(&mut d, "b").unwrap();
+        assert_eq!(m.to_members.len(), 3);
+        assert!(m.to_members.iter().all(|n| n.0 >= 4), "{m:?}");
+        assert_eq!(m.joining(), m.to_members);
+        assert_eq!(
+            start(&mut d, "b").unwrap_err().code,
+            "move_in_progress",
+            "one move at a time"
+        );
+        let mut step = MoveStep::AddLearners;
+        while step < MoveStep::UpdateDirectory {
+            // A late coordinator repeating an older step changes nothing.
+            if step > MoveStep::AddLearners {
+                assert_eq!(
+                    advance(&mut d, m.move_id, MoveStep::AddLearners)
+                        .unwrap_err()
+                        .code,
+                    "step_mismatch"
+                );
+            }
+            step = advance(&mut d, m.move_id, step).unwrap().step;
+        }
+        let abort = MoveOp::Abort {
+            move_id: m.move_id,
+            reason: "late".into(),
+        };
+        assert_eq!(
+            d.apply_move(&abort, 30, &mut Vec::new()).unwrap_err().code,
+            "move_not_abortable"
+        );
+        let fin = MoveOp::Finish {
+            move_id: m.move_id,
+            epoch: Epoch(2),
+        };
+        let done = d.apply_move(&fin, 40, &mut Vec::new()).unwrap();
+        assert_eq!(done.state, MoveState::Done);
+        let route = &d.events[&EventId("e".into())];
+        assert_eq!(
+            (route.epoch, route.owner_region.0.as_str(), route.state),
+            (Epoch(2), "b", RouteState::Active)
+        );
+        assert_eq!(d.groups[&GroupId(1)].members, m.to_members);
+        // Finishing twice is harmless; a new move can start from the new owner.
+        assert_eq!(d.apply_move(&fin, 50, &mut Vec::new()).unwrap(), done);
+        assert_eq!(start(&mut d, "b").unwrap_err().code, "already_owner");
+        assert_eq!(start(&mut d, "a").unwrap().from_epoch, Epoch(2));
+    }
+
+    #[test]
+    fn abort_wins_only_before_the_membership_change() {
+        let mut d = dir();
+        let m = start(&mut d, "b").unwrap();
+        let abort = MoveOp::Abort {
+            move_id: m.move_id,
+            reason: "operator".into(),
+        };
+        let a = d.apply_move(&abort, 30, &mut Vec::new()).unwrap();
+        assert_eq!(a.state, MoveState::Aborted);
+        assert_eq!(
+            advance(&mut d, m.move_id, MoveStep::AddLearners)
+                .unwrap_err()
+                .code,
+            "step_mismatch",
+            "the coordinator cannot go on after an abort"
+        );
+        let route = &d.events[&EventId("e".into())];
+        assert_eq!((route.epoch, route.state), (Epoch(1), RouteState::Active));
+        assert_eq!(d.groups[&GroupId(1)].members.len(), 3);
+        assert!(d.groups[&GroupId(1)].members.iter().all(|n| n.0 <= 3));
+    }
+
+    #[test]
+    fn a_move_into_an_unknown_or_small_region_is_refused() {
+        let mut d = dir();
+        assert_eq!(start(&mut d, "zz").unwrap_err().code, "unknown_region");
+        d.nodes.remove(&NodeId(6));
+        assert_eq!(start(&mut d, "b").unwrap_err().code, "placement_failed");
+        assert_eq!(start(&mut d, "a").unwrap_err().code, "already_owner");
+        assert!(d.moves.is_empty());
+    }
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use seatfence_core::GroupId;
-use seatfence_raft::config::{EdgeConfig, PaymentsConfig};
+use seatfence_raft::config::{EdgeConfig, MovesConfig, PaymentsConfig};
 use seatfence_raft::{ClusterClient, NodeConfig, Peer, RaftTuning};
 
 /// The regions a local cluster spreads its nodes over, in order.
@@ -94,7 +94,15 @@ impl LocalCluster {
         if voters == 0 || voters > REGIONS.len() {
             bail!("1 to {} directory voters (one per region)", REGIONS.len());
         }
-        Self::start_layout(bin, dir, voters, voters + extra, tuning, None)
+        Self::start_layout(
+            bin,
+            dir,
+            voters,
+            voters + extra,
+            tuning,
+            None,
+            MovesConfig::default(),
+        )
     }
 
     /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
@@ -124,7 +132,39 @@ impl LocalCluster {
         if regions == 0 || regions > REGIONS.len() || per_region == 0 {
             bail!("1 to {} regions, at least one node each", REGIONS.len());
         }
-        Self::start_layout(bin, dir, regions, regions * per_region, tuning, payments)
+        Self::start_layout(
+            bin,
+            dir,
+            regions,
+            regions * per_region,
+            tuning,
+            payments,
+            MovesConfig::default(),
+        )
+    }
+
+    /// [`start_regions`](Self::start_regions), every node coordinating
+    /// moves with `moves` (tests slow the steps down to act between them).
+    pub fn start_regions_moves(
+        bin: &Path,
+        dir: &Path,
+        regions: usize,
+        per_region: usize,
+        tuning: RaftTuning,
+        moves: MovesConfig,
+    ) -> anyhow::Result<LocalCluster> {
+        if regions == 0 || regions > REGIONS.len() || per_region == 0 {
+            bail!("1 to {} regions, at least one node each", REGIONS.len());
+        }
+        Self::start_layout(
+            bin,
+            dir,
+            regions,
+            regions * per_region,
+            tuning,
+            None,
+            moves,
+        )
     }
 
     fn start_layout(
@@ -134,6 +174,7 @@ impl LocalCluster {
         n: usize,
         tuning: RaftTuning,
         payments: Option<PaymentsConfig>,
+        moves: MovesConfig,
     ) -> anyhow::Result<LocalCluster> {
         if let Some(existing) = Self::existing_configs(dir, n)? {
             return Self::from_configs(bin, existing);
@@ -163,6 +204,7 @@ impl LocalCluster {
                 data_dir: node_dir.join("data"),
                 initial_members: members.clone(),
                 raft: tuning.clone(),
+                moves: moves.clone(),
                 edge: Some(EdgeConfig {
                     http_addr: format!("127.0.0.1:{}", ports[n + p.id as usize - 1]),
                     jwt_secret: secret.clone(),

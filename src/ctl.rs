@@ -77,6 +77,26 @@ pub enum EventCmd {
     },
     /// Put a drained node back in service (operator).
     Undrain { node: u64 },
+    /// Move an event's ownership to another region (operator). With
+    /// `--wait`, follow its steps until it is done, aborted or failed.
+    Move {
+        event: String,
+        #[arg(long)]
+        to: String,
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ownership moves, newest first (operator).
+    Moves {
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Abort a move before its membership change (operator).
+    AbortMove { move_id: u64 },
     /// The operators' audit trail, newest first (operator).
     Audit {
         #[arg(long, default_value_t = 50)]
@@ -156,6 +176,85 @@ fn print_cluster(v: &Value) {
             ids(&g["members"]),
             lag
         );
+    }
+    let moves = arr(&v["moves"]);
+    if !moves.is_empty() {
+        println!("\nRUNNING MOVES");
+        for m in moves {
+            print_move_row(&m);
+        }
+    }
+}
+
+/// One line per move: id, event, regions, step, state, timings.
+fn print_move_row(m: &Value) {
+    println!(
+        "{:<5} {:<20} {:<10} -> {:<10} {:<18} {:<8} {:>8} {:>8}",
+        m["move_id"],
+        m["event_id"].as_str().unwrap_or("?"),
+        m["from_region"].as_str().unwrap_or("?"),
+        m["to_region"].as_str().unwrap_or("?"),
+        m["step"].as_str().unwrap_or("?"),
+        m["state"].as_str().unwrap_or("?"),
+        format!("{} ms", m["duration_ms"]),
+        if m["pause_ms"].is_null() {
+            "-".to_string()
+        } else {
+            format!("{} ms", m["pause_ms"])
+        }
+    );
+}
+
+/// A progress bar for a move at `m`'s step: `[###---] 3/6 transfer_leader`.
+fn move_bar(m: &Value) -> String {
+    let n = m["step_number"].as_u64().unwrap_or(0) as usize;
+    let total = m["steps"].as_u64().unwrap_or(6) as usize;
+    let done = if m["state"] == "done" { total } else { n.saturating_sub(1) };
+    format!(
+        "[{}{}] {}/{} {}",
+        "#".repeat(done * 4),
+        "-".repeat((total - done.min(total)) * 4),
+        n,
+        total,
+        m["step"].as_str().unwrap_or("?")
+    )
+}
+
+/// Follow move `id` until it ends: one bar per step reached, with the time
+/// since the move started. Returns the final move.
+async fn follow_move(
+    http: &HttpClient,
+    edge: &str,
+    token: &str,
+    first: Value,
+    quiet: bool,
+) -> anyhow::Result<Value> {
+    let id = first["move_id"].clone();
+    let mut last_step = String::new();
+    let mut m = first;
+    let start = std::time::Instant::now();
+    loop {
+        let step = format!("{}/{}", m["step"], m["state"]);
+        if step != last_step && !quiet {
+            println!(
+                "{:<40} {:>7.2} s  {}",
+                move_bar(&m),
+                start.elapsed().as_secs_f64(),
+                m["state"].as_str().unwrap_or("?")
+            );
+            last_step = step;
+        }
+        if m["state"] != "running" {
+            return Ok(m);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let a = http
+            .get(&format!("{edge}/v1/admin/moves/{id}"), Some(token))
+            .await?;
+        // The directory may be electing: keep watching.
+        if a.status.is_success() {
+            m = a.body;
+        }
     }
 }
 
@@ -384,6 +483,85 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 .await?;
             check(&a)?;
             println!("node {node}: back in service");
+        }
+        EventCmd::Move {
+            event,
+            to,
+            wait,
+            json: as_json,
+        } => {
+            let a = http
+                .post(
+                    &format!("{edge}/v1/admin/events/{event}/move"),
+                    Some(&token),
+                    None,
+                    &json!({"to_region": to}),
+                )
+                .await?;
+            check(&a)?;
+            if !as_json {
+                println!(
+                    "move {}: event {} {} -> {} (epoch {} -> {}), target voters {}",
+                    a.body["move_id"],
+                    event,
+                    a.body["from_region"].as_str().unwrap_or("?"),
+                    a.body["to_region"].as_str().unwrap_or("?"),
+                    a.body["from_epoch"],
+                    a.body["from_epoch"].as_u64().unwrap_or(0) + 1,
+                    a.body["to_members"]
+                );
+            }
+            let end = if wait {
+                follow_move(&http, &edge, &token, a.body, as_json).await?
+            } else {
+                a.body
+            };
+            if as_json {
+                println!("{end}");
+            } else if wait {
+                println!(
+                    "move {}: {} in {} ms, write pause {} ms",
+                    end["move_id"], end["state"], end["duration_ms"], end["pause_ms"]
+                );
+            }
+            if wait && end["state"] != "done" {
+                bail!("move ended {}: {}", end["state"], end["reason"]);
+            }
+        }
+        EventCmd::Moves {
+            limit,
+            json: as_json,
+        } => {
+            let a = http
+                .get(
+                    &format!("{edge}/v1/admin/moves?limit={limit}"),
+                    Some(&token),
+                )
+                .await?;
+            check(&a)?;
+            if as_json {
+                println!("{}", a.body);
+            } else {
+                println!(
+                    "{:<5} {:<20} {:<10}    {:<10} {:<18} {:<8} {:>8} {:>8}",
+                    "MOVE", "EVENT", "FROM", "TO", "STEP", "STATE", "TOOK", "PAUSE"
+                );
+                for m in a.body["moves"].as_array().cloned().unwrap_or_default() {
+                    print_move_row(&m);
+                }
+            }
+        }
+        EventCmd::AbortMove { move_id } => {
+            let a = http
+                .post(
+                    &format!("{edge}/v1/admin/moves/{move_id}/abort"),
+                    Some(&token),
+                    None,
+                    &json!({}),
+                )
+                .await?;
+            check(&a)?;
+            println!("move {move_id}: aborted at {}", a.body["step"]);
         }
         EventCmd::Audit {
             limit,

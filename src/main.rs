@@ -386,6 +386,21 @@ async fn main() -> anyhow::Result<()> {
 /// One node process: replicas and gRPC, plus the HTTP edge when configured.
 async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
     let node = Node::start(config).await?;
+    {
+        let mut seeds = vec![node.config.grpc_addr.clone()];
+        seeds.extend(node.config.initial_members.iter().map(|p| p.grpc_addr.clone()));
+        let registry = node.registry.clone();
+        let client = ClusterClient::new(seeds)
+            .with_deadline(std::time::Duration::from_secs(5))
+            .with_members(std::sync::Arc::new(move |g| registry.member_addrs(g)));
+        seatfence_regions::moves::spawn(
+            node.registry.clone(),
+            client,
+            node.config.moves.clone(),
+            node.clock.clone(),
+            node.rx_stop.clone(),
+        );
+    }
     if let Some(edge_config) = node.config.edge.clone() {
         let listener = tokio::net::TcpListener::bind(&edge_config.http_addr)
             .await

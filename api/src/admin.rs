@@ -141,6 +141,7 @@ impl ClusterView {
                     "event_id": event.map(|r| r.event_id.0.clone()),
                     "owner_region": event.map(|r| r.owner_region.0.clone()),
                     "epoch": event.map(|r| r.epoch.0),
+                    "state": event.map(|r| r.state.name()),
                     "leader": leader.map(|(n, _)| n),
                     "term": leader.map(|(_, s)| s.term),
                     "members": members,
@@ -154,6 +155,13 @@ impl ClusterView {
             "regions": regions.into_iter().map(|(r, n)| json!({"region": r, "nodes": n})).collect::<Vec<_>>(),
             "nodes": nodes,
             "groups": groups,
+            "moves": self
+                .directory
+                .moves
+                .values()
+                .filter(|m| m.is_running())
+                .map(crate::moves::move_json)
+                .collect::<Vec<_>>(),
         })
     }
 }

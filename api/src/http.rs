@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
-use crate::{admin, events, holds, payments, Edge};
+use crate::{admin, events, holds, moves, payments, Edge};
 
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -322,6 +322,14 @@ fn audited_action(req: &Req) -> Option<(&'static str, String)> {
         ),
         ["v1", "admin", "nodes", id, "drain"] => ("drain", format!("node {id}")),
         ["v1", "admin", "nodes", id, "undrain"] => ("undrain", format!("node {id}")),
+        ["v1", "admin", "events", id, "move"] => (
+            "move",
+            format!(
+                "event {id} to {}",
+                body["to_region"].as_str().unwrap_or("?")
+            ),
+        ),
+        ["v1", "admin", "moves", id, "abort"] => ("abort-move", format!("move {id}")),
         _ => return None,
     })
 }
@@ -348,7 +356,7 @@ async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
         (&Method::GET, ["metrics"]) => {
             return Err(PlainOr::Plain(
                 StatusCode::OK,
-                edge.metrics.render(edge.client.redirects()),
+                edge.metrics.render(edge.client.redirects()) + &moves::progress_metrics(edge),
                 "text/plain; version=0.0.4",
             ))
         }
@@ -382,6 +390,14 @@ async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
         (&Method::POST, ["v1", "admin", "nodes", id, "undrain"]) => {
             admin::undrain(edge, req, id).await?
         }
+        (&Method::POST, ["v1", "admin", "events", id, "move"]) => {
+            moves::start(edge, req, id).await?
+        }
+        (&Method::GET, ["v1", "admin", "moves"]) => moves::list(edge, req).await?,
+        (&Method::GET, ["v1", "admin", "moves", id]) => moves::get(edge, req, id).await?,
+        (&Method::POST, ["v1", "admin", "moves", id, "abort"]) => {
+            moves::abort(edge, req, id).await?
+        }
         (_, ["healthz" | "readyz" | "metrics"])
         | (_, ["v1", "events"])
         | (_, ["v1", "events", _])
@@ -393,7 +409,11 @@ async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
         | (_, ["v1", "payments", "callback" | "webhook"])
         | (_, ["v1", "admin", "cluster" | "audit"])
         | (_, ["v1", "admin", "groups", _, "transfer-leader"])
-        | (_, ["v1", "admin", "nodes", _, "drain" | "undrain"]) => {
+        | (_, ["v1", "admin", "nodes", _, "drain" | "undrain"])
+        | (_, ["v1", "admin", "events", _, "move"])
+        | (_, ["v1", "admin", "moves"])
+        | (_, ["v1", "admin", "moves", _])
+        | (_, ["v1", "admin", "moves", _, "abort"]) => {
             return Err(ApiError::MethodNotAllowed.into())
         }
         _ => return Err(ApiError::NoRoute(path.clone()).into()),
@@ -424,6 +444,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/admin/groups/{group_id}/transfer-leader"),
     ("post", "/v1/admin/nodes/{node_id}/drain"),
     ("post", "/v1/admin/nodes/{node_id}/undrain"),
+    ("post", "/v1/admin/events/{event_id}/move"),
+    ("get", "/v1/admin/moves"),
+    ("get", "/v1/admin/moves/{move_id}"),
+    ("post", "/v1/admin/moves/{move_id}/abort"),
 ];
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod gateway;
 pub mod holds;
 pub mod http;
 pub mod metrics;
+pub mod moves;
 pub mod payments;
 
 use std::collections::HashMap;
@@ -73,27 +74,6 @@ pub struct Edge {
     availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
 }
 
-/// gRPC addresses of `group`'s members, from this node's directory replica.
-fn members_of(registry: &Registry, group: seatfence_core::GroupId) -> Vec<String> {
-    let Some(dir) = registry.get(seatfence_core::GroupId::DIRECTORY) else {
-        return Vec::new();
-    };
-    dir.sm.read(|s| {
-        let d = &s.state.directory;
-        let ids: Vec<seatfence_core::NodeId> = if group.is_directory() {
-            d.nodes.keys().copied().collect()
-        } else {
-            d.groups
-                .get(&group)
-                .map(|g| g.members.clone())
-                .unwrap_or_default()
-        };
-        ids.iter()
-            .filter_map(|id| d.nodes.get(id).map(|n| n.grpc_addr.clone()))
-            .collect()
-    })
-}
-
 /// How long an availability answer is reused.
 pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
 
@@ -110,7 +90,7 @@ impl Edge {
         let resolver_registry = registry.clone();
         let client = ClusterClient::new(seeds)
             .with_deadline(Duration::from_millis(config.request_timeout_ms))
-            .with_members(Arc::new(move |group| members_of(&resolver_registry, group)));
+            .with_members(Arc::new(move |group| resolver_registry.member_addrs(group)));
         Edge {
             region,
             local,
@@ -161,9 +141,12 @@ impl Edge {
         self
     }
 
-    /// Start the payment workers (reconciler, outbox, token refresher);
-    /// each acts only for what this node leads, and stops with `rx_stop`.
+    /// Start the edge's background work: following the directory for its
+    /// route cache, and the payment workers (reconciler, outbox, token
+    /// refresher), each acting only for what this node leads. All stop
+    /// with `rx_stop`.
     pub fn spawn_workers(self: &Arc<Edge>, rx_stop: tokio::sync::watch::Receiver<bool>) {
+        tokio::spawn(moves::follow_directory(self.clone(), rx_stop.clone()));
         if self.payments.is_none() {
             return;
         }

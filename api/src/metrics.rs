@@ -274,7 +274,34 @@ impl EdgeMetrics {
                 ("kind=\"refund\"", g(&self.refunds_done)),
             ],
         );
+        counter(
+            "seatfence_moves_total",
+            "Ownership moves: started and aborted through this edge, completed by this node's coordinator.",
+            &[
+                ("result=\"started\"", RaftMetrics::get(&METRICS.moves_started)),
+                ("result=\"aborted\"", RaftMetrics::get(&METRICS.moves_aborted)),
+                ("result=\"completed\"", RaftMetrics::get(&METRICS.moves_completed)),
+            ],
+        );
+        counter(
+            "seatfence_move_duration_ms_sum",
+            "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, leader transfer start to epoch bump committed (phase=\"pause\").",
+            &[
+                ("phase=\"total\"", RaftMetrics::get(&METRICS.move_duration_ms_sum)),
+                ("phase=\"pause\"", RaftMetrics::get(&METRICS.move_pause_ms_sum)),
+            ],
+        );
         for (name, help, v) in [
+            (
+                "seatfence_move_last_duration_seconds",
+                "Start to done of the last move this node's coordinator completed.",
+                &METRICS.move_last_duration_ms,
+            ),
+            (
+                "seatfence_move_last_pause_seconds",
+                "Write pause (leader transfer to epoch bump) of the last move this node's coordinator completed.",
+                &METRICS.move_last_pause_ms,
+            ),
             (
                 "seatfence_reconciliation_backlog",
                 "Holds with a payment due for reconciliation at the last sweep.",

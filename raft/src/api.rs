@@ -12,7 +12,7 @@ use seatfence_core::{Command, GroupId, Query, Response as CoreResponse};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::{
     query_reply, write_batch_reply, write_reply, BatchCommitted, Committed, GroupStatus,
-    LeaderHint, NotLeader, QueryAnswer, QueryReply, QueryRequest, ReadReply, ReadRequest,
+    membership_reply, LeaderHint, MembershipReply, MembershipRequest, NotLeader, QueryAnswer, QueryReply, QueryRequest, ReadReply, ReadRequest,
     StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest, WriteBatchReply,
     WriteBatchRequest, WriteReply, WriteRequest,
 };
@@ -379,6 +379,33 @@ impl NodeService for NodeApi {
             .await
             .map_err(|e| Status::unavailable(format!("group_unavailable: {e}")))?;
         Ok(Response::new(TransferLeaderReply {}))
+    }
+
+    async fn membership(
+        &self,
+        req: Request<MembershipRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        use crate::membership::{self, MembershipError, MembershipOp};
+        let req = req.into_inner();
+        let g = self.group(req.group_id)?;
+        let op: MembershipOp = storage::decode(&req.op)
+            .map_err(|e| Status::invalid_argument(format!("bad_membership_op: {e}")))?;
+        let result = match membership::apply(&g, op).await {
+            Ok(st) => membership_reply::Result::Status(
+                storage::encode(&st).map_err(|e| Status::internal(e.to_string()))?,
+            ),
+            Err(MembershipError::NotLeader(hint)) => {
+                membership_reply::Result::NotLeader(NotLeader {
+                    leader: hint.map(|(node_id, grpc_addr)| LeaderHint { node_id, grpc_addr }),
+                })
+            }
+            Err(MembershipError::Failed(e)) => {
+                return Err(Status::unavailable(format!("membership_change_failed: {e}")))
+            }
+        };
+        Ok(Response::new(MembershipReply {
+            result: Some(result),
+        }))
     }
 }
 

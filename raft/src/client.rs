@@ -244,6 +244,49 @@ impl ClusterClient {
             .into_inner())
     }
 
+    /// Run a membership operation at the leader of `group` (following
+    /// hints); answers the group's membership afterwards.
+    pub async fn membership(
+        &self,
+        group: GroupId,
+        op: &crate::membership::MembershipOp,
+    ) -> Result<crate::membership::MembershipStatus, ClientError> {
+        use seatfence_proto::v1::{membership_reply, MembershipRequest};
+        let bytes = storage::encode(op).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let inner = &self.inner;
+        inner
+            .at_leader(
+                group,
+                self.deadline,
+                &[tonic::Code::InvalidArgument],
+                |addr| {
+                    let bytes = bytes.clone();
+                    async move {
+                        let mut req = tonic::Request::new(MembershipRequest {
+                            group_id: group.0,
+                            op: bytes,
+                        });
+                        req.set_timeout(Duration::from_secs(10));
+                        let reply = inner.node(&addr)?.membership(req).await;
+                        Ok(match reply.map(|r| r.into_inner().result) {
+                            Ok(Some(membership_reply::Result::Status(b))) => Attempt::Done(
+                                storage::decode(&b)
+                                    .map_err(|e| ClientError::BadReply(e.to_string()))?,
+                            ),
+                            Ok(Some(membership_reply::Result::NotLeader(nl))) => {
+                                Attempt::NotLeader(nl)
+                            }
+                            Ok(None) => {
+                                return Err(ClientError::BadReply("empty membership reply".into()))
+                            }
+                            Err(s) => Attempt::Failed(s),
+                        })
+                    }
+                },
+            )
+            .await
+    }
+
     /// The status of the node at `addr`.
     pub async fn status_at(&self, addr: &str) -> Result<StatusReply, ClientError> {
         let mut req = tonic::Request::new(StatusRequest {});

@@ -18,6 +18,7 @@
 //! - [`registry`]: the replicas hosted on this node.
 //! - [`api`], [`client`]: the node's own API and a client for it;
 //!   [`batcher`] packs concurrent proposals into one entry.
+//! - [`membership`]: membership changes at a group's leader (moves).
 //! - [`node`], [`config`]: the `seatfence node` process.
 //!
 //! This crate must never acknowledge a write before it is durable on a
@@ -29,6 +30,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod metrics;
+pub mod membership;
 pub mod network;
 pub mod node;
 pub mod registry;

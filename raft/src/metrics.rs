@@ -17,6 +17,18 @@ pub struct RaftMetrics {
     pub leader_changes: AtomicU64,
     /// The same, per group id. Held only to bump or copy a count.
     pub leader_changes_by_group: Mutex<BTreeMap<u64, u64>>,
+    /// Ownership moves started / aborted through this node's edge, and
+    /// completed by this node's coordinator.
+    pub moves_started: AtomicU64,
+    pub moves_aborted: AtomicU64,
+    pub moves_completed: AtomicU64,
+    /// Sums over completed moves (ms): start to done, and the write pause
+    /// (leader transfer start to epoch bump committed).
+    pub move_duration_ms_sum: AtomicU64,
+    pub move_pause_ms_sum: AtomicU64,
+    /// The last completed move's figures (ms).
+    pub move_last_duration_ms: AtomicU64,
+    pub move_last_pause_ms: AtomicU64,
 }
 
 impl RaftMetrics {
@@ -55,4 +67,11 @@ pub static METRICS: RaftMetrics = RaftMetrics {
     not_leader_answers: AtomicU64::new(0),
     leader_changes: AtomicU64::new(0),
     leader_changes_by_group: Mutex::new(BTreeMap::new()),
+    moves_started: AtomicU64::new(0),
+    moves_aborted: AtomicU64::new(0),
+    moves_completed: AtomicU64::new(0),
+    move_duration_ms_sum: AtomicU64::new(0),
+    move_pause_ms_sum: AtomicU64::new(0),
+    move_last_duration_ms: AtomicU64::new(0),
+    move_last_pause_ms: AtomicU64::new(0),
 };

@@ -85,6 +85,32 @@ impl Registry {
             .and_then(|g| g.raft.metrics().borrow_watched().current_leader)
     }
 
+    /// gRPC addresses of the nodes that may lead `group`, from this node's
+    /// replica of the directory: its voters, plus the target voters of a
+    /// running move (leadership goes there before the directory says so).
+    pub fn member_addrs(&self, group: GroupId) -> Vec<String> {
+        let Some(dir) = self.get(GroupId::DIRECTORY) else {
+            return Vec::new();
+        };
+        dir.sm.read(|s| {
+            let d = &s.state.directory;
+            let mut ids: Vec<seatfence_core::NodeId> = if group.is_directory() {
+                d.nodes.keys().copied().collect()
+            } else {
+                d.groups
+                    .get(&group)
+                    .map(|g| g.members.clone())
+                    .unwrap_or_default()
+            };
+            if let Some(m) = d.running_move_of(group) {
+                ids.extend(m.to_members.iter().filter(|n| !ids.contains(n)).collect::<Vec<_>>());
+            }
+            ids.iter()
+                .filter_map(|id| d.nodes.get(id).map(|n| n.grpc_addr.clone()))
+                .collect()
+        })
+    }
+
     /// The replica of group `id`, or the gRPC answer for a group this node
     /// does not host (NOT_FOUND `unknown_group`).
     pub fn hosted(&self, id: u64) -> Result<Arc<GroupHandle>, tonic::Status> {
@@ -154,6 +180,24 @@ impl Registry {
                 Ok(())
             }
             Err(e) => Err(e).with_context(|| format!("initialize {id}")),
+        }
+    }
+
+    /// Stop serving `id` on this node (it is no longer a member): shut the
+    /// replica down so it never campaigns, and forget it. Its storage stays
+    /// until [`NodeDb::drop_group`].
+    pub async fn retire(&self, id: GroupId) {
+        let _guard = self.opening.lock().await;
+        let removed = self
+            .groups
+            .write()
+            .expect("registry lock poisoned")
+            .remove(&id);
+        if let Some(h) = removed {
+            if let Err(e) = h.raft.shutdown().await {
+                tracing::warn!(group = id.0, "shutdown of retired replica: {e}");
+            }
+            tracing::info!(group = id.0, "retired group replica");
         }
     }
 

@@ -9,13 +9,16 @@
 //!
 //! - [`routes`]: the edge's cache of the directory and the fence check at
 //!   the edge (check 1 of DESIGN §5).
+//! - [`moves`]: the ownership-move coordinator, run by whichever node leads
+//!   the directory; every step idempotent, progress only in the directory.
 //!
 //! The directory's state machine and placement live in `seatfence-core`
-//! (`Directory`, `EventRoute`, `Placement`) and run inside group 0. Ownership
-//! moves arrive with the ownership issue. This crate never decides an
+//! (`Directory`, `EventRoute`, `Placement`, `MoveRecord`) and run inside
+//! group 0. This crate never decides an
 //! outcome: it only says where to send a command and whether a reply is
 //! older than one already seen.
 
+pub mod moves;
 pub mod routes;
 
 pub use routes::{FenceCheck, RouteCache, RouteError};

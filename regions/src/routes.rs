@@ -83,6 +83,11 @@ impl RouteCache {
         }
     }
 
+    /// The events with a cached route.
+    pub fn cached_events(&self) -> Vec<EventId> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// Cache `route` unless a newer epoch is already known.
     pub fn learn(&self, route: EventRoute) {
         let mut entries = self.lock();

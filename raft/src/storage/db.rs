@@ -114,6 +114,21 @@ impl NodeDb {
             .collect()
     }
 
+    /// Delete every tree and the snapshot of `group` (a retired replica).
+    /// The replica must be shut down first.
+    pub fn drop_group(&self, group: GroupId) -> io::Result<()> {
+        for suffix in ["log", "meta", "sm"] {
+            self.inner
+                .db
+                .drop_tree(format!("g{}/{suffix}", group.0))
+                .map_err(io_err)?;
+        }
+        match std::fs::remove_file(self.snapshot_path(group)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Flush everything written so far, awaited by the caller.
     pub async fn flush(&self) -> io::Result<()> {
         flush_blocking(self.inner.db.clone()).await

@@ -1,0 +1,212 @@
+//! Ownership moves, for operators (DESIGN.md §6, §7).
+//!
+//! ```text
+//!  POST /v1/admin/events/{id}/move {"to_region"}  → 202 {"move_id", ...}   recorded in the directory
+//!  GET  /v1/admin/moves/{id}                      → {"move_id","event_id","from_region","to_region","step","state", ...}
+//!  GET  /v1/admin/moves[?limit=N]                 → newest first
+//!  POST /v1/admin/moves/{id}/abort                → 200 aborted; 409 move_not_abortable after the membership change
+//! ```
+//!
+//! The edge only records the request in the directory: the coordinator on
+//! the directory's leader performs the steps (`seatfence_regions::moves`).
+//! Reads go to the directory's leader, so a move read right after its
+//! start is always found.
+
+use hyper::StatusCode;
+use seatfence_core::{GroupId, MoveOp, MoveRecord, MoveRefused};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MoveBody {
+    to_region: String,
+}
+
+/// A move as the API shows it.
+pub fn move_json(m: &MoveRecord) -> Value {
+    json!({
+        "move_id": m.move_id,
+        "event_id": m.event_id.0,
+        "group_id": m.group.0,
+        "from_region": m.from_region.0,
+        "to_region": m.to_region.0,
+        "step": m.step.name(),
+        "step_number": m.step.number(),
+        "steps": seatfence_core::MoveStep::ALL.len(),
+        "state": m.state.name(),
+        "from_epoch": m.from_epoch.0,
+        "from_members": m.from_members.iter().map(|n| n.0).collect::<Vec<_>>(),
+        "to_members": m.to_members.iter().map(|n| n.0).collect::<Vec<_>>(),
+        "started_ms": m.started_ms,
+        "updated_ms": m.updated_ms,
+        "duration_ms": m.duration_ms(),
+        "pause_ms": m.pause_ms,
+        "history": m.history.iter().map(|(s, at)| json!({"step": s.name(), "at_ms": at})).collect::<Vec<_>>(),
+        "actor": m.actor,
+        "reason": m.reason,
+    })
+}
+
+fn refused(r: MoveRefused) -> ApiError {
+    let current = r.current.as_ref().map(|m| move_json(m));
+    let conflict = |code: &'static str| ApiError::Conflict {
+        code,
+        message: r.message.clone(),
+        extra: json!({ "move": current }),
+    };
+    match r.code.as_str() {
+        "event_not_found" => ApiError::NotFound {
+            code: "event_not_found",
+            what: r.message,
+        },
+        "move_not_found" => ApiError::NotFound {
+            code: "move_not_found",
+            what: r.message,
+        },
+        "unknown_region" => ApiError::bad("unknown_region", r.message),
+        "move_in_progress" => conflict("move_in_progress"),
+        "already_owner" => conflict("already_owner"),
+        "move_not_abortable" => conflict("move_not_abortable"),
+        "placement_failed" => conflict("placement_failed"),
+        "step_mismatch" => conflict("step_mismatch"),
+        _ => ApiError::Internal(format!("{}: {}", r.code, r.message)),
+    }
+}
+
+async fn propose(edge: &Edge, op: MoveOp) -> Result<MoveRecord, ApiError> {
+    seatfence_regions::moves::propose(&edge.client, edge.clock.now_ms(), op)
+        .await
+        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?
+        .map_err(refused)
+}
+
+fn parse_move_id(id: &str) -> Result<u64, ApiError> {
+    id.parse().map_err(|_| ApiError::NotFound {
+        code: "move_not_found",
+        what: format!("move {id:?}"),
+    })
+}
+
+/// `POST /v1/admin/events/{id}/move {"to_region"}` → 202 `{move_id, ...}`.
+pub async fn start(edge: &Edge, req: &Req, event: &str) -> Result<Reply, ApiError> {
+    let caller = req.operator(edge)?;
+    let body: MoveBody = req.json()?;
+    let m = propose(
+        edge,
+        MoveOp::Start {
+            event_id: seatfence_core::EventId(event.to_string()),
+            to_region: seatfence_core::RegionId(body.to_region),
+            actor: caller.user.0.clone(),
+        },
+    )
+    .await?;
+    seatfence_raft::metrics::RaftMetrics::inc(&seatfence_raft::metrics::METRICS.moves_started);
+    tracing::info!(move_id = m.move_id, event = %m.event_id, from = %m.from_region, to = %m.to_region, "operator: move started");
+    Ok(Reply::json(StatusCode::ACCEPTED, move_json(&m))
+        .header("location", format!("/v1/admin/moves/{}", m.move_id)))
+}
+
+/// `POST /v1/admin/moves/{id}/abort`: only before the membership change.
+pub async fn abort(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    let caller = req.operator(edge)?;
+    let move_id = parse_move_id(id)?;
+    let m = propose(
+        edge,
+        MoveOp::Abort {
+            move_id,
+            reason: format!("aborted by {}", caller.user.0),
+        },
+    )
+    .await?;
+    seatfence_raft::metrics::RaftMetrics::inc(&seatfence_raft::metrics::METRICS.moves_aborted);
+    Ok(Reply::json(StatusCode::OK, move_json(&m)))
+}
+
+/// `GET /v1/admin/moves/{id}`.
+pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let move_id = parse_move_id(id)?;
+    let dir = edge.directory_at_leader().await?;
+    let m = dir.moves.get(&move_id).ok_or_else(|| ApiError::NotFound {
+        code: "move_not_found",
+        what: format!("move {move_id}"),
+    })?;
+    Ok(Reply::json(StatusCode::OK, move_json(m)).header("cache-control", "no-store"))
+}
+
+/// `GET /v1/admin/moves[?limit=N]`: newest first.
+pub async fn list(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let limit = match req.query_param("limit") {
+        None => 100,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000"))?,
+    };
+    let dir = edge.directory_at_leader().await?;
+    let moves: Vec<Value> = dir.moves.values().rev().take(limit).map(move_json).collect();
+    Ok(Reply::json(StatusCode::OK, json!({ "moves": moves })).header("cache-control", "no-store"))
+}
+
+/// `seatfence_move_step`: the step number (1..=6) of every running move, as
+/// this node's directory replica has it.
+pub fn progress_metrics(edge: &Edge) -> String {
+    use std::fmt::Write;
+    let name = "seatfence_move_step";
+    let mut out = format!(
+        "# HELP {name} Step (1 add_learners .. 6 done) of each running ownership move.\n# TYPE {name} gauge\n"
+    );
+    let running: Vec<MoveRecord> = edge
+        .registry_directory(|d| d.moves.values().filter(|m| m.is_running()).cloned().collect())
+        .unwrap_or_default();
+    for m in running {
+        let _ = writeln!(
+            out,
+            "{name}{{move_id=\"{}\",event=\"{}\",to_region=\"{}\"}} {}",
+            m.move_id,
+            m.event_id.0,
+            m.to_region.0,
+            m.step.number()
+        );
+    }
+    out
+}
+
+/// Keep every cached route at the directory's newest epoch and owner: on
+/// each apply of this node's directory replica, cached events whose route
+/// changed (a finished move) are learned again. So after a move reads
+/// `done`, every edge reports the new owner within one directory
+/// replication round.
+pub async fn follow_directory(
+    edge: std::sync::Arc<Edge>,
+    mut rx_stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(dir) = edge.registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let mut rx = dir.sm.subscribe_applied();
+    loop {
+        let cached = edge.routes.cached_events();
+        let fresh: Vec<seatfence_core::EventRoute> = dir.sm.read(|s| {
+            cached
+                .iter()
+                .filter_map(|e| s.state.directory.events.get(e).cloned())
+                .collect()
+        });
+        for route in fresh {
+            edge.routes.learn(route);
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx.changed() => if changed.is_err() { return },
+        }
+    }
+}

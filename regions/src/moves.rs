@@ -1,0 +1,385 @@
+//! The move coordinator (DESIGN §6): drives every running ownership move,
+//! one step at a time, on whichever node leads the directory.
+//!
+//! ```text
+//!  directory apply / 1 s tick ─▶ leading group 0? ─▶ moves running or
+//!  aborted-not-cleaned ─▶ one task per move:
+//!     read the move from the local directory replica (the leader's)
+//!     ─▶ perform its step at the event group's leader (idempotent)
+//!     ─▶ Advance{from: step} (compare-and-set in the directory)
+//! ```
+//!
+//! Nothing is remembered outside the directory except the start time of a
+//! leader transfer (for the write-pause figure): a coordinator killed at any
+//! point is replaced by the next directory leader, which repeats the step
+//! the directory records. Repeating a step is harmless: learners already
+//! present are not added again, a membership already in place is not
+//! changed, a transfer to a target already leading is skipped, and a
+//! repeated epoch bump is refused by the state machine as stale (which
+//! names the bumped epoch, so the coordinator knows it happened).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seatfence_core::inventory::{EventAction, EventCommand, Outcome};
+use seatfence_core::{
+    Command, Epoch, GroupId, MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep, Response,
+};
+use seatfence_raft::clock::Clock;
+use seatfence_raft::config::MovesConfig;
+use seatfence_raft::membership::{MembershipOp, MembershipStatus};
+use seatfence_raft::metrics::{RaftMetrics, METRICS};
+use seatfence_raft::registry::Registry;
+use seatfence_raft::ClusterClient;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// What a step did.
+enum Next {
+    /// Look at the move again (the step advanced, or must be retried).
+    Again,
+    /// Nothing left to do for this move.
+    Finished,
+}
+
+pub struct Coordinator {
+    registry: Arc<Registry>,
+    client: ClusterClient,
+    config: MovesConfig,
+    clock: Arc<dyn Clock>,
+    /// Moves a task of this node is driving. Held only to insert/remove.
+    driving: Mutex<HashSet<u64>>,
+}
+
+/// Start the coordinator of this node; it acts only while the node leads
+/// the directory.
+pub fn spawn(
+    registry: Arc<Registry>,
+    client: ClusterClient,
+    config: MovesConfig,
+    clock: Arc<dyn Clock>,
+    rx_stop: watch::Receiver<bool>,
+) {
+    let c = Arc::new(Coordinator {
+        registry,
+        client,
+        config,
+        clock,
+        driving: Mutex::new(HashSet::new()),
+    });
+    tokio::spawn(c.run(rx_stop));
+}
+
+impl Coordinator {
+    async fn run(self: Arc<Self>, mut rx_stop: watch::Receiver<bool>) {
+        let Some(dir) = self.registry.get(GroupId::DIRECTORY) else {
+            return;
+        };
+        let mut rx_applied = dir.sm.subscribe_applied();
+        loop {
+            if dir.raft.is_leader() {
+                let pending: Vec<u64> = dir.sm.read(|s| {
+                    s.state
+                        .directory
+                        .moves
+                        .values()
+                        .filter(|m| m.is_running() || (m.state == MoveState::Aborted && !m.cleaned))
+                        .map(|m| m.move_id)
+                        .collect()
+                });
+                for id in pending {
+                    let fresh = self.driving.lock().expect("lock poisoned").insert(id);
+                    if fresh {
+                        tokio::spawn(self.clone().drive(id, rx_stop.clone()));
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = rx_stop.wait_for(|s| *s) => return,
+                changed = rx_applied.changed() => if changed.is_err() { return },
+                // Leadership may arrive without a new apply.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// Drive move `id` until it is finished or this node stops leading the
+    /// directory.
+    async fn drive(self: Arc<Self>, id: u64, rx_stop: watch::Receiver<bool>) {
+        let mut transfer_started: Option<Instant> = None;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if *rx_stop.borrow() {
+                break;
+            }
+            let Some(dir) = self.registry.get(GroupId::DIRECTORY) else {
+                break;
+            };
+            if !dir.raft.is_leader() {
+                break;
+            }
+            let Some(m) = dir.sm.read(|s| s.state.directory.moves.get(&id).cloned()) else {
+                break;
+            };
+            match self.step(&m, &mut transfer_started).await {
+                Ok(Next::Again) => backoff = Duration::from_millis(100),
+                Ok(Next::Finished) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        move_id = id,
+                        step = m.step.name(),
+                        "move step failed, retrying: {e:#}"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+        self.driving.lock().expect("lock poisoned").remove(&id);
+    }
+
+    async fn step(
+        &self,
+        m: &MoveRecord,
+        transfer_started: &mut Option<Instant>,
+    ) -> anyhow::Result<Next> {
+        if m.state == MoveState::Aborted && !m.cleaned {
+            let joining: Vec<u64> = m.joining().iter().map(|n| n.0).collect();
+            self.membership(m.group, MembershipOp::RemoveLearners(joining))
+                .await?;
+            self.directory(MoveOp::Cleaned { move_id: m.move_id })
+                .await?;
+            tracing::info!(move_id = m.move_id, "aborted move cleaned up");
+            return Ok(Next::Finished);
+        }
+        if !m.is_running() {
+            return Ok(Next::Finished);
+        }
+        let to: Vec<u64> = m.to_members.iter().map(|n| n.0).collect();
+        let pause_ms = match m.step {
+            MoveStep::AddLearners => {
+                let joining = self.addrs(&m.joining());
+                let st = self
+                    .membership(m.group, MembershipOp::AddLearners(joining.clone()))
+                    .await?;
+                let lagging: Vec<u64> = joining
+                    .iter()
+                    .map(|(id, _)| *id)
+                    .filter(|id| !st.caught_up(*id, self.config.catch_up_slack))
+                    .collect();
+                if !lagging.is_empty() {
+                    tracing::debug!(move_id = m.move_id, ?lagging, "learners catching up");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    return Ok(Next::Again);
+                }
+                None
+            }
+            MoveStep::ChangeMembership => {
+                let st = self
+                    .membership(m.group, MembershipOp::SetVoters(to.clone()))
+                    .await?;
+                let mut voters = st.voters.clone();
+                voters.sort_unstable();
+                let mut want = to.clone();
+                want.sort_unstable();
+                anyhow::ensure!(
+                    voters == want && !st.joint,
+                    "voters are {voters:?} (joint: {}), want {want:?}",
+                    st.joint
+                );
+                None
+            }
+            MoveStep::TransferLeader => {
+                let started = *transfer_started.get_or_insert_with(Instant::now);
+                if !self.transfer_into(m, &to).await? {
+                    return Ok(Next::Again);
+                }
+                tracing::info!(
+                    move_id = m.move_id,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "leader in the target region"
+                );
+                None
+            }
+            MoveStep::BumpEpoch => {
+                self.bump_epoch(m).await?;
+                transfer_started.map(|t| t.elapsed().as_millis() as u64)
+            }
+            MoveStep::UpdateDirectory => {
+                let done = self
+                    .directory(MoveOp::Finish {
+                        move_id: m.move_id,
+                        epoch: Epoch(m.from_epoch.0 + 1),
+                    })
+                    .await?;
+                let duration = done.duration_ms();
+                RaftMetrics::inc(&METRICS.moves_completed);
+                METRICS
+                    .move_duration_ms_sum
+                    .fetch_add(duration, std::sync::atomic::Ordering::Relaxed);
+                METRICS
+                    .move_last_duration_ms
+                    .store(duration, std::sync::atomic::Ordering::Relaxed);
+                let pause = done.pause_ms.unwrap_or(0);
+                METRICS
+                    .move_pause_ms_sum
+                    .fetch_add(pause, std::sync::atomic::Ordering::Relaxed);
+                METRICS
+                    .move_last_pause_ms
+                    .store(pause, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    move_id = m.move_id,
+                    event = %m.event_id,
+                    to = %m.to_region,
+                    duration_ms = duration,
+                    pause_ms = ?done.pause_ms,
+                    "move done"
+                );
+                return Ok(Next::Finished);
+            }
+            MoveStep::Done => return Ok(Next::Finished),
+        };
+        match self
+            .directory(MoveOp::Advance {
+                move_id: m.move_id,
+                from: m.step,
+                pause_ms,
+            })
+            .await
+        {
+            Ok(next) => tracing::info!(move_id = m.move_id, step = next.step.name(), "move step"),
+            // Another coordinator (or an abort) got there first: re-read.
+            Err(e) if e.to_string().contains("step_mismatch") => {}
+            Err(e) => return Err(e),
+        }
+        if self.config.step_delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
+        }
+        Ok(Next::Again)
+    }
+
+    /// Step 4: make a target voter the leader. `true` once one leads.
+    async fn transfer_into(&self, m: &MoveRecord, to: &[u64]) -> anyhow::Result<bool> {
+        let st = self.membership(m.group, MembershipOp::Status).await?;
+        if to.contains(&st.leader) {
+            return Ok(true);
+        }
+        let drained = self.read_directory(|d| d.drained.clone());
+        let target = to
+            .iter()
+            .copied()
+            .filter(|n| !drained.contains(&seatfence_core::NodeId(*n)))
+            .find(|n| st.caught_up(*n, self.config.catch_up_slack))
+            .ok_or_else(|| anyhow::anyhow!("no caught-up target voter to lead yet"))?;
+        let leader_addr = self
+            .addrs(&[seatfence_core::NodeId(st.leader)])
+            .pop()
+            .map(|(_, a)| a)
+            .ok_or_else(|| anyhow::anyhow!("leader {} has no address", st.leader))?;
+        let mut req = tonic::Request::new(seatfence_proto::v1::TransferLeaderRequest {
+            group_id: m.group.0,
+            to: target,
+        });
+        req.set_timeout(Duration::from_secs(2));
+        self.client
+            .node(&leader_addr)?
+            .transfer_leader(req)
+            .await
+            .map_err(|s| anyhow::anyhow!("transfer to {target}: {}", s.message()))?;
+        // Wait for the target to take over (a failed transfer can leave the
+        // group leaderless for an election timeout: poll, then retry).
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Ok(st) = self.membership(m.group, MembershipOp::Status).await {
+                if to.contains(&st.leader) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Step 5: the group's leader (in the target region) commits the new
+    /// epoch. A repeat after success is refused as stale, naming it.
+    async fn bump_epoch(&self, m: &MoveRecord) -> anyhow::Result<()> {
+        let next = Epoch(m.from_epoch.0 + 1);
+        let cmd = Command::Event(EventCommand {
+            event_id: m.event_id.clone(),
+            epoch: m.from_epoch,
+            now_ms: 0,
+            idempotency: None,
+            action: EventAction::BumpEpoch {
+                epoch: next,
+                owner: m.to_region.clone(),
+            },
+        });
+        let out = self.client.write(m.group, &cmd).await?;
+        match out.response {
+            Response::Event(r) => match r.outcome {
+                Outcome::EpochBumped { .. } => Ok(()),
+                Outcome::StaleEpoch { current, owner } if current >= next => {
+                    anyhow::ensure!(
+                        current > next || owner == m.to_region,
+                        "epoch {current} is owned by {owner}, not {}",
+                        m.to_region
+                    );
+                    Ok(())
+                }
+                other => anyhow::bail!("epoch bump refused: {other:?}"),
+            },
+            other => anyhow::bail!("group {} answered {other}", m.group),
+        }
+    }
+
+    async fn membership(
+        &self,
+        group: GroupId,
+        op: MembershipOp,
+    ) -> anyhow::Result<MembershipStatus> {
+        Ok(self.client.membership(group, &op).await?)
+    }
+
+    async fn directory(&self, op: MoveOp) -> anyhow::Result<MoveRecord> {
+        propose(&self.client, self.clock.now_ms(), op)
+            .await?
+            .map_err(|r| anyhow::anyhow!("{}: {}", r.code, r.message))
+    }
+
+    fn read_directory<T>(&self, f: impl FnOnce(&seatfence_core::Directory) -> T) -> T {
+        let dir = self
+            .registry
+            .get(GroupId::DIRECTORY)
+            .expect("every node hosts the directory");
+        dir.sm.read(|s| f(&s.state.directory))
+    }
+
+    fn addrs(&self, nodes: &[seatfence_core::NodeId]) -> Vec<(u64, String)> {
+        self.read_directory(|d| {
+            nodes
+                .iter()
+                .filter_map(|n| d.nodes.get(n).map(|i| (n.0, i.grpc_addr.clone())))
+                .collect()
+        })
+    }
+}
+
+/// Propose one move operation to the directory; the directory's answer
+/// (the move, or why it refused).
+pub async fn propose(
+    client: &ClusterClient,
+    at_ms: u64,
+    op: MoveOp,
+) -> Result<Result<MoveRecord, MoveRefused>, seatfence_raft::ClientError> {
+    let out = client
+        .write(GroupId::DIRECTORY, &Command::Move { op, at_ms })
+        .await?;
+    match out.response {
+        Response::Move(r) => Ok(r),
+        other => Err(seatfence_raft::ClientError::BadReply(format!(
+            "directory answered {other}"
+        ))),
+    }
+}

@@ -237,6 +237,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "epoch": ev.epoch.0,
             "term": term,
             "group_id": route.group.0,
+            "state": route.state.name(),
             "capacity": ev.capacity,
             "sections": ev.sections,
             "hold_ttl_secs": ev.hold_ttl_ms / 1000,

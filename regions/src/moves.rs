@@ -110,6 +110,7 @@ impl Coordinator {
     async fn drive(self: Arc<Self>, id: u64, rx_stop: watch::Receiver<bool>) {
         let mut transfer_started: Option<Instant> = None;
         let mut backoff = Duration::from_millis(100);
+        let mut delayed: Option<MoveStep> = None;
         loop {
             if *rx_stop.borrow() {
                 break;
@@ -123,6 +124,12 @@ impl Coordinator {
             let Some(m) = dir.sm.read(|s| s.state.directory.moves.get(&id).cloned()) else {
                 break;
             };
+            // `step_delay_ms`: linger once at each step before performing it.
+            if self.config.step_delay_ms > 0 && m.is_running() && delayed != Some(m.step) {
+                delayed = Some(m.step);
+                tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
+                continue;
+            }
             match self.step(&m, &mut transfer_started).await {
                 Ok(Next::Again) => backoff = Duration::from_millis(100),
                 Ok(Next::Finished) => break,
@@ -253,9 +260,6 @@ impl Coordinator {
             // Another coordinator (or an abort) got there first: re-read.
             Err(e) if e.to_string().contains("step_mismatch") => {}
             Err(e) => return Err(e),
-        }
-        if self.config.step_delay_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
         }
         Ok(Next::Again)
     }

@@ -156,15 +156,7 @@ impl LocalCluster {
         if regions == 0 || regions > REGIONS.len() || per_region == 0 {
             bail!("1 to {} regions, at least one node each", REGIONS.len());
         }
-        Self::start_layout(
-            bin,
-            dir,
-            regions,
-            regions * per_region,
-            tuning,
-            None,
-            moves,
-        )
+        Self::start_layout(bin, dir, regions, regions * per_region, tuning, None, moves)
     }
 
     fn start_layout(

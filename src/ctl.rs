@@ -209,7 +209,11 @@ fn print_move_row(m: &Value) {
 fn move_bar(m: &Value) -> String {
     let n = m["step_number"].as_u64().unwrap_or(0) as usize;
     let total = m["steps"].as_u64().unwrap_or(6) as usize;
-    let done = if m["state"] == "done" { total } else { n.saturating_sub(1) };
+    let done = if m["state"] == "done" {
+        total
+    } else {
+        n.saturating_sub(1)
+    };
     format!(
         "[{}{}] {}/{} {}",
         "#".repeat(done * 4),

@@ -388,7 +388,12 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
     let node = Node::start(config).await?;
     {
         let mut seeds = vec![node.config.grpc_addr.clone()];
-        seeds.extend(node.config.initial_members.iter().map(|p| p.grpc_addr.clone()));
+        seeds.extend(
+            node.config
+                .initial_members
+                .iter()
+                .map(|p| p.grpc_addr.clone()),
+        );
         let registry = node.registry.clone();
         let client = ClusterClient::new(seeds)
             .with_deadline(std::time::Duration::from_secs(5))

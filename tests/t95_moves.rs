@@ -160,7 +160,12 @@ async fn verify_holds(edge: &str, event: &str, acked: &[Acked], unknown: u64, ca
         .unwrap();
     let n = |k: &str| av.body[k].as_u64().unwrap();
     assert_eq!(n("capacity"), capacity);
-    assert_eq!(n("available") + n("held") + n("sold"), capacity, "{}", av.body);
+    assert_eq!(
+        n("available") + n("held") + n("sold"),
+        capacity,
+        "{}",
+        av.body
+    );
     let held = n("held");
     assert!(
         held >= acked.len() as u64 && held <= acked.len() as u64 + unknown,
@@ -241,7 +246,10 @@ async fn verify_moved(cluster: &LocalCluster, event: &str, gid: u64, to: &str, f
 
     tracing::info!("--- a zombie writer with the old epoch is refused every time");
     let before = http
-        .get(&format!("{}/v1/events/{event}/availability", all_edges(cluster)[1]), Some(&tok))
+        .get(
+            &format!("{}/v1/events/{event}/availability", all_edges(cluster)[1]),
+            Some(&tok),
+        )
         .await
         .unwrap()
         .body["held"]
@@ -272,7 +280,10 @@ async fn verify_moved(cluster: &LocalCluster, event: &str, gid: u64, to: &str, f
         }
     }
     let after = http
-        .get(&format!("{}/v1/events/{event}/availability", all_edges(cluster)[1]), Some(&tok))
+        .get(
+            &format!("{}/v1/events/{event}/availability", all_edges(cluster)[1]),
+            Some(&tok),
+        )
         .await
         .unwrap()
         .body["held"]
@@ -321,7 +332,10 @@ async fn t95_move_under_load_from_every_region() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("6/6 done") && text.contains("write pause"), "{text}");
+    assert!(
+        text.contains("6/6 done") && text.contains("write pause"),
+        "{text}"
+    );
     tracing::info!("ctl move printed:\n{text}");
     let at_done = traffic.acked_count();
     eventually("holds flowing after the move", || async {

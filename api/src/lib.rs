@@ -361,7 +361,7 @@ impl Edge {
         cmd: Command,
     ) -> Result<seatfence_raft::WriteOutcome, ClientError> {
         use seatfence_proto::v1::{node_service_server::NodeService, write_reply, WriteRequest};
-        let leads = self.registry.get(group).is_some_and(|g| g.raft.is_leader());
+        let leads = self.registry.get(group).is_some_and(|g| g.leads());
         if leads {
             let bytes = seatfence_raft::storage::encode(&cmd)
                 .map_err(|e| ClientError::BadReply(e.to_string()))?;

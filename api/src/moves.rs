@@ -151,7 +151,13 @@ pub async fn list(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000"))?,
     };
     let dir = edge.directory_at_leader().await?;
-    let moves: Vec<Value> = dir.moves.values().rev().take(limit).map(move_json).collect();
+    let moves: Vec<Value> = dir
+        .moves
+        .values()
+        .rev()
+        .take(limit)
+        .map(move_json)
+        .collect();
     Ok(Reply::json(StatusCode::OK, json!({ "moves": moves })).header("cache-control", "no-store"))
 }
 
@@ -164,7 +170,13 @@ pub fn progress_metrics(edge: &Edge) -> String {
         "# HELP {name} Step (1 add_learners .. 6 done) of each running ownership move.\n# TYPE {name} gauge\n"
     );
     let running: Vec<MoveRecord> = edge
-        .registry_directory(|d| d.moves.values().filter(|m| m.is_running()).cloned().collect())
+        .registry_directory(|d| {
+            d.moves
+                .values()
+                .filter(|m| m.is_running())
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default();
     for m in running {
         let _ = writeln!(

@@ -82,6 +82,13 @@ impl NodeService for FakeLeader {
     ) -> Result<TonicResponse<TransferLeaderReply>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    async fn membership(
+        &self,
+        _: Request<seatfence_proto::v1::MembershipRequest>,
+    ) -> Result<TonicResponse<seatfence_proto::v1::MembershipReply>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 #[tokio::test]

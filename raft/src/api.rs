@@ -11,10 +11,11 @@ use seatfence_core::inventory::{EventReply, Outcome};
 use seatfence_core::{Command, GroupId, Query, Response as CoreResponse};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::{
-    query_reply, write_batch_reply, write_reply, BatchCommitted, Committed, GroupStatus,
-    membership_reply, LeaderHint, MembershipReply, MembershipRequest, NotLeader, QueryAnswer, QueryReply, QueryRequest, ReadReply, ReadRequest,
-    StatusReply, StatusRequest, TransferLeaderReply, TransferLeaderRequest, WriteBatchReply,
-    WriteBatchRequest, WriteReply, WriteRequest,
+    membership_reply, query_reply, write_batch_reply, write_reply, BatchCommitted, Committed,
+    GroupStatus, LeaderHint, MembershipReply, MembershipRequest, NotLeader, QueryAnswer,
+    QueryReply, QueryRequest, ReadReply, ReadRequest, StatusReply, StatusRequest,
+    TransferLeaderReply, TransferLeaderRequest, WriteBatchReply, WriteBatchRequest, WriteReply,
+    WriteRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -98,6 +99,12 @@ impl NodeApi {
     }
 }
 
+/// A replica that believes it leads but is no longer a voter (removed by a
+/// move): it can commit nothing, so it answers `not_leader` at once.
+fn removed_leader(g: &GroupHandle) -> bool {
+    g.raft.is_leader() && !g.leads()
+}
+
 fn not_leader(f: openraft::error::ForwardToLeader<TypeConfig>) -> WriteReply {
     WriteReply {
         result: Some(write_reply::Result::NotLeader(NotLeader {
@@ -160,6 +167,12 @@ impl NodeService for NodeApi {
         let cmd: Command = storage::decode(&req.command)
             .map_err(|e| Status::invalid_argument(format!("malformed_command: {e}")))?;
         let g = self.group(req.group_id)?;
+        if removed_leader(&g) {
+            RaftMetrics::inc(&METRICS.not_leader_answers);
+            return Ok(Response::new(WriteReply {
+                result: Some(write_reply::Result::NotLeader(NotLeader { leader: None })),
+            }));
+        }
         let cmd = match self.prepare(&g, cmd) {
             Ok(cmd) => cmd,
             Err(answer) => {
@@ -196,6 +209,14 @@ impl NodeService for NodeApi {
             return Err(Status::invalid_argument("malformed_command: empty batch"));
         }
         let g = self.group(req.group_id)?;
+        if removed_leader(&g) {
+            RaftMetrics::inc(&METRICS.not_leader_answers);
+            return Ok(Response::new(WriteBatchReply {
+                result: Some(write_batch_reply::Result::NotLeader(NotLeader {
+                    leader: None,
+                })),
+            }));
+        }
         // Commands refused before proposing keep their answer; the rest
         // are proposed as one entry and their answers slotted back in order.
         let mut answers: Vec<Option<CoreResponse>> = Vec::with_capacity(cmds.len());
@@ -284,6 +305,11 @@ impl NodeService for NodeApi {
         let q: Query = storage::decode(&req.query)
             .map_err(|e| Status::invalid_argument(format!("malformed_query: {e}")))?;
         let g = self.group(req.group_id)?;
+        if req.linearizable && removed_leader(&g) {
+            return Ok(Response::new(QueryReply {
+                result: Some(query_reply::Result::NotLeader(NotLeader { leader: None })),
+            }));
+        }
         if req.linearizable {
             if let Err(e) = g.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
                 let forward = match e {
@@ -400,7 +426,9 @@ impl NodeService for NodeApi {
                 })
             }
             Err(MembershipError::Failed(e)) => {
-                return Err(Status::unavailable(format!("membership_change_failed: {e}")))
+                return Err(Status::unavailable(format!(
+                    "membership_change_failed: {e}"
+                )))
             }
         };
         Ok(Response::new(MembershipReply {

@@ -63,8 +63,10 @@ pub enum MembershipError {
 
 fn status(g: &GroupHandle) -> Result<MembershipStatus, MembershipError> {
     let m = g.raft.metrics().borrow_watched().clone();
-    if m.current_leader != Some(m.id) {
-        let hint = m.current_leader.and_then(|l| {
+    if !g.leads() {
+        // A removed leader still names itself: no hint then.
+        let m_leader = m.current_leader.filter(|l| *l != m.id);
+        let hint = m_leader.and_then(|l| {
             let node = m.membership_config.membership().get_node(&l)?;
             Some((l, node.addr.clone()))
         });

@@ -207,8 +207,7 @@ async fn place_groups(
                     .collect::<Vec<_>>();
                 (wanted, d.groups.keys().copied().collect())
             });
-        let wanted_ids: std::collections::BTreeSet<GroupId> =
-            wanted.iter().map(|w| w.0).collect();
+        let wanted_ids: std::collections::BTreeSet<GroupId> = wanted.iter().map(|w| w.0).collect();
         for (gid, order, members) in wanted {
             if retired.remove(&gid).is_some() {
                 // Placed here again before its old data was deleted: start
@@ -320,7 +319,7 @@ async fn expire_holds(
         }
         let now = clock.now_ms();
         for (gid, g) in registry.all() {
-            if gid.is_directory() || !g.raft.is_leader() {
+            if gid.is_directory() || !g.leads() {
                 continue;
             }
             let due = g.sm.read(|s| {
@@ -372,7 +371,7 @@ async fn hand_off_when_drained(registry: Arc<Registry>, mut rx_stop: watch::Rece
             continue;
         }
         for (gid, g) in registry.all() {
-            if !g.raft.is_leader() {
+            if !g.leads() {
                 continue;
             }
             let matched = g.raft.metrics().borrow_watched().replication.clone();

@@ -22,6 +22,21 @@ pub struct GroupHandle {
 }
 
 impl GroupHandle {
+    /// Whether this replica leads the group *and* is one of its voters. A
+    /// leader removed by a membership change (an ownership move) can go on
+    /// believing it leads, at its old term, because the new voters never
+    /// write to it again; it can never commit anything, so it must not take
+    /// writes or run leader-side work.
+    pub fn leads(&self) -> bool {
+        let me = self.raft_id();
+        self.raft.is_leader() && self.raft.voter_ids().any(|v| v == me)
+    }
+
+    fn raft_id(&self) -> u64 {
+        use openraft::async_runtime::watch::WatchReceiver;
+        self.raft.metrics().borrow_watched().id
+    }
+
     /// The current Raft term as this replica sees it.
     pub fn term(&self) -> u64 {
         use openraft::async_runtime::watch::WatchReceiver;
@@ -103,7 +118,12 @@ impl Registry {
                     .unwrap_or_default()
             };
             if let Some(m) = d.running_move_of(group) {
-                ids.extend(m.to_members.iter().filter(|n| !ids.contains(n)).collect::<Vec<_>>());
+                ids.extend(
+                    m.to_members
+                        .iter()
+                        .filter(|n| !ids.contains(n))
+                        .collect::<Vec<_>>(),
+                );
             }
             ids.iter()
                 .filter_map(|id| d.nodes.get(id).map(|n| n.grpc_addr.clone()))

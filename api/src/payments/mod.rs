@@ -66,7 +66,7 @@ impl Edge {
         self.registry
             .all()
             .into_iter()
-            .filter(|(gid, g)| !gid.is_directory() && g.raft.is_leader())
+            .filter(|(gid, g)| !gid.is_directory() && g.leads())
             .collect()
     }
 

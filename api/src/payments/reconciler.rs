@@ -84,7 +84,7 @@ async fn sweep(
     };
     let mut oldest_unknown = 0;
     for batch in due.chunks(p.config.reconcile_batch as usize) {
-        if started.elapsed() > budget || !g.raft.is_leader() {
+        if started.elapsed() > budget || !g.leads() {
             break;
         }
         let now = edge.clock.now_ms();

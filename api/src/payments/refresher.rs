@@ -40,7 +40,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         let leads = edge
             .registry
             .get(GroupId::DIRECTORY)
-            .is_some_and(|g| g.raft.is_leader());
+            .is_some_and(|g| g.leads());
         if !leads {
             // Report a refusal of the current token to the refresher.
             if seen.is_some() && seen == current && tokens.rejected_in_directory() != seen {

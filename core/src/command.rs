@@ -87,7 +87,7 @@ pub enum Response {
         was: bool,
     },
     /// A move as it stands after a [`Command::Move`], or why it was refused.
-    Move(Result<crate::moves::MoveRecord, crate::moves::MoveRefused>),
+    Move(Result<Box<crate::moves::MoveRecord>, crate::moves::MoveRefused>),
     Event(EventReply),
 }
 

@@ -298,7 +298,7 @@ impl State {
                 Response::DrainedSet { was }
             }
             Command::Move { op, at_ms } => {
-                Response::Move(self.directory.apply_move(op, *at_ms, changed))
+                Response::Move(self.directory.apply_move(op, *at_ms, changed).map(Box::new))
             }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
         }

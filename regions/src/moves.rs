@@ -381,7 +381,7 @@ pub async fn propose(
         .write(GroupId::DIRECTORY, &Command::Move { op, at_ms })
         .await?;
     match out.response {
-        Response::Move(r) => Ok(r),
+        Response::Move(r) => Ok(r.map(|m| *m)),
         other => Err(seatfence_raft::ClientError::BadReply(format!(
             "directory answered {other}"
         ))),

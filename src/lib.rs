@@ -5,13 +5,15 @@
 //!   (one data dir and port per node), kills (SIGKILL), stops (SIGTERM) and
 //!   restarts them.
 //! - [`bench`]: `seatfence bench raft`; [`bench_holds`]: `seatfence bench holds`;
-//!   [`bench_payments`]: `seatfence bench payments`.
+//!   [`bench_payments`]: `seatfence bench payments`; [`bench_move`]:
+//!   `seatfence bench move`.
 //! - [`demo`]: `seatfence demo` and its `demo.json`.
 //! - [`ctl`]: the event side of `seatfence ctl` (through an edge).
 //! - [`http_client`]: a JSON client for the edge's API.
 
 pub mod bench;
 pub mod bench_holds;
+pub mod bench_move;
 pub mod bench_payments;
 pub mod cluster;
 pub mod ctl;

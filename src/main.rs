@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use seatfence::bench::{run_raft_bench, RaftBenchArgs};
 use seatfence::bench_holds::{run_holds_bench, HoldsBenchArgs, Via};
+use seatfence::bench_move::{run_move_bench, MoveBenchArgs};
 use seatfence::bench_payments::{run_payments_bench, PaymentsBenchArgs};
 use seatfence::ctl::{EdgeTarget, EventCmd};
 use seatfence_core::{Command, GroupId, Placement};
@@ -145,6 +146,23 @@ enum BenchCmd {
         inflight: usize,
         #[arg(long, default_value_t = 20_000)]
         seats: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a large event from us-east to eu-west (3 regions × 3 nodes)
+    /// while buyers in every region hold seats: move time, the longest
+    /// write pause, and whether the sale stayed exact.
+    Move {
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        /// Concurrent hold requests.
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
+        /// Seconds of load before the move, and after it is done.
+        #[arg(long, default_value_t = 3)]
+        before: u64,
+        #[arg(long, default_value_t = 2)]
+        after: u64,
         #[arg(long)]
         json: bool,
     },
@@ -309,6 +327,39 @@ async fn main() -> anyhow::Result<()> {
             }
             if r.oversold || !r.counters_match {
                 anyhow::bail!("sale did not stop exactly at capacity");
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Move {
+                    seats,
+                    inflight,
+                    before,
+                    after,
+                    json,
+                },
+        } => {
+            let args = MoveBenchArgs {
+                seats,
+                inflight,
+                before: Duration::from_secs(before),
+                after: Duration::from_secs(after),
+            };
+            let bin = std::env::current_exe().context("find own binary")?;
+            let r = run_move_bench(&bin, &args).await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "bench move: {} seats {} -> {}: move {:.2} s (recorded {} ms), longest write gap {:.0} ms (coordinator pause {:?} ms); answered holds/s before {:.0}, during {:.0}, after {:.0}; during the move p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; granted {}, errors {}, epoch {}, oversold {}, counters_match {}, {} in flight, {} nodes",
+                    r.seats, r.from_region, r.to_region, r.move_secs, r.move_recorded_ms, r.longest_write_gap_ms, r.coordinator_pause_ms,
+                    r.rps_before, r.rps_during, r.rps_after, r.p50_during_ms, r.p99_during_ms, r.max_during_ms,
+                    r.granted, r.errors, r.epoch_after, r.oversold, r.counters_match, r.inflight, r.nodes
+                );
+            }
+            if r.oversold || !r.counters_match || r.epoch_after != 2 {
+                anyhow::bail!("the move broke the sale: {r:?}");
             }
             Ok(())
         }

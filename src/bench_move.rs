@@ -1,0 +1,243 @@
+//! `seatfence bench move`: move a large event between regions while buyers
+//! in every region keep holding seats. Reports how long the move took and
+//! the longest write pause the buyers saw (the longest gap between two
+//! answered hold requests while the move ran), and checks that the sale
+//! stayed exact: every granted hold counted once, nothing oversold.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use seatfence_raft::RaftTuning;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::bench::bench_dir;
+use crate::bench_holds::seat_counts;
+use crate::cluster::LocalCluster;
+use crate::http_client::HttpClient;
+
+#[derive(Debug, Clone)]
+pub struct MoveBenchArgs {
+    pub seats: u32,
+    pub inflight: usize,
+    /// Load before the move starts, and after it is done.
+    pub before: Duration,
+    pub after: Duration,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MoveBenchReport {
+    pub seats: u64,
+    pub from_region: String,
+    pub to_region: String,
+    /// POST of the move to the first read that says `done` (client view).
+    pub move_secs: f64,
+    /// Start to done as the directory recorded it.
+    pub move_recorded_ms: u64,
+    /// Leader transfer start to epoch bump committed, as the coordinator
+    /// measured it.
+    pub coordinator_pause_ms: Option<u64>,
+    /// The longest gap between two answered hold requests while the move
+    /// ran (the write pause buyers saw), in ms.
+    pub longest_write_gap_ms: f64,
+    /// Answered hold requests per second before, during and after the move.
+    pub rps_before: f64,
+    pub rps_during: f64,
+    pub rps_after: f64,
+    /// Hold latency during the move.
+    pub p50_during_ms: f64,
+    pub p99_during_ms: f64,
+    pub max_during_ms: f64,
+    pub granted: u64,
+    pub errors: u64,
+    pub epoch_after: u64,
+    pub oversold: bool,
+    pub counters_match: bool,
+    pub inflight: usize,
+    pub nodes: usize,
+}
+
+const EVENT: &str = "bench-move";
+
+/// One answered hold: when it was answered (µs since the start) and how
+/// long it took.
+type Answer = (u64, u64);
+
+pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<MoveBenchReport> {
+    let (_guard, dir) = bench_dir()?;
+    let cluster = LocalCluster::start_regions(bin, &dir, 3, 3, RaftTuning::default())?;
+    cluster.wait_ready(Duration::from_secs(60)).await?;
+    let secret = cluster.jwt_secret().context("no edge secret")?;
+    let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
+    let http = HttpClient::default();
+    let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+    let seats = args.seats.max(200);
+    let created = http
+        .post(
+            &format!("{}/v1/events", edges[0]),
+            Some(&op),
+            None,
+            &json!({"event_id": EVENT, "name": "bench move", "home_region": "us-east",
+                    "sections": [{"name": "A", "rows": seats / 200, "seats_per_row": 200}],
+                    "hold_ttl_secs": 3600}),
+        )
+        .await?;
+    if created.status.as_u16() != 201 {
+        bail!("create event: {} {}", created.status, created.body);
+    }
+    let capacity = created.body["capacity"].as_u64().context("capacity")?;
+    let group = seatfence_core::GroupId(created.body["group_id"].as_u64().context("group")?);
+    cluster.wait_leader(group, Duration::from_secs(30)).await?;
+
+    let users = 4096u64;
+    let tokens: Arc<Vec<String>> = Arc::new(
+        (0..users)
+            .map(|u| seatfence_api::auth::mint(&secret, &format!("mover{u}"), false, 3600))
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let answers: Arc<Mutex<Vec<Answer>>> = Arc::new(Mutex::new(Vec::new()));
+    let edges = Arc::new(edges);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..args.inflight.max(1) {
+        let (http, edges, tokens, stop, granted, errors, answers) = (
+            http.clone(),
+            edges.clone(),
+            tokens.clone(),
+            stop.clone(),
+            granted.clone(),
+            errors.clone(),
+            answers.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            // Each worker sends through the edges of every region in turn.
+            while !stop.load(Ordering::Relaxed) {
+                let user = (t as u64 * 7919 + n) % users;
+                let key = format!("m{t}-{n}");
+                n += 1;
+                let body = json!({"event_id": EVENT, "quantity": 1});
+                // An unknown outcome is retried with the same key.
+                for attempt in 0..50 {
+                    let url = format!("{}/v1/holds", edges[(t + attempt) % edges.len()]);
+                    let t0 = Instant::now();
+                    let a = http
+                        .post(&url, Some(&tokens[user as usize]), Some(&key), &body)
+                        .await;
+                    let code = a.as_ref().map(|a| a.status.as_u16()).unwrap_or(0);
+                    if code == 201 || code == 409 {
+                        if code == 201 {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let at = start.elapsed().as_micros() as u64;
+                        answers
+                            .lock()
+                            .expect("lock")
+                            .push((at, t0.elapsed().as_micros() as u64));
+                        break;
+                    }
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(args.before).await;
+
+    let move_start = start.elapsed();
+    let m = http
+        .post(
+            &format!("{}/v1/admin/events/{EVENT}/move", edges[2]),
+            Some(&op),
+            None,
+            &json!({"to_region": "eu-west"}),
+        )
+        .await?;
+    if m.status.as_u16() != 202 {
+        bail!("start move: {} {}", m.status, m.body);
+    }
+    let id = m.body["move_id"].clone();
+    let done = loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let r = http
+            .get(&format!("{}/v1/admin/moves/{id}", edges[2]), Some(&op))
+            .await?;
+        if r.status.is_success() && r.body["state"] != "running" {
+            break r.body;
+        }
+        if start.elapsed() - move_start > Duration::from_secs(120) {
+            bail!("move still running after 120 s: {}", r.body);
+        }
+    };
+    let move_end = start.elapsed();
+    if done["state"] != "done" {
+        bail!("move ended {}", done);
+    }
+    tokio::time::sleep(args.after).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await?;
+    }
+    let end = start.elapsed();
+
+    let mut answers = answers.lock().expect("lock").clone();
+    answers.sort_unstable();
+    let (ms, me) = (move_start.as_micros() as u64, move_end.as_micros() as u64);
+    let rate = |from: u64, to: u64| {
+        let n = answers
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .count();
+        n as f64 / ((to.saturating_sub(from)) as f64 / 1e6).max(1e-3)
+    };
+    // The longest gap between consecutive answers that overlaps the move.
+    let mut longest = 0u64;
+    for w in answers.windows(2) {
+        let (a, b) = (w[0].0, w[1].0);
+        if b >= ms && a <= me {
+            longest = longest.max(b - a);
+        }
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    for (at, took) in &answers {
+        // Requests that were in flight at any point of the move.
+        if *at >= ms && at.saturating_sub(*took) <= me {
+            hist.saturating_record(*took);
+        }
+    }
+    let (available, held, sold) = seat_counts(&http, &edges[4], &op, EVENT).await?;
+    let granted = granted.load(Ordering::Relaxed);
+    let ev = http
+        .get(&format!("{}/v1/events/{EVENT}", edges[0]), Some(&op))
+        .await?;
+    Ok(MoveBenchReport {
+        seats: capacity,
+        from_region: "us-east".into(),
+        to_region: "eu-west".into(),
+        move_secs: (move_end - move_start).as_secs_f64(),
+        move_recorded_ms: done["duration_ms"].as_u64().unwrap_or(0),
+        coordinator_pause_ms: done["pause_ms"].as_u64(),
+        longest_write_gap_ms: longest as f64 / 1000.0,
+        rps_before: rate(0, ms),
+        rps_during: rate(ms, me),
+        rps_after: rate(me, end.as_micros() as u64),
+        p50_during_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_during_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        max_during_ms: hist.max() as f64 / 1000.0,
+        granted,
+        errors: errors.load(Ordering::Relaxed),
+        epoch_after: ev.body["epoch"].as_u64().unwrap_or(0),
+        oversold: held.saturating_add(sold) > capacity,
+        counters_match: available.saturating_add(held).saturating_add(sold) == capacity
+            && held + sold == granted,
+        inflight: args.inflight,
+        nodes: cluster.nodes.len(),
+    })
+}

@@ -325,6 +325,33 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// SIGSTOP node `id`: it neither sends nor answers anything until
+    /// [`resume`](Self::resume) (a node cut off, or a long pause).
+    pub fn pause(&mut self, id: u64) -> anyhow::Result<()> {
+        self.signal(id, "-STOP")
+    }
+
+    /// SIGCONT a paused node.
+    pub fn resume(&mut self, id: u64) -> anyhow::Result<()> {
+        self.signal(id, "-CONT")
+    }
+
+    fn signal(&mut self, id: u64, sig: &str) -> anyhow::Result<()> {
+        let i = self.index(id)?;
+        let c = self.nodes[i]
+            .child
+            .as_ref()
+            .with_context(|| format!("node {id} is not running"))?;
+        let status = Command::new("kill")
+            .arg(sig)
+            .arg(c.id().to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill {sig} {} failed", c.id());
+        }
+        Ok(())
+    }
+
     /// Start node `id` again with its data dir.
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         let i = self.index(id)?;

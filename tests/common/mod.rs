@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod moves;
+
 use std::future::Future;
 use std::path::Path;
 use std::time::Duration;

@@ -41,9 +41,13 @@ pub struct MoveBenchReport {
     /// Leader transfer start to epoch bump committed, as the coordinator
     /// measured it.
     pub coordinator_pause_ms: Option<u64>,
+    /// When each step was entered, ms after the start (directory record).
+    pub steps_ms: Vec<(String, u64)>,
     /// The longest gap between two answered hold requests while the move
     /// ran (the write pause buyers saw), in ms.
     pub longest_write_gap_ms: f64,
+    /// Where that gap started, ms after the move's start.
+    pub longest_gap_at_ms: f64,
     /// Answered hold requests per second before, during and after the move.
     pub rps_before: f64,
     pub rps_during: f64,
@@ -198,11 +202,12 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
         n as f64 / ((to.saturating_sub(from)) as f64 / 1e6).max(1e-3)
     };
     // The longest gap between consecutive answers that overlaps the move.
-    let mut longest = 0u64;
+    let (mut longest, mut longest_at) = (0u64, 0u64);
     for w in answers.windows(2) {
         let (a, b) = (w[0].0, w[1].0);
-        if b >= ms && a <= me {
-            longest = longest.max(b - a);
+        if b >= ms && a <= me && b - a > longest {
+            longest = b - a;
+            longest_at = a.saturating_sub(ms);
         }
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
@@ -224,7 +229,22 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
         move_secs: (move_end - move_start).as_secs_f64(),
         move_recorded_ms: done["duration_ms"].as_u64().unwrap_or(0),
         coordinator_pause_ms: done["pause_ms"].as_u64(),
+        steps_ms: done["history"]
+            .as_array()
+            .map(|h| {
+                let t0 = done["started_ms"].as_u64().unwrap_or(0);
+                h.iter()
+                    .map(|s| {
+                        (
+                            s["step"].as_str().unwrap_or("?").to_string(),
+                            s["at_ms"].as_u64().unwrap_or(0).saturating_sub(t0),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         longest_write_gap_ms: longest as f64 / 1000.0,
+        longest_gap_at_ms: longest_at as f64 / 1000.0,
         rps_before: rate(0, ms),
         rps_during: rate(ms, me),
         rps_after: rate(me, end.as_micros() as u64),

@@ -352,8 +352,8 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "bench move: {} seats {} -> {}: move {:.2} s (recorded {} ms), longest write gap {:.0} ms (coordinator pause {:?} ms); answered holds/s before {:.0}, during {:.0}, after {:.0}; during the move p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; granted {}, errors {}, epoch {}, oversold {}, counters_match {}, {} in flight, {} nodes",
-                    r.seats, r.from_region, r.to_region, r.move_secs, r.move_recorded_ms, r.longest_write_gap_ms, r.coordinator_pause_ms,
+                    "bench move: {} seats {} -> {}: move {:.2} s (recorded {} ms, steps entered at {:?}), longest write gap {:.0} ms from +{:.0} ms (coordinator pause {:?} ms); answered holds/s before {:.0}, during {:.0}, after {:.0}; during the move p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; granted {}, errors {}, epoch {}, oversold {}, counters_match {}, {} in flight, {} nodes",
+                    r.seats, r.from_region, r.to_region, r.move_secs, r.move_recorded_ms, r.steps_ms, r.longest_write_gap_ms, r.longest_gap_at_ms, r.coordinator_pause_ms,
                     r.rps_before, r.rps_during, r.rps_after, r.p50_during_ms, r.p99_during_ms, r.max_during_ms,
                     r.granted, r.errors, r.epoch_after, r.oversold, r.counters_match, r.inflight, r.nodes
                 );

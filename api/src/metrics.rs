@@ -285,7 +285,7 @@ impl EdgeMetrics {
         );
         counter(
             "seatfence_move_duration_ms_sum",
-            "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, leader transfer start to epoch bump committed (phase=\"pause\").",
+            "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, membership change committed (old leader hands over) to epoch bump committed (phase=\"pause\").",
             &[
                 ("phase=\"total\"", RaftMetrics::get(&METRICS.move_duration_ms_sum)),
                 ("phase=\"pause\"", RaftMetrics::get(&METRICS.move_pause_ms_sum)),
@@ -299,7 +299,7 @@ impl EdgeMetrics {
             ),
             (
                 "seatfence_move_last_pause_seconds",
-                "Write pause (leader transfer to epoch bump) of the last move this node's coordinator completed.",
+                "Write pause (membership change committed to epoch bump committed) of the last move this node's coordinator completed.",
                 &METRICS.move_last_pause_ms,
             ),
             (

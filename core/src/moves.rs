@@ -132,8 +132,9 @@ pub struct MoveRecord {
     /// Aborted moves: the learners it added have been removed again.
     pub cleaned: bool,
     /// How long the group had no leader in the target region able to take
-    /// writes at the new epoch: from the transfer's start to the bump's
-    /// commit, as the coordinator measured it.
+    /// writes at the new epoch: from the membership change's commit (when
+    /// the old leader hands over) to the bump's commit, as the coordinator
+    /// measured it.
     pub pause_ms: Option<u64>,
 }
 

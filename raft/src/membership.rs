@@ -21,7 +21,9 @@ pub enum MembershipOp {
     /// Add these nodes (`id`, gRPC address) as learners, unless present.
     AddLearners(Vec<(u64, String)>),
     /// Make exactly these nodes the voters (joint consensus, then the final
-    /// config); the others leave the group.
+    /// config); the others leave the group. A leader that is not among them
+    /// then hands leadership to the first of them at once, so writes pause
+    /// only for that hand-over.
     SetVoters(Vec<u64>),
     /// Remove these nodes if they are learners (undoing an aborted move).
     RemoveLearners(Vec<u64>),
@@ -122,6 +124,7 @@ pub async fn apply(g: &GroupHandle, op: MembershipOp) -> Result<MembershipStatus
             }
         }
         MembershipOp::SetVoters(ids) => {
+            let first = ids.first().copied();
             let want: BTreeSet<u64> = ids.into_iter().collect();
             let have: BTreeSet<u64> = now.voters.iter().copied().collect();
             if now.joint || want != have || !now.learners.is_empty() {
@@ -138,6 +141,12 @@ pub async fn apply(g: &GroupHandle, op: MembershipOp) -> Result<MembershipStatus
                         .map_err(change_error)?;
                 }
                 tracing::info!(group = g.id.0, voters = ?want, "membership changed");
+            }
+            let me = g.raft.metrics().borrow_watched().id;
+            if let Some(to) = first.filter(|_| !want.contains(&me) && g.raft.is_leader()) {
+                if let Err(e) = g.raft.trigger().transfer_leader(to).await {
+                    tracing::warn!(group = g.id.0, to, "hand-over after the change: {e}");
+                }
             }
         }
         MembershipOp::RemoveLearners(ids) => {

@@ -23,7 +23,7 @@ pub struct RaftMetrics {
     pub moves_aborted: AtomicU64,
     pub moves_completed: AtomicU64,
     /// Sums over completed moves (ms): start to done, and the write pause
-    /// (leader transfer start to epoch bump committed).
+    /// (membership change committed to epoch bump committed).
     pub move_duration_ms_sum: AtomicU64,
     pub move_pause_ms_sum: AtomicU64,
     /// The last completed move's figures (ms).

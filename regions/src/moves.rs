@@ -187,6 +187,9 @@ impl Coordinator {
                 let st = self
                     .membership(m.group, MembershipOp::SetVoters(to.clone()))
                     .await?;
+                // The old leader hands over as soon as the change commits:
+                // the write pause starts here.
+                *transfer_started = Some(Instant::now());
                 let mut voters = st.voters.clone();
                 voters.sort_unstable();
                 let mut want = to.clone();

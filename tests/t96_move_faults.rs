@@ -35,7 +35,16 @@ async fn start_slow_moves(dir: &Path) -> LocalCluster {
 async fn t96_kill_coordinator_and_leader_at_every_step() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = start_slow_moves(dir.path()).await;
+    // SEATFENCE_KEEP_TEST_DIR=1 keeps the nodes' data and logs after a failure.
+    let (_guard, path) = if std::env::var_os("SEATFENCE_KEEP_TEST_DIR").is_some() {
+        let p = dir.keep();
+        eprintln!("test data in {}", p.display());
+        (None, p)
+    } else {
+        let p = dir.path().to_path_buf();
+        (Some(dir), p)
+    };
+    let mut cluster = start_slow_moves(&path).await;
     let op = token(&cluster, "ops", true);
     let steps = [
         "add_learners",

@@ -81,6 +81,9 @@ struct Inner {
     leaders: Mutex<HashMap<GroupId, String>>,
     /// `not_leader` answers followed (for the edge's metrics).
     redirects: AtomicU64,
+    /// Rotates the first node asked when no leader is known, across calls,
+    /// so one unresponsive candidate cannot fail every call.
+    rotation: std::sync::atomic::AtomicUsize,
 }
 
 struct Queued {
@@ -94,6 +97,9 @@ enum Attempt<T> {
     NotLeader(seatfence_proto::v1::NotLeader),
     Failed(tonic::Status),
 }
+
+/// How long a node asked only to find a group's leader may take to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Most commands one `WriteBatch` carries.
 const MAX_CLIENT_BATCH: usize = 512;
@@ -112,6 +118,7 @@ impl ClusterClient {
                 channels: Default::default(),
                 leaders: Default::default(),
                 redirects: AtomicU64::new(0),
+                rotation: Default::default(),
             }),
             queues: Default::default(),
             deadline: Duration::from_secs(15),
@@ -127,6 +134,7 @@ impl ClusterClient {
             channels: Default::default(),
             leaders: Default::default(),
             redirects: AtomicU64::new(0),
+            rotation: Default::default(),
         };
         ClusterClient {
             inner: Arc::new(inner),
@@ -475,15 +483,29 @@ impl Inner {
         Fut: std::future::Future<Output = Result<Attempt<T>, ClientError>>,
     {
         let start = Instant::now();
-        let mut seed = 0usize;
         let mut last = String::from("no attempt");
         let mut pause = Duration::from_millis(20);
         while start.elapsed() < deadline {
-            let addr = self.leader(group).unwrap_or_else(|| {
-                seed += 1;
-                self.candidate(group, seed)
+            let known = self.leader(group);
+            let probing = known.is_none();
+            let addr = known.unwrap_or_else(|| {
+                let n = self.rotation.fetch_add(1, Ordering::Relaxed);
+                self.candidate(group, n)
             });
-            match call(addr.clone()).await? {
+            // No single attempt may outlive the deadline (a paused node
+            // never answers; its RPC deadline may be longer than ours), and
+            // a node merely probed for the leader gets a short one.
+            let mut remaining = deadline.saturating_sub(start.elapsed());
+            if probing {
+                remaining = remaining.min(PROBE_TIMEOUT);
+            }
+            let attempt = match tokio::time::timeout(remaining, call(addr.clone())).await {
+                Ok(a) => a?,
+                Err(_) => Attempt::Failed(tonic::Status::deadline_exceeded(format!(
+                    "no answer within {remaining:?}"
+                ))),
+            };
+            match attempt {
                 Attempt::Done(v) => {
                     self.set_leader(group, Some(addr));
                     return Ok(v);

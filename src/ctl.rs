@@ -114,6 +114,29 @@ fn check(a: &crate::http_client::HttpAnswer) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// GET `url` with the token; an error answer is an error.
+async fn get_ok(
+    http: &HttpClient,
+    url: &str,
+    token: &str,
+) -> anyhow::Result<crate::http_client::HttpAnswer> {
+    let a = http.get(url, Some(token)).await?;
+    check(&a)?;
+    Ok(a)
+}
+
+/// POST `body` to `url` with the token; an error answer is an error.
+async fn post_ok(
+    http: &HttpClient,
+    url: &str,
+    token: &str,
+    body: &Value,
+) -> anyhow::Result<crate::http_client::HttpAnswer> {
+    let a = http.post(url, Some(token), None, body).await?;
+    check(&a)?;
+    Ok(a)
+}
+
 /// The cluster view as a readable table.
 fn print_cluster(v: &Value) {
     let arr = |x: &Value| x.as_array().cloned().unwrap_or_default();
@@ -372,17 +395,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             check(&a)?;
         }
         EventCmd::Event { id, json: as_json } => {
-            let ev = http
-                .get(&format!("{edge}/v1/events/{id}"), Some(&token))
-                .await?;
-            check(&ev)?;
-            let av = http
-                .get(
-                    &format!("{edge}/v1/events/{id}/availability?limit=10"),
-                    Some(&token),
-                )
-                .await?;
-            check(&av)?;
+            let ev = get_ok(&http, &format!("{edge}/v1/events/{id}"), &token).await?;
+            let av = get_ok(
+                &http,
+                &format!("{edge}/v1/events/{id}/availability?limit=10"),
+                &token,
+            )
+            .await?;
             if as_json {
                 println!("{}", json!({"event": ev.body, "availability": av.body}));
             } else {
@@ -410,10 +429,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             }
         }
         EventCmd::Cluster { json: as_json } => {
-            let a = http
-                .get(&format!("{edge}/v1/admin/cluster"), Some(&token))
-                .await?;
-            check(&a)?;
+            let a = get_ok(&http, &format!("{edge}/v1/admin/cluster"), &token).await?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -425,15 +441,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             to,
             json: as_json,
         } => {
-            let a = http
-                .post(
-                    &format!("{edge}/v1/admin/groups/{group}/transfer-leader"),
-                    Some(&token),
-                    None,
-                    &json!({"to": to}),
-                )
-                .await?;
-            check(&a)?;
+            let a = post_ok(
+                &http,
+                &format!("{edge}/v1/admin/groups/{group}/transfer-leader"),
+                &token,
+                &json!({"to": to}),
+            )
+            .await?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -447,15 +461,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             node,
             json: as_json,
         } => {
-            let a = http
-                .post(
-                    &format!("{edge}/v1/admin/nodes/{node}/drain"),
-                    Some(&token),
-                    None,
-                    &json!({}),
-                )
-                .await?;
-            check(&a)?;
+            let a = post_ok(
+                &http,
+                &format!("{edge}/v1/admin/nodes/{node}/drain"),
+                &token,
+                &json!({}),
+            )
+            .await?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -477,15 +489,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             }
         }
         EventCmd::Undrain { node } => {
-            let a = http
-                .post(
-                    &format!("{edge}/v1/admin/nodes/{node}/undrain"),
-                    Some(&token),
-                    None,
-                    &json!({}),
-                )
-                .await?;
-            check(&a)?;
+            post_ok(
+                &http,
+                &format!("{edge}/v1/admin/nodes/{node}/undrain"),
+                &token,
+                &json!({}),
+            )
+            .await?;
             println!("node {node}: back in service");
         }
         EventCmd::Move {
@@ -494,15 +504,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             wait,
             json: as_json,
         } => {
-            let a = http
-                .post(
-                    &format!("{edge}/v1/admin/events/{event}/move"),
-                    Some(&token),
-                    None,
-                    &json!({"to_region": to}),
-                )
-                .await?;
-            check(&a)?;
+            let a = post_ok(
+                &http,
+                &format!("{edge}/v1/admin/events/{event}/move"),
+                &token,
+                &json!({"to_region": to}),
+            )
+            .await?;
             if !as_json {
                 println!(
                     "move {}: event {} {} -> {} (epoch {} -> {}), target voters {}",
@@ -536,13 +544,12 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             limit,
             json: as_json,
         } => {
-            let a = http
-                .get(
-                    &format!("{edge}/v1/admin/moves?limit={limit}"),
-                    Some(&token),
-                )
-                .await?;
-            check(&a)?;
+            let a = get_ok(
+                &http,
+                &format!("{edge}/v1/admin/moves?limit={limit}"),
+                &token,
+            )
+            .await?;
             if as_json {
                 println!("{}", a.body);
             } else {
@@ -556,28 +563,25 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             }
         }
         EventCmd::AbortMove { move_id } => {
-            let a = http
-                .post(
-                    &format!("{edge}/v1/admin/moves/{move_id}/abort"),
-                    Some(&token),
-                    None,
-                    &json!({}),
-                )
-                .await?;
-            check(&a)?;
+            let a = post_ok(
+                &http,
+                &format!("{edge}/v1/admin/moves/{move_id}/abort"),
+                &token,
+                &json!({}),
+            )
+            .await?;
             println!("move {move_id}: aborted at {}", a.body["step"]);
         }
         EventCmd::Audit {
             limit,
             json: as_json,
         } => {
-            let a = http
-                .get(
-                    &format!("{edge}/v1/admin/audit?limit={limit}"),
-                    Some(&token),
-                )
-                .await?;
-            check(&a)?;
+            let a = get_ok(
+                &http,
+                &format!("{edge}/v1/admin/audit?limit={limit}"),
+                &token,
+            )
+            .await?;
             if as_json {
                 println!("{}", a.body);
             } else {

@@ -304,14 +304,7 @@ impl Edge {
 /// `GET /v1/admin/audit[?limit=N]`: the newest operator actions first.
 pub async fn audit(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     req.operator(edge)?;
-    let limit = match req.query_param("limit") {
-        None => 100,
-        Some(v) => v
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=10_000).contains(n))
-            .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000"))?,
-    };
+    let limit = req.limit_param()?;
     let (answer, _) = edge
         .client
         .query(

@@ -116,6 +116,19 @@ impl Req {
             (k == name).then_some(v)
         })
     }
+
+    /// `?limit=N` of a listing: 100 when absent, 1..=10000, else 400
+    /// `invalid_limit`.
+    pub fn limit_param(&self) -> Result<u32, ApiError> {
+        match self.query_param("limit") {
+            None => Ok(100),
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000")),
+        }
+    }
 }
 
 /// Serve the edge on `listener` until `rx_stop` turns true.

@@ -142,14 +142,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 /// `GET /v1/admin/moves[?limit=N]`: newest first.
 pub async fn list(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     req.operator(edge)?;
-    let limit = match req.query_param("limit") {
-        None => 100,
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=10_000).contains(n))
-            .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000"))?,
-    };
+    let limit = req.limit_param()? as usize;
     let dir = edge.directory_at_leader().await?;
     let moves: Vec<Value> = dir
         .moves

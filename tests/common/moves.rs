@@ -239,15 +239,17 @@ pub async fn verify_moved(cluster: &LocalCluster, event: &str, gid: u64, to: &st
     }
 
     tracing::info!("--- a zombie writer with the old epoch is refused every time");
-    let before = http
-        .get(
+    let held = || async {
+        http.get(
             &format!("{}/v1/events/{event}/availability", all_edges(cluster)[1]),
             Some(&tok),
         )
         .await
         .unwrap()
         .body["held"]
-        .clone();
+            .clone()
+    };
+    let before = held().await;
     for i in 0..10 {
         let cmd = Command::Event(EventCommand {
             event_id: EventId(event.to_string()),
@@ -273,15 +275,7 @@ pub async fn verify_moved(cluster: &LocalCluster, event: &str, gid: u64, to: &st
             other => panic!("{other:?}"),
         }
     }
-    let after = http
-        .get(
-            &format!("{}/v1/events/{event}/availability", all_edges(cluster)[1]),
-            Some(&tok),
-        )
-        .await
-        .unwrap()
-        .body["held"]
-        .clone();
+    let after = held().await;
     assert_eq!(before, after, "zombie writes changed nothing");
 }
 

@@ -159,7 +159,7 @@ fn print_cluster(v: &Value) {
     for n in arr(&v["nodes"]) {
         println!(
             "{:<5} {:<10} {:<21} {:<4} {}",
-            n["node_id"],
+            n["node_id"].to_string(),
             n["region"].as_str().unwrap_or("?"),
             n["grpc_addr"].as_str().unwrap_or("?"),
             if n["reachable"] == json!(true) {
@@ -186,7 +186,7 @@ fn print_cluster(v: &Value) {
         };
         println!(
             "{:<5} {:<20} {:<10} {:<5} {:<6} {:<5} {:<12} {}",
-            g["group_id"],
+            g["group_id"].to_string(),
             g["event_id"].as_str().unwrap_or(if g["group_id"] == 0 {
                 "(directory)"
             } else {
@@ -213,7 +213,7 @@ fn print_cluster(v: &Value) {
 fn print_move_row(m: &Value) {
     println!(
         "{:<5} {:<20} {:<10} -> {:<10} {:<18} {:<8} {:>8} {:>8}",
-        m["move_id"],
+        m["move_id"].to_string(),
         m["event_id"].as_str().unwrap_or("?"),
         m["from_region"].as_str().unwrap_or("?"),
         m["to_region"].as_str().unwrap_or("?"),
@@ -533,7 +533,10 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             } else if wait {
                 println!(
                     "move {}: {} in {} ms, write pause {} ms",
-                    end["move_id"], end["state"], end["duration_ms"], end["pause_ms"]
+                    end["move_id"],
+                    end["state"].as_str().unwrap_or("?"),
+                    end["duration_ms"],
+                    end["pause_ms"]
                 );
             }
             if wait && end["state"] != "done" {

@@ -3,7 +3,8 @@
 //! move --wait`: every acknowledged hold is present once, no seat is held
 //! twice, the epoch rose by one, the leader and voters are in the target
 //! region, every edge serves the new route, the old voters stop hosting the
-//! group, and a writer still using the old epoch is refused every time.
+//! group, and a writer still using the old epoch is refused every time. A
+//! region-survival event keeps its voters and moves its leadership.
 
 mod common;
 
@@ -96,5 +97,53 @@ async fn t95_move_under_load_from_every_region() {
     assert!(
         metrics.contains("seatfence_moves_total{result=\"completed\"} 1"),
         "one coordinator counted the move"
+    );
+
+    tracing::info!("--- a region-survival event: same voters, leadership into the target region");
+    let c = create_event(
+        &cluster,
+        &edges[0],
+        json!({"event_id": "rs", "name": "rs", "home_region": "us-east", "survival": "region",
+               "sections": [{"name": "A", "rows": 2, "seats_per_row": 100}]}),
+    )
+    .await;
+    let rs_group = c["group_id"].as_u64().unwrap();
+    cluster
+        .wait_leader(GroupId(rs_group), PATIENCE)
+        .await
+        .unwrap();
+    let m = post_move(&edges[0], &op, "rs", "ap-south").await;
+    let before: BTreeSet<u64> = m["from_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let after: BTreeSet<u64> = m["to_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(before, after, "{m}");
+    let end = eventually("region-survival move done", || async {
+        let m = get_move(&edges[0], &op, &m["move_id"]).await?;
+        (m["state"] != "running").then_some(m)
+    })
+    .await;
+    assert_eq!(end["state"], "done", "{end}");
+    let leader = eventually("a leader", || leader_of(&cluster, rs_group)).await;
+    assert!(
+        region_nodes("ap-south").contains(&leader),
+        "leader {leader} is not in ap-south"
+    );
+    let tok = token(&cluster, "rs-buyer", false);
+    let ev = http
+        .get(&format!("{}/v1/events/rs", edges[1]), Some(&tok))
+        .await
+        .unwrap();
+    assert_eq!(
+        (ev.body["epoch"].clone(), ev.body["owner_region"].clone()),
+        (json!(2), json!("ap-south"))
     );
 }

@@ -588,6 +588,29 @@ mod tests {
     }
 
     #[test]
+    fn a_region_survival_move_keeps_the_voters_and_leads_from_the_target() {
+        let mut d = dir();
+        d.groups.get_mut(&GroupId(1)).unwrap().members = vec![NodeId(1), NodeId(2), NodeId(4)];
+        d.events.get_mut(&EventId("e".into())).unwrap().survival = Survival::Region;
+        let m = start(&mut d, "b").unwrap();
+        assert_eq!(
+            m.to_members[0],
+            NodeId(4),
+            "the target region's voter first"
+        );
+        let mut same = m.to_members.clone();
+        same.sort();
+        assert_eq!(same, vec![NodeId(1), NodeId(2), NodeId(4)]);
+        assert!(m.joining().is_empty(), "no learners to add");
+        // A drained voter in the target region is not put first.
+        let mut d = dir();
+        d.groups.get_mut(&GroupId(1)).unwrap().members = vec![NodeId(1), NodeId(4), NodeId(5)];
+        d.events.get_mut(&EventId("e".into())).unwrap().survival = Survival::Region;
+        d.drained.insert(NodeId(4));
+        assert_eq!(start(&mut d, "b").unwrap().to_members[0], NodeId(5));
+    }
+
+    #[test]
     fn a_move_into_an_unknown_or_small_region_is_refused() {
         let mut d = dir();
         assert_eq!(start(&mut d, "zz").unwrap_err().code, "unknown_region");

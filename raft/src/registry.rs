@@ -27,14 +27,27 @@ impl GroupHandle {
     /// believing it leads, at its old term, because the new voters never
     /// write to it again; it can never commit anything, so it must not take
     /// writes or run leader-side work.
+    ///
+    /// Until the configuration that removed it is committed, a leader still
+    /// leads (it replicates to the new voters and commits with their
+    /// majority), so writes keep flowing through a membership change.
     pub fn leads(&self) -> bool {
-        let me = self.raft_id();
-        self.raft.is_leader() && self.raft.voter_ids().any(|v| v == me)
-    }
-
-    fn raft_id(&self) -> u64 {
         use openraft::async_runtime::watch::WatchReceiver;
-        self.raft.metrics().borrow_watched().id
+        if !self.raft.is_leader() {
+            return false;
+        }
+        // A short borrow (it holds a lock RaftCore also takes), no clone:
+        // this runs on every write an edge sends in-process.
+        let rx = self.raft.metrics();
+        let m = rx.borrow_watched();
+        let membership = &m.membership_config;
+        if membership.membership().voter_ids().any(|v| v == m.id) {
+            return true;
+        }
+        // Removed: lead only while the removal is not committed yet.
+        let removal = membership.log_id().as_ref().map(|l| l.index);
+        let committed = m.cluster_committed.as_ref().map(|l| l.index);
+        removal > committed
     }
 
     /// The current Raft term as this replica sees it.
@@ -117,13 +130,15 @@ impl Registry {
                     .map(|g| g.members.clone())
                     .unwrap_or_default()
             };
+            // A moving group's leader ends up among the target voters: ask
+            // them first (a removed leader answers with no hint).
             if let Some(m) = d.running_move_of(group) {
-                ids.extend(
-                    m.to_members
-                        .iter()
-                        .filter(|n| !ids.contains(n))
-                        .collect::<Vec<_>>(),
-                );
+                let old: Vec<_> = ids
+                    .drain(..)
+                    .filter(|n| !m.to_members.contains(n))
+                    .collect();
+                ids = m.to_members.clone();
+                ids.extend(old);
             }
             ids.iter()
                 .filter_map(|id| d.nodes.get(id).map(|n| n.grpc_addr.clone()))

@@ -203,7 +203,19 @@ impl Coordinator {
             }
             MoveStep::TransferLeader => {
                 let started = *transfer_started.get_or_insert_with(Instant::now);
-                if !self.transfer_into(m, &to).await? {
+                // The voters that may lead: those in the target region (all
+                // of them for zone survival; one for region survival).
+                let leaders: Vec<u64> = self.read_directory(|d| {
+                    to.iter()
+                        .copied()
+                        .filter(|n| {
+                            d.nodes
+                                .get(&seatfence_core::NodeId(*n))
+                                .is_some_and(|i| i.region == m.to_region)
+                        })
+                        .collect()
+                });
+                if !self.transfer_into(m, &leaders).await? {
                     return Ok(Next::Again);
                 }
                 tracing::info!(
@@ -267,7 +279,8 @@ impl Coordinator {
         Ok(Next::Again)
     }
 
-    /// Step 4: make a target voter the leader. `true` once one leads.
+    /// Step 4: make one of `to` (target voters in the target region) the
+    /// leader. `true` once one leads.
     async fn transfer_into(&self, m: &MoveRecord, to: &[u64]) -> anyhow::Result<bool> {
         let st = self.membership(m.group, MembershipOp::Status).await?;
         if to.contains(&st.leader) {

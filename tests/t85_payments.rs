@@ -364,6 +364,7 @@ async fn callback_path(env: &Env) {
         (json!(id), json!(pid)),
         "one booking per hold"
     );
+    assert_eq!(again.epoch, Some(1), "a repeated booking carries the fence");
     assert_eq!(
         env.booking("bob", &id).await.status.as_u16(),
         404,
@@ -496,6 +497,7 @@ async fn callback_path(env: &Env) {
     );
     let a = env.get(&redirect).await;
     assert_eq!(a.body["status"], "confirmed");
+    assert_eq!(a.epoch, Some(1), "the callback's answer carries the fence");
     let p = env.payment(&pid).await;
     assert_eq!(
         (p["captures"].clone(), p["execute_calls"].clone()),

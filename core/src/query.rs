@@ -48,6 +48,8 @@ pub enum QueryResult {
         booking: Option<Booking>,
         /// The event's seat price and currency.
         price: Option<(u64, String)>,
+        /// The event's epoch and owner region (the fence answers carry).
+        fence: Option<(crate::ids::Epoch, crate::ids::RegionId)>,
     },
     /// `(hold, booking)` pairs.
     DuePayments(Vec<(Hold, Booking)>),
@@ -75,6 +77,7 @@ impl State {
                     .event
                     .as_ref()
                     .map(|e| (e.price_cents, e.currency.clone())),
+                fence: inv.event.as_ref().map(|e| (e.epoch, e.owner.clone())),
             },
             Query::DuePayments { until_ms, limit } => QueryResult::DuePayments(
                 inv.index

@@ -85,7 +85,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         .ok_or_else(hold_not_found)?;
     if let Some(b) = &l.booking {
         // One booking per hold: a repeated request gets the same booking.
-        return Ok(reply(&l, b, StatusCode::CREATED));
+        return Ok(l.fenced(reply(&l, b, StatusCode::CREATED)));
     }
     if l.hold.status != HoldStatus::Held {
         return Err(outcome_error(

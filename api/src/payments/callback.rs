@@ -56,11 +56,13 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         ));
     }
     let answer = |status: BookingStatus| {
-        Reply::json(
-            StatusCode::OK,
-            json!({"booking_id": id.to_string(), "status": status.as_str()}),
+        l.fenced(
+            Reply::json(
+                StatusCode::OK,
+                json!({"booking_id": id.to_string(), "status": status.as_str()}),
+            )
+            .header("cache-control", "no-store"),
         )
-        .header("cache-control", "no-store")
     };
     if b.status != BookingStatus::Pending {
         // Decided already: a repeated callback changes nothing.

@@ -53,6 +53,21 @@ pub struct Loaded {
     pub booking: Option<Booking>,
     /// The event's seat price and currency (`None` when not read).
     pub price: Option<(u64, String)>,
+    /// The event's epoch and owner region when read (for the
+    /// `X-Seatfence-Epoch` / `-Owner-Region` headers of answers).
+    pub fence: Option<(seatfence_core::Epoch, seatfence_core::RegionId)>,
+}
+
+impl Loaded {
+    /// `reply` with the event's fence headers, when known.
+    pub fn fenced(&self, reply: crate::http::Reply) -> crate::http::Reply {
+        match &self.fence {
+            Some((epoch, owner)) => reply
+                .header("x-seatfence-epoch", epoch.0)
+                .header("x-seatfence-owner-region", &owner.0),
+            None => reply,
+        }
+    }
 }
 
 impl Edge {
@@ -96,12 +111,14 @@ impl Edge {
                 hold: Some(hold),
                 booking,
                 price,
+                fence,
             } => Some(Loaded {
                 id,
                 event_id,
                 hold,
                 booking,
                 price,
+                fence,
             }),
             _ => None,
         })

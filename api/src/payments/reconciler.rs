@@ -126,6 +126,7 @@ fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> L
         hold: hold.clone(),
         booking: Some(booking.clone()),
         price: None,
+        fence: None,
     }
 }
 

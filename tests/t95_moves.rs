@@ -16,6 +16,15 @@ use seatfence::http_client::HttpClient;
 use seatfence_core::GroupId;
 use serde_json::json;
 
+/// A JSON array of node ids as a set.
+fn ids(v: &serde_json::Value) -> BTreeSet<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t95_move_under_load_from_every_region() {
     init_logs();
@@ -73,12 +82,7 @@ async fn t95_move_under_load_from_every_region() {
         (json!("mv"), json!("done"), json!("done"))
     );
     assert!(m["pause_ms"].is_u64(), "{m}");
-    let voters: BTreeSet<u64> = m["to_members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let voters = ids(&m["to_members"]);
     assert_eq!(voters, region_nodes("eu-west").into_iter().collect());
     let again = http
         .post(
@@ -113,18 +117,8 @@ async fn t95_move_under_load_from_every_region() {
         .await
         .unwrap();
     let m = post_move(&edges[0], &op, "rs", "ap-south").await;
-    let before: BTreeSet<u64> = m["from_members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
-    let after: BTreeSet<u64> = m["to_members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let before = ids(&m["from_members"]);
+    let after = ids(&m["to_members"]);
     assert_eq!(before, after, "{m}");
     let end = eventually("region-survival move done", || async {
         let m = get_move(&edges[0], &op, &m["move_id"]).await?;

@@ -336,7 +336,7 @@ struct TransferBody {
     to: u64,
 }
 
-fn parse_id(id: &str, what: &'static str) -> Result<u64, ApiError> {
+pub(crate) fn parse_id(id: &str, what: &'static str) -> Result<u64, ApiError> {
     id.parse().map_err(|_| ApiError::NotFound {
         code: what,
         what: format!("{id:?}"),

@@ -52,6 +52,14 @@ pub fn move_json(m: &MoveRecord) -> Value {
     })
 }
 
+/// The event's fence while the move has not bumped it (start, abort):
+/// its epoch and owner before the move (DESIGN §7 mutation headers).
+fn fenced(reply: Reply, m: &MoveRecord) -> Reply {
+    reply
+        .header("x-seatfence-epoch", m.from_epoch.0)
+        .header("x-seatfence-owner-region", &m.from_region.0)
+}
+
 fn refused(r: MoveRefused) -> ApiError {
     let current = r.current.as_ref().map(|m| move_json(m));
     let conflict = |code: &'static str| ApiError::Conflict {
@@ -85,13 +93,6 @@ async fn propose(edge: &Edge, op: MoveOp) -> Result<MoveRecord, ApiError> {
         .map_err(refused)
 }
 
-fn parse_move_id(id: &str) -> Result<u64, ApiError> {
-    id.parse().map_err(|_| ApiError::NotFound {
-        code: "move_not_found",
-        what: format!("move {id:?}"),
-    })
-}
-
 /// `POST /v1/admin/events/{id}/move {"to_region"}` → 202 `{move_id, ...}`.
 pub async fn start(edge: &Edge, req: &Req, event: &str) -> Result<Reply, ApiError> {
     let caller = req.operator(edge)?;
@@ -107,14 +108,14 @@ pub async fn start(edge: &Edge, req: &Req, event: &str) -> Result<Reply, ApiErro
     .await?;
     seatfence_raft::metrics::RaftMetrics::inc(&seatfence_raft::metrics::METRICS.moves_started);
     tracing::info!(move_id = m.move_id, event = %m.event_id, from = %m.from_region, to = %m.to_region, "operator: move started");
-    Ok(Reply::json(StatusCode::ACCEPTED, move_json(&m))
+    Ok(fenced(Reply::json(StatusCode::ACCEPTED, move_json(&m)), &m)
         .header("location", format!("/v1/admin/moves/{}", m.move_id)))
 }
 
 /// `POST /v1/admin/moves/{id}/abort`: only before the membership change.
 pub async fn abort(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let caller = req.operator(edge)?;
-    let move_id = parse_move_id(id)?;
+    let move_id = crate::admin::parse_id(id, "move_not_found")?;
     let m = propose(
         edge,
         MoveOp::Abort {
@@ -124,13 +125,13 @@ pub async fn abort(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
     )
     .await?;
     seatfence_raft::metrics::RaftMetrics::inc(&seatfence_raft::metrics::METRICS.moves_aborted);
-    Ok(Reply::json(StatusCode::OK, move_json(&m)))
+    Ok(fenced(Reply::json(StatusCode::OK, move_json(&m)), &m))
 }
 
 /// `GET /v1/admin/moves/{id}`.
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.operator(edge)?;
-    let move_id = parse_move_id(id)?;
+    let move_id = crate::admin::parse_id(id, "move_not_found")?;
     let dir = edge.directory_at_leader().await?;
     let m = dir.moves.get(&move_id).ok_or_else(|| ApiError::NotFound {
         code: "move_not_found",

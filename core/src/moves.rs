@@ -58,10 +58,6 @@ impl MoveStep {
         }
     }
 
-    pub fn parse(s: &str) -> Option<MoveStep> {
-        MoveStep::ALL.into_iter().find(|m| m.name() == s)
-    }
-
     /// 1-based position among the steps (for progress bars).
     pub fn number(self) -> usize {
         MoveStep::ALL

@@ -263,18 +263,21 @@ impl Coordinator {
             }
             MoveStep::Done => return Ok(Next::Finished),
         };
-        match self
-            .directory(MoveOp::Advance {
+        let advanced = propose(
+            &self.client,
+            self.clock.now_ms(),
+            MoveOp::Advance {
                 move_id: m.move_id,
                 from: m.step,
                 pause_ms,
-            })
-            .await
-        {
+            },
+        )
+        .await?;
+        match advanced {
             Ok(next) => tracing::info!(move_id = m.move_id, step = next.step.name(), "move step"),
             // Another coordinator (or an abort) got there first: re-read.
-            Err(e) if e.to_string().contains("step_mismatch") => {}
-            Err(e) => return Err(e),
+            Err(r) if r.code == "step_mismatch" => {}
+            Err(r) => anyhow::bail!("{}: {}", r.code, r.message),
         }
         Ok(Next::Again)
     }

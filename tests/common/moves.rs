@@ -179,6 +179,11 @@ pub async fn post_move(edge: &str, op: &str, event: &str, to: &str) -> Value {
         .await
         .unwrap();
     assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    assert_eq!(
+        a.epoch,
+        a.body["from_epoch"].as_u64(),
+        "the answer carries the event's fence"
+    );
     a.body
 }
 

@@ -81,24 +81,16 @@ impl Hists {
     }
 }
 
-/// One buyer's purchase; `Ok(false)` when the event is sold out.
-async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyhow::Result<bool> {
-    let t0 = Instant::now();
-    let hold = http
-        .post(
-            &format!("{edge}/v1/holds"),
-            Some(token),
-            None,
-            &json!({"event_id": EVENT, "quantity": 1}),
-        )
-        .await?;
-    match hold.status.as_u16() {
-        201 => {}
-        409 => return Ok(false),
-        s => bail!("hold: {s} {}", hold.body),
-    }
-    h.hold.saturating_record(t0.elapsed().as_micros() as u64);
-    let hold_id = hold.body["hold_id"].as_str().context("hold_id")?;
+/// Book a granted hold and pay for it as its buyer: `POST /v1/bookings`,
+/// approve at the mock gateway, follow the callback redirect until the
+/// booking is confirmed. Returns how long the booking call and the callback
+/// took.
+pub async fn pay(
+    http: &HttpClient,
+    edge: &str,
+    token: &str,
+    hold_id: &str,
+) -> anyhow::Result<(Duration, Duration)> {
     let t1 = Instant::now();
     let booking = loop {
         let b = http
@@ -118,7 +110,7 @@ async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyho
             s => bail!("booking: {s} {}", b.body),
         }
     };
-    h.book.saturating_record(t1.elapsed().as_micros() as u64);
+    let book = t1.elapsed();
     let approve = booking["approve_url"].as_str().context("approve_url")?;
     let r = http.post(approve, None, None, &json!({})).await?;
     let redirect = r.body["redirect"].as_str().context("redirect")?.to_string();
@@ -127,8 +119,30 @@ async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyho
     if cb.body["status"] != "confirmed" {
         bail!("callback: {} {}", cb.status, cb.body);
     }
-    h.callback
-        .saturating_record(t2.elapsed().as_micros() as u64);
+    Ok((book, t2.elapsed()))
+}
+
+/// One buyer's purchase; `Ok(false)` when the event is sold out.
+async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyhow::Result<bool> {
+    let t0 = Instant::now();
+    let hold = http
+        .post(
+            &format!("{edge}/v1/holds"),
+            Some(token),
+            None,
+            &json!({"event_id": EVENT, "quantity": 1}),
+        )
+        .await?;
+    match hold.status.as_u16() {
+        201 => {}
+        409 => return Ok(false),
+        s => bail!("hold: {s} {}", hold.body),
+    }
+    h.hold.saturating_record(t0.elapsed().as_micros() as u64);
+    let hold_id = hold.body["hold_id"].as_str().context("hold_id")?;
+    let (book, callback) = pay(http, edge, token, hold_id).await?;
+    h.book.saturating_record(book.as_micros() as u64);
+    h.callback.saturating_record(callback.as_micros() as u64);
     h.total.saturating_record(t0.elapsed().as_micros() as u64);
     Ok(true)
 }

@@ -18,4 +18,5 @@ pub mod bench_payments;
 pub mod cluster;
 pub mod ctl;
 pub mod demo;
+pub mod flash;
 pub mod http_client;

@@ -136,6 +136,15 @@ enum FlushArg {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The launch-day flash sale on a local 3-node region with the mock
+    /// gateway: a burst of buyers holding 1–4 seats, a share booking and
+    /// paying, the rest letting holds expire, late arrivals after, until
+    /// every seat is sold. Fails unless the sale is exact.
+    FlashSale(seatfence::flash::cli::FlashSaleCli),
+    /// The flash sale's hold workload against seatfence, PostgreSQL
+    /// (`--pg`) and etcd (`--etcd`) one after the other; prints the
+    /// side-by-side table (bench/compare.sh starts the servers).
+    Compare(seatfence::flash::cli::CompareCli),
     /// Confirmed bookings/s and the latency of each step (hold, booking,
     /// callback) with the mock gateway: buyers go hold → book → approve →
     /// callback on a local 3-node cluster.
@@ -362,6 +371,18 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::bail!("the move broke the sale: {r:?}");
             }
             Ok(())
+        }
+        Cmd::Bench {
+            cmd: BenchCmd::FlashSale(cli),
+        } => {
+            let bin = std::env::current_exe().context("find own binary")?;
+            seatfence::flash::cli::flash_sale(&bin, cli).await
+        }
+        Cmd::Bench {
+            cmd: BenchCmd::Compare(cli),
+        } => {
+            let bin = std::env::current_exe().context("find own binary")?;
+            seatfence::flash::cli::compare(&bin, cli).await
         }
         Cmd::Bench {
             cmd:

@@ -1,0 +1,540 @@
+//! `seatfence bench flash-sale` and `seatfence bench compare`: the
+//! launch-day shape. One event, a burst of buyers each holding 1–4 seats
+//! (all or none, retried with other seats on conflict), a share of them
+//! booking and paying through the mock gateway, the rest letting their holds
+//! expire; then a slower stream of late arrivals taking the seats that come
+//! back, until every seat is sold.
+//!
+//! The workload is the same for every system (`Backend`): buyers are
+//! numbered, and buyer `i`'s seat count, choices and decision to book come
+//! from an RNG seeded with `(seed, i)`; which seats it actually gets depends
+//! on what earlier buyers got, as on the day. `compare` runs the hold part
+//! (no bookings, holds never expire) against seatfence, PostgreSQL and etcd
+//! with the same seed and concurrency.
+
+pub mod backend;
+pub mod cli;
+pub mod compare;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod pg;
+pub mod plot;
+pub mod sale;
+pub mod view;
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use backend::{Backend, HoldAnswer};
+use view::{Pick, SeatView};
+
+/// One run's shape.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub capacity: u32,
+    /// Buyers in the burst.
+    pub buyers: u64,
+    /// The whole run stops after this long, sold out or not.
+    pub duration: Duration,
+    /// Hold requests in flight at most.
+    pub inflight: usize,
+    /// Burst buyers arriving per second (open loop, latency measured from
+    /// each buyer's arrival); `None`: as fast as `inflight` allows.
+    pub rate: Option<u32>,
+    /// Share of burst buyers who book and pay; 0 in a holds-only run.
+    pub book_share: f64,
+    /// Late arrivals per second after the burst (they always book); 0: none.
+    pub late_rate: u32,
+    /// The event's hold time-to-live (seats come back after it).
+    pub hold_ttl: Duration,
+    pub max_attempts: u32,
+    /// Buyers pick among this many best free seats.
+    pub window: usize,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+/// Books and pays for a granted hold (seatfence over HTTP only).
+pub type Payer = Arc<
+    dyn Fn(u64, String) -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync,
+>;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Bucket {
+    pub at_secs: f64,
+    pub holds: u64,
+    pub conflicts: u64,
+    pub errors: u64,
+    pub sold_seats: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// What a run measured, at the client.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunStats {
+    pub system: String,
+    /// Granted holds per second over the burst (until every seat was taken
+    /// for the first time, or the burst's buyers were all served).
+    pub holds_per_sec: f64,
+    /// Every answered hold request (granted or conflict) per second, burst.
+    pub requests_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub granted_holds: u64,
+    pub granted_seats: u64,
+    pub conflicts: u64,
+    /// Buyers who saw no free seat (or gave up after `max_attempts`).
+    pub turned_away: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub bookings_confirmed: u64,
+    pub booking_errors: u64,
+    /// Seats in confirmed bookings, as the clients saw them.
+    pub confirmed_seats: u64,
+    pub burst_secs: f64,
+    /// When every seat was first held or sold.
+    pub all_taken_after_secs: Option<f64>,
+    /// When the last seat was sold (bookings), or taken (holds only).
+    pub sold_out_after_secs: Option<f64>,
+    pub buyers_arrived: u64,
+    pub duration_secs: f64,
+    pub inflight: usize,
+    pub offered_buyers_per_sec: Option<u32>,
+    pub seed: u64,
+    pub timeline: Vec<Bucket>,
+}
+
+const BUCKET_MS: u64 = 250;
+
+fn hist(sigfig: u8) -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 120_000_000, sigfig).expect("valid bounds")
+}
+
+#[derive(Default)]
+struct Totals {
+    errors: BTreeMap<String, u64>,
+    buckets: Vec<(u64, u64, u64, u64, Option<Histogram<u64>>)>,
+    all_taken_ms: Option<u64>,
+    sold_out_ms: Option<u64>,
+    burst_end_ms: Option<u64>,
+    burst_holds: u64,
+    burst_answers: u64,
+}
+
+struct Run {
+    backend: Arc<Backend>,
+    payer: Option<Payer>,
+    w: Workload,
+    view: Mutex<SeatView>,
+    hist: Mutex<Histogram<u64>>,
+    totals: Mutex<Totals>,
+    limiter: Semaphore,
+    start: Instant,
+    deadline: Instant,
+    done: AtomicBool,
+    granted_holds: AtomicU64,
+    granted_seats: AtomicU64,
+    confirmed_seats: AtomicU64,
+    bookings: AtomicU64,
+    booking_errors: AtomicU64,
+    conflicts: AtomicU64,
+    turned_away: AtomicU64,
+    arrived: AtomicU64,
+}
+
+enum Tick {
+    Answer { latency_us: u64, granted: bool },
+    Error(String),
+    Sold(u64),
+}
+
+impl Run {
+    fn ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn over(&self) -> bool {
+        self.done.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
+
+    fn record(&self, tick: Tick) {
+        let ms = self.ms();
+        let mut t = self.totals.lock().expect("totals lock");
+        let b = (ms / BUCKET_MS) as usize;
+        if t.buckets.len() <= b {
+            t.buckets.resize_with(b + 1, Default::default);
+        }
+        let in_burst = t.burst_end_ms.is_none();
+        let bucket = &mut t.buckets[b];
+        match tick {
+            Tick::Answer {
+                latency_us,
+                granted,
+            } => {
+                if granted {
+                    bucket.0 += 1;
+                } else {
+                    bucket.1 += 1;
+                }
+                bucket
+                    .4
+                    .get_or_insert_with(|| hist(2))
+                    .saturating_record(latency_us);
+                if in_burst {
+                    t.burst_answers += 1;
+                    t.burst_holds += u64::from(granted);
+                }
+            }
+            Tick::Error(code) => {
+                bucket.2 += 1;
+                *t.errors.entry(code).or_default() += 1;
+            }
+            Tick::Sold(n) => bucket.3 += n,
+        }
+    }
+
+    fn end_burst(&self) {
+        let ms = self.ms();
+        let mut t = self.totals.lock().expect("totals lock");
+        t.burst_end_ms.get_or_insert(ms);
+    }
+
+    /// Seats granted (holds only) or sold (with bookings) reached capacity.
+    fn check_sold_out(&self) {
+        let cap = u64::from(self.w.capacity);
+        let done = if self.payer.is_some() {
+            self.confirmed_seats.load(Ordering::Relaxed) >= cap
+        } else {
+            self.granted_seats.load(Ordering::Relaxed) >= cap
+        };
+        if done && !self.done.swap(true, Ordering::Relaxed) {
+            let ms = self.ms();
+            let mut t = self.totals.lock().expect("totals lock");
+            t.sold_out_ms = Some(ms);
+            t.burst_end_ms.get_or_insert(ms);
+        }
+    }
+
+    fn note_taken(&self, now: Instant) {
+        let free = self.view.lock().expect("view lock").free(now);
+        if free == 0 {
+            let ms = self.ms();
+            let mut t = self.totals.lock().expect("totals lock");
+            if t.all_taken_ms.is_none() {
+                t.all_taken_ms = Some(ms);
+                t.burst_end_ms.get_or_insert(ms);
+            }
+        }
+    }
+}
+
+/// One buyer: pick seats, hold (retrying the same request on an error,
+/// other seats on a conflict), then book and pay or walk away.
+async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
+    run.arrived.fetch_add(1, Ordering::Relaxed);
+    let mut rng = StdRng::seed_from_u64(run.w.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i);
+    let k = rng.gen_range(1..=4usize);
+    let book = run.payer.is_some() && (late || rng.gen_bool(run.w.book_share.clamp(0.0, 1.0)));
+    let wait_until = arrival + run.w.hold_ttl + Duration::from_secs(2);
+    for attempt in 0..run.w.max_attempts.max(1) {
+        let seats = loop {
+            if run.over() {
+                return;
+            }
+            let now = Instant::now();
+            let pick = run.view.lock().expect("view lock").pick(k, &mut rng, now);
+            match pick {
+                Pick::Seats(s) => break s,
+                Pick::Wait if late && now < wait_until => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Pick::Wait | Pick::SoldOut => {
+                    run.turned_away.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        };
+        let permit = run.limiter.acquire().await.expect("limiter open");
+        let t0 = if attempt == 0 && !late {
+            arrival
+        } else {
+            Instant::now()
+        };
+        let mut answer = HoldAnswer::Error("none".into());
+        for _ in 0..3 {
+            answer = run.backend.hold(i, attempt, &seats).await;
+            match &answer {
+                HoldAnswer::Error(code) => run.record(Tick::Error(code.clone())),
+                _ => break,
+            }
+            if run.over() {
+                break;
+            }
+        }
+        drop(permit);
+        let latency_us = t0.elapsed().as_micros() as u64;
+        let now = Instant::now();
+        match answer {
+            HoldAnswer::Granted(hold_id) => {
+                run.hist
+                    .lock()
+                    .expect("hist lock")
+                    .saturating_record(latency_us);
+                run.record(Tick::Answer {
+                    latency_us,
+                    granted: true,
+                });
+                run.view.lock().expect("view lock").taken(&seats);
+                run.granted_holds.fetch_add(1, Ordering::Relaxed);
+                run.granted_seats
+                    .fetch_add(seats.len() as u64, Ordering::Relaxed);
+                run.note_taken(now);
+                run.check_sold_out();
+                let paid = match (&run.payer, book) {
+                    (Some(pay), true) => match pay(i, hold_id).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            if run.booking_errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                                eprintln!("flash sale: booking failed: {e:#}");
+                            }
+                            false
+                        }
+                    },
+                    _ => false,
+                };
+                if paid {
+                    run.bookings.fetch_add(1, Ordering::Relaxed);
+                    run.confirmed_seats
+                        .fetch_add(seats.len() as u64, Ordering::Relaxed);
+                    run.record(Tick::Sold(seats.len() as u64));
+                    run.check_sold_out();
+                } else if run.payer.is_some() {
+                    // The hold lapses; buyers see the seats again after it.
+                    let back = Instant::now() + run.w.hold_ttl + Duration::from_millis(500);
+                    run.view.lock().expect("view lock").release_at(&seats, back);
+                }
+                return;
+            }
+            HoldAnswer::Conflict => {
+                run.hist
+                    .lock()
+                    .expect("hist lock")
+                    .saturating_record(latency_us);
+                run.record(Tick::Answer {
+                    latency_us,
+                    granted: false,
+                });
+                run.conflicts.fetch_add(1, Ordering::Relaxed);
+                run.view
+                    .lock()
+                    .expect("view lock")
+                    .cooldown(&seats, now + Duration::from_millis(300));
+            }
+            HoldAnswer::Error(_) => {
+                // Unknown outcome: the seats may be held until the hold lapses.
+                run.view
+                    .lock()
+                    .expect("view lock")
+                    .cooldown(&seats, now + run.w.hold_ttl + Duration::from_secs(1));
+            }
+        }
+    }
+    run.turned_away.fetch_add(1, Ordering::Relaxed);
+}
+
+fn spawn_progress(run: Arc<Run>, label: &'static str) -> Option<tokio::task::JoinHandle<()>> {
+    if !run.w.progress {
+        return None;
+    }
+    let tty = std::io::stderr().is_terminal();
+    Some(tokio::spawn(async move {
+        let every = if tty { 250 } else { 2000 };
+        let mut last = (Instant::now(), 0u64);
+        loop {
+            tokio::time::sleep(Duration::from_millis(every)).await;
+            let cap = u64::from(run.w.capacity).max(1);
+            let done_seats = if run.payer.is_some() {
+                run.confirmed_seats.load(Ordering::Relaxed)
+            } else {
+                run.granted_seats.load(Ordering::Relaxed)
+            };
+            let holds = run.granted_holds.load(Ordering::Relaxed);
+            let rate = (holds - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            last = (Instant::now(), holds);
+            let filled = (done_seats * 30 / cap) as usize;
+            let line = format!(
+                "[{}{}] {done_seats}/{cap} seats {label} · {rate:.0} holds/s · {} buyers · {:.1} s",
+                "#".repeat(filled.min(30)),
+                "-".repeat(30 - filled.min(30)),
+                run.arrived.load(Ordering::Relaxed),
+                run.start.elapsed().as_secs_f64()
+            );
+            let mut err = std::io::stderr();
+            if tty {
+                let _ = write!(err, "\r{line}   ");
+            } else {
+                let _ = writeln!(err, "{line}");
+            }
+            let _ = err.flush();
+            if run.over() {
+                if tty {
+                    let _ = writeln!(err);
+                }
+                return;
+            }
+        }
+    }))
+}
+
+/// Run the workload against `backend`; `payer` books and pays (full
+/// flash sale), without it holds are only taken (compare).
+pub async fn run_workload(backend: Arc<Backend>, payer: Option<Payer>, w: Workload) -> RunStats {
+    let start = Instant::now();
+    let run = Arc::new(Run {
+        view: Mutex::new(SeatView::new(w.capacity, w.window)),
+        hist: Mutex::new(hist(3)),
+        totals: Mutex::new(Totals::default()),
+        limiter: Semaphore::new(w.inflight.max(1)),
+        start,
+        deadline: start + w.duration,
+        done: AtomicBool::new(false),
+        granted_holds: AtomicU64::new(0),
+        granted_seats: AtomicU64::new(0),
+        confirmed_seats: AtomicU64::new(0),
+        bookings: AtomicU64::new(0),
+        booking_errors: AtomicU64::new(0),
+        conflicts: AtomicU64::new(0),
+        turned_away: AtomicU64::new(0),
+        arrived: AtomicU64::new(0),
+        backend,
+        payer,
+        w,
+    });
+    let label = if run.payer.is_some() { "sold" } else { "held" };
+    let progress = spawn_progress(run.clone(), label);
+    let mut tasks = JoinSet::new();
+    // The burst.
+    match run.w.rate {
+        None => {
+            let next = Arc::new(AtomicU64::new(0));
+            for _ in 0..run.w.inflight.max(1) {
+                let (run, next) = (run.clone(), next.clone());
+                tasks.spawn(async move {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= run.w.buyers || run.over() {
+                            return;
+                        }
+                        buyer(run.clone(), i, Instant::now(), false).await;
+                    }
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+        }
+        Some(rate) => {
+            let rate = f64::from(rate.max(1));
+            for i in 0..run.w.buyers {
+                if run.over() {
+                    break;
+                }
+                let arrival = start + Duration::from_secs_f64(i as f64 / rate);
+                tokio::time::sleep_until(arrival.into()).await;
+                tasks.spawn(buyer(run.clone(), i, arrival, false));
+                while tasks.try_join_next().is_some() {}
+            }
+            while tasks.join_next().await.is_some() {}
+        }
+    }
+    run.end_burst();
+    // Late arrivals until sold out or the end of the run.
+    if run.payer.is_some() && run.w.late_rate > 0 {
+        let rate = f64::from(run.w.late_rate);
+        let late_start = Instant::now();
+        let mut i = run.w.buyers;
+        while !run.over() {
+            let arrival =
+                late_start + Duration::from_secs_f64((i - run.w.buyers) as f64 / rate);
+            tokio::time::sleep_until(arrival.into()).await;
+            tasks.spawn(buyer(run.clone(), i, arrival, true));
+            while tasks.try_join_next().is_some() {}
+            i += 1;
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    run.done.store(true, Ordering::Relaxed);
+    if let Some(p) = progress {
+        let _ = p.await;
+    }
+    summarize(&run)
+}
+
+fn summarize(run: &Run) -> RunStats {
+    let h = run.hist.lock().expect("hist lock");
+    let t = run.totals.lock().expect("totals lock");
+    let elapsed = run.start.elapsed().as_secs_f64();
+    let burst_secs = t
+        .burst_end_ms
+        .map(|ms| ms as f64 / 1000.0)
+        .unwrap_or(elapsed)
+        .max(0.001);
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let timeline = t
+        .buckets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let q = |q: f64| {
+                b.4.as_ref()
+                    .map(|h| h.value_at_quantile(q) as f64 / 1000.0)
+                    .unwrap_or(0.0)
+            };
+            Bucket {
+                at_secs: (i as u64 * BUCKET_MS) as f64 / 1000.0,
+                holds: b.0,
+                conflicts: b.1,
+                errors: b.2,
+                sold_seats: b.3,
+                p50_ms: q(0.5),
+                p99_ms: q(0.99),
+            }
+        })
+        .collect();
+    RunStats {
+        system: run.backend.name().to_string(),
+        holds_per_sec: t.burst_holds as f64 / burst_secs,
+        requests_per_sec: t.burst_answers as f64 / burst_secs,
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: h.max() as f64 / 1000.0,
+        granted_holds: run.granted_holds.load(Ordering::Relaxed),
+        granted_seats: run.granted_seats.load(Ordering::Relaxed),
+        conflicts: run.conflicts.load(Ordering::Relaxed),
+        turned_away: run.turned_away.load(Ordering::Relaxed),
+        errors: t.errors.clone(),
+        bookings_confirmed: run.bookings.load(Ordering::Relaxed),
+        booking_errors: run.booking_errors.load(Ordering::Relaxed),
+        confirmed_seats: run.confirmed_seats.load(Ordering::Relaxed),
+        burst_secs,
+        all_taken_after_secs: t.all_taken_ms.map(|ms| ms as f64 / 1000.0),
+        sold_out_after_secs: t.sold_out_ms.map(|ms| ms as f64 / 1000.0),
+        buyers_arrived: run.arrived.load(Ordering::Relaxed),
+        duration_secs: elapsed,
+        inflight: run.w.inflight,
+        offered_buyers_per_sec: run.w.rate,
+        seed: run.w.seed,
+        timeline,
+    }
+}

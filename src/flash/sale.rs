@@ -1,0 +1,181 @@
+//! Seatfence for a flash sale: a local region of three node processes (the
+//! event's 3-voter group, durability on), every node an HTTP edge, and the
+//! mock gateway as its own process; the full launch-day run and its checks.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use seatfence_core::GroupId;
+use seatfence_raft::RaftTuning;
+use serde::Serialize;
+use serde_json::json;
+
+use super::backend::{http_counts, Backend, Counts, HttpBackend};
+use super::{run_workload, Payer, RunStats, Workload};
+use crate::cluster::{GatewayProc, LocalCluster};
+use crate::http_client::HttpClient;
+
+pub const EVENT: &str = "flash-sale";
+
+/// A running seatfence for one event; dropping it stops every process.
+pub struct Seatfence {
+    pub cluster: LocalCluster,
+    pub gateway: Option<GatewayProc>,
+    pub http: Arc<HttpBackend>,
+    pub group: GroupId,
+    pub capacity: u64,
+}
+
+impl Seatfence {
+    /// Start the processes under `dir` and create the event: seats `S1` …
+    /// `S{capacity}`, at most 4 per hold, holds lapsing after `hold_ttl`.
+    pub async fn start(
+        bin: &Path,
+        dir: &Path,
+        capacity: u32,
+        hold_ttl: Duration,
+        with_gateway: bool,
+    ) -> anyhow::Result<Seatfence> {
+        let gateway = if with_gateway {
+            Some(GatewayProc::start(bin, &dir.join("gateway"), 5)?)
+        } else {
+            None
+        };
+        let cluster = LocalCluster::start_regions_with(
+            bin,
+            dir,
+            1,
+            3,
+            RaftTuning::default(),
+            gateway.as_ref().map(|g| g.payments_config()),
+        )?;
+        cluster.wait_ready(Duration::from_secs(30)).await?;
+        let secret = cluster.jwt_secret().context("no edge secret")?;
+        let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
+        let http = HttpClient::default();
+        let operator = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+        let seats: Vec<String> = (0..capacity.max(1)).map(super::backend::seat_name).collect();
+        let created = http
+            .post(
+                &format!("{}/v1/events", edges[0]),
+                Some(&operator),
+                None,
+                &json!({"event_id": EVENT, "name": "launch day", "home_region": "us-east",
+                        "seats": seats, "max_seats_per_hold": 4,
+                        "hold_ttl_secs": hold_ttl.as_secs().max(1)}),
+            )
+            .await?;
+        if created.status.as_u16() != 201 {
+            bail!("create event: {} {}", created.status, created.body);
+        }
+        let capacity = created.body["capacity"].as_u64().context("capacity")?;
+        let group = GroupId(created.body["group_id"].as_u64().context("group_id")?);
+        cluster.wait_leader(group, Duration::from_secs(30)).await?;
+        Ok(Seatfence {
+            gateway,
+            http: Arc::new(HttpBackend {
+                http,
+                edges: Arc::new(edges),
+                secret,
+                operator,
+                event: EVENT.to_string(),
+            }),
+            group,
+            capacity,
+            cluster,
+        })
+    }
+
+    fn backend(&self) -> Backend {
+        let b = &self.http;
+        Backend::Http(HttpBackend {
+            http: b.http.clone(),
+            edges: b.edges.clone(),
+            secret: b.secret.clone(),
+            operator: b.operator.clone(),
+            event: b.event.clone(),
+        })
+    }
+
+    /// Books and pays as the buyer who holds the hold, at the buyer's edge.
+    fn payer(&self) -> Payer {
+        let b = self.http.clone();
+        Arc::new(move |buyer, hold_id| {
+            let b = b.clone();
+            Box::pin(async move {
+                let token = b.token(buyer);
+                crate::bench_payments::pay(&b.http, b.edge(buyer), &token, &hold_id)
+                    .await
+                    .map(|_| ())
+            })
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct FlashSaleReport {
+    pub holds_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub capacity: u64,
+    /// Seats sold, from the event's records.
+    pub sold: u64,
+    /// Seats still held at the end (from the records).
+    pub held: u64,
+    pub oversold: bool,
+    /// available + held + sold == capacity, sold == the seats of the
+    /// bookings buyers saw confirmed, captures == confirmed bookings.
+    pub counters_match: bool,
+    pub sold_out: bool,
+    pub sold_out_after_secs: Option<f64>,
+    pub captures: u64,
+    pub counts: Counts,
+    /// Everything the clients measured, with the timeline.
+    pub run: RunStats,
+}
+
+/// The launch-day run on seatfence: burst, bookings, expiries, late
+/// arrivals, until sold out or `w.duration`.
+pub async fn run_flash_sale(bin: &Path, w: Workload) -> anyhow::Result<FlashSaleReport> {
+    let (_guard, dir) = crate::bench::bench_dir()?;
+    let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, true).await?;
+    let w = Workload {
+        capacity: sf.capacity as u32,
+        ..w
+    };
+    let stats = run_workload(Arc::new(sf.backend()), Some(sf.payer()), w).await;
+    let counts = http_counts(&sf.http).await?;
+    let gateway = sf.gateway.as_ref().context("gateway")?;
+    let g = sf
+        .http
+        .http
+        .get(&format!("{}/_stats", gateway.url), None)
+        .await?;
+    let captures = g.body["captures"].as_u64().unwrap_or(u64::MAX);
+    let capacity = sf.capacity;
+    Ok(FlashSaleReport {
+        holds_per_sec: stats.holds_per_sec,
+        p50_ms: stats.p50_ms,
+        p99_ms: stats.p99_ms,
+        p999_ms: stats.p999_ms,
+        capacity,
+        sold: counts.sold,
+        held: counts.held,
+        oversold: counts.sold > capacity || counts.sold.saturating_add(counts.held) > capacity,
+        counters_match: counts
+            .available
+            .saturating_add(counts.held)
+            .saturating_add(counts.sold)
+            == capacity
+            && counts.sold == stats.confirmed_seats
+            && captures == stats.bookings_confirmed,
+        sold_out: counts.sold == capacity,
+        sold_out_after_secs: stats.sold_out_after_secs,
+        captures,
+        counts,
+        run: stats,
+    })
+}

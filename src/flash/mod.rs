@@ -84,8 +84,8 @@ pub struct Bucket {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunStats {
     pub system: String,
-    /// Granted holds per second over the burst (until every seat was taken
-    /// for the first time, or the burst's buyers were all served).
+    /// Granted holds per second over the burst: until the seats granted in
+    /// holds first add up to capacity (or the burst's buyers were served).
     pub holds_per_sec: f64,
     /// Every answered hold request (granted or conflict) per second, burst.
     pub requests_per_sec: f64,
@@ -104,7 +104,7 @@ pub struct RunStats {
     /// Seats in confirmed bookings, as the clients saw them.
     pub confirmed_seats: u64,
     pub burst_secs: f64,
-    /// When every seat was first held or sold.
+    /// When the seats granted in holds first added up to capacity.
     pub all_taken_after_secs: Option<f64>,
     /// When the last seat was sold (bookings), or taken (holds only).
     pub sold_out_after_secs: Option<f64>,
@@ -227,9 +227,10 @@ impl Run {
         }
     }
 
-    fn note_taken(&self, now: Instant) {
-        let free = self.view.lock().expect("view lock").free(now);
-        if free == 0 {
+    /// Seats handed out in holds reached capacity for the first time: the
+    /// end of the burst's measuring window.
+    fn note_granted(&self, seats_granted: u64) {
+        if seats_granted >= u64::from(self.w.capacity) {
             let ms = self.ms();
             let mut t = self.totals.lock().expect("totals lock");
             if t.all_taken_ms.is_none() {
@@ -257,7 +258,9 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
             let pick = run.view.lock().expect("view lock").pick(k, &mut rng, now);
             match pick {
                 Pick::Seats(s) => break s,
-                Pick::Wait if late && now < wait_until => {
+                // The seat map shows nothing free yet, but seats will come
+                // back: buyers refresh it for a while.
+                Pick::Wait if now < wait_until => {
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
                 Pick::Wait | Pick::SoldOut => {
@@ -298,9 +301,11 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
                 });
                 run.view.lock().expect("view lock").taken(&seats);
                 run.granted_holds.fetch_add(1, Ordering::Relaxed);
-                run.granted_seats
-                    .fetch_add(seats.len() as u64, Ordering::Relaxed);
-                run.note_taken(now);
+                let granted = run
+                    .granted_seats
+                    .fetch_add(seats.len() as u64, Ordering::Relaxed)
+                    + seats.len() as u64;
+                run.note_granted(granted);
                 run.check_sold_out();
                 let paid = match (&run.payer, book) {
                     (Some(pay), true) => match pay(i, hold_id).await {

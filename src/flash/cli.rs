@@ -148,7 +148,12 @@ pub async fn flash_sale(bin: &Path, cli: FlashSaleCli) -> anyhow::Result<()> {
         );
     }
     if r.oversold || !r.counters_match {
-        anyhow::bail!("the sale is not exact: sold {} of {}, counters_match {}", r.sold, r.capacity, r.counters_match);
+        anyhow::bail!(
+            "the sale is not exact: sold {} of {}, counters_match {}",
+            r.sold,
+            r.capacity,
+            r.counters_match
+        );
     }
     Ok(())
 }

@@ -132,7 +132,10 @@ pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<Compa
     } else {
         run_etcd(args, &w, &mut rows, &mut skipped).await?;
     }
-    let http = rows.iter().find(|r| r.system == "seatfence-http").map(|r| r.holds_per_sec);
+    let http = rows
+        .iter()
+        .find(|r| r.system == "seatfence-http")
+        .map(|r| r.holds_per_sec);
     let ratio = |name: &str| {
         let other = rows.iter().find(|r| r.system == name)?.holds_per_sec;
         Some(http? / other.max(f64::MIN_POSITIVE))
@@ -216,7 +219,10 @@ impl CompareReport {
                 if r.counters_match { "yes" } else { "NO" },
             ));
         }
-        for (name, v) in [("etcd", self.ratio_vs_etcd), ("PostgreSQL", self.ratio_vs_postgres)] {
+        for (name, v) in [
+            ("etcd", self.ratio_vs_etcd),
+            ("PostgreSQL", self.ratio_vs_postgres),
+        ] {
             if let Some(v) = v {
                 s.push_str(&format!("\nseatfence (HTTP) / {name}: {v:.2}×"));
             }

@@ -34,7 +34,10 @@ impl EtcdBackend {
         }
         let prefix = format!("seat/{event}/");
         clients[0]
-            .delete(prefix.clone(), Some(etcd_client::DeleteOptions::new().with_prefix()))
+            .delete(
+                prefix.clone(),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
             .await
             .context("clear the event's seats")?;
         Ok(EtcdBackend {
@@ -52,7 +55,10 @@ impl EtcdBackend {
 
     pub async fn hold(&self, buyer: u64, attempt: u32, seats: &[u32]) -> HoldAnswer {
         let hold_id = format!("h{buyer}-{attempt}");
-        let keys: Vec<String> = seats.iter().map(|s| format!("{}{s}", self.prefix)).collect();
+        let keys: Vec<String> = seats
+            .iter()
+            .map(|s| format!("{}{s}", self.prefix))
+            .collect();
         let txn = Txn::new()
             .when(
                 keys.iter()

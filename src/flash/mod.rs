@@ -248,7 +248,19 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
     let mut rng = StdRng::seed_from_u64(run.w.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i);
     let k = rng.gen_range(1..=4usize);
     let book = run.payer.is_some() && (late || rng.gen_bool(run.w.book_share.clamp(0.0, 1.0)));
-    let wait_until = arrival + run.w.hold_ttl + Duration::from_secs(2);
+    // How long a buyer keeps refreshing a seat map with nothing free: late
+    // arrivals came for the seats that lapsed holds give back; the burst's
+    // buyers leave (holds only: they wait out the short conflict cooldowns,
+    // so the run sells out).
+    let wait_until = arrival
+        + if late {
+            run.w.hold_ttl + Duration::from_secs(2)
+        } else if run.payer.is_none() {
+            Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        };
+    let mut waited = false;
     for attempt in 0..run.w.max_attempts.max(1) {
         let seats = loop {
             if run.over() {
@@ -261,6 +273,7 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
                 // The seat map shows nothing free yet, but seats will come
                 // back: buyers refresh it for a while.
                 Pick::Wait if now < wait_until => {
+                    waited = true;
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
                 Pick::Wait | Pick::SoldOut => {
@@ -270,7 +283,11 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
             }
         };
         let permit = run.limiter.acquire().await.expect("limiter open");
-        let t0 = if attempt == 0 && !late {
+        // Latency from the burst buyer's arrival (open loop: queueing for a
+        // request slot counts); for a retry, a buyer who waited for seats or
+        // a late arrival (many of them rush at the same returned seats, a
+        // queue of the load generator's making), from the request's start.
+        let t0 = if attempt == 0 && !late && !waited {
             arrival
         } else {
             Instant::now()
@@ -469,8 +486,7 @@ pub async fn run_workload(backend: Arc<Backend>, payer: Option<Payer>, w: Worklo
         let late_start = Instant::now();
         let mut i = run.w.buyers;
         while !run.over() {
-            let arrival =
-                late_start + Duration::from_secs_f64((i - run.w.buyers) as f64 / rate);
+            let arrival = late_start + Duration::from_secs_f64((i - run.w.buyers) as f64 / rate);
             tokio::time::sleep_until(arrival.into()).await;
             tasks.spawn(buyer(run.clone(), i, arrival, true));
             while tasks.try_join_next().is_some() {}

@@ -83,12 +83,14 @@ impl PgBackend {
         })
     }
 
-    async fn with_client<T>(
-        &self,
-        f: impl AsyncFnOnce(&Client) -> T,
-    ) -> anyhow::Result<T> {
+    async fn with_client<T>(&self, f: impl AsyncFnOnce(&Client) -> T) -> anyhow::Result<T> {
         let _permit = self.permits.acquire().await?;
-        let client = self.idle.lock().expect("pool lock").pop().context("pool empty")?;
+        let client = self
+            .idle
+            .lock()
+            .expect("pool lock")
+            .pop()
+            .context("pool empty")?;
         let out = f(&client).await;
         self.idle.lock().expect("pool lock").push(client);
         Ok(out)

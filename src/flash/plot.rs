@@ -26,7 +26,9 @@ fn nice_max(v: f64) -> f64 {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// One panel: axes, grid, and a polyline per (label, colour, points).
@@ -134,7 +136,10 @@ pub fn svg(title: &str, runs: &[&RunStats]) -> String {
                 format!("{} seats sold/s", r.system),
                 c,
                 true,
-                r.timeline.iter().map(|b| per_sec(b, b.sold_seats)).collect(),
+                r.timeline
+                    .iter()
+                    .map(|b| per_sec(b, b.sold_seats))
+                    .collect(),
             ));
         }
         let answered = |b: &&Bucket| b.holds + b.conflicts > 0;

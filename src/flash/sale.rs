@@ -56,7 +56,9 @@ impl Seatfence {
         let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
         let http = HttpClient::default();
         let operator = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
-        let seats: Vec<String> = (0..capacity.max(1)).map(super::backend::seat_name).collect();
+        let seats: Vec<String> = (0..capacity.max(1))
+            .map(super::backend::seat_name)
+            .collect();
         let created = http
             .post(
                 &format!("{}/v1/events", edges[0]),

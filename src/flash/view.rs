@@ -179,13 +179,19 @@ mod tests {
         );
         v.taken(&[5]);
         v.release_at(&[0], now + Duration::from_secs(3));
-        assert_eq!(v.pick(1, &mut rng, now + Duration::from_secs(2)), Pick::Wait);
+        assert_eq!(
+            v.pick(1, &mut rng, now + Duration::from_secs(2)),
+            Pick::Wait
+        );
         assert_eq!(
             v.pick(1, &mut rng, now + Duration::from_secs(3)),
             Pick::Seats(vec![0])
         );
         v.taken(&[0]);
-        assert_eq!(v.pick(1, &mut rng, now + Duration::from_secs(9)), Pick::SoldOut);
+        assert_eq!(
+            v.pick(1, &mut rng, now + Duration::from_secs(9)),
+            Pick::SoldOut
+        );
         assert_eq!(v.free(now), 0);
     }
 }

@@ -54,11 +54,11 @@ pub struct GrpcBackend {
 }
 
 pub enum Backend {
-    Http(HttpBackend),
-    Grpc(GrpcBackend),
-    Postgres(super::pg::PgBackend),
+    Http(Box<HttpBackend>),
+    Grpc(Box<GrpcBackend>),
+    Postgres(Box<super::pg::PgBackend>),
     #[cfg(feature = "etcd")]
-    Etcd(super::etcd::EtcdBackend),
+    Etcd(Box<super::etcd::EtcdBackend>),
 }
 
 impl HttpBackend {

@@ -104,13 +104,13 @@ pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<Compa
         let (_guard, dir) = crate::bench::bench_dir()?;
         let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, false).await?;
         let backend = if grpc {
-            Backend::Grpc(GrpcBackend {
+            Backend::Grpc(Box::new(GrpcBackend {
                 client: sf.cluster.client(),
                 group: sf.group,
                 event: EVENT.to_string(),
-            })
+            }))
         } else {
-            Backend::Http(clone_http(&sf))
+            Backend::Http(Box::new(clone_http(&sf)))
         };
         eprintln!("compare: {} …", backend.name());
         let stats = run_workload(Arc::new(backend), None, w.clone()).await;
@@ -120,7 +120,7 @@ pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<Compa
     match &args.pg {
         Some(url) => {
             let pg = super::pg::PgBackend::connect(url, w.inflight, EVENT, w.capacity).await?;
-            let backend = Arc::new(Backend::Postgres(pg));
+            let backend = Arc::new(Backend::Postgres(Box::new(pg)));
             eprintln!("compare: {} …", backend.name());
             let stats = run_workload(backend.clone(), None, w.clone()).await;
             rows.push(row(stats, backend.counts().await?, w.capacity));
@@ -162,7 +162,7 @@ async fn run_etcd(
 ) -> anyhow::Result<()> {
     let conns = 8;
     let etcd = super::etcd::EtcdBackend::connect(&args.etcd, conns, EVENT, w.capacity).await?;
-    let backend = Arc::new(Backend::Etcd(etcd));
+    let backend = Arc::new(Backend::Etcd(Box::new(etcd)));
     eprintln!("compare: {} …", backend.name());
     let stats = run_workload(backend.clone(), None, w.clone()).await;
     rows.push(row(stats, backend.counts().await?, w.capacity));

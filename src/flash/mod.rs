@@ -122,10 +122,20 @@ fn hist(sigfig: u8) -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 120_000_000, sigfig).expect("valid bounds")
 }
 
+/// One `BUCKET_MS` slice of the run.
+#[derive(Default)]
+struct Slot {
+    holds: u64,
+    conflicts: u64,
+    errors: u64,
+    sold_seats: u64,
+    latency: Option<Histogram<u64>>,
+}
+
 #[derive(Default)]
 struct Totals {
     errors: BTreeMap<String, u64>,
-    buckets: Vec<(u64, u64, u64, u64, Option<Histogram<u64>>)>,
+    buckets: Vec<Slot>,
     all_taken_ms: Option<u64>,
     sold_out_ms: Option<u64>,
     burst_end_ms: Option<u64>,
@@ -184,12 +194,12 @@ impl Run {
                 granted,
             } => {
                 if granted {
-                    bucket.0 += 1;
+                    bucket.holds += 1;
                 } else {
-                    bucket.1 += 1;
+                    bucket.conflicts += 1;
                 }
                 bucket
-                    .4
+                    .latency
                     .get_or_insert_with(|| hist(2))
                     .saturating_record(latency_us);
                 if in_burst {
@@ -198,10 +208,10 @@ impl Run {
                 }
             }
             Tick::Error(code) => {
-                bucket.2 += 1;
+                bucket.errors += 1;
                 *t.errors.entry(code).or_default() += 1;
             }
-            Tick::Sold(n) => bucket.3 += n,
+            Tick::Sold(n) => bucket.sold_seats += n,
         }
     }
 
@@ -517,16 +527,17 @@ fn summarize(run: &Run) -> RunStats {
         .enumerate()
         .map(|(i, b)| {
             let q = |q: f64| {
-                b.4.as_ref()
+                b.latency
+                    .as_ref()
                     .map(|h| h.value_at_quantile(q) as f64 / 1000.0)
                     .unwrap_or(0.0)
             };
             Bucket {
                 at_secs: (i as u64 * BUCKET_MS) as f64 / 1000.0,
-                holds: b.0,
-                conflicts: b.1,
-                errors: b.2,
-                sold_seats: b.3,
+                holds: b.holds,
+                conflicts: b.conflicts,
+                errors: b.errors,
+                sold_seats: b.sold_seats,
                 p50_ms: q(0.5),
                 p99_ms: q(0.99),
             }

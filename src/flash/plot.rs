@@ -31,19 +31,20 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// One series: its legend, colour, dashed or not, and (seconds, value).
+struct Line {
+    label: String,
+    colour: &'static str,
+    dashed: bool,
+    points: Vec<(f64, f64)>,
+}
+
 /// One panel: axes, grid, and a polyline per (label, colour, points).
-fn panel(
-    out: &mut String,
-    top: f64,
-    title: &str,
-    unit: &str,
-    t_max: f64,
-    lines: &[(String, &str, bool, Vec<(f64, f64)>)],
-) {
+fn panel(out: &mut String, top: f64, title: &str, unit: &str, t_max: f64, lines: &[Line]) {
     let y_max = nice_max(
         lines
             .iter()
-            .flat_map(|l| l.3.iter().map(|p| p.1))
+            .flat_map(|l| l.points.iter().map(|p| p.1))
             .fold(0.0, f64::max),
     );
     let x = |t: f64| LEFT + (W - LEFT - RIGHT) * t / t_max;
@@ -82,12 +83,14 @@ fn panel(
         r##"<rect x="{LEFT}" y="{top}" width="{}" height="{PANEL}" fill="none" stroke="#888"/>"##,
         W - LEFT - RIGHT
     );
-    for (n, (label, colour, dashed, pts)) in lines.iter().enumerate() {
-        let path: Vec<String> = pts
+    for (n, line) in lines.iter().enumerate() {
+        let (label, colour) = (&line.label, line.colour);
+        let path: Vec<String> = line
+            .points
             .iter()
             .map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
             .collect();
-        let dash = if *dashed {
+        let dash = if line.dashed {
             r#" stroke-dasharray="5,3""#
         } else {
             ""
@@ -125,44 +128,47 @@ pub fn svg(title: &str, runs: &[&RunStats]) -> String {
     let mut lat_lines = Vec::new();
     for (i, r) in runs.iter().enumerate() {
         let c = COLOURS[i % COLOURS.len()];
-        rate_lines.push((
-            format!("{} holds/s", r.system),
-            c,
-            false,
-            r.timeline.iter().map(|b| per_sec(b, b.holds)).collect(),
-        ));
+        rate_lines.push(Line {
+            label: format!("{} holds/s", r.system),
+            colour: c,
+            dashed: false,
+            points: r.timeline.iter().map(|b| per_sec(b, b.holds)).collect(),
+        });
         if r.bookings_confirmed > 0 {
-            rate_lines.push((
-                format!("{} seats sold/s", r.system),
-                c,
-                true,
-                r.timeline
+            rate_lines.push(Line {
+                label: format!("{} seats sold/s", r.system),
+                colour: c,
+                dashed: true,
+                points: r
+                    .timeline
                     .iter()
                     .map(|b| per_sec(b, b.sold_seats))
                     .collect(),
-            ));
+            });
         }
         let answered = |b: &&Bucket| b.holds + b.conflicts > 0;
-        lat_lines.push((
-            format!("{} p99", r.system),
-            c,
-            false,
-            r.timeline
+        lat_lines.push(Line {
+            label: format!("{} p99", r.system),
+            colour: c,
+            dashed: false,
+            points: r
+                .timeline
                 .iter()
                 .filter(answered)
                 .map(|b| (b.at_secs, b.p99_ms))
                 .collect(),
-        ));
-        lat_lines.push((
-            format!("{} p50", r.system),
-            c,
-            true,
-            r.timeline
+        });
+        lat_lines.push(Line {
+            label: format!("{} p50", r.system),
+            colour: c,
+            dashed: true,
+            points: r
+                .timeline
                 .iter()
                 .filter(answered)
                 .map(|b| (b.at_secs, b.p50_ms))
                 .collect(),
-        ));
+        });
     }
     let h = 2.0 * PANEL + 120.0;
     let mut out = String::new();

@@ -92,13 +92,13 @@ impl Seatfence {
 
     fn backend(&self) -> Backend {
         let b = &self.http;
-        Backend::Http(HttpBackend {
+        Backend::Http(Box::new(HttpBackend {
             http: b.http.clone(),
             edges: b.edges.clone(),
             secret: b.secret.clone(),
             operator: b.operator.clone(),
             event: b.event.clone(),
-        })
+        }))
     }
 
     /// Books and pays as the buyer who holds the hold, at the buyer's edge.

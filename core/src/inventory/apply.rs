@@ -222,19 +222,22 @@ impl Inventory {
                 if sorted.windows(2).any(|w| w[0] == w[1]) {
                     return invalid("a seat is listed twice");
                 }
-                let unknown: Vec<String> = list
-                    .iter()
-                    .filter(|s| !self.seats.contains_key(*s))
-                    .cloned()
-                    .collect();
+                // One lookup per seat (the seat map is the hot path of a
+                // flash sale): unknown seats win over taken ones.
+                let mut unknown = Vec::new();
+                let mut unavailable = Vec::new();
+                for s in list {
+                    match self.seats.get(s) {
+                        None => unknown.push(s.clone()),
+                        Some(seat) if seat.state != SeatState::Available => {
+                            unavailable.push(s.clone())
+                        }
+                        Some(_) => {}
+                    }
+                }
                 if !unknown.is_empty() {
                     return Outcome::UnknownSeats { seats: unknown };
                 }
-                let unavailable: Vec<String> = list
-                    .iter()
-                    .filter(|s| self.seats[*s].state != SeatState::Available)
-                    .cloned()
-                    .collect();
                 if !unavailable.is_empty() {
                     return Outcome::SeatsUnavailable {
                         unavailable,

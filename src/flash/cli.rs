@@ -126,8 +126,10 @@ pub async fn flash_sale(bin: &Path, cli: FlashSaleCli) -> anyhow::Result<()> {
     } else {
         let s = &r.run;
         println!(
-            "bench flash-sale: {:.0} holds/s admitted in the burst ({:.2} s, {:.0} answers/s); hold latency p50 {:.1} ms, p99 {:.1} ms, p999 {:.1} ms, max {:.1} ms",
-            r.holds_per_sec, s.burst_secs, s.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, s.max_ms
+            "bench flash-sale: {:.0} holds/s admitted in the rush (until 90% of the seats were handed out, {}), {:.0} until all were ({:.2} s, {:.0} answers/s); hold latency p50 {:.1} ms, p99 {:.1} ms, p999 {:.1} ms, max {:.1} ms",
+            r.holds_per_sec,
+            s.rush_secs.map(|t| format!("{t:.2} s")).unwrap_or_else(|| "never".into()),
+            s.holds_per_sec_to_capacity, s.burst_secs, s.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, s.max_ms
         );
         println!(
             "  capacity {}, sold {}, held at the end {}, oversold {}, counters_match {}, sold out {} after {}",

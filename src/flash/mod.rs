@@ -84,9 +84,16 @@ pub struct Bucket {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunStats {
     pub system: String,
-    /// Granted holds per second over the burst: until the seats granted in
-    /// holds first add up to capacity (or the burst's buyers were served).
+    /// Granted holds per second during the rush: from the start until the
+    /// seats granted in holds first add up to 90% of capacity. (The last
+    /// seats go slower on every system: hundreds of buyers contend for a
+    /// few seats and most requests are conflicts; see
+    /// `holds_per_sec_to_capacity`.)
     pub holds_per_sec: f64,
+    pub rush_secs: Option<f64>,
+    /// Granted holds per second until the seats granted first added up to
+    /// capacity (or the burst's buyers were all served).
+    pub holds_per_sec_to_capacity: f64,
     /// Every answered hold request (granted or conflict) per second, burst.
     pub requests_per_sec: f64,
     pub p50_ms: f64,
@@ -140,6 +147,7 @@ struct Totals {
     sold_out_ms: Option<u64>,
     burst_end_ms: Option<u64>,
     burst_holds: u64,
+    rush: Option<(u64, u64)>,
     burst_answers: u64,
 }
 
@@ -240,6 +248,12 @@ impl Run {
     /// Seats handed out in holds reached capacity for the first time: the
     /// end of the burst's measuring window.
     fn note_granted(&self, seats_granted: u64) {
+        if seats_granted * 10 >= u64::from(self.w.capacity) * 9 {
+            let ms = self.ms();
+            let holds = self.granted_holds.load(Ordering::Relaxed);
+            let mut t = self.totals.lock().expect("totals lock");
+            t.rush.get_or_insert((ms, holds));
+        }
         if seats_granted >= u64::from(self.w.capacity) {
             let ms = self.ms();
             let mut t = self.totals.lock().expect("totals lock");
@@ -545,7 +559,12 @@ fn summarize(run: &Run) -> RunStats {
         .collect();
     RunStats {
         system: run.backend.name().to_string(),
-        holds_per_sec: t.burst_holds as f64 / burst_secs,
+        holds_per_sec: match t.rush {
+            Some((ms, holds)) => holds as f64 * 1000.0 / ms.max(1) as f64,
+            None => t.burst_holds as f64 / burst_secs,
+        },
+        rush_secs: t.rush.map(|(ms, _)| ms as f64 / 1000.0),
+        holds_per_sec_to_capacity: t.burst_holds as f64 / burst_secs,
         requests_per_sec: t.burst_answers as f64 / burst_secs,
         p50_ms: ms(0.5),
         p99_ms: ms(0.99),

@@ -286,17 +286,21 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
         };
     let mut waited = false;
     for attempt in 0..run.w.max_attempts.max(1) {
-        let seats = loop {
+        // Seats are picked once a request slot is free, from the map as it
+        // is then (picking first and queueing after would send stale picks).
+        let (seats, permit) = loop {
             if run.over() {
                 return;
             }
+            let permit = run.limiter.acquire().await.expect("limiter open");
             let now = Instant::now();
             let pick = run.view.lock().expect("view lock").pick(k, &mut rng, now);
             match pick {
-                Pick::Seats(s) => break s,
+                Pick::Seats(s) => break (s, permit),
                 // The seat map shows nothing free yet, but seats will come
                 // back: buyers refresh it for a while.
                 Pick::Wait if now < wait_until => {
+                    drop(permit);
                     waited = true;
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
@@ -306,7 +310,6 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
                 }
             }
         };
-        let permit = run.limiter.acquire().await.expect("limiter open");
         // Latency from the burst buyer's arrival (open loop: queueing for a
         // request slot counts); for a retry, a buyer who waited for seats or
         // a late arrival (many of them rush at the same returned seats, a

@@ -31,6 +31,9 @@ pub struct Row {
     pub holds_per_sec: f64,
     /// Granted holds/s until every seat was handed out.
     pub holds_per_sec_to_capacity: f64,
+    /// Every answered hold request (granted or conflict) per second, rush
+    /// window included, until every seat was handed out.
+    pub requests_per_sec: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
@@ -70,6 +73,7 @@ fn row(stats: RunStats, counts: Counts, capacity: u32) -> Row {
         system: stats.system.clone(),
         holds_per_sec: stats.holds_per_sec,
         holds_per_sec_to_capacity: stats.holds_per_sec_to_capacity,
+        requests_per_sec: stats.requests_per_sec,
         p50_ms: stats.p50_ms,
         p99_ms: stats.p99_ms,
         p999_ms: stats.p999_ms,
@@ -202,14 +206,15 @@ impl CompareReport {
     /// The side-by-side table, as Markdown.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| system | holds/s (rush: to 90% of seats) | holds/s to all seats | p50 ms | p99 ms | p999 ms | granted holds | seats taken | conflicts | errors | all taken after | oversold | counters match |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+            "| system | holds/s (rush: to 90% of seats) | holds/s to all seats | answers/s | p50 ms | p99 ms | p999 ms | granted holds | seats taken | conflicts | errors | all taken after | oversold | counters match |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         );
         for r in &self.rows {
             s.push_str(&format!(
-                "| {} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r.system,
                 r.holds_per_sec,
                 r.holds_per_sec_to_capacity,
+                r.requests_per_sec,
                 r.p50_ms,
                 r.p99_ms,
                 r.p999_ms,

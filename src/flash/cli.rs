@@ -70,6 +70,14 @@ pub struct CompareCli {
     /// PostgreSQL connection string, e.g. "host=127.0.0.1 port=55432 user=postgres".
     #[arg(long)]
     pub pg: Option<String>,
+    /// PostgreSQL sessions; requests beyond them wait for a free one at
+    /// the client. 32 served it best on 2 cores (256, one per request in
+    /// flight: ~15% fewer holds/s, 2.5× the p99).
+    #[arg(long, default_value_t = 32)]
+    pub pg_conns: usize,
+    /// etcd client connections (gRPC, requests multiplexed), used in turn.
+    #[arg(long, default_value_t = 8)]
+    pub etcd_conns: usize,
     /// etcd client endpoints, comma separated.
     #[arg(long, value_delimiter = ',')]
     pub etcd: Vec<String>,
@@ -166,6 +174,8 @@ pub async fn compare(bin: &Path, cli: CompareCli) -> anyhow::Result<()> {
     let args = CompareArgs {
         workload: a.workload(0.0, 0, 3600),
         pg: cli.pg.clone(),
+        pg_conns: cli.pg_conns,
+        etcd_conns: cli.etcd_conns,
         etcd: cli.etcd.clone(),
         grpc: cli.grpc,
     };

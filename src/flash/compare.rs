@@ -18,6 +18,10 @@ pub struct CompareArgs {
     pub workload: Workload,
     /// PostgreSQL connection string (`host=127.0.0.1 port=… user=…`).
     pub pg: Option<String>,
+    /// PostgreSQL sessions.
+    pub pg_conns: usize,
+    /// etcd client connections.
+    pub etcd_conns: usize,
     /// etcd client endpoints (`http://127.0.0.1:2379`, …).
     pub etcd: Vec<String>,
     /// Also run seatfence straight to the leader over gRPC.
@@ -127,7 +131,7 @@ pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<Compa
     }
     match &args.pg {
         Some(url) => {
-            let pg = super::pg::PgBackend::connect(url, w.inflight, EVENT, w.capacity).await?;
+            let pg = super::pg::PgBackend::connect(url, args.pg_conns, EVENT, w.capacity).await?;
             let backend = Arc::new(Backend::Postgres(Box::new(pg)));
             eprintln!("compare: {} …", backend.name());
             let stats = run_workload(backend.clone(), None, w.clone()).await;
@@ -168,8 +172,8 @@ async fn run_etcd(
     rows: &mut Vec<Row>,
     _skipped: &mut [(String, String)],
 ) -> anyhow::Result<()> {
-    let conns = 8;
-    let etcd = super::etcd::EtcdBackend::connect(&args.etcd, conns, EVENT, w.capacity).await?;
+    let etcd =
+        super::etcd::EtcdBackend::connect(&args.etcd, args.etcd_conns, EVENT, w.capacity).await?;
     let backend = Arc::new(Backend::Etcd(Box::new(etcd)));
     eprintln!("compare: {} …", backend.name());
     let stats = run_workload(backend.clone(), None, w.clone()).await;

@@ -49,6 +49,7 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 echo "compare: starting PostgreSQL on 127.0.0.1:$PG_PORT" >&2
 mkdir -p "$WORK/pg"
@@ -74,11 +75,26 @@ for i in 1 2 3; do
         >"$WORK/etcd-m$i.log" 2>&1 &
     ETCD_PIDS+=($!)
 done
-for _ in $(seq 1 100); do
-    ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1 && break
+healthy=""
+for _ in $(seq 1 50); do
+    for i in 0 1 2; do
+        if ! kill -0 "${ETCD_PIDS[$i]}" 2>/dev/null; then
+            echo "compare: etcd member m$((i + 1)) exited (port in use?):" >&2
+            tail -5 "$WORK/etcd-m$((i + 1)).log" >&2
+            exit 2
+        fi
+    done
+    if ETCDCTL_API=3 etcdctl --endpoints "$endpoints" --command-timeout=1s endpoint health >/dev/null 2>&1; then
+        healthy=yes
+        break
+    fi
     sleep 0.2
 done
-ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >&2
+if [ -z "$healthy" ]; then
+    echo "compare: etcd did not become healthy; logs in $WORK" >&2
+    COMPARE_KEEP=1
+    exit 2
+fi
 
 cargo build --release --features etcd -q
 ./target/release/seatfence bench compare \

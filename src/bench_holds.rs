@@ -90,6 +90,27 @@ pub async fn seat_counts(
     Ok((num("available"), num("held"), num("sold")))
 }
 
+/// Create a benchmark's event through `edge` as `operator` and wait until
+/// its group has a leader: `(capacity, group)`.
+pub async fn create_event(
+    cluster: &LocalCluster,
+    http: &HttpClient,
+    edge: &str,
+    operator: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<(u64, GroupId)> {
+    let created = http
+        .post(&format!("{edge}/v1/events"), Some(operator), None, body)
+        .await?;
+    if created.status.as_u16() != 201 {
+        bail!("create event: {} {}", created.status, created.body);
+    }
+    let capacity = created.body["capacity"].as_u64().context("capacity")?;
+    let group = GroupId(created.body["group_id"].as_u64().context("group_id")?);
+    cluster.wait_leader(group, Duration::from_secs(30)).await?;
+    Ok((capacity, group))
+}
+
 pub async fn run_holds_bench(
     bin: &Path,
     args: &HoldsBenchArgs,
@@ -113,22 +134,16 @@ pub async fn run_holds_bench(
     if !seats.is_multiple_of(200) {
         sections.push(json!({"name": "B", "rows": 1, "seats_per_row": seats % 200}));
     }
-    let created = http
-        .post(
-            &format!("{}/v1/events", edges[0]),
-            Some(&op),
-            None,
-            &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
-                    "sections": sections,
-                    "hold_ttl_secs": 3600, "max_seats_per_hold": 8}),
-        )
-        .await?;
-    if created.status.as_u16() != 201 {
-        bail!("create event: {} {}", created.status, created.body);
-    }
-    let capacity = created.body["capacity"].as_u64().context("capacity")?;
-    let group = GroupId(created.body["group_id"].as_u64().context("group_id")?);
-    cluster.wait_leader(group, Duration::from_secs(30)).await?;
+    let (capacity, group) = create_event(
+        &cluster,
+        &http,
+        &edges[0],
+        &op,
+        &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
+                "sections": sections,
+                "hold_ttl_secs": 3600, "max_seats_per_hold": 8}),
+    )
+    .await?;
 
     let tokens: Arc<Vec<String>> = Arc::new(
         (0..args.users)

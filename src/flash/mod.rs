@@ -223,6 +223,18 @@ impl Run {
         }
     }
 
+    /// A hold request was answered (granted, or refused for a conflict).
+    fn answered(&self, latency_us: u64, granted: bool) {
+        self.hist
+            .lock()
+            .expect("hist lock")
+            .saturating_record(latency_us);
+        self.record(Tick::Answer {
+            latency_us,
+            granted,
+        });
+    }
+
     fn end_burst(&self) {
         let ms = self.ms();
         let mut t = self.totals.lock().expect("totals lock");
@@ -335,14 +347,7 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
         let now = Instant::now();
         match answer {
             HoldAnswer::Granted(hold_id) => {
-                run.hist
-                    .lock()
-                    .expect("hist lock")
-                    .saturating_record(latency_us);
-                run.record(Tick::Answer {
-                    latency_us,
-                    granted: true,
-                });
+                run.answered(latency_us, true);
                 run.view.lock().expect("view lock").taken(&seats);
                 run.granted_holds.fetch_add(1, Ordering::Relaxed);
                 let granted = run
@@ -377,14 +382,7 @@ async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
                 return;
             }
             HoldAnswer::Conflict => {
-                run.hist
-                    .lock()
-                    .expect("hist lock")
-                    .saturating_record(latency_us);
-                run.record(Tick::Answer {
-                    latency_us,
-                    granted: false,
-                });
+                run.answered(latency_us, false);
                 run.conflicts.fetch_add(1, Ordering::Relaxed);
                 run.view
                     .lock()

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use seatfence_core::GroupId;
 use seatfence_raft::RaftTuning;
 use serde::Serialize;
@@ -59,22 +59,16 @@ impl Seatfence {
         let seats: Vec<String> = (0..capacity.max(1))
             .map(super::backend::seat_name)
             .collect();
-        let created = http
-            .post(
-                &format!("{}/v1/events", edges[0]),
-                Some(&operator),
-                None,
-                &json!({"event_id": EVENT, "name": "launch day", "home_region": "us-east",
-                        "seats": seats, "max_seats_per_hold": 4,
-                        "hold_ttl_secs": hold_ttl.as_secs().max(1)}),
-            )
-            .await?;
-        if created.status.as_u16() != 201 {
-            bail!("create event: {} {}", created.status, created.body);
-        }
-        let capacity = created.body["capacity"].as_u64().context("capacity")?;
-        let group = GroupId(created.body["group_id"].as_u64().context("group_id")?);
-        cluster.wait_leader(group, Duration::from_secs(30)).await?;
+        let (capacity, group) = crate::bench_holds::create_event(
+            &cluster,
+            &http,
+            &edges[0],
+            &operator,
+            &json!({"event_id": EVENT, "name": "launch day", "home_region": "us-east",
+                    "seats": seats, "max_seats_per_hold": 4,
+                    "hold_ttl_secs": hold_ttl.as_secs().max(1)}),
+        )
+        .await?;
         Ok(Seatfence {
             gateway,
             http: Arc::new(HttpBackend {

@@ -140,12 +140,6 @@ impl SeatView {
             self.pending.push(Reverse((at, s, true)));
         }
     }
-
-    /// Seats shown free right now (after due returns), for the progress line.
-    pub fn free(&mut self, now: Instant) -> usize {
-        self.refresh(now);
-        self.pool.len() + self.state.len() - self.next_unoffered as usize
-    }
 }
 
 #[cfg(test)]
@@ -192,6 +186,5 @@ mod tests {
             v.pick(1, &mut rng, now + Duration::from_secs(9)),
             Pick::SoldOut
         );
-        assert_eq!(v.free(now), 0);
     }
 }

@@ -206,6 +206,7 @@ impl LocalCluster {
                     request_timeout_ms: 5000,
                 }),
                 payments: payments.clone(),
+                chaos: None,
             };
             config.validate()?;
             fs::write(node_dir.join("node.toml"), toml::to_string(&config)?)?;

@@ -225,7 +225,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     };
     let open = {
         use seatfence_raft::clock::{Clock, SystemClock};
-        ev.sale_open(SystemClock.now_ms()).is_ok()
+        ev.sale_open(SystemClock::default().now_ms()).is_ok()
     };
     Ok(Reply::json(
         StatusCode::OK,

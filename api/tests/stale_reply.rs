@@ -127,7 +127,7 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         config.edge.clone().unwrap(),
         vec![addr],
         registry,
-        Arc::new(seatfence_raft::clock::SystemClock),
+        Arc::new(seatfence_raft::clock::SystemClock::default()),
     );
     let route = EventRoute {
         event_id: EventId("e".into()),

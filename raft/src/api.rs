@@ -20,6 +20,7 @@ use seatfence_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::clock::Clock;
+use crate::config::PlantedBug;
 use crate::metrics::{RaftMetrics, METRICS};
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::registry::{GroupHandle, Registry};
@@ -30,6 +31,8 @@ pub struct NodeApi {
     registry: Arc<Registry>,
     region: String,
     clock: Arc<dyn Clock>,
+    /// Chaos drills only: a bug planted on purpose (see [`PlantedBug`]).
+    planted: Option<PlantedBug>,
 }
 
 impl NodeApi {
@@ -38,7 +41,17 @@ impl NodeApi {
             registry,
             region,
             clock,
+            planted: None,
         }
+    }
+
+    /// Plant `bug` (drills prove they catch it; never in production).
+    pub fn with_planted_bug(mut self, bug: Option<PlantedBug>) -> NodeApi {
+        if let Some(b) = bug {
+            tracing::warn!(bug = ?b, "PLANTED BUG active: this node is deliberately wrong");
+        }
+        self.planted = bug;
+        self
     }
 
     pub fn into_server(self) -> NodeServiceServer<NodeApi> {
@@ -72,6 +85,9 @@ impl NodeApi {
             // Only a strictly older epoch is refused here: a newer one may
             // be ahead of this replica's applies, and `apply` decides.
             if let Some((epoch, owner)) = current {
+                if c.epoch < epoch && self.planted == Some(PlantedBug::AcceptStaleEpoch) {
+                    c.epoch = epoch;
+                }
                 if c.epoch < epoch {
                     RaftMetrics::inc(&METRICS.stale_epoch_propose);
                     return Err(CoreResponse::Event(EventReply {

@@ -70,6 +70,33 @@ pub struct NodeConfig {
     /// The payment gateway (absent: bookings answer 503 `payments_disabled`).
     #[serde(default)]
     pub payments: Option<PaymentsConfig>,
+    /// Test and drill hooks (the chaos harness); absent in production.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chaos: Option<ChaosHooks>,
+}
+
+/// `[chaos]`: what the chaos harness may do to a node it supervises. None
+/// of it is meant for production; every field defaults to "off".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChaosHooks {
+    /// Dial these addresses instead of the peers' own (peer `grpc_addr` →
+    /// a per-link proxy the harness controls), for node-to-node gRPC.
+    pub via: BTreeMap<String, String>,
+    /// A file holding the leader clock's skew in milliseconds (signed
+    /// integer); re-read every 100 ms, missing or unreadable means 0.
+    pub skew_file: Option<PathBuf>,
+    /// A bug planted on purpose so a drill can prove it catches it.
+    pub plant_bug: Option<PlantedBug>,
+}
+
+/// Bugs a drill can plant (`seatfence chaos drill --plant-bug NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlantedBug {
+    /// The leader stamps the event's current epoch on a command carrying
+    /// an older one instead of refusing it (fence checks 2 and 3 skipped).
+    AcceptStaleEpoch,
 }
 
 /// `[moves]`: how this node coordinates ownership moves (while it leads

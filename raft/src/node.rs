@@ -63,7 +63,10 @@ impl Node {
             pool,
             config.openraft_config(),
         ));
-        let clock = Arc::new(SystemClock);
+        let clock = Arc::new(SystemClock::default());
+        if let Some(hooks) = &config.chaos {
+            crate::network::via::install(hooks.via.clone());
+        }
 
         for g in db.stored_groups() {
             registry.open(g).await?;
@@ -87,6 +90,7 @@ impl Node {
                 .add_service(RaftGrpc::new(registry.clone()).into_server())
                 .add_service(
                     NodeApi::new(registry.clone(), config.region.clone(), clock.clone())
+                        .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug))
                         .into_server(),
                 )
                 .serve_with_incoming_shutdown(incoming, async move {
@@ -113,6 +117,9 @@ impl Node {
             rx_stop.clone(),
         ));
         tokio::spawn(hand_off_when_drained(registry.clone(), rx_stop.clone()));
+        if let Some(path) = config.chaos.as_ref().and_then(|c| c.skew_file.clone()) {
+            tokio::spawn(follow_skew_file(path, clock.clone(), rx_stop.clone()));
+        }
         Ok(Node {
             config,
             registry,
@@ -295,6 +302,31 @@ async fn add_directory_learners(registry: Arc<Registry>, mut rx_stop: watch::Rec
             changed = rx_applied.changed() => if changed.is_err() { return },
             // Leadership may arrive without a new apply.
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Drills only: keep the leader clock's skew equal to the integer in `path`
+/// (missing or unreadable: 0), re-read every 100 ms.
+async fn follow_skew_file(
+    path: std::path::PathBuf,
+    clock: Arc<SystemClock>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    loop {
+        let skew = tokio::fs::read_to_string(&path)
+            .await
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        if skew != clock.skew() {
+            tracing::warn!(skew_ms = skew, "clock skew changed (drill)");
+            clock.set_skew(skew);
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
 }

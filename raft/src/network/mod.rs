@@ -10,6 +10,7 @@
 
 mod pool;
 mod service;
+pub mod via;
 
 pub use pool::{NetworkFactory, PeerPool};
 pub use service::RaftGrpc;

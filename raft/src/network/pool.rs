@@ -48,7 +48,7 @@ impl PeerPool {
                 return Ok(ch.clone());
             }
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let ch = Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
             .map_err(|e| format!("bad address {addr}: {e}"))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)

@@ -35,5 +35,5 @@ pub use command::{Command, Response};
 pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement, RouteState};
 pub use ids::{BookingId, Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
 pub use moves::{MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep};
-pub use query::{Query, QueryResult};
+pub use query::{Query, QueryResult, ReplicaDump};
 pub use state::{Applied, RecordKey, State};

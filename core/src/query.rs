@@ -30,6 +30,18 @@ pub enum Query {
     Directory,
     /// Directory: the newest `limit` audit entries, newest first.
     Audit { limit: u32 },
+    /// Event group: this replica's seats, holds and bookings (the chaos
+    /// harness compares replicas with it; fine for drill-sized events).
+    Replica,
+}
+
+/// One replica's records of an event, as [`Query::Replica`] answers them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDump {
+    pub event: Option<Event>,
+    pub seats: Vec<(String, crate::inventory::SeatState)>,
+    pub holds: Vec<Hold>,
+    pub bookings: Vec<Booking>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +70,7 @@ pub enum QueryResult {
         items: Vec<(OutboxItem, Booking)>,
     },
     Inbox(bool),
+    Replica(Box<ReplicaDump>),
 }
 
 impl State {
@@ -106,6 +119,16 @@ impl State {
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
             Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory.clone()),
+            Query::Replica => QueryResult::Replica(Box::new(ReplicaDump {
+                event: inv.event.clone(),
+                seats: inv
+                    .seats
+                    .iter()
+                    .map(|(id, seat)| (id.clone(), seat.state))
+                    .collect(),
+                holds: inv.holds.values().cloned().collect(),
+                bookings: inv.bookings.values().cloned().collect(),
+            })),
             Query::Audit { limit } => QueryResult::Audit(
                 self.audit
                     .values()

@@ -351,11 +351,12 @@ impl Inner {
         let ch = match channels.get(addr) {
             Some(ch) => ch.clone(),
             None => {
-                let ch = Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
-                    .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
-                    .connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .connect_lazy();
+                let ch =
+                    Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
+                        .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
+                        .connect_timeout(Duration::from_millis(500))
+                        .tcp_nodelay(true)
+                        .connect_lazy();
                 channels.insert(addr.to_string(), ch.clone());
                 ch
             }

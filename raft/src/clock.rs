@@ -47,7 +47,10 @@ mod tests {
         let base = c.now_ms();
         c.set_skew(60_000);
         let ahead = c.now_ms();
-        assert!(ahead >= base + 60_000 && ahead < base + 70_000, "{base} {ahead}");
+        assert!(
+            ahead >= base + 60_000 && ahead < base + 70_000,
+            "{base} {ahead}"
+        );
         c.set_skew(-60_000);
         assert!(c.now_ms() < base);
     }

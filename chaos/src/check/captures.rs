@@ -1,0 +1,159 @@
+//! Money: the gateway captured each payment at most once; every capture
+//! belongs to a booking that every replica holds as confirmed or refunded
+//! (`refund_pending`, `refunded`) with that payment; and every confirmed
+//! booking's payment was captured.
+
+use std::collections::BTreeMap;
+
+use seatfence_core::inventory::BookingStatus;
+
+use super::{Input, Verdict, Violation};
+use crate::run::group_seq;
+
+pub const NAME: &str = "captures";
+
+pub fn check(input: &Input<'_>) -> Verdict {
+    let mut violations = Vec::new();
+    let by_payment: BTreeMap<&str, _> = input
+        .finals
+        .gateway
+        .iter()
+        .map(|p| (p.payment_id.as_str(), p))
+        .collect();
+    let mut captured = 0;
+    for p in &input.finals.gateway {
+        if p.captures > 1 {
+            violations.push(Violation {
+                message: format!(
+                    "payment {} ({}) captured {} times",
+                    p.payment_id, p.invoice, p.captures
+                ),
+                ops: vec![],
+            });
+        }
+        if p.captures == 0 {
+            continue;
+        }
+        captured += 1;
+        let ev = group_seq(&p.invoice).and_then(|(g, seq)| {
+            input
+                .finals
+                .events
+                .iter()
+                .find(|e| e.group == g)
+                .map(|e| (e, seq))
+        });
+        let Some((ev, seq)) = ev else {
+            violations.push(Violation {
+                message: format!(
+                    "payment {} captured for {}, which is no booking of a drill event",
+                    p.payment_id, p.invoice
+                ),
+                ops: vec![],
+            });
+            continue;
+        };
+        for r in ev.replicas.iter().filter(|r| ev.members.contains(&r.node)) {
+            let Some(d) = &r.dump else { continue };
+            let b = d.bookings.iter().find(|b| b.seq == seq);
+            let fine = b.is_some_and(|b| {
+                b.payment.payment_id == p.payment_id
+                    && matches!(
+                        b.status,
+                        BookingStatus::Confirmed
+                            | BookingStatus::RefundPending
+                            | BookingStatus::Refunded
+                    )
+            });
+            if !fine {
+                violations.push(Violation {
+                    message: format!(
+                        "payment {} captured for {}, but node {} has that booking as {}",
+                        p.payment_id,
+                        p.invoice,
+                        r.node,
+                        b.map_or("missing".to_string(), |b| format!(
+                            "{} with payment {}",
+                            b.status.as_str(),
+                            b.payment.payment_id
+                        ))
+                    ),
+                    ops: vec![],
+                });
+            }
+        }
+    }
+    let mut confirmed = 0;
+    for ev in &input.finals.events {
+        for r in ev.replicas.iter().filter(|r| ev.members.contains(&r.node)) {
+            let Some(d) = &r.dump else { continue };
+            for b in d
+                .bookings
+                .iter()
+                .filter(|b| b.status == BookingStatus::Confirmed)
+            {
+                confirmed += 1;
+                let caps = by_payment
+                    .get(b.payment.payment_id.as_str())
+                    .map_or(0, |p| p.captures);
+                if caps != 1 {
+                    violations.push(Violation {
+                        message: format!(
+                            "b{}-{} is confirmed on node {} but its payment {} was captured {caps} times",
+                            ev.group, b.seq, r.node, b.payment.payment_id
+                        ),
+                        ops: vec![],
+                    });
+                }
+            }
+        }
+    }
+    Verdict::new(
+        NAME,
+        format!(
+            "{} gateway payments, {captured} captured; {confirmed} confirmed booking records",
+            input.finals.gateway.len()
+        ),
+        violations,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::fixtures::{finals, good_dump, run, H};
+    use crate::check::Status;
+    use crate::run::GatewayPayment;
+
+    fn pay(id: &str, invoice: &str, captures: u32) -> GatewayPayment {
+        GatewayPayment {
+            payment_id: id.into(),
+            invoice: invoice.into(),
+            status: "completed".into(),
+            captures,
+            refunds: 0,
+        }
+    }
+
+    #[test]
+    fn one_capture_per_confirmed_booking_passes() {
+        let run = run();
+        let hist = H::default().history();
+        let mut f = finals(vec![good_dump(), good_dump()]);
+        f.gateway = vec![pay("p1", "b5-1", 1), pay("p9", "b5-9", 0)];
+        assert_eq!(check(&Input::new(&run, &hist, &f)).status, Status::Pass);
+    }
+
+    #[test]
+    fn planted_double_capture_and_orphan_capture_are_caught() {
+        let run = run();
+        let hist = H::default().history();
+        let mut f = finals(vec![good_dump()]);
+        f.gateway = vec![pay("p1", "b5-1", 2), pay("p7", "b5-7", 1)];
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Fail);
+        let all: String = v.violations.iter().map(|x| x.message.clone()).collect();
+        assert!(all.contains("captured 2 times"), "{all}");
+        assert!(all.contains("b5-7") && all.contains("missing"), "{all}");
+    }
+}

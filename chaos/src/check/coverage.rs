@@ -1,0 +1,208 @@
+//! Coverage: a drill proves nothing about faults that did not happen. It
+//! fails if a scheduled fault was never injected, if no group's leader
+//! ever changed, or if no ownership move overlapped a fault.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Input, Verdict, Violation};
+use crate::history::{Call, Entry};
+
+pub const NAME: &str = "coverage";
+
+pub fn check(input: &Input<'_>) -> Verdict {
+    let mut violations = Vec::new();
+    let mut injected: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut healed: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut skipped: BTreeMap<u32, String> = BTreeMap::new();
+    let mut leaders: BTreeMap<u64, BTreeSet<(u64, u64)>> = BTreeMap::new();
+    let end = input
+        .history
+        .entries
+        .iter()
+        .map(Entry::t)
+        .max()
+        .unwrap_or(0);
+    for e in &input.history.entries {
+        match e {
+            Entry::Fault { t, id, .. } => {
+                injected.insert(*id, *t);
+            }
+            Entry::Heal { t, id } => {
+                healed.insert(*id, *t);
+            }
+            Entry::Skipped { id, reason, .. } => {
+                skipped.insert(*id, reason.clone());
+            }
+            Entry::Leader {
+                group,
+                leader,
+                term,
+                ..
+            } => {
+                leaders.entry(*group).or_default().insert((*term, *leader));
+            }
+            _ => {}
+        }
+    }
+    for f in &input.run.schedule {
+        if !injected.contains_key(&f.id) {
+            violations.push(Violation {
+                message: format!(
+                    "scheduled fault {} ({}) at {:.1}s never happened: {}",
+                    f.id,
+                    f.fault.name(),
+                    f.at_ms as f64 / 1e3,
+                    skipped
+                        .get(&f.id)
+                        .map_or("the drill ended first", String::as_str)
+                ),
+                ops: vec![],
+            });
+        }
+    }
+    let changed: Vec<u64> = leaders
+        .iter()
+        .filter(|(_, seen)| seen.len() > 1)
+        .map(|(g, _)| *g)
+        .collect();
+    if changed.is_empty() {
+        violations.push(Violation {
+            message: "no group's leader ever changed".into(),
+            ops: vec![],
+        });
+    }
+    let faults: Vec<(u64, u64)> = injected
+        .iter()
+        .map(|(id, t)| (*t, healed.get(id).copied().unwrap_or(end)))
+        .collect();
+    let mut moves = 0;
+    let mut overlapping = Vec::new();
+    for o in &input.ops {
+        if let Call::Move { .. } = o.call {
+            moves += 1;
+            let until = o.completed.unwrap_or(end);
+            if faults.iter().any(|(a, b)| o.invoked < *b && *a < until) {
+                overlapping.push(o.op);
+            }
+        }
+    }
+    if overlapping.is_empty() {
+        violations.push(Violation {
+            message: format!("none of the {moves} ownership moves overlapped a fault"),
+            ops: vec![],
+        });
+    }
+    Verdict::new(
+        NAME,
+        format!(
+            "{}/{} scheduled faults injected; leaders changed in {} groups; {}/{moves} moves overlapped a fault",
+            injected.len(),
+            input.run.schedule.len(),
+            changed.len(),
+            overlapping.len()
+        ),
+        violations,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::fixtures::{finals, good_dump, run, Done, H};
+    use crate::check::Status;
+    use crate::history::Reply;
+    use crate::schedule::{Fault, ScheduledFault};
+
+    fn base(with_move: bool, second_leader: bool) -> (crate::run::RunInfo, H) {
+        let mut run = run();
+        run.schedule = vec![ScheduledFault {
+            id: 0,
+            at_ms: 1_000,
+            duration_ms: 3_000,
+            fault: Fault::IsolateLeader,
+        }];
+        let mut h = H::default();
+        h.entries.push(Entry::Leader {
+            t: 0,
+            group: 5,
+            leader: 1,
+            term: 1,
+        });
+        h.entries.push(Entry::Fault {
+            t: 1_000_000,
+            id: 0,
+            kind: "isolate-leader".into(),
+            detail: "node 1".into(),
+        });
+        if second_leader {
+            h.entries.push(Entry::Leader {
+                t: 2_000_000,
+                group: 5,
+                leader: 2,
+                term: 2,
+            });
+        }
+        h.entries.push(Entry::Heal {
+            t: 4_000_000,
+            id: 0,
+        });
+        if with_move {
+            h.op(
+                "operator",
+                Call::Move {
+                    event: "e".into(),
+                    to: "eu-west".into(),
+                },
+                3.0,
+                5.0,
+                Done::Ok(Reply::Moved { epoch: 2 }),
+            );
+        }
+        (run, h)
+    }
+
+    #[test]
+    fn everything_covered_passes() {
+        let (run, h) = base(true, true);
+        let hist = h.history();
+        let f = finals(vec![good_dump()]);
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+    }
+
+    #[test]
+    fn missing_fault_leader_change_or_move_each_fail() {
+        let f = finals(vec![good_dump()]);
+        let (run, h) = base(true, false);
+        let hist = h.history();
+        let v = check(&Input::new(&run, &hist, &f));
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.message.contains("leader ever changed")),
+            "{v:?}"
+        );
+
+        let (run, h) = base(false, true);
+        let hist = h.history();
+        let v = check(&Input::new(&run, &hist, &f));
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.message.contains("overlapped")),
+            "{v:?}"
+        );
+
+        let (mut run, h) = base(true, true);
+        run.schedule.push(ScheduledFault {
+            id: 1,
+            at_ms: 9_000,
+            duration_ms: 3_000,
+            fault: Fault::Bridge,
+        });
+        let hist = h.history();
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Fail);
+        assert!(v.violations[0].message.contains("never happened"), "{v:?}");
+    }
+}

@@ -1,0 +1,421 @@
+//! Partitions. Two mechanisms behind [`Partitioner`]:
+//! - [`ProxyNet`]: a userspace TCP proxy on every directed link between two
+//!   nodes (each node dials its peers through the proxy of that link, set
+//!   by `[chaos] via` in its config). Needs no privileges; can add delay.
+//!   A blocked link keeps its connections open but forwards nothing (like a
+//!   dropped packet, not a reset); at heal those connections are closed so
+//!   the peers reconnect cleanly.
+//! - [`IptablesNet`]: `iptables -j DROP` between per-node loopback addresses
+//!   (node `i` listens on and dials from `127.0.0.{i+1}`). Needs root and a
+//!   working `iptables`; cannot add delay.
+//!
+//! A link is directed: blocking `a → b` drops what `a` sends on the
+//! connections it opens to `b`; `b`'s own connections to `a` still work.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+pub trait Partitioner: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Drop traffic on the directed link `from → to`.
+    fn block(&self, from: u64, to: u64) -> anyhow::Result<()>;
+    /// Add `ms` of delay to every chunk on every link (0: none). Errors
+    /// when the mechanism cannot delay.
+    fn delay_all(&self, ms: u64) -> anyhow::Result<()>;
+    /// Undo every block and delay.
+    fn heal(&self) -> anyhow::Result<()>;
+    fn supports_delay(&self) -> bool;
+}
+
+/// Cut every link between the two sides, both ways.
+pub fn cut(net: &dyn Partitioner, a: &[u64], b: &[u64]) -> anyhow::Result<()> {
+    for x in a {
+        for y in b {
+            if x != y {
+                net.block(*x, *y)?;
+                net.block(*y, *x)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Link {
+    target: String,
+    blocked: AtomicBool,
+    delay_ms: AtomicU64,
+    /// Bumped at heal: connections that lived through a block close.
+    tx_heal: watch::Sender<u64>,
+}
+
+/// The userspace proxy mechanism.
+pub struct ProxyNet {
+    links: BTreeMap<(u64, u64), (SocketAddr, Arc<Link>)>,
+    // Held only to flip flags, never across an `.await`.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl ProxyNet {
+    /// A proxy for every ordered pair of `nodes` (`id → grpc_addr`), each
+    /// listening on its own port of 127.0.0.1.
+    pub async fn start(nodes: &BTreeMap<u64, String>) -> anyhow::Result<ProxyNet> {
+        let mut links = BTreeMap::new();
+        let mut tasks = Vec::new();
+        for from in nodes.keys() {
+            for (to, addr) in nodes {
+                if from == to {
+                    continue;
+                }
+                let listener = TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .context("bind a link proxy")?;
+                let local = listener.local_addr()?;
+                let (tx_heal, _) = watch::channel(0);
+                let link = Arc::new(Link {
+                    target: addr.clone(),
+                    blocked: AtomicBool::new(false),
+                    delay_ms: AtomicU64::new(0),
+                    tx_heal,
+                });
+                tasks.push(tokio::spawn(accept_loop(listener, link.clone())));
+                links.insert((*from, *to), (local, link));
+            }
+        }
+        Ok(ProxyNet {
+            links,
+            tasks: Mutex::new(tasks),
+        })
+    }
+
+    /// For node `from`'s config: peer address → the proxy to dial instead.
+    pub fn via_for(&self, from: u64) -> BTreeMap<String, String> {
+        self.links
+            .iter()
+            .filter(|((f, _), _)| *f == from)
+            .map(|(_, (local, link))| (link.target.clone(), local.to_string()))
+            .collect()
+    }
+
+    fn link(&self, from: u64, to: u64) -> anyhow::Result<&Arc<Link>> {
+        self.links
+            .get(&(from, to))
+            .map(|(_, l)| l)
+            .with_context(|| format!("no proxied link {from} → {to}"))
+    }
+}
+
+impl Drop for ProxyNet {
+    fn drop(&mut self) {
+        for t in self
+            .tasks
+            .lock()
+            .expect("proxy task lock poisoned")
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+}
+
+impl Partitioner for ProxyNet {
+    fn name(&self) -> &'static str {
+        "proxy"
+    }
+
+    fn block(&self, from: u64, to: u64) -> anyhow::Result<()> {
+        self.link(from, to)?.blocked.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn delay_all(&self, ms: u64) -> anyhow::Result<()> {
+        for (_, l) in self.links.values() {
+            l.delay_ms.store(ms, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    fn heal(&self) -> anyhow::Result<()> {
+        for (_, l) in self.links.values() {
+            let was = l.blocked.swap(false, Ordering::SeqCst);
+            l.delay_ms.store(0, Ordering::SeqCst);
+            if was {
+                l.tx_heal.send_modify(|g| *g += 1);
+            }
+        }
+        Ok(())
+    }
+
+    fn supports_delay(&self) -> bool {
+        true
+    }
+}
+
+async fn accept_loop(listener: TcpListener, link: Arc<Link>) {
+    loop {
+        let Ok((inbound, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = inbound.set_nodelay(true);
+        tokio::spawn(serve(inbound, link.clone()));
+    }
+}
+
+/// One proxied connection: forward both ways while the link is open; while
+/// it is blocked swallow everything; after a heal that followed a block,
+/// close (the stream has holes now).
+async fn serve(inbound: TcpStream, link: Arc<Link>) {
+    let mut rx_heal = link.tx_heal.subscribe();
+    let generation = *rx_heal.borrow_and_update();
+    if link.blocked.load(Ordering::SeqCst) {
+        // A connection attempt over a cut link: accepted (the kernel did
+        // that already) but never answered, like a dropped SYN-ACK.
+        let _ = rx_heal.wait_for(|g| *g != generation).await;
+        return;
+    }
+    let Ok(outbound) = TcpStream::connect(&link.target).await else {
+        return;
+    };
+    let _ = outbound.set_nodelay(true);
+    let (ri, wi) = inbound.into_split();
+    let (ro, wo) = outbound.into_split();
+    let dirty = Arc::new(AtomicBool::new(false));
+    let up = pump(ri, wo, link.clone(), dirty.clone());
+    let down = pump(ro, wi, link.clone(), dirty.clone());
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+        _ = async {
+            loop {
+                if rx_heal.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if dirty.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+        } => {}
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    link: Arc<Link>,
+    dirty: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if link.blocked.load(Ordering::SeqCst) {
+            dirty.store(true, Ordering::SeqCst);
+            continue;
+        }
+        let delay = link.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The root mechanism: each node has its own loopback address; a blocked
+/// link is an `iptables -I INPUT -s FROM -d TO -j DROP` rule (in a chain of
+/// its own, flushed at heal and removed at the end).
+pub struct IptablesNet {
+    ips: BTreeMap<u64, String>,
+    chain: String,
+}
+
+impl IptablesNet {
+    /// Whether this machine can run it, and if not, why.
+    pub fn probe() -> Result<(), String> {
+        // SAFETY-free check of the effective uid through `id -u`.
+        let uid = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .map_err(|e| format!("cannot run id: {e}"))?;
+        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+            return Err("needs root (iptables rules)".into());
+        }
+        let out = std::process::Command::new("iptables")
+            .args(["-w", "-L", "INPUT", "-n"])
+            .output()
+            .map_err(|e| format!("iptables not found: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "iptables does not work here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The loopback address of node `id`.
+    pub fn ip_of(id: u64) -> String {
+        format!("127.0.0.{}", id + 1)
+    }
+
+    pub fn start(ids: &[u64], tag: &str) -> anyhow::Result<IptablesNet> {
+        let chain = format!("SFCHAOS-{tag}");
+        let net = IptablesNet {
+            ips: ids.iter().map(|i| (*i, Self::ip_of(*i))).collect(),
+            chain,
+        };
+        let _ = net.run(&["-N", &net.chain]);
+        net.run(&["-F", &net.chain])?;
+        if net.run(&["-C", "INPUT", "-j", &net.chain]).is_err() {
+            net.run(&["-I", "INPUT", "-j", &net.chain])?;
+        }
+        Ok(net)
+    }
+
+    fn run(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = std::process::Command::new("iptables")
+            .arg("-w")
+            .args(args)
+            .output()
+            .context("run iptables")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "iptables {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(())
+    }
+}
+
+impl Drop for IptablesNet {
+    fn drop(&mut self) {
+        let _ = self.run(&["-D", "INPUT", "-j", &self.chain]);
+        let _ = self.run(&["-F", &self.chain]);
+        let _ = self.run(&["-X", &self.chain]);
+    }
+}
+
+impl Partitioner for IptablesNet {
+    fn name(&self) -> &'static str {
+        "iptables"
+    }
+
+    fn block(&self, from: u64, to: u64) -> anyhow::Result<()> {
+        let (Some(a), Some(b)) = (self.ips.get(&from), self.ips.get(&to)) else {
+            anyhow::bail!("no address for link {from} → {to}");
+        };
+        // What `from` sends to `to`: its connections' packets, and its
+        // answers on `to`'s connections would need a reverse rule; like
+        // the proxy, block only the connections `from` opens (dport side)
+        // by dropping packets from a to b that are not replies.
+        self.run(&[
+            "-A",
+            &self.chain,
+            "-s",
+            a,
+            "-d",
+            b,
+            "-p",
+            "tcp",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW,ESTABLISHED",
+            "-m",
+            "conntrack",
+            "--ctdir",
+            "ORIGINAL",
+            "-j",
+            "DROP",
+        ])
+    }
+
+    fn delay_all(&self, _ms: u64) -> anyhow::Result<()> {
+        anyhow::bail!("iptables cannot delay packets (that needs tc netem)")
+    }
+
+    fn heal(&self) -> anyhow::Result<()> {
+        self.run(&["-F", &self.chain])
+    }
+
+    fn supports_delay(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn echo_server() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn ping(addr: &str) -> bool {
+        let attempt = async {
+            let mut s = TcpStream::connect(addr).await.ok()?;
+            s.write_all(b"ping").await.ok()?;
+            let mut buf = [0u8; 4];
+            s.read_exact(&mut buf).await.ok()?;
+            Some(&buf == b"ping")
+        };
+        tokio::time::timeout(Duration::from_millis(300), attempt)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn proxy_forwards_blocks_one_way_and_heals() {
+        let a = echo_server().await;
+        let b = echo_server().await;
+        let nodes = BTreeMap::from([(1, a), (2, b)]);
+        let net = ProxyNet::start(&nodes).await.unwrap();
+        let to2 = net.via_for(1)[&nodes[&2]].clone();
+        let to1 = net.via_for(2)[&nodes[&1]].clone();
+        assert!(ping(&to2).await && ping(&to1).await);
+        net.block(1, 2).unwrap();
+        assert!(!ping(&to2).await, "1 → 2 is cut");
+        assert!(ping(&to1).await, "2 → 1 still works");
+        net.heal().unwrap();
+        assert!(ping(&to2).await, "healed");
+        net.delay_all(150).unwrap();
+        let t = std::time::Instant::now();
+        let mut s = TcpStream::connect(&to2).await.unwrap();
+        s.write_all(b"x").await.unwrap();
+        let mut buf = [0u8; 1];
+        s.read_exact(&mut buf).await.unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(290),
+            "both directions delayed"
+        );
+    }
+}

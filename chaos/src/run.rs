@@ -1,0 +1,124 @@
+//! What a drill leaves for the checkers besides its history: `run.json`
+//! (seed, parameters, events, the fault schedule) and `final.json` (every
+//! replica's records of every event, and the gateway's payments), all
+//! plain JSON so `seatfence chaos check DIR` can re-check a run later.
+
+use std::path::Path;
+
+use anyhow::Context;
+use seatfence_core::ReplicaDump;
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::ScheduledFault;
+
+/// `run.json`: how the drill was set up.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub seed: u64,
+    pub duration_s: u64,
+    /// Hold TTL of every drill event.
+    pub hold_ttl_ms: u64,
+    /// How far the leader clocks may be skewed (the checkers' tolerance
+    /// for when a hold may expire).
+    pub max_skew_ms: u64,
+    pub events: Vec<EventInfo>,
+    pub schedule: Vec<ScheduledFault>,
+    /// The partition mechanism used, and those that were not available.
+    pub partition_mechanism: String,
+    #[serde(default)]
+    pub unavailable_mechanisms: Vec<(String, String)>,
+    #[serde(default)]
+    pub planted_bug: Option<String>,
+    pub nodes: Vec<NodeInfo>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventInfo {
+    pub event_id: String,
+    pub group: u64,
+    pub seats: Vec<String>,
+    pub hot: bool,
+    pub home_region: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: u64,
+    pub region: String,
+    pub grpc_addr: String,
+    pub edge: String,
+}
+
+impl RunInfo {
+    /// Slack the checkers allow around hold expiry: the largest skew plus
+    /// a second for scheduling and replication.
+    pub fn expiry_slack_us(&self) -> u64 {
+        (self.max_skew_ms + 1_000) * 1_000
+    }
+
+    pub fn event(&self, id: &str) -> Option<&EventInfo> {
+        self.events.iter().find(|e| e.event_id == id)
+    }
+}
+
+/// `final.json`: the end state, read after every fault was healed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalState {
+    pub events: Vec<EventFinal>,
+    /// Every payment the gateway knows, with its captures.
+    pub gateway: Vec<GatewayPayment>,
+    /// Whether every replica had applied its group's last entry when read.
+    pub converged: bool,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventFinal {
+    pub event_id: String,
+    pub group: u64,
+    /// The directory's epoch and owner region for the event.
+    pub epoch: u64,
+    pub owner: String,
+    /// The group's voters at the end.
+    pub members: Vec<u64>,
+    pub replicas: Vec<ReplicaFinal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaFinal {
+    pub node: u64,
+    pub applied_index: u64,
+    pub dump: Option<ReplicaDump>,
+    /// Why the replica could not be read.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayPayment {
+    pub payment_id: String,
+    /// The booking id the payment was created for.
+    pub invoice: String,
+    pub status: String,
+    pub captures: u32,
+    #[serde(default)]
+    pub refunds: u32,
+}
+
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))
+}
+
+pub fn write_json<T: Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+/// `h12-3` / `b12-3` → `(12, 3)`.
+pub fn group_seq(id: &str) -> Option<(u64, u64)> {
+    let rest = id.get(1..)?;
+    let (g, s) = rest.split_once('-')?;
+    Some((g.parse().ok()?, s.parse().ok()?))
+}

@@ -1,0 +1,197 @@
+//! The nemesis's plan: which faults, when, for how long, all drawn from
+//! the drill's seed so a failing run can be replayed with the same plan.
+//! Targets that depend on the cluster at the time (the leader of the
+//! hottest group, say) are chosen when the fault starts and recorded then.
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// One kind of fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Fault {
+    /// Cut one node off from every other node.
+    IsolateNode,
+    /// Cut the leader of the hottest event's group off from every node.
+    IsolateLeader,
+    /// Cut one region off from the others; `leader_inside`: the region
+    /// chosen is the one whose node leads the directory (the leader ends
+    /// up in the minority) or one whose node does not (majority).
+    PartitionRegion { leader_inside: bool },
+    /// Two sides that cannot reach each other, and one node (a follower of
+    /// the hottest group) that reaches both.
+    Bridge,
+    /// The hottest group's leader can no longer send to its followers;
+    /// they can still send to it.
+    OneWayLoss,
+    /// SIGSTOP the hottest group's leader for longer than an election
+    /// timeout, then SIGCONT it: the zombie leader.
+    PauseLeader,
+    /// SIGKILL a minority (one voter of the hottest group and one directory
+    /// voter), restart them at heal.
+    KillMinority,
+    /// Cut a node whose edge clients keep using off from the rest, so its
+    /// route cache goes stale.
+    CutEdge,
+    /// Skew the hottest group's leader clock by `ms`.
+    ClockSkew { ms: i64 },
+    /// Gateway switches: `execute-timeout`, `webhook-drop`,
+    /// `webhook-duplicate`, `query-error`, `latency`.
+    Gateway { mode: String },
+}
+
+impl Fault {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::IsolateNode => "isolate-node",
+            Fault::IsolateLeader => "isolate-leader",
+            Fault::PartitionRegion {
+                leader_inside: true,
+            } => "partition-region-leader-minority",
+            Fault::PartitionRegion {
+                leader_inside: false,
+            } => "partition-region-leader-majority",
+            Fault::Bridge => "bridge",
+            Fault::OneWayLoss => "one-way-loss",
+            Fault::PauseLeader => "pause-leader",
+            Fault::KillMinority => "kill-minority",
+            Fault::CutEdge => "cut-edge",
+            Fault::ClockSkew { .. } => "clock-skew",
+            Fault::Gateway { .. } => "gateway",
+        }
+    }
+
+    /// Whether the fault cuts network links (needs a partition mechanism).
+    pub fn needs_network(&self) -> bool {
+        matches!(
+            self,
+            Fault::IsolateNode
+                | Fault::IsolateLeader
+                | Fault::PartitionRegion { .. }
+                | Fault::Bridge
+                | Fault::OneWayLoss
+                | Fault::CutEdge
+        )
+    }
+}
+
+/// A fault at a time, for a while.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduledFault {
+    pub id: u32,
+    /// Milliseconds after the drill started.
+    pub at_ms: u64,
+    pub duration_ms: u64,
+    pub fault: Fault,
+}
+
+/// The largest clock skew the schedule uses.
+pub const MAX_SKEW_MS: u64 = 1_500;
+
+/// Every kind of fault, each variant once.
+pub fn all_kinds() -> Vec<Fault> {
+    let mut v = vec![
+        Fault::IsolateNode,
+        Fault::IsolateLeader,
+        Fault::PartitionRegion {
+            leader_inside: true,
+        },
+        Fault::PartitionRegion {
+            leader_inside: false,
+        },
+        Fault::Bridge,
+        Fault::OneWayLoss,
+        Fault::PauseLeader,
+        Fault::KillMinority,
+        Fault::CutEdge,
+        Fault::ClockSkew {
+            ms: MAX_SKEW_MS as i64,
+        },
+    ];
+    for mode in [
+        "execute-timeout",
+        "webhook-drop",
+        "webhook-duplicate",
+        "query-error",
+    ] {
+        v.push(Fault::Gateway { mode: mode.into() });
+    }
+    v
+}
+
+/// The plan for a drill of `duration_ms`: a quiet start (`warmup_ms`) and
+/// a quiet end (`cooldown_ms`) around back-to-back rounds; each round is
+/// every kind of fault once in a seeded order, each for 3–6 s with 1–3 s of
+/// calm after it. Network faults never overlap each other; gateway faults
+/// and clock skew run alongside the next fault (so moves and payments see
+/// both at once).
+pub fn plan(seed: u64, duration_ms: u64, warmup_ms: u64, cooldown_ms: u64) -> Vec<ScheduledFault> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    let end = duration_ms.saturating_sub(cooldown_ms);
+    let mut t = warmup_ms;
+    let mut id = 0;
+    'rounds: loop {
+        let mut kinds = all_kinds();
+        kinds.shuffle(&mut rng);
+        // Clock skew goes either way.
+        for k in &mut kinds {
+            if let Fault::ClockSkew { ms } = k {
+                let mag = rng.gen_range(500..=MAX_SKEW_MS as i64);
+                *ms = if rng.gen_bool(0.5) { mag } else { -mag };
+            }
+        }
+        for fault in kinds {
+            let duration_ms = rng.gen_range(3_000..=6_000);
+            if t + duration_ms > end {
+                break 'rounds;
+            }
+            let side = !fault.needs_network()
+                && !matches!(fault, Fault::KillMinority | Fault::PauseLeader);
+            out.push(ScheduledFault {
+                id,
+                at_ms: t,
+                duration_ms,
+                fault,
+            });
+            id += 1;
+            // A side fault (gateway, skew) overlaps the next one.
+            if !side {
+                t += duration_ms + rng.gen_range(1_000..=3_000);
+            } else {
+                t += rng.gen_range(500..=1_500);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_plan_and_faults_fit() {
+        let a = plan(7, 120_000, 8_000, 15_000);
+        assert_eq!(a, plan(7, 120_000, 8_000, 15_000));
+        assert_ne!(a, plan(8, 120_000, 8_000, 15_000));
+        assert!(
+            a.len() >= all_kinds().len(),
+            "a 2-minute plan holds one full round: {}",
+            a.len()
+        );
+        for f in &a {
+            assert!(
+                f.at_ms >= 8_000 && f.at_ms + f.duration_ms <= 105_000,
+                "{f:?}"
+            );
+        }
+        // Network faults never overlap one another.
+        let net: Vec<_> = a.iter().filter(|f| f.fault.needs_network()).collect();
+        for w in net.windows(2) {
+            assert!(w[0].at_ms + w[0].duration_ms <= w[1].at_ms, "{:?}", w);
+        }
+    }
+}

@@ -171,6 +171,45 @@ impl LocalCluster {
         if let Some(existing) = Self::existing_configs(dir, n)? {
             return Self::from_configs(bin, existing);
         }
+        let configs = Self::layout(dir, voters, n, tuning, payments, moves)?;
+        Self::launch(bin, configs)
+    }
+
+    /// The configs [`start_regions`](Self::start_regions) would write
+    /// (`regions × per_region` nodes, ports chosen, directories created),
+    /// for a caller that adjusts them before [`launch`](Self::launch).
+    pub fn layout_regions(
+        dir: &Path,
+        regions: usize,
+        per_region: usize,
+        tuning: RaftTuning,
+        payments: Option<PaymentsConfig>,
+        moves: MovesConfig,
+    ) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
+        if regions == 0 || regions > REGIONS.len() || per_region == 0 {
+            bail!("1 to {} regions, at least one node each", REGIONS.len());
+        }
+        Self::layout(dir, regions, regions * per_region, tuning, payments, moves)
+    }
+
+    /// Write each config to `{node_dir}/node.toml` (validated) and start
+    /// the nodes.
+    pub fn launch(bin: &Path, configs: Vec<(PathBuf, NodeConfig)>) -> anyhow::Result<LocalCluster> {
+        for (node_dir, config) in &configs {
+            config.validate()?;
+            fs::write(node_dir.join("node.toml"), toml::to_string(config)?)?;
+        }
+        Self::from_configs(bin, configs)
+    }
+
+    fn layout(
+        dir: &Path,
+        voters: usize,
+        n: usize,
+        tuning: RaftTuning,
+        payments: Option<PaymentsConfig>,
+        moves: MovesConfig,
+    ) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
         let secret = format!("{:032x}", rand::random::<u128>());
         let ports = free_ports(2 * n)?;
         let all: Vec<Peer> = (0..n)
@@ -208,11 +247,9 @@ impl LocalCluster {
                 payments: payments.clone(),
                 chaos: None,
             };
-            config.validate()?;
-            fs::write(node_dir.join("node.toml"), toml::to_string(&config)?)?;
             configs.push((node_dir, config));
         }
-        Self::from_configs(bin, configs)
+        Ok(configs)
     }
 
     /// Configs written by an earlier `start` in `dir`, so a cluster can be

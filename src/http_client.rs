@@ -44,6 +44,12 @@ impl Default for HttpClient {
 }
 
 impl HttpClient {
+    /// Give up on an answer after `d` (default 30 s).
+    pub fn with_timeout(mut self, d: Duration) -> HttpClient {
+        self.timeout = d;
+        self
+    }
+
     /// Send a request; `body` is sent as JSON when given.
     pub async fn send(
         &self,

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod bench_holds;
 pub mod bench_move;
 pub mod bench_payments;
+pub mod chaos;
 pub mod cluster;
 pub mod ctl;
 pub mod demo;

@@ -94,6 +94,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+    /// Partition drills: faults, load, checkers, report (README "Chaos drills").
+    Chaos {
+        #[command(subcommand)]
+        cmd: seatfence::chaos::ChaosCmd,
+    },
 }
 
 #[derive(Subcommand)]
@@ -232,6 +237,20 @@ fn init_tracing() {
         .init();
 }
 
+/// The drill's own log: warnings only (its story is in history.jsonl and
+/// the report; `SEATFENCE_CHAOS_LOG` overrides, e.g. `info`).
+fn init_tracing_quiet() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            std::env::var("SEATFENCE_CHAOS_LOG")
+                .ok()
+                .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+                .unwrap_or_else(|| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 async fn terminated() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("install SIGTERM handler");
@@ -302,6 +321,12 @@ async fn main() -> anyhow::Result<()> {
             }
             cmd => ctl(addr, cmd).await,
         },
+        Cmd::Chaos { cmd } => {
+            init_tracing_quiet();
+            let bin = std::env::current_exe().context("find own binary")?;
+            let code = seatfence::chaos::run(&bin, cmd).await;
+            std::process::exit(code);
+        }
         Cmd::Bench {
             cmd:
                 BenchCmd::Holds {

@@ -338,6 +338,18 @@ struct RecorderInner {
     out: std::io::BufWriter<std::fs::File>,
     next_op: u64,
     entries: Vec<Entry>,
+    tally: Tally,
+}
+
+/// Running counts, for the progress line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub invoked: u64,
+    pub ok: u64,
+    pub fail: u64,
+    pub info: u64,
+    pub faults: u64,
+    pub leader_changes: u64,
 }
 
 impl Recorder {
@@ -350,6 +362,7 @@ impl Recorder {
                 out: std::io::BufWriter::new(file),
                 next_op: 1,
                 entries: Vec::new(),
+                tally: Tally::default(),
             }),
         })
     }
@@ -424,6 +437,10 @@ impl Recorder {
         self.inner.lock().expect("recorder lock poisoned").push(e);
     }
 
+    pub fn tally(&self) -> Tally {
+        self.inner.lock().expect("recorder lock poisoned").tally
+    }
+
     /// Flush the file and hand back everything recorded.
     pub fn finish(&self) -> anyhow::Result<History> {
         let mut inner = self.inner.lock().expect("recorder lock poisoned");
@@ -440,6 +457,16 @@ impl RecorderInner {
         // reports a broken file when it flushes.
         let _ = serde_json::to_writer(&mut self.out, &e);
         let _ = self.out.write_all(b"\n");
+        let t = &mut self.tally;
+        match &e {
+            Entry::Invoke { .. } => t.invoked += 1,
+            Entry::Ok { .. } => t.ok += 1,
+            Entry::Fail { .. } => t.fail += 1,
+            Entry::Info { .. } => t.info += 1,
+            Entry::Fault { .. } => t.faults += 1,
+            Entry::Leader { .. } => t.leader_changes += 1,
+            Entry::Heal { .. } | Entry::Skipped { .. } => {}
+        }
         self.entries.push(e);
     }
 }

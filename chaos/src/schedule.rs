@@ -37,6 +37,8 @@ pub enum Fault {
     CutEdge,
     /// Skew the hottest group's leader clock by `ms`.
     ClockSkew { ms: i64 },
+    /// Every link delays each chunk by `ms` (the proxy mechanism only).
+    SlowNetwork { ms: u64 },
     /// Gateway switches: `execute-timeout`, `webhook-drop`,
     /// `webhook-duplicate`, `query-error`, `latency`.
     Gateway { mode: String },
@@ -59,6 +61,7 @@ impl Fault {
             Fault::KillMinority => "kill-minority",
             Fault::CutEdge => "cut-edge",
             Fault::ClockSkew { .. } => "clock-skew",
+            Fault::SlowNetwork { .. } => "slow-network",
             Fault::Gateway { .. } => "gateway",
         }
     }
@@ -73,6 +76,7 @@ impl Fault {
                 | Fault::Bridge
                 | Fault::OneWayLoss
                 | Fault::CutEdge
+                | Fault::SlowNetwork { .. }
         )
     }
 }
@@ -90,8 +94,9 @@ pub struct ScheduledFault {
 /// The largest clock skew the schedule uses.
 pub const MAX_SKEW_MS: u64 = 1_500;
 
-/// Every kind of fault, each variant once.
-pub fn all_kinds() -> Vec<Fault> {
+/// Every kind of fault, each variant once (`SlowNetwork` only when the
+/// partition mechanism can delay).
+pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
     let mut v = vec![
         Fault::IsolateNode,
         Fault::IsolateLeader,
@@ -118,23 +123,32 @@ pub fn all_kinds() -> Vec<Fault> {
     ] {
         v.push(Fault::Gateway { mode: mode.into() });
     }
+    if with_delay {
+        v.push(Fault::SlowNetwork { ms: 40 });
+    }
     v
 }
 
 /// The plan for a drill of `duration_ms`: a quiet start (`warmup_ms`) and
 /// a quiet end (`cooldown_ms`) around back-to-back rounds; each round is
-/// every kind of fault once in a seeded order, each for 3–6 s with 1–3 s of
-/// calm after it. Network faults never overlap each other; gateway faults
+/// every kind of fault once in a seeded order, each for 2.5–5 s with 1–2.5 s
+/// of calm after it. Network faults never overlap each other; gateway faults
 /// and clock skew run alongside the next fault (so moves and payments see
 /// both at once).
-pub fn plan(seed: u64, duration_ms: u64, warmup_ms: u64, cooldown_ms: u64) -> Vec<ScheduledFault> {
+pub fn plan(
+    seed: u64,
+    duration_ms: u64,
+    warmup_ms: u64,
+    cooldown_ms: u64,
+    with_delay: bool,
+) -> Vec<ScheduledFault> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::new();
     let end = duration_ms.saturating_sub(cooldown_ms);
     let mut t = warmup_ms;
     let mut id = 0;
     'rounds: loop {
-        let mut kinds = all_kinds();
+        let mut kinds = all_kinds(with_delay);
         kinds.shuffle(&mut rng);
         // Clock skew goes either way.
         for k in &mut kinds {
@@ -144,7 +158,7 @@ pub fn plan(seed: u64, duration_ms: u64, warmup_ms: u64, cooldown_ms: u64) -> Ve
             }
         }
         for fault in kinds {
-            let duration_ms = rng.gen_range(3_000..=6_000);
+            let duration_ms = rng.gen_range(2_500..=5_000);
             if t + duration_ms > end {
                 break 'rounds;
             }
@@ -159,7 +173,7 @@ pub fn plan(seed: u64, duration_ms: u64, warmup_ms: u64, cooldown_ms: u64) -> Ve
             id += 1;
             // A side fault (gateway, skew) overlaps the next one.
             if !side {
-                t += duration_ms + rng.gen_range(1_000..=3_000);
+                t += duration_ms + rng.gen_range(1_000..=2_500);
             } else {
                 t += rng.gen_range(500..=1_500);
             }
@@ -174,11 +188,11 @@ mod tests {
 
     #[test]
     fn same_seed_same_plan_and_faults_fit() {
-        let a = plan(7, 120_000, 8_000, 15_000);
-        assert_eq!(a, plan(7, 120_000, 8_000, 15_000));
-        assert_ne!(a, plan(8, 120_000, 8_000, 15_000));
+        let a = plan(7, 120_000, 8_000, 15_000, true);
+        assert_eq!(a, plan(7, 120_000, 8_000, 15_000, true));
+        assert_ne!(a, plan(8, 120_000, 8_000, 15_000, true));
         assert!(
-            a.len() >= all_kinds().len(),
+            a.len() >= all_kinds(true).len(),
             "a 2-minute plan holds one full round: {}",
             a.len()
         );

@@ -354,6 +354,7 @@ impl Inner {
                 let ch =
                     Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
                         .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
+                        .local_address(crate::network::via::source_ip())
                         .connect_timeout(Duration::from_millis(500))
                         .tcp_nodelay(true)
                         .connect_lazy();

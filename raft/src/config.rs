@@ -88,6 +88,9 @@ pub struct ChaosHooks {
     pub skew_file: Option<PathBuf>,
     /// A bug planted on purpose so a drill can prove it catches it.
     pub plant_bug: Option<PlantedBug>,
+    /// Dial peers from this local address (the iptables mechanism gives
+    /// every node its own loopback address).
+    pub source_ip: Option<std::net::IpAddr>,
 }
 
 /// Bugs a drill can plant (`seatfence chaos drill --plant-bug NAME`).

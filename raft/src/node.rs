@@ -65,7 +65,7 @@ impl Node {
         ));
         let clock = Arc::new(SystemClock::default());
         if let Some(hooks) = &config.chaos {
-            crate::network::via::install(hooks.via.clone());
+            crate::network::via::install(hooks.via.clone(), hooks.source_ip);
         }
 
         for g in db.stored_groups() {

@@ -50,6 +50,7 @@ impl PeerPool {
         }
         let ch = Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
             .map_err(|e| format!("bad address {addr}: {e}"))?
+            .local_address(crate::network::via::source_ip())
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))

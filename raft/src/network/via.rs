@@ -4,15 +4,26 @@
 //! once at start; without it every address is dialled as given.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::OnceLock;
 
 static VIA: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+static SOURCE: OnceLock<IpAddr> = OnceLock::new();
 
-/// Set the rewrite table (the first call wins; later calls are ignored).
-pub fn install(table: BTreeMap<String, String>) {
+/// Set the rewrite table and the local address to dial from (the first
+/// call wins; later calls are ignored).
+pub fn install(table: BTreeMap<String, String>, source: Option<IpAddr>) {
     if !table.is_empty() {
         let _ = VIA.set(table);
     }
+    if let Some(ip) = source {
+        let _ = SOURCE.set(ip);
+    }
+}
+
+/// The local address outgoing node-to-node connections bind to, if set.
+pub fn source_ip() -> Option<IpAddr> {
+    SOURCE.get().copied()
 }
 
 /// The address to dial to reach `addr`.

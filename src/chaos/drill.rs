@@ -1,0 +1,369 @@
+//! One drill, start to verdict: set up the run directory, the partition
+//! mechanism, the gateway and the cluster; create the events; run the
+//! clients, the observer and the nemesis for `--duration`; heal, settle,
+//! read every replica; check; write the summary and the report.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use seatfence_chaos::check::Status;
+use seatfence_chaos::history::Recorder;
+use seatfence_chaos::net::{IptablesNet, Partitioner, ProxyNet};
+use seatfence_chaos::run::{write_json, EventInfo, NodeInfo, RunInfo};
+use seatfence_chaos::schedule::{plan, MAX_SKEW_MS};
+use seatfence_raft::config::{ChaosHooks, MovesConfig, PlantedBug};
+use seatfence_raft::{ClusterClient, NodeConfig, RaftTuning};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::nemesis::Nemesis;
+use super::{settle, workload, DrillArgs, NetChoice, World};
+use crate::cluster::{GatewayProc, LocalCluster};
+use crate::http_client::HttpClient;
+
+/// Hold TTL of the drill's events: short, so seats churn.
+const HOLD_TTL_SECS: u64 = 4;
+/// Quiet time before the first fault and after the last.
+const WARMUP_MS: u64 = 8_000;
+const COOLDOWN_MS: u64 = 10_000;
+
+pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
+    // A random seed stays short enough to type back in.
+    let seed = args
+        .seed
+        .unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    anyhow::ensure!(args.duration >= 20, "--duration must be at least 20 s");
+    anyhow::ensure!(
+        args.clients >= 1 && args.hot_seats >= 1,
+        "--clients and --hot-seats must be at least 1"
+    );
+    let planted = match args.plant_bug.as_deref() {
+        None => None,
+        Some("accept-stale-epoch") => Some(PlantedBug::AcceptStaleEpoch),
+        Some(other) => bail!("unknown planted bug {other:?} (known: accept-stale-epoch)"),
+    };
+    let out = args.out.clone();
+    if out.join("run.json").exists() || out.join("history.jsonl").exists() {
+        bail!(
+            "{} already holds a drill; choose an empty --out",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    eprintln!(
+        "chaos drill: seed {seed}, {} s, out {} (replay: seatfence chaos drill --seed {seed} --duration {} --out DIR)",
+        args.duration,
+        out.display(),
+        args.duration
+    );
+
+    // The partition mechanism.
+    let mut unavailable = Vec::new();
+    let use_iptables = match args.net {
+        NetChoice::Proxy => false,
+        NetChoice::Iptables => {
+            IptablesNet::probe().map_err(|why| anyhow::anyhow!("--net iptables: {why}"))?;
+            true
+        }
+        NetChoice::Auto => match IptablesNet::probe() {
+            Ok(()) => true,
+            Err(why) => {
+                unavailable.push(("iptables".to_string(), why));
+                false
+            }
+        },
+    };
+    if !use_iptables && args.net != NetChoice::Auto {
+        unavailable.push((
+            "iptables".to_string(),
+            "not chosen (--net proxy)".to_string(),
+        ));
+    }
+
+    // Gateway and node configs.
+    let gateway = GatewayProc::start(bin, &out.join("gateway"), 60)?;
+    let mut payments = gateway.payments_config();
+    payments.call_timeout_ms = 1_000;
+    payments.reconcile_interval_ms = 1_000;
+    payments.reconcile_margin_ms = 3_000;
+    payments.extension_ms = 2_000;
+    payments.outbox_interval_ms = 500;
+    let moves = MovesConfig {
+        retired_grace_ms: 10_000,
+        ..MovesConfig::default()
+    };
+    let mut configs = LocalCluster::layout_regions(
+        &out.join("cluster"),
+        3,
+        3,
+        RaftTuning::default(),
+        Some(payments),
+        moves,
+    )?;
+    let ids: Vec<u64> = configs.iter().map(|(_, c)| c.node_id).collect();
+    let mut skew_files = BTreeMap::new();
+    for (dir, c) in &mut configs {
+        let skew = dir.join("skew_ms");
+        std::fs::write(&skew, "0")?;
+        skew_files.insert(c.node_id, skew.clone());
+        c.chaos = Some(ChaosHooks {
+            skew_file: Some(skew),
+            plant_bug: planted,
+            ..ChaosHooks::default()
+        });
+    }
+    let net: Arc<dyn Partitioner> = if use_iptables {
+        for (_, c) in &mut configs {
+            give_own_address(c);
+        }
+        Arc::new(IptablesNet::start(&ids, &format!("{}", seed % 100_000))?)
+    } else {
+        let addrs: BTreeMap<u64, String> = configs
+            .iter()
+            .map(|(_, c)| (c.node_id, c.grpc_addr.clone()))
+            .collect();
+        let proxy = ProxyNet::start(&addrs).await?;
+        for (_, c) in &mut configs {
+            if let Some(h) = c.chaos.as_mut() {
+                h.via = proxy.via_for(c.node_id);
+            }
+        }
+        Arc::new(proxy)
+    };
+    let schedule = plan(
+        seed,
+        args.duration * 1_000,
+        WARMUP_MS,
+        COOLDOWN_MS,
+        net.supports_delay(),
+    );
+    let nodes: Vec<NodeInfo> = configs
+        .iter()
+        .map(|(_, c)| NodeInfo {
+            id: c.node_id,
+            region: c.region.clone(),
+            grpc_addr: c.grpc_addr.clone(),
+            edge: c
+                .edge
+                .as_ref()
+                .map(|e| format!("http://{}", e.http_addr))
+                .unwrap_or_default(),
+        })
+        .collect();
+
+    let cluster = LocalCluster::launch(bin, configs)?;
+    cluster
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .context("cluster did not come up")?;
+    let secret = cluster.jwt_secret().context("nodes have no edge")?;
+    let http = HttpClient::default().with_timeout(Duration::from_secs(8));
+    let operator = seatfence_api::auth::mint(&secret, "chaos-operator", true, 24 * 3600);
+    let edge1 = nodes[0].edge.clone();
+    let mut events = Vec::new();
+    for (i, (name, home, seats, hot)) in [
+        ("hot-0", "us-east", args.hot_seats, true),
+        ("hot-1", "eu-west", args.hot_seats, true),
+        ("cold-0", "ap-south", 16, false),
+        ("cold-1", "us-east", 16, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let event_id = format!("chaos-{name}");
+        let seat_ids: Vec<String> = (1..=seats)
+            .map(|s| format!("{}{s}", (b'A' + i as u8) as char))
+            .collect();
+        let body = json!({
+            "event_id": event_id,
+            "name": format!("chaos drill {name}"),
+            "home_region": home,
+            "seats": seat_ids,
+            "hold_ttl_secs": HOLD_TTL_SECS,
+            "max_seats_per_hold": 4,
+        });
+        let (_, group) =
+            crate::bench_holds::create_event(&cluster, &http, &edge1, &operator, &body)
+                .await
+                .with_context(|| format!("create {event_id}"))?;
+        events.push(EventInfo {
+            event_id,
+            group: group.0,
+            seats: seat_ids,
+            hot,
+            home_region: home.to_string(),
+        });
+    }
+
+    let run_info = RunInfo {
+        seed,
+        duration_s: args.duration,
+        hold_ttl_ms: HOLD_TTL_SECS * 1_000,
+        max_skew_ms: MAX_SKEW_MS,
+        events: events.clone(),
+        schedule: schedule.clone(),
+        partition_mechanism: net.name().to_string(),
+        unavailable_mechanisms: unavailable,
+        planted_bug: args.plant_bug.clone(),
+        nodes: nodes.clone(),
+    };
+    write_json(&out.join("run.json"), &run_info)?;
+    write_json(&out.join("schedule.json"), &schedule)?;
+
+    let (tx_stop, rx_stop) = watch::channel(false);
+    let world = Arc::new(World {
+        rec: Recorder::create(&out.join("history.jsonl"))?,
+        http,
+        edges: nodes.iter().map(|n| (n.id, n.edge.clone())).collect(),
+        regions: nodes.iter().map(|n| (n.id, n.region.clone())).collect(),
+        grpc: nodes.iter().map(|n| (n.id, n.grpc_addr.clone())).collect(),
+        gateway: gateway.url.clone(),
+        jwt_secret: secret,
+        events,
+        epochs: Mutex::new(BTreeMap::new()),
+        leaders: Mutex::new(BTreeMap::new()),
+        voters: Mutex::new(BTreeMap::new()),
+        client: ClusterClient::new(nodes.iter().map(|n| n.grpc_addr.clone()).collect())
+            .with_deadline(Duration::from_secs(10)),
+        rx_stop,
+    });
+
+    let nemesis = Nemesis::new(world.clone(), cluster, net.clone(), skew_files, seed);
+    let mut tasks = vec![tokio::spawn(workload::observer(world.clone()))];
+    for i in 0..args.clients {
+        tasks.push(tokio::spawn(workload::buyer(world.clone(), i, seed)));
+    }
+    tasks.push(tokio::spawn(workload::operator(
+        world.clone(),
+        seed,
+        args.move_every_ms,
+    )));
+    tasks.push(tokio::spawn(workload::zombie(world.clone(), seed)));
+    let nem = tokio::spawn(nemesis.clone().run(schedule));
+    let progress = tokio::spawn(progress(
+        world.clone(),
+        args.duration,
+        run_info.schedule.len(),
+    ));
+
+    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+    let _ = tx_stop.send(true);
+    let _ = nem.await;
+    eprintln!("\nchaos drill: load stopped; healing every fault");
+    nemesis.heal_all().await.context("heal the cluster")?;
+    // Clients finish the operation in hand (their calls time out); whatever
+    // is still open after that is recorded as unknown by the history.
+    let stop_by = Instant::now() + Duration::from_secs(75);
+    for t in tasks {
+        let left = stop_by.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, t).await.is_err() {
+            tracing::warn!("a drill client did not stop in time");
+        }
+    }
+    progress.abort();
+    eprintln!("chaos drill: settling (replicas equal, moves finished, payments resolved)");
+    let finals = settle::settle(&world, Duration::from_secs(90)).await;
+    if !finals.converged {
+        eprintln!(
+            "chaos drill: the cluster did not settle: {:?}",
+            finals.notes
+        );
+    }
+    write_json(&out.join("final.json"), &finals)?;
+    world.rec.finish()?;
+    if let Some(cluster) = nemesis.into_cluster() {
+        save_node_states(&world, &cluster, &out).await;
+        drop(cluster);
+        if !args.keep_data {
+            for id in &ids {
+                let _ = std::fs::remove_dir_all(
+                    out.join("cluster").join(format!("n{id}")).join("data"),
+                );
+            }
+        }
+    }
+    drop(gateway);
+    drop(net);
+    super::check_dir(&out)
+}
+
+/// Node `id` listens (gRPC and HTTP) on, and dials from, its own loopback
+/// address, so iptables can tell the nodes apart.
+fn give_own_address(c: &mut NodeConfig) {
+    let own = |addr: &str, id: u64| -> String {
+        let port = addr.rsplit(':').next().unwrap_or("0");
+        format!("{}:{port}", IptablesNet::ip_of(id))
+    };
+    c.grpc_addr = own(&c.grpc_addr, c.node_id);
+    for p in &mut c.initial_members {
+        p.grpc_addr = own(&p.grpc_addr, p.id);
+    }
+    if let Some(e) = c.edge.as_mut() {
+        e.http_addr = own(&e.http_addr, c.node_id);
+    }
+    if let Some(h) = c.chaos.as_mut() {
+        h.source_ip = IptablesNet::ip_of(c.node_id).parse().ok();
+    }
+}
+
+/// Each node's final view (`Status`) next to its log.
+async fn save_node_states(w: &World, cluster: &LocalCluster, out: &Path) {
+    for n in &cluster.nodes {
+        let path: PathBuf = out
+            .join("cluster")
+            .join(format!("n{}", n.id()))
+            .join("status.json");
+        let status = match w.client.status_at(n.addr()).await {
+            Ok(s) => json!({
+                "node_id": s.node_id,
+                "region": s.region,
+                "groups": s.groups.iter().map(|g| json!({
+                    "group_id": g.group_id, "role": g.role, "term": g.term, "leader": g.leader,
+                    "last_log_index": g.last_log_index, "applied_index": g.applied_index,
+                    "voters": g.voters, "learners": g.learners, "state_digest": g.state_digest,
+                })).collect::<Vec<_>>(),
+            }),
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        let _ = std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&status).unwrap_or_default(),
+        );
+    }
+}
+
+/// A progress line on stderr: redrawn on a terminal, one line every 10 s
+/// otherwise.
+async fn progress(w: Arc<World>, duration: u64, faults: usize) {
+    let tty = std::io::stderr().is_terminal();
+    let start = Instant::now();
+    let mut last_line = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let s = start.elapsed().as_secs().min(duration);
+        let t = w.rec.tally();
+        let width = 30;
+        let done = (s as usize * width) / duration.max(1) as usize;
+        let line = format!(
+            "[{}{}] {s:>4}/{duration}s  ops {} (ok {}, fail {}, unknown {})  faults {}/{faults}  leaders seen {}",
+            "=".repeat(done),
+            " ".repeat(width - done),
+            t.invoked,
+            t.ok,
+            t.fail,
+            t.info,
+            t.faults,
+            t.leader_changes
+        );
+        if tty {
+            eprint!("\r{line}");
+        } else if s >= last_line + 10 || s == duration {
+            eprintln!("{line}");
+            last_line = s;
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! `seatfence chaos`: partition drills against a local cluster of real node
+//! processes (`drill`), and re-checking a recorded drill (`check`). The
+//! history, schedule, partition mechanisms, checkers and report live in the
+//! `seatfence-chaos` crate; this module runs the processes, the nemesis
+//! and the workload.
+//!
+//! ```text
+//!  drill ─▶ LocalCluster (3 regions × 3 nodes, every node an edge) + mock gateway
+//!        ─▶ Partitioner (link proxies or iptables), skew files, signals
+//!  tasks: buyers ×N (HTTP), operator (moves), zombie (gRPC, old epochs),
+//!         observer (leaders), nemesis (schedule), progress
+//!  end:   heal ─▶ stop clients ─▶ settle (replicas equal, payments resolved)
+//!         ─▶ final.json ─▶ checkers ─▶ summary.json, report.html; exit 0/1/2
+//! ```
+
+mod drill;
+mod nemesis;
+mod settle;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use clap::{Args, Subcommand, ValueEnum};
+use seatfence_chaos::check::{check_all, Input, Status};
+use seatfence_chaos::history::{History, Recorder};
+use seatfence_chaos::report;
+use seatfence_chaos::run::{read_json, write_json, FinalState, RunInfo};
+use seatfence_raft::ClusterClient;
+use tokio::sync::watch;
+
+use crate::http_client::HttpClient;
+
+#[derive(Subcommand)]
+pub enum ChaosCmd {
+    /// Run a drill: start a cluster, inject the seed's faults while clients
+    /// buy, check the history. Exit 0 PASS, 1 FAIL, 2 when the harness
+    /// itself could not run.
+    Drill(DrillArgs),
+    /// Check a recorded drill again (DIR from `drill --out`): rewrites its
+    /// summary.json and report.html, exits like the drill.
+    Check { dir: PathBuf },
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct DrillArgs {
+    /// Seed of the fault schedule and the clients' choices (random when
+    /// absent; printed and recorded).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Seconds of faults and load (plus set-up and settling).
+    #[arg(long, default_value_t = 120)]
+    pub duration: u64,
+    /// Run directory (created; must be empty or absent).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// How to cut links: `auto` (iptables when root and available, else
+    /// the proxy), `proxy` or `iptables`.
+    #[arg(long, value_enum, default_value_t = NetChoice::Auto)]
+    pub net: NetChoice,
+    /// Concurrent buyers.
+    #[arg(long, default_value_t = 10)]
+    pub clients: usize,
+    /// Seats of each of the two hot events.
+    #[arg(long, default_value_t = 4)]
+    pub hot_seats: usize,
+    /// Milliseconds between the operator's ownership moves.
+    #[arg(long, default_value_t = 4_000)]
+    pub move_every_ms: u64,
+    /// Plant a bug the drill must catch (tests only): `accept-stale-epoch`.
+    #[arg(long, hide = true)]
+    pub plant_bug: Option<String>,
+    /// Keep the nodes' data directories (logs are always kept).
+    #[arg(long)]
+    pub keep_data: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetChoice {
+    Auto,
+    Proxy,
+    Iptables,
+}
+
+/// Exit codes of `chaos drill` / `chaos check`.
+pub const EXIT_PASS: i32 = 0;
+pub const EXIT_FAIL: i32 = 1;
+pub const EXIT_HARNESS: i32 = 2;
+
+pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
+    match cmd {
+        ChaosCmd::Drill(args) => match drill::run(bin, args).await {
+            Ok(status) => exit_code(status),
+            Err(e) => {
+                eprintln!("chaos drill could not run: {e:#}");
+                EXIT_HARNESS
+            }
+        },
+        ChaosCmd::Check { dir } => match check_dir(&dir) {
+            Ok(status) => exit_code(status),
+            Err(e) => {
+                eprintln!("chaos check could not run: {e:#}");
+                EXIT_HARNESS
+            }
+        },
+    }
+}
+
+fn exit_code(s: Status) -> i32 {
+    match s {
+        Status::Pass => EXIT_PASS,
+        Status::Fail | Status::Unknown => EXIT_FAIL,
+    }
+}
+
+/// Check the run in `dir`, write its summary and report, print the verdicts.
+pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
+    let run: RunInfo = read_json(&dir.join("run.json"))?;
+    let history = History::read(&dir.join("history.jsonl"))?;
+    let finals: FinalState = read_json(&dir.join("final.json"))?;
+    let input = Input::new(&run, &history, &finals);
+    let verdicts = check_all(&input);
+    let summary = report::summarize(&run, &history, &input.ops, &verdicts);
+    write_json(&dir.join("summary.json"), &summary)?;
+    std::fs::write(
+        dir.join("report.html"),
+        report::html(&run, &history, &input.ops, &verdicts, &summary),
+    )?;
+    for v in &verdicts {
+        eprintln!("  {:<22} {:?}  {}", v.checker, v.status, v.summary);
+        for viol in v.violations.iter().take(5) {
+            eprintln!("      ✗ {}", viol.message);
+        }
+        if v.violations.len() > 5 {
+            eprintln!("      … {} more in report.html", v.violations.len() - 5);
+        }
+    }
+    eprintln!(
+        "{:?}: seed {}, {} ops, {}/{} faults, {} leader changes, {}/{} moves done; report: {}",
+        summary.verdict,
+        summary.seed,
+        summary.ops.ok + summary.ops.fail + summary.ops.info,
+        summary.faults_injected,
+        summary.faults_scheduled,
+        summary.leader_changes,
+        summary.moves_done,
+        summary.moves_started,
+        dir.join("report.html").display()
+    );
+    Ok(summary.verdict)
+}
+
+/// What every drill task shares. The std mutexes guard small maps, held
+/// only to read or update them, never across an `.await`.
+pub(crate) struct World {
+    pub rec: Recorder,
+    pub http: HttpClient,
+    /// Node id → its edge URL.
+    pub edges: BTreeMap<u64, String>,
+    /// Node id → region.
+    pub regions: BTreeMap<u64, String>,
+    /// Node id → gRPC address (for the harness's own gRPC calls).
+    pub grpc: BTreeMap<u64, String>,
+    pub gateway: String,
+    pub jwt_secret: String,
+    pub events: Vec<seatfence_chaos::run::EventInfo>,
+    /// The highest epoch a finished move gave each event.
+    pub epochs: Mutex<BTreeMap<String, u64>>,
+    /// Per group: the `(term, leader)` last seen.
+    pub leaders: Mutex<BTreeMap<u64, (u64, u64)>>,
+    /// Per group: its voters as the leader last reported them.
+    pub voters: Mutex<BTreeMap<u64, Vec<u64>>>,
+    pub client: ClusterClient,
+    pub rx_stop: watch::Receiver<bool>,
+}
+
+impl World {
+    pub fn stopped(&self) -> bool {
+        *self.rx_stop.borrow()
+    }
+
+    pub fn token(&self, user: &str, operator: bool) -> String {
+        seatfence_api::auth::mint(&self.jwt_secret, user, operator, 24 * 3600)
+    }
+
+    /// The current leader of `group`, as last observed.
+    pub fn leader_of(&self, group: u64) -> Option<u64> {
+        self.leaders
+            .lock()
+            .expect("leaders lock poisoned")
+            .get(&group)
+            .map(|(_, l)| *l)
+    }
+
+    pub fn voters_of(&self, group: u64) -> Vec<u64> {
+        self.voters
+            .lock()
+            .expect("voters lock poisoned")
+            .get(&group)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn nodes_in(&self, region: &str) -> Vec<u64> {
+        self.regions
+            .iter()
+            .filter(|(_, r)| r.as_str() == region)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Sleep `ms`, returning early (false) when the drill stops.
+    pub async fn pause(&self, ms: u64) -> bool {
+        let mut rx = self.rx_stop.clone();
+        tokio::select! {
+            _ = rx.wait_for(|s| *s) => false,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => !self.stopped(),
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The nemesis: injects the schedule's faults when they are due, with
+//! targets chosen at that moment (the hottest group's leader, the
+//! directory leader's region...), and heals each after its duration. Every
+//! injection, heal and skipped fault is recorded in the history, with the
+//! targets it hit.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use seatfence_chaos::history::Entry;
+use seatfence_chaos::net::{cut, Partitioner};
+use seatfence_chaos::schedule::{Fault, ScheduledFault};
+use serde_json::json;
+
+use super::World;
+use crate::cluster::LocalCluster;
+
+/// How a fault is undone.
+enum Undo {
+    Net,
+    Resume(Vec<u64>),
+    Restart(Vec<u64>),
+    Skew(Vec<u64>),
+    Gateway,
+}
+
+pub struct Nemesis {
+    w: Arc<World>,
+    /// std mutexes: held for a signal or a spawn, never across an `.await`.
+    cluster: Mutex<LocalCluster>,
+    net: Arc<dyn Partitioner>,
+    skew_files: BTreeMap<u64, PathBuf>,
+    rng: Mutex<StdRng>,
+    active: Mutex<BTreeMap<u32, Undo>>,
+}
+
+impl Nemesis {
+    pub fn new(
+        w: Arc<World>,
+        cluster: LocalCluster,
+        net: Arc<dyn Partitioner>,
+        skew_files: BTreeMap<u64, PathBuf>,
+        seed: u64,
+    ) -> Arc<Nemesis> {
+        Arc::new(Nemesis {
+            w,
+            cluster: Mutex::new(cluster),
+            net,
+            skew_files,
+            rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0x0E3E_5155)),
+            active: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Run the schedule until it ends or the drill stops; each fault is
+    /// healed by its own timer.
+    pub async fn run(self: Arc<Self>, schedule: Vec<ScheduledFault>) {
+        let start = self.w.rec.started();
+        for f in schedule {
+            let at = start + Duration::from_millis(f.at_ms);
+            let mut rx = self.w.rx_stop.clone();
+            tokio::select! {
+                _ = rx.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep_until(at.into()) => {}
+            }
+            match self.inject(&f.fault).await {
+                Ok((detail, undo)) => {
+                    tracing::info!("--- fault {} {}: {detail}", f.id, f.fault.name());
+                    self.w.rec.push(Entry::Fault {
+                        t: 0,
+                        id: f.id,
+                        kind: f.fault.name().to_string(),
+                        detail,
+                    });
+                    self.active
+                        .lock()
+                        .expect("nemesis lock poisoned")
+                        .insert(f.id, undo);
+                    let me = self.clone();
+                    let until = at + Duration::from_millis(f.duration_ms);
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(until.into()).await;
+                        me.heal(f.id).await;
+                    });
+                }
+                Err(reason) => {
+                    tracing::warn!("--- fault {} {} skipped: {reason:#}", f.id, f.fault.name());
+                    self.w.rec.push(Entry::Skipped {
+                        t: 0,
+                        id: f.id,
+                        kind: f.fault.name().to_string(),
+                        reason: format!("{reason:#}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Heal fault `id` (if still active) and record it.
+    pub async fn heal(&self, id: u32) {
+        let undo = self
+            .active
+            .lock()
+            .expect("nemesis lock poisoned")
+            .remove(&id);
+        let Some(undo) = undo else { return };
+        if let Err(e) = self.undo(undo).await {
+            tracing::warn!("healing fault {id}: {e:#}");
+        }
+        self.w.rec.push(Entry::Heal { t: 0, id });
+    }
+
+    /// Heal everything still active; then make sure every node runs,
+    /// nothing is cut, no clock is skewed and the gateway behaves.
+    pub async fn heal_all(&self) -> anyhow::Result<()> {
+        let ids: Vec<u32> = self
+            .active
+            .lock()
+            .expect("nemesis lock poisoned")
+            .keys()
+            .copied()
+            .collect();
+        for id in ids {
+            self.heal(id).await;
+        }
+        self.net.heal()?;
+        for id in self.skew_files.keys() {
+            self.write_skew(*id, 0)?;
+        }
+        self.gateway_defaults().await?;
+        let mut c = self.cluster.lock().expect("cluster lock poisoned");
+        let ids: Vec<u64> = c.nodes.iter().map(|n| n.id()).collect();
+        for id in ids {
+            let running = c.nodes.iter().any(|n| n.id() == id && n.is_running());
+            if running {
+                c.resume(id)?;
+            } else {
+                c.restart(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hand the cluster back (to stop it after the drill).
+    pub fn into_cluster(self: Arc<Self>) -> Option<LocalCluster> {
+        Arc::into_inner(self).map(|n| n.cluster.into_inner().expect("cluster lock poisoned"))
+    }
+
+    fn pick<T: Clone>(&self, v: &[T]) -> Option<T> {
+        v.choose(&mut *self.rng.lock().expect("rng lock poisoned"))
+            .cloned()
+    }
+
+    fn all_nodes(&self) -> Vec<u64> {
+        self.w.regions.keys().copied().collect()
+    }
+
+    fn others(&self, side: &[u64]) -> Vec<u64> {
+        self.all_nodes()
+            .into_iter()
+            .filter(|n| !side.contains(n))
+            .collect()
+    }
+
+    /// A hot event's group, its leader and voters, waiting up to 5 s for
+    /// the observer to know them (an election may be under way).
+    async fn hot_group(&self) -> anyhow::Result<(String, u64, u64, Vec<u64>)> {
+        let hot: Vec<_> = self.w.events.iter().filter(|e| e.hot).cloned().collect();
+        let ev = self
+            .pick(&hot)
+            .ok_or_else(|| anyhow::anyhow!("no hot event"))?;
+        for _ in 0..50 {
+            if let Some(leader) = self.w.leader_of(ev.group) {
+                let voters = self.w.voters_of(ev.group);
+                if voters.contains(&leader) && voters.len() >= 3 {
+                    return Ok((ev.event_id, ev.group, leader, voters));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!(
+            "group {} of {} has no known leader with 3 voters",
+            ev.group,
+            ev.event_id
+        )
+    }
+
+    async fn directory_leader(&self) -> anyhow::Result<u64> {
+        for _ in 0..50 {
+            if let Some(l) = self.w.leader_of(0) {
+                return Ok(l);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("the directory has no known leader")
+    }
+
+    fn region(&self, node: u64) -> String {
+        self.w.regions.get(&node).cloned().unwrap_or_default()
+    }
+
+    async fn inject(&self, fault: &Fault) -> anyhow::Result<(String, Undo)> {
+        match fault {
+            Fault::IsolateNode => {
+                let n = self.pick(&self.all_nodes()).expect("nodes");
+                cut(&*self.net, &[n], &self.others(&[n]))?;
+                Ok((format!("node {n} ({}) cut off", self.region(n)), Undo::Net))
+            }
+            Fault::IsolateLeader => {
+                let (ev, g, l, _) = self.hot_group().await?;
+                cut(&*self.net, &[l], &self.others(&[l]))?;
+                Ok((format!("leader {l} of group {g} ({ev}) cut off"), Undo::Net))
+            }
+            Fault::PartitionRegion { leader_inside } => {
+                let d = self.directory_leader().await?;
+                let home = self.region(d);
+                let region = if *leader_inside {
+                    home.clone()
+                } else {
+                    let others: Vec<String> = crate::cluster::REGIONS
+                        .iter()
+                        .map(|r| r.to_string())
+                        .filter(|r| *r != home)
+                        .collect();
+                    self.pick(&others).expect("regions")
+                };
+                let side = self.w.nodes_in(&region);
+                cut(&*self.net, &side, &self.others(&side))?;
+                Ok((
+                    format!(
+                        "region {region} {side:?} cut off; directory leader {d} in the {}",
+                        if *leader_inside {
+                            "minority"
+                        } else {
+                            "majority"
+                        }
+                    ),
+                    Undo::Net,
+                ))
+            }
+            Fault::Bridge => {
+                let (ev, g, l, voters) = self.hot_group().await?;
+                let followers: Vec<u64> = voters.iter().copied().filter(|v| *v != l).collect();
+                let (bridge, far) = (followers[0], followers[1]);
+                let rest = self.others(&voters);
+                let (r1, r2): (Vec<u64>, Vec<u64>) = {
+                    let first = rest.first().map(|n| self.region(*n)).unwrap_or_default();
+                    rest.iter().partition(|n| self.region(**n) == first)
+                };
+                let a: Vec<u64> = std::iter::once(l).chain(r1).collect();
+                let b: Vec<u64> = std::iter::once(far).chain(r2).collect();
+                cut(&*self.net, &a, &b)?;
+                Ok((
+                    format!("group {g} ({ev}): {a:?} | {b:?}, node {bridge} reaches both"),
+                    Undo::Net,
+                ))
+            }
+            Fault::OneWayLoss => {
+                let (ev, g, l, voters) = self.hot_group().await?;
+                for f in voters.iter().filter(|v| **v != l) {
+                    self.net.block(l, *f)?;
+                }
+                Ok((
+                    format!("leader {l} of group {g} ({ev}) cannot send to its followers"),
+                    Undo::Net,
+                ))
+            }
+            Fault::PauseLeader => {
+                let (ev, g, l, _) = self.hot_group().await?;
+                self.cluster
+                    .lock()
+                    .expect("cluster lock poisoned")
+                    .pause(l)?;
+                Ok((
+                    format!("leader {l} of group {g} ({ev}) paused (SIGSTOP)"),
+                    Undo::Resume(vec![l]),
+                ))
+            }
+            Fault::KillMinority => {
+                let (ev, g, l, _) = self.hot_group().await?;
+                let mut victims = vec![l];
+                // Directory voters are nodes 1..=3, one per region. Kill one
+                // more unless the leader is one of them (two of three would
+                // be a majority of the directory).
+                if l > 3 {
+                    let others: Vec<u64> = (1..=3)
+                        .filter(|v| self.region(*v) != self.region(l))
+                        .collect();
+                    victims.extend(self.pick(&others));
+                }
+                let mut c = self.cluster.lock().expect("cluster lock poisoned");
+                for v in &victims {
+                    c.kill(*v)?;
+                }
+                Ok((
+                    format!("SIGKILL {victims:?} (leader {l} of group {g}, {ev})"),
+                    Undo::Restart(victims),
+                ))
+            }
+            Fault::CutEdge => {
+                let d = self.directory_leader().await?;
+                let (ev, g, l, voters) = self.hot_group().await?;
+                let mut candidates: Vec<u64> = voters
+                    .iter()
+                    .copied()
+                    .filter(|v| *v != l && *v != d)
+                    .collect();
+                if candidates.is_empty() {
+                    candidates = self.others(&[l, d]);
+                }
+                let n = self.pick(&candidates).expect("a node");
+                cut(&*self.net, &[n], &self.others(&[n]))?;
+                Ok((
+                    format!("edge of node {n} (follower in group {g}, {ev}) cut off from the cluster; its clients keep using it"),
+                    Undo::Net,
+                ))
+            }
+            Fault::ClockSkew { ms } => {
+                let (ev, g, _, voters) = self.hot_group().await?;
+                for v in &voters {
+                    self.write_skew(*v, *ms)?;
+                }
+                Ok((
+                    format!("clocks of group {g} ({ev}) voters {voters:?} skewed {ms:+} ms"),
+                    Undo::Skew(voters),
+                ))
+            }
+            Fault::SlowNetwork { ms } => {
+                self.net.delay_all(*ms)?;
+                Ok((format!("every link delayed {ms} ms"), Undo::Net))
+            }
+            Fault::Gateway { mode } => {
+                let patch = match mode.as_str() {
+                    "execute-timeout" => json!({"execute": "timeout", "timeout_ms": 2500}),
+                    "webhook-drop" => json!({"webhook": "drop"}),
+                    "webhook-duplicate" => json!({"webhook": "duplicate"}),
+                    "query-error" => json!({"query": "error"}),
+                    other => anyhow::bail!("unknown gateway fault {other}"),
+                };
+                self.put_faults(&patch).await?;
+                Ok((format!("gateway {mode}"), Undo::Gateway))
+            }
+        }
+    }
+
+    async fn undo(&self, undo: Undo) -> anyhow::Result<()> {
+        match undo {
+            Undo::Net => self.net.heal(),
+            Undo::Resume(ids) => {
+                let mut c = self.cluster.lock().expect("cluster lock poisoned");
+                ids.iter().try_for_each(|id| c.resume(*id))
+            }
+            Undo::Restart(ids) => {
+                let mut c = self.cluster.lock().expect("cluster lock poisoned");
+                ids.iter().try_for_each(|id| c.restart(*id))
+            }
+            Undo::Skew(ids) => ids.iter().try_for_each(|id| self.write_skew(*id, 0)),
+            Undo::Gateway => self.gateway_defaults().await,
+        }
+    }
+
+    fn write_skew(&self, node: u64, ms: i64) -> anyhow::Result<()> {
+        let path = self
+            .skew_files
+            .get(&node)
+            .ok_or_else(|| anyhow::anyhow!("no skew file for node {node}"))?;
+        std::fs::write(path, ms.to_string())?;
+        Ok(())
+    }
+
+    async fn gateway_defaults(&self) -> anyhow::Result<()> {
+        self.put_faults(&json!({"execute": "ok", "query": "ok", "webhook": "deliver"}))
+            .await
+    }
+
+    async fn put_faults(&self, patch: &serde_json::Value) -> anyhow::Result<()> {
+        let url = format!("{}/_faults", self.w.gateway);
+        let a = self
+            .w
+            .http
+            .send(hyper::Method::PUT, &url, None, None, Some(patch))
+            .await?;
+        anyhow::ensure!(
+            a.status.is_success(),
+            "gateway /_faults: {} {}",
+            a.status,
+            a.body
+        );
+        Ok(())
+    }
+}

@@ -107,12 +107,16 @@ pub enum Call {
         hold: String,
         seats: Vec<String>,
     },
-    /// Approve at the gateway, then the browser callback.
+    /// Approve at the gateway, then the browser callback; `abandon`:
+    /// cancel at the gateway instead (the reconciler then releases the
+    /// hold as soon as it sees the cancelled payment).
     Pay {
         event: String,
         hold: String,
         booking: String,
         seats: Vec<String>,
+        #[serde(default)]
+        abandon: bool,
     },
     /// `GET /v1/bookings/{booking}` (linearizable, owner only).
     ReadBooking {

@@ -39,6 +39,12 @@ pub struct EventInfo {
     pub seats: Vec<String>,
     pub hot: bool,
     pub home_region: String,
+    /// Events come in generations (two hot, one cold); when a new one is
+    /// created the previous one is retired: no new holds, reads only.
+    #[serde(default)]
+    pub generation: u32,
+    #[serde(default)]
+    pub retired: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

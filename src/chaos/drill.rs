@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use seatfence_chaos::check::Status;
 use seatfence_chaos::history::Recorder;
 use seatfence_chaos::net::{IptablesNet, Partitioner, ProxyNet};
-use seatfence_chaos::run::{write_json, EventInfo, NodeInfo, RunInfo};
+use seatfence_chaos::run::{write_json, NodeInfo, RunInfo};
 use seatfence_chaos::schedule::{plan, MAX_SKEW_MS};
 use seatfence_raft::config::{ChaosHooks, MovesConfig, PlantedBug};
 use seatfence_raft::{ClusterClient, NodeConfig, RaftTuning};
@@ -26,7 +26,7 @@ use crate::cluster::{GatewayProc, LocalCluster};
 use crate::http_client::HttpClient;
 
 /// Hold TTL of the drill's events: short, so seats churn.
-const HOLD_TTL_SECS: u64 = 4;
+pub(super) const HOLD_TTL_SECS: u64 = 4;
 /// Quiet time before the first fault and after the last.
 const WARMUP_MS: u64 = 8_000;
 const COOLDOWN_MS: u64 = 10_000;
@@ -162,56 +162,18 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         .context("cluster did not come up")?;
     let secret = cluster.jwt_secret().context("nodes have no edge")?;
     let http = HttpClient::default().with_timeout(Duration::from_secs(8));
-    let operator = seatfence_api::auth::mint(&secret, "chaos-operator", true, 24 * 3600);
-    let edge1 = nodes[0].edge.clone();
-    let mut events = Vec::new();
-    for (i, (name, home, seats, hot)) in [
-        ("hot-0", "us-east", args.hot_seats, true),
-        ("hot-1", "eu-west", args.hot_seats, true),
-        ("cold-0", "ap-south", 16, false),
-        ("cold-1", "us-east", 16, false),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let event_id = format!("chaos-{name}");
-        let seat_ids: Vec<String> = (1..=seats)
-            .map(|s| format!("{}{s}", (b'A' + i as u8) as char))
-            .collect();
-        let body = json!({
-            "event_id": event_id,
-            "name": format!("chaos drill {name}"),
-            "home_region": home,
-            "seats": seat_ids,
-            "hold_ttl_secs": HOLD_TTL_SECS,
-            "max_seats_per_hold": 4,
-        });
-        let (_, group) =
-            crate::bench_holds::create_event(&cluster, &http, &edge1, &operator, &body)
-                .await
-                .with_context(|| format!("create {event_id}"))?;
-        events.push(EventInfo {
-            event_id,
-            group: group.0,
-            seats: seat_ids,
-            hot,
-            home_region: home.to_string(),
-        });
-    }
-
     let run_info = RunInfo {
         seed,
         duration_s: args.duration,
         hold_ttl_ms: HOLD_TTL_SECS * 1_000,
         max_skew_ms: MAX_SKEW_MS,
-        events: events.clone(),
+        events: Vec::new(),
         schedule: schedule.clone(),
         partition_mechanism: net.name().to_string(),
         unavailable_mechanisms: unavailable,
         planted_bug: args.plant_bug.clone(),
         nodes: nodes.clone(),
     };
-    write_json(&out.join("run.json"), &run_info)?;
     write_json(&out.join("schedule.json"), &schedule)?;
 
     let (tx_stop, rx_stop) = watch::channel(false);
@@ -223,7 +185,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         grpc: nodes.iter().map(|n| (n.id, n.grpc_addr.clone())).collect(),
         gateway: gateway.url.clone(),
         jwt_secret: secret,
-        events,
+        events: Mutex::new(Vec::new()),
         epochs: Mutex::new(BTreeMap::new()),
         leaders: Mutex::new(BTreeMap::new()),
         voters: Mutex::new(BTreeMap::new()),
@@ -231,6 +193,23 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             .with_deadline(Duration::from_secs(10)),
         rx_stop,
     });
+
+    let first = workload::create_generation(&world, 0, args.hot_seats)
+        .await
+        .context("create the first events")?;
+    for e in &first {
+        cluster
+            .wait_leader(seatfence_core::GroupId(e.group), Duration::from_secs(30))
+            .await?;
+    }
+    world
+        .events
+        .lock()
+        .expect("events lock poisoned")
+        .extend(first);
+    let mut run_info = run_info;
+    run_info.events = world.all_events();
+    write_json(&out.join("run.json"), &run_info)?;
 
     let nemesis = Nemesis::new(world.clone(), cluster, net.clone(), skew_files, seed);
     let mut tasks = vec![tokio::spawn(workload::observer(world.clone()))];
@@ -243,6 +222,11 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         args.move_every_ms,
     )));
     tasks.push(tokio::spawn(workload::zombie(world.clone(), seed)));
+    tasks.push(tokio::spawn(workload::generations(
+        world.clone(),
+        args.hot_seats,
+        args.generation_secs * 1_000,
+    )));
     let nem = tokio::spawn(nemesis.clone().run(schedule));
     let progress = tokio::spawn(progress(
         world.clone(),
@@ -274,6 +258,8 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         );
     }
     write_json(&out.join("final.json"), &finals)?;
+    run_info.events = world.all_events();
+    write_json(&out.join("run.json"), &run_info)?;
     world.rec.finish()?;
     if let Some(cluster) = nemesis.into_cluster() {
         save_node_states(&world, &cluster, &out).await;

@@ -26,7 +26,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use seatfence_chaos::check::{check_all, Input, Status};
 use seatfence_chaos::history::{History, Recorder};
 use seatfence_chaos::report;
-use seatfence_chaos::run::{read_json, write_json, FinalState, RunInfo};
+use seatfence_chaos::run::{read_json, write_json, EventInfo, FinalState, RunInfo};
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
 
@@ -68,6 +68,10 @@ pub struct DrillArgs {
     /// Milliseconds between the operator's ownership moves.
     #[arg(long, default_value_t = 4_000)]
     pub move_every_ms: u64,
+    /// Seconds between generations of events (two hot, one cold): the
+    /// previous one is retired so seats never run out.
+    #[arg(long, default_value_t = 40)]
+    pub generation_secs: u64,
     /// Plant a bug the drill must catch (tests only): `accept-stale-epoch`.
     #[arg(long, hide = true)]
     pub plant_bug: Option<String>,
@@ -164,7 +168,8 @@ pub(crate) struct World {
     pub grpc: BTreeMap<u64, String>,
     pub gateway: String,
     pub jwt_secret: String,
-    pub events: Vec<seatfence_chaos::run::EventInfo>,
+    /// Every event the drill created (a new generation every so often).
+    pub events: Mutex<Vec<EventInfo>>,
     /// The highest epoch a finished move gave each event.
     pub epochs: Mutex<BTreeMap<String, u64>>,
     /// Per group: the `(term, leader)` last seen.
@@ -182,6 +187,21 @@ impl World {
 
     pub fn token(&self, user: &str, operator: bool) -> String {
         seatfence_api::auth::mint(&self.jwt_secret, user, operator, 24 * 3600)
+    }
+
+    /// The live (not retired) events, hot or cold.
+    pub fn live(&self, hot: bool) -> Vec<EventInfo> {
+        self.events
+            .lock()
+            .expect("events lock poisoned")
+            .iter()
+            .filter(|e| e.hot == hot && !e.retired)
+            .cloned()
+            .collect()
+    }
+
+    pub fn all_events(&self) -> Vec<EventInfo> {
+        self.events.lock().expect("events lock poisoned").clone()
     }
 
     /// The current leader of `group`, as last observed.

@@ -170,7 +170,7 @@ impl Nemesis {
     /// A hot event's group, its leader and voters, waiting up to 5 s for
     /// the observer to know them (an election may be under way).
     async fn hot_group(&self) -> anyhow::Result<(String, u64, u64, Vec<u64>)> {
-        let hot: Vec<_> = self.w.events.iter().filter(|e| e.hot).cloned().collect();
+        let hot = self.w.live(true);
         let ev = self
             .pick(&hot)
             .ok_or_else(|| anyhow::anyhow!("no hot event"))?;

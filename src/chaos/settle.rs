@@ -69,7 +69,7 @@ async fn collect(w: &World) -> (FinalState, Vec<String>) {
         .map(|p| (p.payment_id.as_str(), p.captures))
         .collect();
     let mut events = Vec::new();
-    for info in &w.events {
+    for info in &w.all_events() {
         let Some(route) = directory
             .events
             .get(&seatfence_core::EventId(info.event_id.clone()))

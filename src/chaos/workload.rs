@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use hyper::Method;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -85,8 +86,6 @@ pub async fn buyer(w: Arc<World>, i: usize, seed: u64) {
     let nodes: Vec<u64> = w.edges.keys().copied().collect();
     let node = nodes[i % nodes.len()];
     let edge = w.edges[&node].clone();
-    let hot: Vec<&EventInfo> = w.events.iter().filter(|e| e.hot).collect();
-    let cold: Vec<&EventInfo> = w.events.iter().filter(|e| !e.hot).collect();
     let mut bookings: Vec<(String, String, String, Vec<String>)> = Vec::new();
     let b = Buyer {
         w: &w,
@@ -101,13 +100,25 @@ pub async fn buyer(w: Arc<World>, i: usize, seed: u64) {
             b.read_booking(&ev, &hold, &booking, &seats).await;
             continue;
         }
+        let (hot, cold) = (w.live(true), w.live(false));
         let ev = if cold.is_empty() || rng.gen_bool(0.75) {
-            *hot.choose(&mut rng).expect("hot events")
+            hot.choose(&mut rng)
         } else {
-            *cold.choose(&mut rng).expect("cold events")
+            cold.choose(&mut rng)
         };
+        let Some(ev) = ev.cloned() else {
+            if !w.pause(100).await {
+                break;
+            }
+            continue;
+        };
+        let ev = &ev;
         let k = if rng.gen_bool(0.8) { 1 } else { 2 }.min(ev.seats.len());
         let seats: Vec<String> = ev.seats.choose_multiple(&mut rng, k).cloned().collect();
+        // Hot events sell slowly (most payments are abandoned at the
+        // gateway, and only the reconciler may release those), so their
+        // few seats stay contended for a whole generation.
+        let pay_share = if ev.hot { 0.15 } else { 0.7 };
         if let Some((hold, got)) = b.hold(ev, seats).await {
             let r: f64 = rng.gen();
             if r < 0.25 {
@@ -115,9 +126,10 @@ pub async fn buyer(w: Arc<World>, i: usize, seed: u64) {
                     break;
                 }
                 b.cancel(ev, &hold, &got).await;
-            } else if r < 0.8 {
+            } else if r < 0.65 {
                 if let Some((booking, approve)) = b.book(ev, &hold, &got).await {
-                    b.pay(ev, &hold, &booking, &got, &approve).await;
+                    let abandon = !rng.gen_bool(pay_share);
+                    b.pay(ev, &hold, &booking, &got, &approve, abandon).await;
                     bookings.push((
                         ev.event_id.clone(),
                         hold.clone(),
@@ -284,8 +296,8 @@ impl Buyer<'_> {
         }
     }
 
-    /// Approve at the gateway as the buyer's browser would, then follow
-    /// the redirect to the callback.
+    /// Approve (or, abandoning, cancel) at the gateway as the buyer's
+    /// browser would, then follow the redirect to the callback.
     async fn pay(
         &self,
         ev: &EventInfo,
@@ -293,6 +305,7 @@ impl Buyer<'_> {
         booking: &str,
         seats: &[String],
         approve: &str,
+        abandon: bool,
     ) {
         let w = self.w;
         let op = w.rec.invoke(
@@ -302,9 +315,15 @@ impl Buyer<'_> {
                 hold: hold.to_string(),
                 booking: booking.to_string(),
                 seats: seats.to_vec(),
+                abandon,
             },
         );
-        let redirect = match send(w, Method::POST, approve, None, None, Some(&json!({})), 2).await {
+        let page = if abandon {
+            approve.replace("/approve", "/cancel")
+        } else {
+            approve.to_string()
+        };
+        let redirect = match send(w, Method::POST, &page, None, None, Some(&json!({})), 2).await {
             Answer::Http(a) if a.status.is_success() => {
                 a.body["redirect"].as_str().map(str::to_string)
             }
@@ -360,11 +379,13 @@ impl Buyer<'_> {
 pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0BE7_A70B);
     let token = w.token("chaos-operator", true);
-    let hot: Vec<EventInfo> = w.events.iter().filter(|e| e.hot).cloned().collect();
     let edges: Vec<String> = w.edges.values().cloned().collect();
     let mut k = 0usize;
     while w.pause(every_ms).await {
-        let ev = &hot[k % hot.len()];
+        let hot = w.live(true);
+        let Some(ev) = hot.get(k % hot.len().max(1)) else {
+            continue;
+        };
         k += 1;
         let mut order = edges.clone();
         order.shuffle(&mut rng);
@@ -480,8 +501,8 @@ pub async fn zombie(w: Arc<World>, seed: u64) {
     let client = w.client.clone().with_deadline(Duration::from_secs(4));
     while w.pause(300).await {
         let known = w.epochs.lock().expect("epochs lock poisoned").clone();
-        let stale: Vec<(&EventInfo, u64)> = w
-            .events
+        let events = w.all_events();
+        let stale: Vec<(&EventInfo, u64)> = events
             .iter()
             .filter_map(|e| {
                 known
@@ -585,6 +606,82 @@ pub async fn observer(w: Arc<World>) {
                     .expect("voters lock poisoned")
                     .insert(g.group_id, g.voters.clone());
             }
+        }
+    }
+}
+
+/// Create generation `gen`: two hot events of `hot_seats` seats and a cold
+/// one of 40, homed round-robin over the regions, through any edge that
+/// answers (a repeated create with the same spec is answered 201 again).
+pub async fn create_generation(
+    w: &World,
+    gen: u32,
+    hot_seats: usize,
+) -> anyhow::Result<Vec<EventInfo>> {
+    let token = w.token("chaos-operator", true);
+    let edges: Vec<String> = w.edges.values().cloned().collect();
+    let kinds = [
+        ("hot-a", true, hot_seats),
+        ("hot-b", true, hot_seats),
+        ("cold", false, 40),
+    ];
+    let mut out = Vec::new();
+    for (k, (kind, hot, seats)) in kinds.into_iter().enumerate() {
+        let event_id = format!("chaos-g{gen}-{kind}");
+        let home = REGIONS[(gen as usize + k) % REGIONS.len()];
+        let prefix = if hot { 'H' } else { 'C' };
+        let seat_ids: Vec<String> = (1..=seats).map(|s| format!("{prefix}{s}")).collect();
+        let body = json!({
+            "event_id": event_id,
+            "name": format!("chaos drill generation {gen} {kind}"),
+            "home_region": home,
+            "seats": seat_ids,
+            "hold_ttl_secs": super::drill::HOLD_TTL_SECS,
+            "max_seats_per_hold": 4,
+        });
+        let mut group = None;
+        'tries: for attempt in 0..20 {
+            for e in edges.iter().cycle().skip(attempt).take(edges.len()) {
+                let url = format!("{e}/v1/events");
+                match send(w, Method::POST, &url, Some(&token), None, Some(&body), 1).await {
+                    Answer::Http(a) if a.status.as_u16() == 201 => {
+                        group = a.body["group_id"].as_u64();
+                        break 'tries;
+                    }
+                    Answer::Http(a) => anyhow::bail!("create {event_id}: {} {}", a.status, a.body),
+                    Answer::Unknown(_) => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let group = group.with_context(|| format!("create {event_id}: no edge answered 201"))?;
+        out.push(EventInfo {
+            event_id,
+            group,
+            seats: seat_ids,
+            hot,
+            home_region: home.to_string(),
+            generation: gen,
+            retired: false,
+        });
+    }
+    Ok(out)
+}
+
+/// Every `every_ms`, a new generation of events; the previous ones retire.
+pub async fn generations(w: Arc<World>, hot_seats: usize, every_ms: u64) {
+    let mut gen = 1;
+    while w.pause(every_ms).await {
+        match create_generation(&w, gen, hot_seats).await {
+            Ok(fresh) => {
+                let mut events = w.events.lock().expect("events lock poisoned");
+                for e in events.iter_mut() {
+                    e.retired = true;
+                }
+                events.extend(fresh);
+                gen += 1;
+            }
+            Err(e) => tracing::warn!("generation {gen} not created (tried again later): {e:#}"),
         }
     }
 }

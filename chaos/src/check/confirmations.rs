@@ -95,6 +95,7 @@ mod tests {
                 hold: "h5-1".into(),
                 booking: "b5-1".into(),
                 seats: vec!["S1".into()],
+                abandon: false,
             },
             1.0,
             1.1,

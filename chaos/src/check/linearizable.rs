@@ -61,6 +61,9 @@ struct HoldMeta {
     expire_from: u64,
     /// Earliest time a payment may have sold it (its booking was asked for).
     sellable_from: Option<u64>,
+    /// Earliest time its payment was cancelled at the gateway: from then
+    /// on the reconciler may release it, deadline or not.
+    cancelled_from: Option<u64>,
 }
 
 /// The holds of one run, by name (`h12-3`, or `?op17` for a hold whose
@@ -81,6 +84,7 @@ impl Holds {
             name: name.to_string(),
             expire_from: u64::MAX,
             sellable_from: None,
+            cancelled_from: None,
         });
         self.by_name.insert(name.to_string(), i);
         i
@@ -111,7 +115,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
                     message: format!(
                         "seat {event}/{seat}: no order of its {} operations explains the answers; \
                          the longest explainable prefix has {after} of them and leaves the seat {state}, \
-                         and none of the ops that could come next (history ops {:?}) fits",
+                         and none of the ops pending there (history ops {:?}) can come next",
                         ops.len(),
                         next
                     ),
@@ -142,11 +146,24 @@ fn seat_ops(ops: &[Op], ttl: u64, slack: u64) -> (PerSeat, Holds) {
     let mut holds = Holds::default();
     let mut per: PerSeat = BTreeMap::new();
     // Bookings asked for, by hold: the earliest invoke.
+    let earliest = |t: Option<u64>, at: u64| Some(t.map_or(at, |t| t.min(at)));
     for o in ops {
-        if let Call::Book { hold, .. } = &o.call {
-            let h = holds.id(hold);
-            let m = &mut holds.meta[h as usize];
-            m.sellable_from = Some(m.sellable_from.map_or(o.invoked, |t| t.min(o.invoked)));
+        match &o.call {
+            Call::Book { hold, .. } => {
+                let h = holds.id(hold);
+                let m = &mut holds.meta[h as usize];
+                m.sellable_from = earliest(m.sellable_from, o.invoked);
+            }
+            Call::Pay {
+                hold,
+                abandon: true,
+                ..
+            } => {
+                let h = holds.id(hold);
+                let m = &mut holds.meta[h as usize];
+                m.cancelled_from = earliest(m.cancelled_from, o.invoked);
+            }
+            _ => {}
         }
     }
     let window_end = |o: &Op| o.completed.unwrap_or(o.invoked + ttl + slack);
@@ -284,7 +301,7 @@ fn before(s: Seat, t: u64, holds: &[HoldMeta]) -> impl Iterator<Item = Seat> {
     let mut out = [Some(s), None, None];
     if let Seat::Held(h) = s {
         let m = &holds[h as usize];
-        if t >= m.expire_from {
+        if t >= m.expire_from || m.cancelled_from.is_some_and(|c| c <= t) {
             out[1] = Some(Seat::Free);
         }
         if m.sellable_from.is_some_and(|b| b <= t) {
@@ -329,7 +346,10 @@ fn search(ops: &[SeatOp], holds: &[HoldMeta]) -> SeatResult {
     let mut hash = 0u64;
     let mut state = Seat::Free;
     let mut seen: HashSet<(u64, Seat)> = HashSet::new();
-    let mut best = (0usize, Seat::Free, Vec::new());
+    // The deepest configuration reached: ops linearized, the seat, and the
+    // pending ops that could have come next (or, if none could, the
+    // earliest pending ones).
+    let mut best: Option<(usize, Seat, Vec<u64>)> = None;
 
     let choices = |done: &[bool], first: usize, state: Seat| -> Vec<(usize, Seat)> {
         // An op may come next only if no pending op completed before it
@@ -391,8 +411,16 @@ fn search(ops: &[SeatOp], holds: &[HoldMeta]) -> SeatResult {
                     first += 1;
                 }
                 let c = choices(&done, first, state);
-                if count > best.0 || (count == best.0 && best.2.is_empty()) {
-                    best = (count, state, c.iter().map(|(i, _)| ops[*i].op).collect());
+                if best.as_ref().is_none_or(|b| count > b.0) {
+                    let mut next: Vec<u64> = c.iter().map(|(i, _)| ops[*i].op).collect();
+                    if next.is_empty() {
+                        next = (first..n)
+                            .filter(|i| !done[*i])
+                            .take(4)
+                            .map(|i| ops[i].op)
+                            .collect();
+                    }
+                    best = Some((count, state, next));
                 }
                 stack.push(Frame {
                     choices: c,
@@ -418,23 +446,13 @@ fn search(ops: &[SeatOp], holds: &[HoldMeta]) -> SeatResult {
             }
         }
     }
-    if best.2.is_empty() {
+    let (after, state, mut next) = best.unwrap_or_else(|| {
         // Stuck at the very start: the first ops themselves do not fit.
-        let c: Vec<u64> = ops.iter().take(4).map(|o| o.op).collect();
-        return SeatResult::Stuck {
-            after: 0,
-            state: Seat::Free,
-            next: c,
-        };
-    }
-    let mut next = best.2;
+        (0, Seat::Free, ops.iter().take(4).map(|o| o.op).collect())
+    });
     next.sort_unstable();
     next.dedup();
-    SeatResult::Stuck {
-        after: best.0,
-        state: best.1,
-        next,
-    }
+    SeatResult::Stuck { after, state, next }
 }
 
 #[cfg(test)]
@@ -493,6 +511,51 @@ mod tests {
         );
         h.hold("c3", "S1", 5.7, 5.8, Some("h5-3"));
         assert_eq!(verdict(&h).status, Status::Pass);
+    }
+
+    #[test]
+    fn abandoned_payment_may_free_the_seat_early() {
+        let run_with = |abandon: bool| {
+            let mut h = H::default();
+            h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
+            h.op(
+                "c1",
+                Call::Book {
+                    event: "e".into(),
+                    hold: "h5-1".into(),
+                    seats: vec!["S1".into()],
+                },
+                0.2,
+                0.3,
+                Done::Ok(Reply::Booked {
+                    booking: "b5-1".into(),
+                    payment_id: "p1".into(),
+                    epoch: 1,
+                }),
+            );
+            h.op(
+                "c1",
+                Call::Pay {
+                    event: "e".into(),
+                    hold: "h5-1".into(),
+                    booking: "b5-1".into(),
+                    seats: vec!["S1".into()],
+                    abandon,
+                },
+                0.4,
+                0.5,
+                Done::Ok(Reply::Booking {
+                    status: "pending".into(),
+                }),
+            );
+            // Long before the 4 s TTL, someone else gets the seat.
+            h.hold("c2", "S1", 1.0, 1.1, Some("h5-2"));
+            verdict(&h).status
+        };
+        // The reconciler releases a cancelled payment at once: fine.
+        assert_eq!(run_with(true), Status::Pass);
+        // A payment nobody cancelled holds its seat until the deadline.
+        assert_eq!(run_with(false), Status::Fail);
     }
 
     #[test]
@@ -565,6 +628,7 @@ mod tests {
                 hold: "h5-1".into(),
                 booking: "b5-1".into(),
                 seats: vec!["S1".into()],
+                abandon: false,
             },
             0.4,
             0.6,
@@ -590,6 +654,7 @@ mod tests {
                     hold: "h5-1".into(),
                     booking: "b5-1".into(),
                     seats: vec!["S1".into()],
+                    abandon: false,
                 }
             } else {
                 Call::ReadBooking {

@@ -150,6 +150,7 @@ pub(crate) mod fixtures {
                 seats: vec!["S1".into(), "S2".into()],
                 hot: true,
                 home_region: "us-east".into(),
+                ..EventInfo::default()
             }],
             ..RunInfo::default()
         }

@@ -65,8 +65,12 @@ pub struct ProxyNet {
 
 impl ProxyNet {
     /// A proxy for every ordered pair of `nodes` (`id → grpc_addr`), each
-    /// listening on its own port of 127.0.0.1.
-    pub async fn start(nodes: &BTreeMap<u64, String>) -> anyhow::Result<ProxyNet> {
+    /// listening on its own port of 127.0.0.1, none of them in `avoid`
+    /// (ports the nodes were given but may not have bound yet).
+    pub async fn start(
+        nodes: &BTreeMap<u64, String>,
+        avoid: &std::collections::BTreeSet<u16>,
+    ) -> anyhow::Result<ProxyNet> {
         let mut links = BTreeMap::new();
         let mut tasks = Vec::new();
         for from in nodes.keys() {
@@ -74,9 +78,19 @@ impl ProxyNet {
                 if from == to {
                     continue;
                 }
-                let listener = TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .context("bind a link proxy")?;
+                let mut taken = Vec::new();
+                let listener = loop {
+                    let l = TcpListener::bind("127.0.0.1:0")
+                        .await
+                        .context("bind a link proxy")?;
+                    if avoid.contains(&l.local_addr()?.port()) {
+                        // Keep it bound so the next try gets another port.
+                        taken.push(l);
+                        continue;
+                    }
+                    break l;
+                };
+                drop(taken);
                 let local = listener.local_addr()?;
                 let (tx_heal, _) = watch::channel(0);
                 let link = Arc::new(Link {
@@ -398,7 +412,7 @@ mod tests {
         let a = echo_server().await;
         let b = echo_server().await;
         let nodes = BTreeMap::from([(1, a), (2, b)]);
-        let net = ProxyNet::start(&nodes).await.unwrap();
+        let net = ProxyNet::start(&nodes, &Default::default()).await.unwrap();
         let to2 = net.via_for(1)[&nodes[&2]].clone();
         let to1 = net.via_for(2)[&nodes[&1]].clone();
         assert!(ping(&to2).await && ping(&to1).await);

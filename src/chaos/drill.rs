@@ -126,7 +126,19 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             .iter()
             .map(|(_, c)| (c.node_id, c.grpc_addr.clone()))
             .collect();
-        let proxy = ProxyNet::start(&addrs).await?;
+        let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        let avoid: std::collections::BTreeSet<u16> = configs
+            .iter()
+            .flat_map(|(_, c)| {
+                [
+                    Some(c.grpc_addr.as_str()),
+                    c.edge.as_ref().map(|e| e.http_addr.as_str()),
+                ]
+            })
+            .flatten()
+            .filter_map(port)
+            .collect();
+        let proxy = ProxyNet::start(&addrs, &avoid).await?;
         for (_, c) in &mut configs {
             if let Some(h) = c.chaos.as_mut() {
                 h.via = proxy.via_for(c.node_id);

@@ -5,7 +5,8 @@
 //! unknown (`info`), never as failed.
 //! - buyers: holds on hot and cold events, then cancel, book and pay
 //!   (approve at the gateway, the browser callback), read bookings back;
-//! - the operator: moves a hot event to another region every few seconds;
+//! - the operator: moves a live event (mostly hot ones) to another region
+//!   every few seconds;
 //! - the zombie: holds sent straight to a group over gRPC, stamped with an
 //!   epoch a finished move replaced (all must be refused);
 //! - the observer: every node's view of who leads which group.
@@ -374,7 +375,7 @@ impl Buyer<'_> {
     }
 }
 
-/// The operator: every `every_ms`, move the next hot event to another
+/// The operator: every `every_ms`, move the next live event to another
 /// region through any edge that answers, and wait for the move to finish.
 pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0BE7_A70B);
@@ -382,8 +383,10 @@ pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64) {
     let edges: Vec<String> = w.edges.values().cloned().collect();
     let mut k = 0usize;
     while w.pause(every_ms).await {
-        let hot = w.live(true);
-        let Some(ev) = hot.get(k % hot.len().max(1)) else {
+        // The hot events, and the cold one now and then.
+        let mut live = w.live(true);
+        live.extend(w.live(false));
+        let Some(ev) = live.get(k % live.len().max(1)) else {
             continue;
         };
         k += 1;

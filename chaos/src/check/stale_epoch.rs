@@ -43,7 +43,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
         match (&o.call, &o.outcome) {
             (Call::StaleHold { epoch, .. }, outcome) => {
                 zombies.0 += 1;
-                if let Outcome::Fail { .. } = outcome {
+                if matches!(outcome, Outcome::Fail { code, .. } if code == "stale_epoch") {
                     zombies.1 += 1;
                 }
                 if matches!(outcome, Outcome::Ok(_)) && *epoch < known {
@@ -98,7 +98,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
     Verdict::new(
         NAME,
         format!(
-            "{writes} acknowledged writes checked against {} finished moves; {} zombie holds with stale epochs, {} refused",
+            "{writes} acknowledged writes checked against {} finished moves; {} zombie holds with stale epochs, {} refused as stale",
             done.values().map(Vec::len).sum::<usize>(),
             zombies.0,
             zombies.1

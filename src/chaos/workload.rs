@@ -502,6 +502,7 @@ pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64) {
 pub async fn zombie(w: Arc<World>, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x2053_B1E5);
     let client = w.client.clone().with_deadline(Duration::from_secs(4));
+    let token = w.token("zombie", false);
     while w.pause(300).await {
         let known = w.epochs.lock().expect("epochs lock poisoned").clone();
         let events = w.all_events();
@@ -517,7 +518,22 @@ pub async fn zombie(w: Arc<World>, seed: u64) {
         let Some((ev, epoch)) = stale.choose(&mut rng).copied() else {
             continue;
         };
-        let seat = ev.seats.choose(&mut rng).expect("seats").clone();
+        // Aim at a seat the availability read says is free (a stale write
+        // that could not succeed anyway would prove nothing).
+        let edge = w.edges.values().nth(rng.gen_range(0..w.edges.len()));
+        let mut free = Vec::new();
+        if let Some(edge) = edge {
+            let url = format!("{edge}/v1/events/{}/availability", ev.event_id);
+            if let Answer::Http(a) = send(&w, Method::GET, &url, Some(&token), None, None, 1).await
+            {
+                free = strings(&a.body["available_seats"]);
+            }
+        }
+        let seat = free
+            .choose(&mut rng)
+            .or_else(|| ev.seats.choose(&mut rng))
+            .expect("seats")
+            .clone();
         let op = w.rec.invoke(
             "zombie",
             Call::StaleHold {

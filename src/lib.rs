@@ -2,11 +2,12 @@
 //! integration tests and the benchmarks share.
 //!
 //! - [`cluster`]: starts a local cluster of real `seatfence node` processes
-//!   (one data dir and port per node), kills (SIGKILL), stops (SIGTERM) and
-//!   restarts them.
+//!   (one data dir and port per node), kills (SIGKILL), stops (SIGTERM),
+//!   pauses (SIGSTOP) and restarts them; the chaos crate's supervisor.
+//! - [`chaos`]: `seatfence chaos drill|check` (the chaos crate's drill).
 //! - [`bench`]: `seatfence bench raft`; [`bench_holds`]: `seatfence bench holds`;
 //!   [`bench_payments`]: `seatfence bench payments`; [`bench_move`]:
-//!   `seatfence bench move`.
+//!   `seatfence bench move`; [`flash`]: `bench flash-sale`, `bench compare`.
 //! - [`demo`]: `seatfence demo` and its `demo.json`.
 //! - [`ctl`]: the event side of `seatfence ctl` (through an edge).
 //! - [`http_client`]: a JSON client for the edge's API.
@@ -15,9 +16,10 @@ pub mod bench;
 pub mod bench_holds;
 pub mod bench_move;
 pub mod bench_payments;
-pub mod chaos;
-pub mod cluster;
 pub mod ctl;
 pub mod demo;
 pub mod flash;
-pub mod http_client;
+
+pub use seatfence_chaos::drill as chaos;
+pub use seatfence_chaos::http_client;
+pub use seatfence_chaos::supervisor as cluster;

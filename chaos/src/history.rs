@@ -82,6 +82,19 @@ impl Entry {
             | Entry::Leader { t, .. } => *t,
         }
     }
+
+    fn t_mut(&mut self) -> &mut u64 {
+        match self {
+            Entry::Invoke { t, .. }
+            | Entry::Ok { t, .. }
+            | Entry::Fail { t, .. }
+            | Entry::Info { t, .. }
+            | Entry::Fault { t, .. }
+            | Entry::Heal { t, .. }
+            | Entry::Skipped { t, .. }
+            | Entry::Leader { t, .. } => t,
+        }
+    }
 }
 
 /// What a client asked for.
@@ -427,17 +440,7 @@ impl Recorder {
 
     /// Record a non-operation entry (fault, heal, leader); `t` is filled in.
     pub fn push(&self, mut e: Entry) {
-        let now = self.now();
-        match &mut e {
-            Entry::Invoke { t, .. }
-            | Entry::Ok { t, .. }
-            | Entry::Fail { t, .. }
-            | Entry::Info { t, .. }
-            | Entry::Fault { t, .. }
-            | Entry::Heal { t, .. }
-            | Entry::Skipped { t, .. }
-            | Entry::Leader { t, .. } => *t = now,
-        }
+        *e.t_mut() = self.now();
         self.inner.lock().expect("recorder lock poisoned").push(e);
     }
 

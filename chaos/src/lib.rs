@@ -1,8 +1,9 @@
-//! seatfence-chaos: the partition-drill harness's library: the history a
-//! drill records, the fault schedule, the partition mechanisms, the
-//! checkers and the report. The drill itself (processes, nemesis, workload)
-//! runs in the `seatfence chaos` subcommand, which starts real node
-//! processes through the binary's `LocalCluster`.
+//! seatfence-chaos: the partition-drill harness. The process supervisor
+//! (`supervisor::LocalCluster`, also what the tests, the demo and the
+//! benchmarks start clusters with), the drill (`drill`: nemesis, workload,
+//! settle; the `seatfence chaos` subcommand), the history a drill records,
+//! the fault schedule, the partition mechanisms, the checkers and the
+//! report.
 //!
 //! ```text
 //!  schedule (seed) ──▶ nemesis ──▶ net::Partitioner (proxy | iptables), signals, gateway switches
@@ -17,8 +18,11 @@
 //! happened", never "did not".
 
 pub mod check;
+pub mod drill;
 pub mod history;
+pub mod http_client;
 pub mod net;
 pub mod report;
 pub mod run;
 pub mod schedule;
+pub mod supervisor;

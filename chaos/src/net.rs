@@ -247,12 +247,17 @@ async fn pump(
 }
 
 /// The root mechanism: each node has its own loopback address; a blocked
-/// link is an `iptables -I INPUT -s FROM -d TO -j DROP` rule (in a chain of
-/// its own, flushed at heal and removed at the end).
+/// link is an `iptables -A SEATFENCE-CHAOS -s FROM -d TO -j DROP` rule in a
+/// chain of its own, jumped to from INPUT, flushed at heal and removed at
+/// the end. The rules name addresses only, so one iptables drill runs on a
+/// machine at a time; a chain left by a drill that was killed is flushed
+/// when the next one starts.
 pub struct IptablesNet {
     ips: BTreeMap<u64, String>,
     chain: String,
 }
+
+const CHAIN: &str = "SEATFENCE-CHAOS";
 
 impl IptablesNet {
     /// Whether this machine can run it, and if not, why.
@@ -283,11 +288,10 @@ impl IptablesNet {
         format!("127.0.0.{}", id + 1)
     }
 
-    pub fn start(ids: &[u64], tag: &str) -> anyhow::Result<IptablesNet> {
-        let chain = format!("SFCHAOS-{tag}");
+    pub fn start(ids: &[u64]) -> anyhow::Result<IptablesNet> {
         let net = IptablesNet {
             ips: ids.iter().map(|i| (*i, Self::ip_of(*i))).collect(),
-            chain,
+            chain: CHAIN.to_string(),
         };
         let _ = net.run(&["-N", &net.chain]);
         net.run(&["-F", &net.chain])?;

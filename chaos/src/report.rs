@@ -43,6 +43,10 @@ pub struct Summary {
     pub leader_changes: u64,
     pub moves_done: u64,
     pub moves_started: u64,
+    /// Whether the cluster settled after the heal (replicas equal, moves
+    /// finished, payments resolved), and what was still pending if not.
+    pub settled: bool,
+    pub unsettled: Vec<String>,
 }
 
 pub fn overall(verdicts: &[Verdict]) -> Status {
@@ -75,7 +79,13 @@ fn leader_changes(history: &History) -> u64 {
         .sum()
 }
 
-pub fn summarize(run: &RunInfo, history: &History, ops: &[Op], verdicts: &[Verdict]) -> Summary {
+pub fn summarize(
+    run: &RunInfo,
+    history: &History,
+    ops: &[Op],
+    verdicts: &[Verdict],
+    finals: &crate::run::FinalState,
+) -> Summary {
     let mut total = Counts::default();
     let mut by_call: BTreeMap<String, Counts> = BTreeMap::new();
     let (mut moves_started, mut moves_done) = (0, 0);
@@ -127,6 +137,16 @@ pub fn summarize(run: &RunInfo, history: &History, ops: &[Op], verdicts: &[Verdi
         leader_changes: leader_changes(history),
         moves_done,
         moves_started,
+        settled: finals.converged,
+        unsettled: finals.notes.iter().take(20).cloned().collect(),
+    }
+}
+
+fn color(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "#5cb85c",
+        Status::Fail => "#d9534f",
+        Status::Unknown => "#f0ad4e",
     }
 }
 
@@ -357,11 +377,7 @@ pub fn html(
     let by_op: BTreeMap<u64, &Op> = ops.iter().map(|o| (o.op, o)).collect();
     let mut checks = String::new();
     for v in verdicts {
-        let color = match v.status {
-            Status::Pass => "#5cb85c",
-            Status::Fail => "#d9534f",
-            Status::Unknown => "#f0ad4e",
-        };
+        let color = color(v.status);
         let _ = write!(
             checks,
             r##"<tr><td>{}</td><td style="color:{color};font-weight:bold">{:?}</td><td>{}</td></tr>"##,
@@ -404,18 +420,14 @@ pub fn html(
             f.duration_ms as f64 / 1e3
         );
     }
-    let verdict_color = match summary.verdict {
-        Status::Pass => "#5cb85c",
-        Status::Fail => "#d9534f",
-        Status::Unknown => "#f0ad4e",
-    };
+    let verdict_color = color(summary.verdict);
     format!(
         r##"<!doctype html><html><head><meta charset="utf-8"><title>seatfence chaos drill {seed}: {verdict:?}</title>
 <style>body{{font-family:sans-serif;margin:20px;max-width:1200px}}td{{padding:2px 8px;vertical-align:top}}
 .v{{font-size:12px}}code{{font-size:11px}}h1 span{{color:{verdict_color}}}</style></head><body>
 <h1>Chaos drill: <span>{verdict:?}</span></h1>
 <p>seed <b>{seed}</b>, {dur} s, partitions by <b>{mech}</b>{unavail}{bug}.
-{ops} ops ({ok} ok, {fail} failed, {info} unknown), {inj}/{sched} faults injected, {lc} leader changes, {md}/{ms} moves done.
+{ops} ops ({ok} ok, {fail} failed, {info} unknown), {inj}/{sched} faults injected, {lc} leader changes, {md}/{ms} moves done; {settled}.
 Replay: <code>seatfence chaos drill --seed {seed} --duration {dur} --out DIR</code>; re-check: <code>seatfence chaos check DIR</code>.</p>
 <h2>Checkers</h2><table>{checks}</table>
 <h2>Timeline</h2>
@@ -447,5 +459,13 @@ Replay: <code>seatfence chaos drill --seed {seed} --duration {dur} --out DIR</co
         md = summary.moves_done,
         ms = summary.moves_started,
         height = y + 10.0,
+        settled = if summary.settled {
+            "the cluster settled after the heal".to_string()
+        } else {
+            format!(
+                "<b>the cluster did not settle after the heal</b>: {}",
+                esc(&summary.unsettled.join("; "))
+            )
+        },
     )
 }

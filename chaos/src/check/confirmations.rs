@@ -82,27 +82,12 @@ pub fn check(input: &Input<'_>) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::fixtures::{finals, good_dump, run, Done, H};
+    use crate::check::fixtures::{finals, good_dump, run, H};
     use crate::check::Status;
-    use crate::history::{Call, Reply};
 
     fn acked() -> H {
         let mut h = H::default();
-        h.op(
-            "c1",
-            Call::Pay {
-                event: "e".into(),
-                hold: "h5-1".into(),
-                booking: "b5-1".into(),
-                seats: vec!["S1".into()],
-                abandon: false,
-            },
-            1.0,
-            1.1,
-            Done::Ok(Reply::Booking {
-                status: "confirmed".into(),
-            }),
-        );
+        h.booking_status(1.0, 1.1, Some(false), "confirmed");
         h
     }
 

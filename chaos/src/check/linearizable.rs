@@ -518,36 +518,8 @@ mod tests {
         let run_with = |abandon: bool| {
             let mut h = H::default();
             h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
-            h.op(
-                "c1",
-                Call::Book {
-                    event: "e".into(),
-                    hold: "h5-1".into(),
-                    seats: vec!["S1".into()],
-                },
-                0.2,
-                0.3,
-                Done::Ok(Reply::Booked {
-                    booking: "b5-1".into(),
-                    payment_id: "p1".into(),
-                    epoch: 1,
-                }),
-            );
-            h.op(
-                "c1",
-                Call::Pay {
-                    event: "e".into(),
-                    hold: "h5-1".into(),
-                    booking: "b5-1".into(),
-                    seats: vec!["S1".into()],
-                    abandon,
-                },
-                0.4,
-                0.5,
-                Done::Ok(Reply::Booking {
-                    status: "pending".into(),
-                }),
-            );
+            h.book(0.2);
+            h.booking_status(0.4, 0.5, Some(abandon), "pending");
             // Long before the 4 s TTL, someone else gets the seat.
             h.hold("c2", "S1", 1.0, 1.1, Some("h5-2"));
             verdict(&h).status
@@ -606,36 +578,8 @@ mod tests {
     fn sold_seat_held_again_is_caught() {
         let mut h = H::default();
         h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
-        h.op(
-            "c1",
-            Call::Book {
-                event: "e".into(),
-                hold: "h5-1".into(),
-                seats: vec!["S1".into()],
-            },
-            0.2,
-            0.3,
-            Done::Ok(Reply::Booked {
-                booking: "b5-1".into(),
-                payment_id: "p1".into(),
-                epoch: 1,
-            }),
-        );
-        h.op(
-            "c1",
-            Call::Pay {
-                event: "e".into(),
-                hold: "h5-1".into(),
-                booking: "b5-1".into(),
-                seats: vec!["S1".into()],
-                abandon: false,
-            },
-            0.4,
-            0.6,
-            Done::Ok(Reply::Booking {
-                status: "confirmed".into(),
-            }),
-        );
+        h.book(0.2);
+        h.booking_status(0.4, 0.6, Some(false), "confirmed");
         // Long after the TTL: a sold seat never comes back.
         let bad = h.hold("c2", "S1", 30.0, 30.1, Some("h5-7"));
         let v = verdict(&h);
@@ -647,50 +591,9 @@ mod tests {
     fn confirmed_then_read_pending_is_caught() {
         let mut h = H::default();
         h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
-        let book = |h: &mut H, t: f64, call_pay: bool, status: &str| {
-            let call = if call_pay {
-                Call::Pay {
-                    event: "e".into(),
-                    hold: "h5-1".into(),
-                    booking: "b5-1".into(),
-                    seats: vec!["S1".into()],
-                    abandon: false,
-                }
-            } else {
-                Call::ReadBooking {
-                    event: "e".into(),
-                    hold: "h5-1".into(),
-                    booking: "b5-1".into(),
-                    seats: vec!["S1".into()],
-                }
-            };
-            h.op(
-                "c1",
-                call,
-                t,
-                t + 0.1,
-                Done::Ok(Reply::Booking {
-                    status: status.into(),
-                }),
-            )
-        };
-        h.op(
-            "c1",
-            Call::Book {
-                event: "e".into(),
-                hold: "h5-1".into(),
-                seats: vec!["S1".into()],
-            },
-            0.2,
-            0.3,
-            Done::Ok(Reply::Booked {
-                booking: "b5-1".into(),
-                payment_id: "p1".into(),
-                epoch: 1,
-            }),
-        );
-        book(&mut h, 0.5, true, "confirmed");
-        let bad = book(&mut h, 1.0, false, "pending");
+        h.book(0.2);
+        h.booking_status(0.5, 0.6, Some(false), "confirmed");
+        let bad = h.booking_status(1.0, 1.1, None, "pending");
         let v = verdict(&h);
         assert_eq!(v.status, Status::Fail, "{v:?}");
         assert!(v.violations[0].ops.contains(&bad), "{v:?}");

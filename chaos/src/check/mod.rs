@@ -215,6 +215,47 @@ pub(crate) mod fixtures {
             self.op(p, call, t0, t1, done)
         }
 
+        /// `c1` books hold `h5-1` (seat S1) as booking `b5-1`.
+        pub fn book(&mut self, t0: f64) -> u64 {
+            let call = Call::Book {
+                event: "e".into(),
+                hold: "h5-1".into(),
+                seats: vec!["S1".into()],
+            };
+            let reply = Reply::Booked {
+                booking: "b5-1".into(),
+                payment_id: "p1".into(),
+                epoch: 1,
+            };
+            self.op("c1", call, t0, t0 + 0.1, Done::Ok(reply))
+        }
+
+        /// `c1` learns booking `b5-1`'s `status`: from the callback after
+        /// paying (`Some(abandon)`) or from a booking read (`None`).
+        pub fn booking_status(&mut self, t0: f64, t1: f64, pay: Option<bool>, status: &str) -> u64 {
+            let (event, hold, booking, seats) =
+                ("e".into(), "h5-1".into(), "b5-1".into(), vec!["S1".into()]);
+            let call = match pay {
+                Some(abandon) => Call::Pay {
+                    event,
+                    hold,
+                    booking,
+                    seats,
+                    abandon,
+                },
+                None => Call::ReadBooking {
+                    event,
+                    hold,
+                    booking,
+                    seats,
+                },
+            };
+            let reply = Reply::Booking {
+                status: status.into(),
+            };
+            self.op("c1", call, t0, t1, Done::Ok(reply))
+        }
+
         pub fn history(&self) -> History {
             let mut entries = self.entries.clone();
             entries.sort_by_key(|e| e.t());

@@ -62,6 +62,13 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
         .collect::<Result<_, _>>()?)
 }
 
+fn check_regions(regions: usize, per_region: usize) -> anyhow::Result<()> {
+    if regions == 0 || regions > REGIONS.len() || per_region == 0 {
+        bail!("1 to {} regions, at least one node each", REGIONS.len());
+    }
+    Ok(())
+}
+
 impl LocalCluster {
     /// Write configs for `n` nodes (one directory voter per region, so
     /// `n <= 3`) under `dir` and start them with the binary `bin`. If `dir`
@@ -129,9 +136,7 @@ impl LocalCluster {
         tuning: RaftTuning,
         payments: Option<PaymentsConfig>,
     ) -> anyhow::Result<LocalCluster> {
-        if regions == 0 || regions > REGIONS.len() || per_region == 0 {
-            bail!("1 to {} regions, at least one node each", REGIONS.len());
-        }
+        check_regions(regions, per_region)?;
         Self::start_layout(
             bin,
             dir,
@@ -153,9 +158,7 @@ impl LocalCluster {
         tuning: RaftTuning,
         moves: MovesConfig,
     ) -> anyhow::Result<LocalCluster> {
-        if regions == 0 || regions > REGIONS.len() || per_region == 0 {
-            bail!("1 to {} regions, at least one node each", REGIONS.len());
-        }
+        check_regions(regions, per_region)?;
         Self::start_layout(bin, dir, regions, regions * per_region, tuning, None, moves)
     }
 
@@ -186,9 +189,7 @@ impl LocalCluster {
         payments: Option<PaymentsConfig>,
         moves: MovesConfig,
     ) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
-        if regions == 0 || regions > REGIONS.len() || per_region == 0 {
-            bail!("1 to {} regions, at least one node each", REGIONS.len());
-        }
+        check_regions(regions, per_region)?;
         Self::layout(dir, regions, regions * per_region, tuning, payments, moves)
     }
 

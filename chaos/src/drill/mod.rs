@@ -13,8 +13,8 @@
 //!         ─▶ final.json ─▶ checkers ─▶ summary.json, report.html; exit 0/1/2
 //! ```
 
-mod drill;
 mod nemesis;
+mod runner;
 mod settle;
 mod workload;
 
@@ -22,11 +22,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::check::{check_all, Input, Status};
+use crate::history::{History, Recorder};
+use crate::report;
+use crate::run::{read_json, write_json, EventInfo, FinalState, RunInfo};
 use clap::{Args, Subcommand, ValueEnum};
-use seatfence_chaos::check::{check_all, Input, Status};
-use seatfence_chaos::history::{History, Recorder};
-use seatfence_chaos::report;
-use seatfence_chaos::run::{read_json, write_json, EventInfo, FinalState, RunInfo};
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
 
@@ -94,7 +94,7 @@ pub const EXIT_HARNESS: i32 = 2;
 
 pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
     match cmd {
-        ChaosCmd::Drill(args) => match drill::run(bin, args).await {
+        ChaosCmd::Drill(args) => match runner::run(bin, args).await {
             Ok(status) => exit_code(status),
             Err(e) => {
                 eprintln!("chaos drill could not run: {e:#}");
@@ -125,7 +125,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
     let finals: FinalState = read_json(&dir.join("final.json"))?;
     let input = Input::new(&run, &history, &finals);
     let verdicts = check_all(&input);
-    let summary = report::summarize(&run, &history, &input.ops, &verdicts);
+    let summary = report::summarize(&run, &history, &input.ops, &verdicts, &finals);
     write_json(&dir.join("summary.json"), &summary)?;
     std::fs::write(
         dir.join("report.html"),
@@ -139,6 +139,12 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
         if v.violations.len() > 5 {
             eprintln!("      … {} more in report.html", v.violations.len() - 5);
         }
+    }
+    if !summary.settled {
+        eprintln!(
+            "  the cluster did not settle after the heal: {:?}",
+            summary.unsettled
+        );
     }
     eprintln!(
         "{:?}: seed {}, {} ops, {}/{} faults, {} leader changes, {}/{} moves done; report: {}",

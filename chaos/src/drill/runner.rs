@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::check::Status;
+use crate::history::Recorder;
+use crate::net::{IptablesNet, Partitioner, ProxyNet};
+use crate::run::{write_json, NodeInfo, RunInfo};
+use crate::schedule::{plan, MAX_SKEW_MS};
 use anyhow::{bail, Context};
-use seatfence_chaos::check::Status;
-use seatfence_chaos::history::Recorder;
-use seatfence_chaos::net::{IptablesNet, Partitioner, ProxyNet};
-use seatfence_chaos::run::{write_json, NodeInfo, RunInfo};
-use seatfence_chaos::schedule::{plan, MAX_SKEW_MS};
 use seatfence_raft::config::{ChaosHooks, MovesConfig, PlantedBug};
 use seatfence_raft::{ClusterClient, NodeConfig, RaftTuning};
 use serde_json::json;
@@ -22,8 +22,8 @@ use tokio::sync::watch;
 
 use super::nemesis::Nemesis;
 use super::{settle, workload, DrillArgs, NetChoice, World};
-use crate::cluster::{GatewayProc, LocalCluster};
 use crate::http_client::HttpClient;
+use crate::supervisor::{GatewayProc, LocalCluster};
 
 /// Hold TTL of the drill's events: short, so seats churn.
 pub(super) const HOLD_TTL_SECS: u64 = 4;
@@ -120,7 +120,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         for (_, c) in &mut configs {
             give_own_address(c);
         }
-        Arc::new(IptablesNet::start(&ids, &format!("{}", seed % 100_000))?)
+        Arc::new(IptablesNet::start(&ids)?)
     } else {
         let addrs: BTreeMap<u64, String> = configs
             .iter()

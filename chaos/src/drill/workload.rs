@@ -14,20 +14,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::history::{Call, Entry, Reply};
+use crate::run::EventInfo;
 use anyhow::Context;
 use hyper::Method;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use seatfence_chaos::history::{Call, Entry, Reply};
-use seatfence_chaos::run::EventInfo;
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome, SeatPick};
 use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
 use serde_json::{json, Value};
 
 use super::World;
-use crate::cluster::REGIONS;
 use crate::http_client::HttpAnswer;
+use crate::supervisor::REGIONS;
 
 /// An answer that settles the outcome, or why none came.
 enum Answer {
@@ -158,6 +158,26 @@ struct Buyer<'a> {
 }
 
 impl Buyer<'_> {
+    /// A mutation of this buyer's: its token, Idempotency-Key `{process}-{op}`,
+    /// up to three tries while the outcome is unknown.
+    async fn mutate(&self, method: Method, path: &str, op: u64, body: Option<&Value>) -> Answer {
+        let key = format!("{}-{op}", self.process);
+        let url = format!("{}{path}", self.edge);
+        send(self.w, method, &url, Some(self.token), Some(&key), body, 3).await
+    }
+
+    /// Record an answer that is not the op's success: a definite refusal
+    /// (`fail`, with the seats a 409 names) or an unknown outcome (`info`).
+    fn record_other(&self, op: u64, answer: Answer) {
+        match answer {
+            Answer::Http(a) => {
+                let unavailable = strings(&a.body["error"]["unavailable"]);
+                self.w.rec.fail(self.process, op, &code_of(&a), unavailable);
+            }
+            Answer::Unknown(why) => self.w.rec.info(self.process, op, &why),
+        }
+    }
+
     async fn hold(&self, ev: &EventInfo, seats: Vec<String>) -> Option<(String, Vec<String>)> {
         let w = self.w;
         let call = Call::Hold {
@@ -166,19 +186,10 @@ impl Buyer<'_> {
             edge: format!("n{}", self.node),
         };
         let op = w.rec.invoke(self.process, call);
-        let key = format!("{}-{op}", self.process);
         let body = json!({"event_id": ev.event_id, "seats": seats});
-        let url = format!("{}/v1/holds", self.edge);
-        match send(
-            w,
-            Method::POST,
-            &url,
-            Some(self.token),
-            Some(&key),
-            Some(&body),
-            3,
-        )
-        .await
+        match self
+            .mutate(Method::POST, "/v1/holds", op, Some(&body))
+            .await
         {
             Answer::Http(a) if a.status.as_u16() == 201 => {
                 let hold = a.body["hold_id"].as_str().unwrap_or_default().to_string();
@@ -194,13 +205,8 @@ impl Buyer<'_> {
                 );
                 Some((hold, got))
             }
-            Answer::Http(a) => {
-                let unavailable = strings(&a.body["error"]["unavailable"]);
-                w.rec.fail(self.process, op, &code_of(&a), unavailable);
-                None
-            }
-            Answer::Unknown(why) => {
-                w.rec.info(self.process, op, &why);
+            other => {
+                self.record_other(op, other);
                 None
             }
         }
@@ -216,19 +222,8 @@ impl Buyer<'_> {
                 seats: seats.to_vec(),
             },
         );
-        let key = format!("{}-{op}", self.process);
-        let url = format!("{}/v1/holds/{hold}", self.edge);
-        match send(
-            w,
-            Method::DELETE,
-            &url,
-            Some(self.token),
-            Some(&key),
-            None,
-            3,
-        )
-        .await
-        {
+        let path = format!("/v1/holds/{hold}");
+        match self.mutate(Method::DELETE, &path, op, None).await {
             Answer::Http(a) if a.status.is_success() => w.rec.ok(
                 self.process,
                 op,
@@ -236,8 +231,7 @@ impl Buyer<'_> {
                     epoch: a.epoch.unwrap_or(0),
                 },
             ),
-            Answer::Http(a) => w.rec.fail(self.process, op, &code_of(&a), vec![]),
-            Answer::Unknown(why) => w.rec.info(self.process, op, &why),
+            other => self.record_other(op, other),
         }
     }
 
@@ -252,19 +246,10 @@ impl Buyer<'_> {
                 seats: seats.to_vec(),
             },
         );
-        let key = format!("{}-{op}", self.process);
-        let url = format!("{}/v1/bookings", self.edge);
         let body = json!({"hold_id": hold});
-        match send(
-            w,
-            Method::POST,
-            &url,
-            Some(self.token),
-            Some(&key),
-            Some(&body),
-            3,
-        )
-        .await
+        match self
+            .mutate(Method::POST, "/v1/bookings", op, Some(&body))
+            .await
         {
             Answer::Http(a) if a.status.as_u16() == 201 => {
                 let booking = a.body["booking_id"]
@@ -286,12 +271,8 @@ impl Buyer<'_> {
                 );
                 Some((booking, approve))
             }
-            Answer::Http(a) => {
-                w.rec.fail(self.process, op, &code_of(&a), vec![]);
-                None
-            }
-            Answer::Unknown(why) => {
-                w.rec.info(self.process, op, &why);
+            other => {
+                self.record_other(op, other);
                 None
             }
         }
@@ -344,8 +325,7 @@ impl Buyer<'_> {
                     status: a.body["status"].as_str().unwrap_or_default().to_string(),
                 },
             ),
-            Answer::Http(a) => w.rec.fail(self.process, op, &code_of(&a), vec![]),
-            Answer::Unknown(why) => w.rec.info(self.process, op, &why),
+            other => self.record_other(op, other),
         }
     }
 
@@ -369,8 +349,7 @@ impl Buyer<'_> {
                     status: a.body["status"].as_str().unwrap_or_default().to_string(),
                 },
             ),
-            Answer::Http(a) => w.rec.fail(self.process, op, &code_of(&a), vec![]),
-            Answer::Unknown(why) => w.rec.info(self.process, op, &why),
+            other => self.record_other(op, other),
         }
     }
 }
@@ -655,7 +634,7 @@ pub async fn create_generation(
             "name": format!("chaos drill generation {gen} {kind}"),
             "home_region": home,
             "seats": seat_ids,
-            "hold_ttl_secs": super::drill::HOLD_TTL_SECS,
+            "hold_ttl_secs": super::runner::HOLD_TTL_SECS,
             "max_seats_per_hold": 4,
         });
         let mut group = None;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use seatfence_chaos::run::{EventFinal, FinalState, GatewayPayment, ReplicaFinal};
+use crate::run::{EventFinal, FinalState, GatewayPayment, ReplicaFinal};
 use seatfence_core::inventory::BookingStatus;
 use seatfence_core::moves::MoveState;
 use seatfence_core::{GroupId, Query, QueryResult, ReplicaDump};

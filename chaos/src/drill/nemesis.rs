@@ -9,16 +9,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::history::Entry;
+use crate::net::{cut, Partitioner};
+use crate::schedule::{Fault, ScheduledFault};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use seatfence_chaos::history::Entry;
-use seatfence_chaos::net::{cut, Partitioner};
-use seatfence_chaos::schedule::{Fault, ScheduledFault};
 use serde_json::json;
 
 use super::World;
-use crate::cluster::LocalCluster;
+use crate::supervisor::LocalCluster;
 
 /// How a fault is undone.
 enum Undo {
@@ -222,7 +222,7 @@ impl Nemesis {
                 let region = if *leader_inside {
                     home.clone()
                 } else {
-                    let others: Vec<String> = crate::cluster::REGIONS
+                    let others: Vec<String> = crate::supervisor::REGIONS
                         .iter()
                         .map(|r| r.to_string())
                         .filter(|r| *r != home)

@@ -50,6 +50,31 @@ pub struct LocalCluster {
     pub nodes: Vec<NodeProc>,
 }
 
+/// Pids of every process this process started (nodes, gateways), so a
+/// harness that gives up half-way can still stop them all ([`reap_all`]).
+/// A std mutex: held only to push or drain, never across an `.await`.
+static STARTED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn started(child: &Child) {
+    STARTED
+        .lock()
+        .expect("started lock poisoned")
+        .push(child.id());
+}
+
+/// SIGKILL every process this process started that may still run (a drill
+/// that failed half-way leaves no nodes behind). Pids of processes already
+/// reaped are skipped by `kill` failing harmlessly.
+pub fn reap_all() {
+    let pids: Vec<u32> = std::mem::take(&mut *STARTED.lock().expect("started lock poisoned"));
+    for pid in pids {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// `n` distinct free ports on 127.0.0.1: all bound to `:0` at once (so the
 /// OS cannot hand one out twice), then released for the nodes.
 fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
@@ -326,6 +351,7 @@ impl LocalCluster {
             .stderr(log)
             .spawn()
             .with_context(|| format!("start {} node", self.bin.display()))?;
+        started(&child);
         n.child = Some(child);
         Ok(())
     }
@@ -557,6 +583,7 @@ impl GatewayProc {
             .stderr(log)
             .spawn()
             .with_context(|| format!("start {} gateway", self.bin.display()))?;
+        started(&child);
         self.child = Some(child);
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {

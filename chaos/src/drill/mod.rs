@@ -94,13 +94,19 @@ pub const EXIT_HARNESS: i32 = 2;
 
 pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
     match cmd {
-        ChaosCmd::Drill(args) => match runner::run(bin, args).await {
-            Ok(status) => exit_code(status),
-            Err(e) => {
-                eprintln!("chaos drill could not run: {e:#}");
-                EXIT_HARNESS
+        ChaosCmd::Drill(args) => {
+            let result = runner::run(bin, args).await;
+            // Whatever happened, no node or gateway outlives the drill
+            // (the caller exits without waiting for tasks to drop them).
+            crate::supervisor::reap_all();
+            match result {
+                Ok(status) => exit_code(status),
+                Err(e) => {
+                    eprintln!("chaos drill could not run: {e:#}");
+                    EXIT_HARNESS
+                }
             }
-        },
+        }
         ChaosCmd::Check { dir } => match check_dir(&dir) {
             Ok(status) => exit_code(status),
             Err(e) => {

@@ -37,6 +37,8 @@ pub struct Nemesis {
     skew_files: BTreeMap<u64, PathBuf>,
     rng: Mutex<StdRng>,
     active: Mutex<BTreeMap<u32, Undo>>,
+    /// The heal timers (aborted by `heal_all`, so none outlives the drill).
+    timers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Nemesis {
@@ -54,6 +56,7 @@ impl Nemesis {
             skew_files,
             rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0x0E3E_5155)),
             active: Mutex::new(BTreeMap::new()),
+            timers: Mutex::new(Vec::new()),
         })
     }
 
@@ -83,10 +86,14 @@ impl Nemesis {
                         .insert(f.id, undo);
                     let me = self.clone();
                     let until = at + Duration::from_millis(f.duration_ms);
-                    tokio::spawn(async move {
+                    let timer = tokio::spawn(async move {
                         tokio::time::sleep_until(until.into()).await;
                         me.heal(f.id).await;
                     });
+                    self.timers
+                        .lock()
+                        .expect("nemesis lock poisoned")
+                        .push(timer);
                 }
                 Err(reason) => {
                     tracing::warn!("--- fault {} {} skipped: {reason:#}", f.id, f.fault.name());
@@ -118,6 +125,16 @@ impl Nemesis {
     /// Heal everything still active; then make sure every node runs,
     /// nothing is cut, no clock is skewed and the gateway behaves.
     pub async fn heal_all(&self) -> anyhow::Result<()> {
+        let timers: Vec<_> = self
+            .timers
+            .lock()
+            .expect("nemesis lock poisoned")
+            .drain(..)
+            .collect();
+        for t in timers {
+            t.abort();
+            let _ = t.await;
+        }
         let ids: Vec<u32> = self
             .active
             .lock()

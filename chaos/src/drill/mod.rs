@@ -59,6 +59,11 @@ pub struct DrillArgs {
     /// the proxy), `proxy` or `iptables`.
     #[arg(long, value_enum, default_value_t = NetChoice::Auto)]
     pub net: NetChoice,
+    /// Nodes in each of the three regions (at least 3: an event's group
+    /// has 3 voters in its region; the others serve as edges and move
+    /// targets).
+    #[arg(long, default_value_t = 3)]
+    pub nodes_per_region: usize,
     /// Concurrent buyers.
     #[arg(long, default_value_t = 10)]
     pub clients: usize,

@@ -38,6 +38,10 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         .unwrap_or_else(|| u64::from(rand::random::<u32>()));
     anyhow::ensure!(args.duration >= 20, "--duration must be at least 20 s");
     anyhow::ensure!(
+        args.nodes_per_region >= 3,
+        "--nodes-per-region must be at least 3 (an event's group has 3 voters in its region)"
+    );
+    anyhow::ensure!(
         args.clients >= 1 && args.hot_seats >= 1,
         "--clients and --hot-seats must be at least 1"
     );
@@ -55,10 +59,9 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     }
     std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     eprintln!(
-        "chaos drill: seed {seed}, {} s, out {} (replay: seatfence chaos drill --seed {seed} --duration {} --out DIR)",
+        "chaos drill: seed {seed}, {} s, out {} (replay: the same flags with --seed {seed})",
         args.duration,
         out.display(),
-        args.duration
     );
 
     // The partition mechanism.
@@ -99,7 +102,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     let mut configs = LocalCluster::layout_regions(
         &out.join("cluster"),
         3,
-        3,
+        args.nodes_per_region,
         RaftTuning::default(),
         Some(payments),
         moves,

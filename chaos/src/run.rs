@@ -61,10 +61,6 @@ impl RunInfo {
     pub fn expiry_slack_us(&self) -> u64 {
         (self.max_skew_ms + 1_000) * 1_000
     }
-
-    pub fn event(&self, id: &str) -> Option<&EventInfo> {
-        self.events.iter().find(|e| e.event_id == id)
-    }
 }
 
 /// `final.json`: the end state, read after every fault was healed.

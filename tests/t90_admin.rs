@@ -60,7 +60,7 @@ async fn t90_cluster_view_transfer_and_drain() {
         &cluster,
         &edge,
         json!({"event_id": "adm", "name": "Admin", "home_region": "us-east", "survival": "region",
-               "sections": [{"name": "A", "rows": 10, "seats_per_row": 50}]}),
+               "sections": [{"name": "A", "rows": 100, "seats_per_row": 50}]}),
     )
     .await;
     let gid = created["group_id"].as_u64().unwrap();

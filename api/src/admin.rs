@@ -267,6 +267,21 @@ impl Edge {
                     if g.role == "leader" {
                         return Ok((leader, g.term));
                     }
+                    // Someone else won a newer term (an election, or a
+                    // drained node's own hand-off racing this one): `to`
+                    // will not lead now, so say so instead of waiting.
+                    if let Some(other) = g.leader.filter(|l| *l != to && *l != leader) {
+                        if g.term > ls.term {
+                            return Err(ApiError::Conflict {
+                                code: "leader_changed",
+                                message: format!(
+                                    "node {other} became leader of group {} (term {}) instead of node {to}",
+                                    group.0, g.term
+                                ),
+                                extra: json!({"leader": other, "term": g.term}),
+                            });
+                        }
+                    }
                 }
             }
         }
@@ -476,6 +491,15 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
                 Ok(_) => {
                     *load.entry(to).or_default() += 1;
                     moved.push(json!({"group_id": g.0, "to": to}));
+                }
+                // The node's own hand-off (it is drained now) may win the
+                // race to another voter: the leadership is off it all the same.
+                Err(ApiError::Conflict {
+                    code: "leader_changed",
+                    extra,
+                    ..
+                }) if extra["leader"].as_u64().is_some_and(|l| l != node) => {
+                    moved.push(json!({"group_id": g.0, "to": extra["leader"]}));
                 }
                 Err(e) => failed.push(json!({"group_id": g.0, "reason": e.to_string()})),
             }

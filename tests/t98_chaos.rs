@@ -1,13 +1,15 @@
 //! The chaos harness end to end: `seatfence chaos drill` on fixed seeds
 //! must PASS (every checker, every scheduled fault injected), and a drill
 //! against nodes with a planted bug (the leader accepts stale epochs) must
-//! FAIL on the stale-epoch checker. One drill at a time: each runs nine
-//! node processes.
+//! FAIL on the stale-epoch checker. Under root the three drills use the
+//! three partition mechanisms (proxy, namespaces, loopback iptables). One
+//! drill at a time: each runs nine node processes.
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 
+use seatfence_chaos::net::{IptablesNet, NetnsNet};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -50,7 +52,7 @@ fn checker<'a>(summary: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no checker {name} in {summary}"))
 }
 
-fn assert_passes(dir: &Path, seed: u64, extra: &[&str]) {
+fn assert_passes(dir: &Path, seed: u64, extra: &[&str]) -> Value {
     let (code, summary) = drill(dir, seed, 120, extra);
     assert_eq!(summary["verdict"], "PASS", "{summary:#}");
     assert_eq!(code, 0);
@@ -75,6 +77,7 @@ fn assert_passes(dir: &Path, seed: u64, extra: &[&str]) {
         .output()
         .expect("run seatfence chaos check");
     assert_eq!(again.status.code(), Some(0));
+    summary
 }
 
 #[test]
@@ -86,11 +89,20 @@ fn drill_seed_1_over_link_proxies_passes() {
 
 #[test]
 fn drill_seed_2_passes() {
-    // iptables when running as root with iptables installed (CI installs
-    // it), the proxy otherwise; summary.json says which.
+    // `auto`: network namespaces when running as root with `ip` and
+    // iptables (CI installs them), the proxy without privileges.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    assert_passes(&dir.path().join("run"), 2, &[]);
+    let summary = assert_passes(&dir.path().join("run"), 2, &[]);
+    // What `auto` must have picked on this machine.
+    let expected = if NetnsNet::probe().is_ok() {
+        "netns"
+    } else if IptablesNet::probe().is_ok() {
+        "iptables"
+    } else {
+        "proxy"
+    };
+    assert_eq!(summary["partition_mechanism"], expected, "{summary:#}");
 }
 
 #[test]
@@ -101,7 +113,17 @@ fn planted_stale_epoch_bug_is_caught() {
         &dir.path().join("run"),
         3,
         45,
-        &["--net", "proxy", "--plant-bug", "accept-stale-epoch"],
+        &[
+            "--net",
+            // The third mechanism gets its CI run here when it can.
+            if IptablesNet::probe().is_ok() {
+                "iptables"
+            } else {
+                "proxy"
+            },
+            "--plant-bug",
+            "accept-stale-epoch",
+        ],
     );
     assert_eq!(code, 1, "{summary:#}");
     assert_eq!(summary["verdict"], "FAIL");

@@ -6,7 +6,7 @@
 //! report.
 //!
 //! ```text
-//!  schedule (seed) ──▶ nemesis ──▶ net::Partitioner (proxy | iptables), signals, gateway switches
+//!  schedule (seed) ──▶ nemesis ──▶ net::Partitioner (proxy | netns | iptables), signals, gateway switches
 //!  workload clients ──HTTP/gRPC──▶ cluster        every op ──▶ history::Recorder (history.jsonl)
 //!  end: heal, converge, dump every replica (final.json) ──▶ check::check_all ──▶ report (html, json)
 //! ```

@@ -20,6 +20,8 @@ pub struct NodeProc {
     config_path: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    netns: Option<String>,
 }
 
 impl NodeProc {
@@ -197,7 +199,7 @@ impl LocalCluster {
         moves: MovesConfig,
     ) -> anyhow::Result<LocalCluster> {
         if let Some(existing) = Self::existing_configs(dir, n)? {
-            return Self::from_configs(bin, existing);
+            return Self::from_configs(bin, existing, |_| None);
         }
         let configs = Self::layout(dir, voters, n, tuning, payments, moves)?;
         Self::launch(bin, configs)
@@ -221,11 +223,21 @@ impl LocalCluster {
     /// Write each config to `{node_dir}/node.toml` (validated) and start
     /// the nodes.
     pub fn launch(bin: &Path, configs: Vec<(PathBuf, NodeConfig)>) -> anyhow::Result<LocalCluster> {
+        Self::launch_in(bin, configs, |_| None)
+    }
+
+    /// Like [`launch`](Self::launch), node `id` running (and restarting)
+    /// inside the network namespace `netns(id)` when that is `Some`.
+    pub fn launch_in(
+        bin: &Path,
+        configs: Vec<(PathBuf, NodeConfig)>,
+        netns: impl Fn(u64) -> Option<String>,
+    ) -> anyhow::Result<LocalCluster> {
         for (node_dir, config) in &configs {
             config.validate()?;
             fs::write(node_dir.join("node.toml"), toml::to_string(config)?)?;
         }
-        Self::from_configs(bin, configs)
+        Self::from_configs(bin, configs, netns)
     }
 
     fn layout(
@@ -303,10 +315,12 @@ impl LocalCluster {
     fn from_configs(
         bin: &Path,
         configs: Vec<(PathBuf, NodeConfig)>,
+        netns: impl Fn(u64) -> Option<String>,
     ) -> anyhow::Result<LocalCluster> {
         let nodes = configs
             .into_iter()
             .map(|(node_dir, config)| NodeProc {
+                netns: netns(config.node_id),
                 config,
                 config_path: node_dir.join("node.toml"),
                 log_path: node_dir.join("node.log"),
@@ -338,7 +352,16 @@ impl LocalCluster {
             .append(true)
             .open(&n.log_path)
             .with_context(|| format!("open {}", n.log_path.display()))?;
-        let child = Command::new(&self.bin)
+        // `ip netns exec` execs the node in place: the pid is the node's.
+        let mut cmd = match &n.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = cmd
             .arg("node")
             .arg("--config")
             .arg(&n.config_path)
@@ -525,6 +548,7 @@ pub struct GatewayProc {
     pub client_id: String,
     pub client_secret: String,
     signing_secret: String,
+    host: String,
     port: u16,
     grants_per_hour: u32,
     bin: PathBuf,
@@ -536,6 +560,17 @@ impl GatewayProc {
     /// and wait until it answers. If `dir/gateway.json` exists (an earlier
     /// start), the same port and secrets are used again.
     pub fn start(bin: &Path, dir: &Path, grants_per_hour: u32) -> anyhow::Result<GatewayProc> {
+        Self::start_on(bin, dir, grants_per_hour, "127.0.0.1")
+    }
+
+    /// Like [`start`](Self::start), listening on `host` (an address the
+    /// nodes reach, such as the host's end of a namespace bridge).
+    pub fn start_on(
+        bin: &Path,
+        dir: &Path,
+        grants_per_hour: u32,
+        host: &str,
+    ) -> anyhow::Result<GatewayProc> {
         fs::create_dir_all(dir)?;
         let saved = dir.join("gateway.json");
         let (port, signing, webhook, client) = match fs::read_to_string(&saved) {
@@ -551,7 +586,8 @@ impl GatewayProc {
         };
         let mut g = GatewayProc {
             child: None,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("http://{host}:{port}"),
+            host: host.to_string(),
             webhook_secret: webhook,
             client_id: "seatfence".into(),
             client_secret: client,
@@ -572,7 +608,11 @@ impl GatewayProc {
             .open(&self.log_path)
             .with_context(|| format!("open {}", self.log_path.display()))?;
         let child = Command::new(&self.bin)
-            .args(["gateway", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .args([
+                "gateway",
+                "--listen",
+                &format!("{}:{}", self.host, self.port),
+            ])
             .args(["--grants-per-hour", &self.grants_per_hour.to_string()])
             .env("SEATFENCE_GATEWAY_SIGNING_SECRET", &self.signing_secret)
             .env("SEATFENCE_GATEWAY_WEBHOOK_SECRET", &self.webhook_secret)
@@ -586,7 +626,7 @@ impl GatewayProc {
         started(&child);
         self.child = Some(child);
         for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if std::net::TcpStream::connect((self.host.as_str(), self.port)).is_ok() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(25));

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  drill ─▶ LocalCluster (3 regions × 3 nodes, every node an edge) + mock gateway
-//!        ─▶ Partitioner (link proxies or iptables), skew files, signals
+//!        ─▶ Partitioner (link proxies, namespaces or iptables), skew files, signals
 //!  tasks: buyers ×N (HTTP), operator (moves), zombie (gRPC, old epochs),
 //!         observer (leaders), nemesis (schedule), progress
 //!  end:   heal ─▶ stop clients ─▶ settle (replicas equal, payments resolved)
@@ -55,8 +55,10 @@ pub struct DrillArgs {
     /// Run directory (created; must be empty or absent).
     #[arg(long)]
     pub out: PathBuf,
-    /// How to cut links: `auto` (iptables when root and available, else
-    /// the proxy), `proxy` or `iptables`.
+    /// How to cut links: `auto` (the first that works here of `netns`,
+    /// `iptables` and `proxy`), `netns` (each node in a network namespace
+    /// of its own, iptables inside; root), `iptables` (per-node loopback
+    /// addresses; root) or `proxy` (a TCP proxy per link; no privileges).
     #[arg(long, value_enum, default_value_t = NetChoice::Auto)]
     pub net: NetChoice,
     /// Nodes in each of the three regions (at least 3: an event's group
@@ -90,6 +92,7 @@ pub enum NetChoice {
     Auto,
     Proxy,
     Iptables,
+    Netns,
 }
 
 /// Exit codes of `chaos drill` / `chaos check`.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::check::Status;
 use crate::history::Recorder;
-use crate::net::{IptablesNet, Partitioner, ProxyNet};
+use crate::net::{IptablesNet, NetnsNet, Partitioner, ProxyNet};
 use crate::run::{write_json, NodeInfo, RunInfo};
 use crate::schedule::{plan, MAX_SKEW_MS};
 use anyhow::{bail, Context};
@@ -64,31 +64,62 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         out.display(),
     );
 
-    // The partition mechanism.
+    // The partition mechanism: `auto` takes the first that works here of
+    // namespaces, loopback iptables and the proxy, and records why the
+    // others were passed over.
     let mut unavailable = Vec::new();
-    let use_iptables = match args.net {
-        NetChoice::Proxy => false,
+    let mech = match args.net {
+        NetChoice::Proxy => NetChoice::Proxy,
+        NetChoice::Netns => {
+            NetnsNet::probe().map_err(|why| anyhow::anyhow!("--net netns: {why}"))?;
+            NetChoice::Netns
+        }
         NetChoice::Iptables => {
             IptablesNet::probe().map_err(|why| anyhow::anyhow!("--net iptables: {why}"))?;
-            true
+            NetChoice::Iptables
         }
-        NetChoice::Auto => match IptablesNet::probe() {
-            Ok(()) => true,
+        NetChoice::Auto => match NetnsNet::probe() {
+            Ok(()) => NetChoice::Netns,
             Err(why) => {
-                unavailable.push(("iptables".to_string(), why));
-                false
+                unavailable.push(("netns".to_string(), why));
+                match IptablesNet::probe() {
+                    Ok(()) => NetChoice::Iptables,
+                    Err(why) => {
+                        unavailable.push(("iptables".to_string(), why));
+                        NetChoice::Proxy
+                    }
+                }
             }
         },
     };
-    if !use_iptables && args.net != NetChoice::Auto {
-        unavailable.push((
-            "iptables".to_string(),
-            "not chosen (--net proxy)".to_string(),
-        ));
+    if args.net != NetChoice::Auto {
+        for (name, m) in [
+            ("netns", NetChoice::Netns),
+            ("iptables", NetChoice::Iptables),
+        ] {
+            if m != mech {
+                unavailable.push((
+                    name.to_string(),
+                    format!("not chosen (--net {:?})", args.net).to_lowercase(),
+                ));
+            }
+        }
     }
+    // Namespaces first: the gateway listens on the host's end of their
+    // bridge. The layout numbers nodes 1..=n.
+    let planned: Vec<u64> = (1..=3 * args.nodes_per_region as u64).collect();
+    let mut netns = match mech {
+        NetChoice::Netns => Some(Arc::new(NetnsNet::start(&planned)?)),
+        _ => None,
+    };
 
     // Gateway and node configs.
-    let gateway = GatewayProc::start(bin, &out.join("gateway"), 60)?;
+    let gateway_host = if netns.is_some() {
+        NetnsNet::HOST_IP
+    } else {
+        "127.0.0.1"
+    };
+    let gateway = GatewayProc::start_on(bin, &out.join("gateway"), 60, gateway_host)?;
     let mut payments = gateway.payments_config();
     payments.call_timeout_ms = 1_000;
     payments.reconcile_interval_ms = 1_000;
@@ -108,6 +139,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         moves,
     )?;
     let ids: Vec<u64> = configs.iter().map(|(_, c)| c.node_id).collect();
+    anyhow::ensure!(ids == planned, "node ids {ids:?}, expected {planned:?}");
     let mut skew_files = BTreeMap::new();
     for (dir, c) in &mut configs {
         let skew = dir.join("skew_ms");
@@ -119,9 +151,14 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             ..ChaosHooks::default()
         });
     }
-    let net: Arc<dyn Partitioner> = if use_iptables {
+    let net: Arc<dyn Partitioner> = if let Some(ns) = netns.take() {
         for (_, c) in &mut configs {
-            give_own_address(c);
+            give_own_address(c, NetnsNet::ip_of, false);
+        }
+        ns
+    } else if mech == NetChoice::Iptables {
+        for (_, c) in &mut configs {
+            give_own_address(c, IptablesNet::ip_of, true);
         }
         Arc::new(IptablesNet::start(&ids)?)
     } else {
@@ -170,7 +207,9 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         })
         .collect();
 
-    let cluster = LocalCluster::launch(bin, configs)?;
+    let cluster = LocalCluster::launch_in(bin, configs, |id| {
+        (mech == NetChoice::Netns).then(|| NetnsNet::ns_of(id))
+    })?;
     cluster
         .wait_ready(Duration::from_secs(60))
         .await
@@ -292,12 +331,12 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     super::check_dir(&out)
 }
 
-/// Node `id` listens (gRPC and HTTP) on, and dials from, its own loopback
-/// address, so iptables can tell the nodes apart.
-fn give_own_address(c: &mut NodeConfig) {
+/// Node `id` listens (gRPC and HTTP) on its own address `ip_of(id)` (and
+/// with `bind_source`, dials from it), so rules can tell the nodes apart.
+fn give_own_address(c: &mut NodeConfig, ip_of: fn(u64) -> String, bind_source: bool) {
     let own = |addr: &str, id: u64| -> String {
         let port = addr.rsplit(':').next().unwrap_or("0");
-        format!("{}:{port}", IptablesNet::ip_of(id))
+        format!("{}:{port}", ip_of(id))
     };
     c.grpc_addr = own(&c.grpc_addr, c.node_id);
     for p in &mut c.initial_members {
@@ -306,8 +345,8 @@ fn give_own_address(c: &mut NodeConfig) {
     if let Some(e) = c.edge.as_mut() {
         e.http_addr = own(&e.http_addr, c.node_id);
     }
-    if let Some(h) = c.chaos.as_mut() {
-        h.source_ip = IptablesNet::ip_of(c.node_id).parse().ok();
+    if let Some(h) = c.chaos.as_mut().filter(|_| bind_source) {
+        h.source_ip = ip_of(c.node_id).parse().ok();
     }
 }
 

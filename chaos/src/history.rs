@@ -186,6 +186,12 @@ pub enum Reply {
     },
     Cancelled {
         epoch: u64,
+        /// The hold's status in the answer: `released` (this cancel, or an
+        /// earlier one, freed it) or `expired` (it had already lapsed: a
+        /// cancel is idempotent and answers 200 either way). Absent in
+        /// histories recorded before it was kept: taken as `released`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<String>,
     },
     Booked {
         booking: String,
@@ -194,13 +200,9 @@ pub enum Reply {
     },
     /// A booking's status (`pending`, `confirmed`, `expired`,
     /// `refund_pending`, `refunded`).
-    Booking {
-        status: String,
-    },
+    Booking { status: String },
     /// The move finished: the event's new epoch.
-    Moved {
-        epoch: u64,
-    },
+    Moved { epoch: u64 },
 }
 
 /// An operation: an invoke paired with its completion.

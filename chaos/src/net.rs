@@ -296,6 +296,7 @@ impl IptablesNet {
         if net.run(&["-C", "INPUT", "-j", &net.chain]).is_err() {
             net.run(&["-I", "INPUT", "-j", &net.chain])?;
         }
+        IPTABLES_IN_USE.store(true, Ordering::SeqCst);
         Ok(net)
     }
 
@@ -304,11 +305,36 @@ impl IptablesNet {
     }
 }
 
+impl IptablesNet {
+    /// Remove the chain and its jump.
+    fn remove_chain() {
+        let _ = run_cmd("iptables", &["-w", "-D", "INPUT", "-j", CHAIN]);
+        let _ = run_cmd("iptables", &["-w", "-F", CHAIN]);
+        let _ = run_cmd("iptables", &["-w", "-X", CHAIN]);
+    }
+}
+
 impl Drop for IptablesNet {
     fn drop(&mut self) {
-        let _ = self.run(&["-D", "INPUT", "-j", &self.chain]);
-        let _ = self.run(&["-F", &self.chain]);
-        let _ = self.run(&["-X", &self.chain]);
+        Self::remove_chain();
+        IPTABLES_IN_USE.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Whether this process has set up namespaces / the iptables chain that
+/// are not removed yet, for [`remove_after_interrupt`].
+static NETNS_IN_USE: AtomicBool = AtomicBool::new(false);
+static IPTABLES_IN_USE: AtomicBool = AtomicBool::new(false);
+
+/// Remove what this process's partition mechanism set up on the machine
+/// (namespaces and bridge, or the iptables chain), for a drill stopped by
+/// a signal while tasks still hold the mechanism.
+pub fn remove_after_interrupt() {
+    if NETNS_IN_USE.swap(false, Ordering::SeqCst) {
+        NetnsNet::remove_all();
+    }
+    if IPTABLES_IN_USE.swap(false, Ordering::SeqCst) {
+        IptablesNet::remove_chain();
     }
 }
 
@@ -463,6 +489,7 @@ impl NetnsNet {
         );
         Self::remove_all();
         let net = NetnsNet { ids: ids.to_vec() };
+        NETNS_IN_USE.store(true, Ordering::SeqCst);
         run_cmd("ip", &["link", "add", BRIDGE, "type", "bridge"])?;
         run_cmd(
             "ip",
@@ -506,9 +533,23 @@ impl NetnsNet {
         Ok(net)
     }
 
-    /// Remove every namespace and the bridge this mechanism creates (the
-    /// veth pairs go with their namespaces).
+    /// Remove every namespace, veth pair and the bridge this mechanism
+    /// creates. The host ends are deleted first and explicitly: a deleted
+    /// namespace takes its veth pairs with it only asynchronously.
     fn remove_all() {
+        if let Ok(out) = std::process::Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                // "12: sfchaos3h@if11: <...>"
+                let name = line.split(':').nth(1).unwrap_or("").trim();
+                let name = name.split('@').next().unwrap_or("");
+                if name.starts_with("sfchaos") && name.ends_with('h') {
+                    let _ = run_cmd("ip", &["link", "del", name]);
+                }
+            }
+        }
         if let Ok(out) = std::process::Command::new("ip")
             .args(["netns", "list"])
             .output()
@@ -541,6 +582,7 @@ impl NetnsNet {
 impl Drop for NetnsNet {
     fn drop(&mut self) {
         Self::remove_all();
+        NETNS_IN_USE.store(false, Ordering::SeqCst);
     }
 }
 

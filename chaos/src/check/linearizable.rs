@@ -5,7 +5,10 @@
 //! seat, each inside its op's invoke–complete window:
 //! - a hold answered 201 took it: `Free → Held(h)`;
 //! - a hold answered 409 naming it found it not free;
-//! - a cancel answered ok freed it: `Held(h) → Free`;
+//! - a cancel answered ok with the hold `released` freed it:
+//!   `Held(h) → Free`; answered ok with the hold `expired` (a cancel is
+//!   idempotent: it answers 200 for a hold that already lapsed), `h` no
+//!   longer held it;
 //! - a booking read or callback answered `confirmed`: `Sold(h)`; a booking
 //!   read answered `pending`/`expired`/`refund_pending`/`refunded`: not
 //!   `Sold(h)`.
@@ -41,6 +44,8 @@ enum Kind {
     Acquire(u32),
     NotFree,
     Release(u32),
+    /// The seat is not held by this hold (a cancel found it lapsed).
+    NotHeldBy(u32),
     SoldTo(u32),
     NotSoldTo(u32),
 }
@@ -222,14 +227,18 @@ fn seat_ops(ops: &[Op], ttl: u64, slack: u64) -> (PerSeat, Holds) {
             (Call::Cancel { event, hold, seats }, outcome) => {
                 let h = holds.id(hold);
                 match outcome {
-                    Outcome::Ok(_) => {
+                    Outcome::Ok(reply) => {
+                        let lapsed = matches!(
+                            reply,
+                            Reply::Cancelled { status: Some(s), .. } if s == "expired"
+                        );
+                        let kind = if lapsed {
+                            Kind::NotHeldBy(h)
+                        } else {
+                            Kind::Release(h)
+                        };
                         for s in seats {
-                            add(
-                                &mut per,
-                                event,
-                                s,
-                                seat_op(o, Kind::Release(h), false, window_end(o)),
-                            );
+                            add(&mut per, event, s, seat_op(o, kind, false, window_end(o)));
                         }
                     }
                     Outcome::Unknown(_) => {
@@ -316,6 +325,7 @@ fn step(kind: Kind, s: Seat) -> Option<Seat> {
         (Kind::Acquire(h), Seat::Free) => Some(Seat::Held(h)),
         (Kind::NotFree, Seat::Held(_) | Seat::Sold(_)) => Some(s),
         (Kind::Release(h), Seat::Held(x)) if x == h => Some(Seat::Free),
+        (Kind::NotHeldBy(h), s) if s != Seat::Held(h) => Some(s),
         (Kind::SoldTo(h), Seat::Sold(x)) if x == h => Some(s),
         (Kind::NotSoldTo(h), s) if s != Seat::Sold(h) => Some(s),
         _ => None,
@@ -507,10 +517,44 @@ mod tests {
             },
             5.5,
             5.6,
-            Done::Ok(Reply::Cancelled { epoch: 1 }),
+            Done::Ok(Reply::Cancelled {
+                epoch: 1,
+                status: Some("released".into()),
+            }),
         );
         h.hold("c3", "S1", 5.7, 5.8, Some("h5-3"));
         assert_eq!(verdict(&h).status, Status::Pass);
+    }
+
+    #[test]
+    fn cancel_of_a_lapsed_hold_answers_expired() {
+        let run_with = |status: &str| {
+            let mut h = H::default();
+            h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
+            // After the TTL someone else holds the seat; then c1 cancels.
+            h.hold("c2", "S1", 5.0, 5.1, Some("h5-2"));
+            let cancel = h.op(
+                "c1",
+                Call::Cancel {
+                    event: "e".into(),
+                    hold: "h5-1".into(),
+                    seats: vec!["S1".into()],
+                },
+                5.5,
+                5.6,
+                Done::Ok(Reply::Cancelled {
+                    epoch: 1,
+                    status: Some(status.into()),
+                }),
+            );
+            (verdict(&h), cancel)
+        };
+        // The hold had lapsed: the cancel says so, and changes nothing.
+        assert_eq!(run_with("expired").0.status, Status::Pass);
+        // A cancel that claims to have released a seat someone else holds.
+        let (v, cancel) = run_with("released");
+        assert_eq!(v.status, Status::Fail, "{v:?}");
+        assert!(v.violations[0].ops.contains(&cancel), "{v:?}");
     }
 
     #[test]
@@ -623,7 +667,10 @@ mod tests {
                 },
                 t + 0.2,
                 t + 0.25,
-                Done::Ok(Reply::Cancelled { epoch: 1 }),
+                Done::Ok(Reply::Cancelled {
+                    epoch: 1,
+                    status: Some("released".into()),
+                }),
             );
             t += 0.3;
         }

@@ -60,7 +60,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
                 _,
                 Outcome::Ok(
                     Reply::Held { epoch, .. }
-                    | Reply::Cancelled { epoch }
+                    | Reply::Cancelled { epoch, .. }
                     | Reply::Booked { epoch, .. },
                 ),
             ) => {

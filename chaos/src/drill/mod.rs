@@ -103,14 +103,24 @@ pub const EXIT_HARNESS: i32 = 2;
 pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
     match cmd {
         ChaosCmd::Drill(args) => {
-            let result = runner::run(bin, args).await;
+            let result = tokio::select! {
+                r = runner::run(bin, args) => Some(r),
+                _ = interrupted() => None,
+            };
             // Whatever happened, no node or gateway outlives the drill
             // (the caller exits without waiting for tasks to drop them).
             crate::supervisor::reap_all();
             match result {
-                Ok(status) => exit_code(status),
-                Err(e) => {
+                Some(Ok(status)) => exit_code(status),
+                Some(Err(e)) => {
                     eprintln!("chaos drill could not run: {e:#}");
+                    EXIT_HARNESS
+                }
+                None => {
+                    crate::net::remove_after_interrupt();
+                    eprintln!(
+                        "\nchaos drill: interrupted; nodes and gateway stopped, partitions removed"
+                    );
                     EXIT_HARNESS
                 }
             }
@@ -122,6 +132,21 @@ pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
                 EXIT_HARNESS
             }
         },
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn interrupted() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

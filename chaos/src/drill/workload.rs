@@ -229,6 +229,7 @@ impl Buyer<'_> {
                 op,
                 Reply::Cancelled {
                     epoch: a.epoch.unwrap_or(0),
+                    status: a.body["status"].as_str().map(str::to_string),
                 },
             ),
             other => self.record_other(op, other),

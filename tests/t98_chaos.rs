@@ -14,6 +14,35 @@ use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// A drill's temporary directory, kept (and its path printed) when the
+/// test fails, so the history and report of a failed drill survive.
+struct RunDir(Option<tempfile::TempDir>);
+
+impl RunDir {
+    fn new() -> RunDir {
+        RunDir(Some(
+            tempfile::Builder::new()
+                .prefix("seatfence-t98-")
+                .tempdir()
+                .unwrap(),
+        ))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.as_ref().expect("present until dropped").path()
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(d) = self.0.take() {
+                eprintln!("drill kept for inspection: {}", d.keep().display());
+            }
+        }
+    }
+}
+
 fn drill(dir: &Path, seed: u64, secs: u64, extra: &[&str]) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_seatfence"))
         .args(["chaos", "drill", "--seed", &seed.to_string()])
@@ -83,7 +112,7 @@ fn assert_passes(dir: &Path, seed: u64, extra: &[&str]) -> Value {
 #[test]
 fn drill_seed_1_over_link_proxies_passes() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let dir = RunDir::new();
     assert_passes(&dir.path().join("run"), 1, &["--net", "proxy"]);
 }
 
@@ -92,7 +121,7 @@ fn drill_seed_2_passes() {
     // `auto`: network namespaces when running as root with `ip` and
     // iptables (CI installs them), the proxy without privileges.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let dir = RunDir::new();
     let summary = assert_passes(&dir.path().join("run"), 2, &[]);
     // What `auto` must have picked on this machine.
     let expected = if NetnsNet::probe().is_ok() {
@@ -108,7 +137,7 @@ fn drill_seed_2_passes() {
 #[test]
 fn planted_stale_epoch_bug_is_caught() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let dir = RunDir::new();
     let (code, summary) = drill(
         &dir.path().join("run"),
         3,

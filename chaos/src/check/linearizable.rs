@@ -508,20 +508,7 @@ mod tests {
         let mut h = H::default();
         h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
         h.hold("c2", "S1", 5.0, 5.1, Some("h5-2"));
-        h.op(
-            "c2",
-            Call::Cancel {
-                event: "e".into(),
-                hold: "h5-2".into(),
-                seats: vec!["S1".into()],
-            },
-            5.5,
-            5.6,
-            Done::Ok(Reply::Cancelled {
-                epoch: 1,
-                status: Some("released".into()),
-            }),
-        );
+        h.cancel("c2", "h5-2", 5.5, 5.6, "released");
         h.hold("c3", "S1", 5.7, 5.8, Some("h5-3"));
         assert_eq!(verdict(&h).status, Status::Pass);
     }
@@ -533,20 +520,7 @@ mod tests {
             h.hold("c1", "S1", 0.0, 0.1, Some("h5-1"));
             // After the TTL someone else holds the seat; then c1 cancels.
             h.hold("c2", "S1", 5.0, 5.1, Some("h5-2"));
-            let cancel = h.op(
-                "c1",
-                Call::Cancel {
-                    event: "e".into(),
-                    hold: "h5-1".into(),
-                    seats: vec!["S1".into()],
-                },
-                5.5,
-                5.6,
-                Done::Ok(Reply::Cancelled {
-                    epoch: 1,
-                    status: Some(status.into()),
-                }),
-            );
+            let cancel = h.cancel("c1", "h5-1", 5.5, 5.6, status);
             (verdict(&h), cancel)
         };
         // The hold had lapsed: the cancel says so, and changes nothing.
@@ -658,20 +632,7 @@ mod tests {
                 let t0 = t + 0.01 * c as f64;
                 h.hold(&format!("c{c}"), "S1", t0, t0 + 0.08, None);
             }
-            h.op(
-                "w",
-                Call::Cancel {
-                    event: "e".into(),
-                    hold: name.clone(),
-                    seats: vec!["S1".into()],
-                },
-                t + 0.2,
-                t + 0.25,
-                Done::Ok(Reply::Cancelled {
-                    epoch: 1,
-                    status: Some("released".into()),
-                }),
-            );
+            h.cancel("w", &name, t + 0.2, t + 0.25, "released");
             t += 0.3;
         }
         assert_eq!(verdict(&h).status, Status::Pass);

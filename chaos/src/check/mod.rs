@@ -198,6 +198,20 @@ pub(crate) mod fixtures {
             op
         }
 
+        /// A cancel of `hold` (seat S1) answered 200 with the hold's `status`.
+        pub fn cancel(&mut self, p: &str, hold: &str, t0: f64, t1: f64, status: &str) -> u64 {
+            let call = Call::Cancel {
+                event: "e".into(),
+                hold: hold.into(),
+                seats: vec!["S1".into()],
+            };
+            let reply = Reply::Cancelled {
+                epoch: 1,
+                status: Some(status.into()),
+            };
+            self.op(p, call, t0, t1, Done::Ok(reply))
+        }
+
         pub fn hold(&mut self, p: &str, seat: &str, t0: f64, t1: f64, hold: Option<&str>) -> u64 {
             let call = Call::Hold {
                 event: "e".into(),

@@ -259,7 +259,6 @@ async fn pump(
 /// when the next one starts.
 pub struct IptablesNet {
     ips: BTreeMap<u64, String>,
-    chain: String,
 }
 
 const CHAIN: &str = "SEATFENCE-CHAOS";
@@ -289,12 +288,11 @@ impl IptablesNet {
     pub fn start(ids: &[u64]) -> anyhow::Result<IptablesNet> {
         let net = IptablesNet {
             ips: ids.iter().map(|i| (*i, Self::ip_of(*i))).collect(),
-            chain: CHAIN.to_string(),
         };
-        let _ = net.run(&["-N", &net.chain]);
-        net.run(&["-F", &net.chain])?;
-        if net.run(&["-C", "INPUT", "-j", &net.chain]).is_err() {
-            net.run(&["-I", "INPUT", "-j", &net.chain])?;
+        let _ = net.run(&["-N", CHAIN]);
+        net.run(&["-F", CHAIN])?;
+        if net.run(&["-C", "INPUT", "-j", CHAIN]).is_err() {
+            net.run(&["-I", "INPUT", "-j", CHAIN])?;
         }
         IPTABLES_IN_USE.store(true, Ordering::SeqCst);
         Ok(net)
@@ -303,9 +301,7 @@ impl IptablesNet {
     fn run(&self, args: &[&str]) -> anyhow::Result<()> {
         run_cmd("iptables", &[&["-w"][..], args].concat())
     }
-}
 
-impl IptablesNet {
     /// Remove the chain and its jump.
     fn remove_chain() {
         let _ = run_cmd("iptables", &["-w", "-D", "INPUT", "-j", CHAIN]);
@@ -351,13 +347,7 @@ impl Partitioner for IptablesNet {
         // answers on `to`'s connections would need a reverse rule; like
         // the proxy, block only the connections `from` opens (dport side)
         // by dropping packets from a to b that are not replies.
-        self.run(
-            &[
-                &["-A", &self.chain, "-s", a, "-d", b][..],
-                &OWN_CONNECTIONS_DROP,
-            ]
-            .concat(),
-        )
+        self.run(&[&["-A", CHAIN, "-s", a, "-d", b][..], &OWN_CONNECTIONS_DROP].concat())
     }
 
     fn delay_all(&self, _ms: u64) -> anyhow::Result<()> {
@@ -365,7 +355,7 @@ impl Partitioner for IptablesNet {
     }
 
     fn heal(&self) -> anyhow::Result<()> {
-        self.run(&["-F", &self.chain])
+        self.run(&["-F", CHAIN])
     }
 
     fn supports_delay(&self) -> bool {

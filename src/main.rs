@@ -494,7 +494,8 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
         let registry = node.registry.clone();
         let client = ClusterClient::new(seeds)
             .with_deadline(std::time::Duration::from_secs(5))
-            .with_members(std::sync::Arc::new(move |g| registry.member_addrs(g)));
+            .with_members(std::sync::Arc::new(move |g| registry.member_addrs(g)))
+            .with_local(node.proposer.clone());
         seatfence_regions::moves::spawn(
             node.registry.clone(),
             client,
@@ -519,7 +520,7 @@ async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
             node.config.region.clone(),
             edge_config,
             seeds,
-            node.registry.clone(),
+            node.proposer.clone(),
             node.clock.clone(),
         );
         if let Some(p) = node.config.payments.clone() {

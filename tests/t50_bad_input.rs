@@ -141,5 +141,5 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
 }
 
 fn bincode_cmd(c: &Command) -> Vec<u8> {
-    seatfence_raft::storage::encode(c).unwrap()
+    seatfence_raft::codec::encode(c).unwrap()
 }

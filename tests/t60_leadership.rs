@@ -10,7 +10,7 @@ use seatfence_core::Command;
 use seatfence_proto::v1::{write_reply, TransferLeaderRequest, WriteRequest};
 
 fn put_cmd(key: &str) -> Vec<u8> {
-    seatfence_raft::storage::encode(&Command::Put {
+    seatfence_raft::codec::encode(&Command::Put {
         key: key.into(),
         value: b"v".to_vec(),
     })

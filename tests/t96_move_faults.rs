@@ -149,7 +149,7 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
             });
             let mut req = tonic::Request::new(seatfence_proto::v1::WriteRequest {
                 group_id: gid,
-                command: seatfence_raft::storage::encode(&cmd).unwrap(),
+                command: seatfence_raft::codec::encode(&cmd).unwrap(),
                 expected_term: None,
             });
             req.set_timeout(Duration::from_secs(3));
@@ -160,7 +160,7 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
                     r.into_inner().result
                 {
                     let resp: seatfence_core::Response =
-                        seatfence_raft::storage::decode(&c.response).unwrap();
+                        seatfence_raft::codec::decode(&c.response).unwrap();
                     assert!(
                         !matches!(
                             &resp,

@@ -42,7 +42,7 @@ use seatfence_core::inventory::{EventCommand, EventReply, Outcome};
 use seatfence_core::{Command, EventId, EventRoute, Fence, Response};
 use seatfence_raft::config::EdgeConfig;
 use seatfence_raft::registry::Registry;
-use seatfence_raft::{ClientError, ClusterClient};
+use seatfence_raft::{ClientError, ClusterClient, Committed, ProposeError, Proposer};
 use seatfence_regions::{FenceCheck, RouteCache, RouteError};
 
 use crate::admission::Admission;
@@ -57,9 +57,6 @@ const MAX_ATTEMPTS: usize = 8;
 /// Shared state of one edge.
 pub struct Edge {
     pub region: String,
-    /// This node's own API, called in-process when this node leads the
-    /// event's group (no gRPC hop to itself).
-    local: seatfence_raft::api::NodeApi,
     pub config: EdgeConfig,
     pub client: ClusterClient,
     pub routes: RouteCache,
@@ -78,22 +75,24 @@ pub struct Edge {
 pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
 
 impl Edge {
+    /// An edge of `region` on the node whose leader side is `proposer`:
+    /// commands for groups this node leads are proposed in-process, the
+    /// rest go to their leaders through a client seeded with `seeds`.
     pub fn new(
         region: String,
         config: EdgeConfig,
         seeds: Vec<String>,
-        registry: Arc<Registry>,
+        proposer: Arc<Proposer>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
-        let local =
-            seatfence_raft::api::NodeApi::new(registry.clone(), region.clone(), clock.clone());
+        let registry = proposer.registry().clone();
         let resolver_registry = registry.clone();
         let client = ClusterClient::new(seeds)
             .with_deadline(Duration::from_millis(config.request_timeout_ms))
-            .with_members(Arc::new(move |group| resolver_registry.member_addrs(group)));
+            .with_members(Arc::new(move |group| resolver_registry.member_addrs(group)))
+            .with_local(proposer);
         Edge {
             region,
-            local,
             admission: Admission::new(
                 config.max_inflight_mutations,
                 config.user_rate_per_sec,
@@ -201,12 +200,12 @@ impl Edge {
             cmd.epoch = route.epoch;
             let out = match self.write(route.group, Command::Event(cmd.clone())).await {
                 Ok(out) => out,
-                Err(ClientError::Rejected(s))
-                    if matches!(s.code(), tonic::Code::Aborted | tonic::Code::NotFound) =>
-                {
+                Err(ClientError::Rejected(
+                    e @ (ProposeError::OutcomeUnknown(_) | ProposeError::UnknownGroup(_)),
+                )) => {
                     // Outcome unknown (entry discarded by a leader change) or
                     // the group is not open yet: the same key makes a retry safe.
-                    last = s.message().to_string();
+                    last = format!("{}: {e}", e.code());
                     continue;
                 }
                 Err(e) => return Err(self.client_error(e)),
@@ -359,33 +358,7 @@ impl Edge {
         &self,
         group: seatfence_core::GroupId,
         cmd: Command,
-    ) -> Result<seatfence_raft::WriteOutcome, ClientError> {
-        use seatfence_proto::v1::{node_service_server::NodeService, write_reply, WriteRequest};
-        let leads = self.registry.get(group).is_some_and(|g| g.leads());
-        if leads {
-            let bytes = seatfence_raft::storage::encode(&cmd)
-                .map_err(|e| ClientError::BadReply(e.to_string()))?;
-            let req = tonic::Request::new(WriteRequest {
-                group_id: group.0,
-                command: bytes,
-                expected_term: None,
-            });
-            let reply = self
-                .local
-                .write(req)
-                .await
-                .map_err(ClientError::Rejected)?
-                .into_inner();
-            if let Some(write_reply::Result::Committed(c)) = reply.result {
-                return Ok(seatfence_raft::WriteOutcome {
-                    response: seatfence_raft::storage::decode(&c.response)
-                        .map_err(|e| ClientError::BadReply(e.to_string()))?,
-                    log_index: c.log_index,
-                    term: c.term,
-                });
-            }
-            // Leadership moved meanwhile: go through the client.
-        }
+    ) -> Result<Committed, ClientError> {
         self.client.write(group, &cmd).await
     }
 

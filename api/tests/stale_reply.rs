@@ -13,8 +13,9 @@ use seatfence_core::inventory::{
 use seatfence_core::{Epoch, EventId, EventRoute, GroupId, RegionId, Response, UserId};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::*;
+use seatfence_raft::codec::encode;
 use seatfence_raft::registry::Registry;
-use seatfence_raft::storage::{encode, FlushMode, NodeDb};
+use seatfence_raft::storage::{FlushMode, NodeDb};
 use seatfence_raft::NodeConfig;
 use tonic::{Request, Response as TonicResponse, Status};
 
@@ -122,12 +123,13 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         Default::default(),
         config.openraft_config(),
     ));
+    let clock = Arc::new(seatfence_raft::clock::SystemClock::default());
     let edge = Edge::new(
         "eu-west".into(),
         config.edge.clone().unwrap(),
         vec![addr],
-        registry,
-        Arc::new(seatfence_raft::clock::SystemClock::default()),
+        Arc::new(seatfence_raft::Proposer::new(registry, clock.clone())),
+        clock,
     );
     let route = EventRoute {
         event_id: EventId("e".into()),

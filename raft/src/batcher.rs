@@ -5,13 +5,10 @@
 //! The batcher never waits for a batch to commit before taking the next one:
 //! each batch is proposed from its own task, so batches pipeline.
 
-use seatfence_core::{Command, Response};
-use seatfence_proto::v1::{write_reply, Committed, WriteReply};
+use seatfence_core::{Command, GroupId, Response};
 use tokio::sync::{mpsc, oneshot};
-use tonic::Status;
 
-use crate::api::propose;
-use crate::storage;
+use crate::propose::{propose, Committed, ProposeError};
 use crate::types::Raft;
 
 /// Most commands packed into one entry.
@@ -25,7 +22,7 @@ pub const MAX_INFLIGHT_BATCHES: usize = 4;
 struct Proposal {
     cmd: Command,
     expected_term: Option<u64>,
-    tx: oneshot::Sender<Result<WriteReply, Status>>,
+    tx: oneshot::Sender<Result<Committed, ProposeError>>,
 }
 
 /// The cloneable front of a group's batching task.
@@ -37,9 +34,9 @@ pub struct Batcher {
 impl Batcher {
     /// Start the batching task for `raft`; it ends when every `Batcher`
     /// clone is dropped.
-    pub fn spawn(raft: Raft) -> Batcher {
+    pub fn spawn(group: GroupId, raft: Raft) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, rx));
+        tokio::spawn(run(group, raft, rx));
         Batcher { tx }
     }
 
@@ -49,7 +46,7 @@ impl Batcher {
         &self,
         cmd: Command,
         expected_term: Option<u64>,
-    ) -> Result<WriteReply, Status> {
+    ) -> Result<Committed, ProposeError> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Proposal {
@@ -57,13 +54,16 @@ impl Batcher {
                 expected_term,
                 tx,
             })
-            .map_err(|_| Status::unavailable("group_unavailable: group is shutting down"))?;
-        rx.await
-            .map_err(|_| Status::unavailable("group_unavailable: group is shutting down"))?
+            .map_err(|_| shutting_down())?;
+        rx.await.map_err(|_| shutting_down())?
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Proposal>) {
+fn shutting_down() -> ProposeError {
+    ProposeError::Unavailable("group is shutting down".into())
+}
+
+async fn run(group: GroupId, raft: Raft, mut rx: mpsc::UnboundedReceiver<Proposal>) {
     let inflight = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_BATCHES));
     let mut buf = Vec::with_capacity(MAX_BATCH);
     loop {
@@ -84,66 +84,62 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Proposal>) {
             let raft = raft.clone();
             let permit = permit.clone();
             tokio::spawn(async move {
-                propose_batch(raft, term, same).await;
+                propose_batch(group, raft, term, same).await;
                 drop(permit);
             });
         }
     }
 }
 
-async fn propose_batch(raft: Raft, expected_term: Option<u64>, mut batch: Vec<Proposal>) {
+async fn propose_batch(
+    group: GroupId,
+    raft: Raft,
+    expected_term: Option<u64>,
+    mut batch: Vec<Proposal>,
+) {
     if batch.len() == 1 {
         let p = batch.pop().expect("one proposal");
-        let _ = p.tx.send(propose(&raft, p.cmd, p.expected_term).await);
+        let _ =
+            p.tx.send(propose(group, &raft, p.cmd, p.expected_term).await);
         return;
     }
     let (cmds, txs): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.tx)).unzip();
-    let result = propose(&raft, Command::Batch(cmds), expected_term).await;
+    let result = propose(group, &raft, Command::Batch(cmds), expected_term).await;
     match split(result, txs.len()) {
         Ok(replies) => {
             for (tx, r) in txs.into_iter().zip(replies) {
-                let _ = tx.send(r);
+                let _ = tx.send(Ok(r));
             }
         }
         Err(shared) => {
             for tx in txs {
-                let _ = tx.send(shared.clone());
+                let _ = tx.send(Err(shared.clone()));
             }
         }
     }
 }
 
-/// One reply per command of a committed batch; anything else is the same
-/// outcome for every command.
+/// One answer per command of a committed batch; anything else is the same
+/// error for every command.
 fn split(
-    result: Result<WriteReply, Status>,
+    result: Result<Committed, ProposeError>,
     n: usize,
-) -> Result<Vec<Result<WriteReply, Status>>, Result<WriteReply, Status>> {
-    let Ok(WriteReply {
-        result: Some(write_reply::Result::Committed(c)),
-    }) = &result
-    else {
-        return Err(result);
-    };
-    let responses = match storage::decode::<Response>(&c.response) {
-        Ok(Response::Batch(rs)) if rs.len() == n => rs,
+) -> Result<Vec<Committed>, ProposeError> {
+    let c = result?;
+    let responses = match c.response {
+        Response::Batch(rs) if rs.len() == n => rs,
         other => {
-            return Err(Err(Status::internal(format!(
+            return Err(ProposeError::Internal(format!(
                 "batch of {n} answered with {other:?}"
-            ))))
+            )))
         }
     };
     Ok(responses
         .into_iter()
-        .map(|r| {
-            let response = storage::encode(&r).map_err(|e| Status::internal(e.to_string()))?;
-            Ok(WriteReply {
-                result: Some(write_reply::Result::Committed(Committed {
-                    response,
-                    log_index: c.log_index,
-                    term: c.term,
-                })),
-            })
+        .map(|response| Committed {
+            response,
+            log_index: c.log_index,
+            term: c.term,
         })
         .collect())
 }

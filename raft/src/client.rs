@@ -1,7 +1,11 @@
-//! [`ClusterClient`]: proposes commands to a group from outside (tests,
-//! benchmarks, `seatfence ctl`, and nodes forwarding to the directory).
-//! Follows leader hints, backs off when no leader is known, gives up at a
-//! deadline.
+//! [`ClusterClient`]: proposes commands to a group and asks it questions,
+//! from anywhere (tests, benchmarks, `seatfence ctl`, and a node's own edge,
+//! workers and move coordinator). Follows leader hints, backs off when no
+//! leader is known, gives up at a deadline.
+//!
+//! A client built inside a node ([`ClusterClient::with_local`]) calls the
+//! node's [`Proposer`] directly for the groups this node leads: no encode,
+//! no gRPC, no tonic types on that path.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +13,7 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
+use seatfence_core::{Command, GroupId, Query, QueryResult};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
 use seatfence_proto::v1::{
     query_reply, write_batch_reply, QueryRequest, ReadReply, ReadRequest, StatusReply,
@@ -19,8 +23,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::codec;
 use crate::network::MAX_MESSAGE_BYTES;
-use crate::storage;
+use crate::propose::{Committed, ProposeError, Proposer};
+use crate::status::from_status;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
@@ -30,8 +36,9 @@ pub enum ClientError {
         waited: Duration,
         last: String,
     },
-    #[error("rejected by node: {0}")]
-    Rejected(tonic::Status),
+    /// The leader (or the node asked) refused for good.
+    #[error("rejected by node: {code}: {0}", code = .0.code())]
+    Rejected(ProposeError),
     #[error("reply did not decode: {0}")]
     BadReply(String),
 }
@@ -40,18 +47,10 @@ impl ClientError {
     pub fn code(&self) -> &'static str {
         match self {
             ClientError::NoLeader { .. } => "no_leader",
-            ClientError::Rejected(_) => "rejected",
+            ClientError::Rejected(e) => e.code(),
             ClientError::BadReply(_) => "bad_reply",
         }
     }
-}
-
-/// A committed write.
-#[derive(Debug, Clone)]
-pub struct WriteOutcome {
-    pub response: Response,
-    pub log_index: u64,
-    pub term: u64,
 }
 
 /// Shared by many tasks; clones share channels, the leader cache and the
@@ -68,6 +67,8 @@ pub struct ClusterClient {
     inner: Arc<Inner>,
     queues: Arc<Mutex<HashMap<GroupId, mpsc::UnboundedSender<Queued>>>>,
     deadline: Duration,
+    /// This node's own leader side, for the groups it leads.
+    local: Option<Arc<Proposer>>,
 }
 
 /// Where a group's replicas are: gRPC addresses to try when its leader is
@@ -88,14 +89,14 @@ struct Inner {
 
 struct Queued {
     cmd: Vec<u8>,
-    tx: oneshot::Sender<Result<WriteOutcome, ClientError>>,
+    tx: oneshot::Sender<Result<Committed, ClientError>>,
 }
 
 /// One try of a call at a group's leader.
 enum Attempt<T> {
     Done(T),
     NotLeader(seatfence_proto::v1::NotLeader),
-    Failed(tonic::Status),
+    Failed(ProposeError),
 }
 
 /// How long a node asked only to find a group's leader may take to answer.
@@ -122,6 +123,7 @@ impl ClusterClient {
             }),
             queues: Default::default(),
             deadline: Duration::from_secs(15),
+            local: None,
         }
     }
 
@@ -140,7 +142,20 @@ impl ClusterClient {
             inner: Arc::new(inner),
             queues: Default::default(),
             deadline: self.deadline,
+            local: self.local,
         }
+    }
+
+    /// Call `proposer` in-process for every group its node leads; other
+    /// groups (or a leadership lost meanwhile) go over gRPC as before.
+    pub fn with_local(mut self, proposer: Arc<Proposer>) -> ClusterClient {
+        self.local = Some(proposer);
+        self
+    }
+
+    /// This node's proposer, if it leads `group` now.
+    fn local_leader(&self, group: GroupId) -> Option<&Proposer> {
+        self.local.as_deref().filter(|p| p.leads(group))
     }
 
     /// How long a write may keep looking for a leader before `no_leader`.
@@ -156,8 +171,13 @@ impl ClusterClient {
     }
 
     /// Propose `cmd` to `group` and wait until it is committed and applied.
-    pub async fn write(&self, group: GroupId, cmd: &Command) -> Result<WriteOutcome, ClientError> {
-        let bytes = storage::encode(cmd).map_err(|e| ClientError::BadReply(e.to_string()))?;
+    pub async fn write(&self, group: GroupId, cmd: &Command) -> Result<Committed, ClientError> {
+        if let Some(p) = self.local_leader(group) {
+            if let Some(r) = settled(p.write(group, cmd.clone(), None).await) {
+                return r;
+            }
+        }
+        let bytes = codec::encode(cmd).map_err(|e| ClientError::BadReply(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         let queued = Queued { cmd: bytes, tx };
         let sender = {
@@ -197,38 +217,36 @@ impl ClusterClient {
         q: &Query,
         linearizable: bool,
     ) -> Result<(QueryResult, u64), ClientError> {
-        let bytes = storage::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        if let Some(p) = self.local_leader(group) {
+            if let Some(r) = settled(p.query(group, q, linearizable).await) {
+                return r.map(|a| (a.result, a.term));
+            }
+        }
+        let bytes = codec::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;
         let inner = &self.inner;
         inner
-            .at_leader(
-                group,
-                self.deadline,
-                &[tonic::Code::InvalidArgument],
-                |addr| {
-                    let bytes = bytes.clone();
-                    async move {
-                        let mut req = tonic::Request::new(QueryRequest {
-                            group_id: group.0,
-                            query: bytes,
-                            linearizable,
-                        });
-                        req.set_timeout(Duration::from_secs(2));
-                        let reply = inner.node(&addr)?.query(req).await;
-                        Ok(match reply.map(|r| r.into_inner().result) {
-                            Ok(Some(query_reply::Result::Answer(a))) => {
-                                let r = storage::decode(&a.result)
-                                    .map_err(|e| ClientError::BadReply(e.to_string()))?;
-                                Attempt::Done((r, a.term))
-                            }
-                            Ok(Some(query_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
-                            Ok(None) => {
-                                return Err(ClientError::BadReply("empty query reply".into()))
-                            }
-                            Err(s) => Attempt::Failed(s),
-                        })
-                    }
-                },
-            )
+            .at_leader(group, self.deadline, |addr| {
+                let bytes = bytes.clone();
+                async move {
+                    let mut req = tonic::Request::new(QueryRequest {
+                        group_id: group.0,
+                        query: bytes,
+                        linearizable,
+                    });
+                    req.set_timeout(Duration::from_secs(2));
+                    let reply = inner.node(&addr)?.query(req).await;
+                    Ok(match reply.map(|r| r.into_inner().result) {
+                        Ok(Some(query_reply::Result::Answer(a))) => {
+                            let r = codec::decode(&a.result)
+                                .map_err(|e| ClientError::BadReply(e.to_string()))?;
+                            Attempt::Done((r, a.term))
+                        }
+                        Ok(Some(query_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
+                        Ok(None) => return Err(ClientError::BadReply("empty query reply".into())),
+                        Err(s) => Attempt::Failed(from_status(group, &s)),
+                    })
+                }
+            })
             .await
     }
 
@@ -248,7 +266,7 @@ impl ClusterClient {
             .node(addr)?
             .read(req)
             .await
-            .map_err(ClientError::Rejected)?
+            .map_err(|s| ClientError::Rejected(from_status(group, &s)))?
             .into_inner())
     }
 
@@ -260,38 +278,35 @@ impl ClusterClient {
         op: &crate::membership::MembershipOp,
     ) -> Result<crate::membership::MembershipStatus, ClientError> {
         use seatfence_proto::v1::{membership_reply, MembershipRequest};
-        let bytes = storage::encode(op).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        if let Some(p) = self.local_leader(group) {
+            if let Some(r) = settled(p.membership(group, op.clone()).await) {
+                return r;
+            }
+        }
+        let bytes = codec::encode(op).map_err(|e| ClientError::BadReply(e.to_string()))?;
         let inner = &self.inner;
         inner
-            .at_leader(
-                group,
-                self.deadline,
-                &[tonic::Code::InvalidArgument],
-                |addr| {
-                    let bytes = bytes.clone();
-                    async move {
-                        let mut req = tonic::Request::new(MembershipRequest {
-                            group_id: group.0,
-                            op: bytes,
-                        });
-                        req.set_timeout(Duration::from_secs(10));
-                        let reply = inner.node(&addr)?.membership(req).await;
-                        Ok(match reply.map(|r| r.into_inner().result) {
-                            Ok(Some(membership_reply::Result::Status(b))) => Attempt::Done(
-                                storage::decode(&b)
-                                    .map_err(|e| ClientError::BadReply(e.to_string()))?,
-                            ),
-                            Ok(Some(membership_reply::Result::NotLeader(nl))) => {
-                                Attempt::NotLeader(nl)
-                            }
-                            Ok(None) => {
-                                return Err(ClientError::BadReply("empty membership reply".into()))
-                            }
-                            Err(s) => Attempt::Failed(s),
-                        })
-                    }
-                },
-            )
+            .at_leader(group, self.deadline, |addr| {
+                let bytes = bytes.clone();
+                async move {
+                    let mut req = tonic::Request::new(MembershipRequest {
+                        group_id: group.0,
+                        op: bytes,
+                    });
+                    req.set_timeout(Duration::from_secs(10));
+                    let reply = inner.node(&addr)?.membership(req).await;
+                    Ok(match reply.map(|r| r.into_inner().result) {
+                        Ok(Some(membership_reply::Result::Status(b))) => Attempt::Done(
+                            codec::decode(&b).map_err(|e| ClientError::BadReply(e.to_string()))?,
+                        ),
+                        Ok(Some(membership_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
+                        Ok(None) => {
+                            return Err(ClientError::BadReply("empty membership reply".into()))
+                        }
+                        Err(s) => Attempt::Failed(from_status(group, &s)),
+                    })
+                }
+            })
             .await
     }
 
@@ -303,8 +318,19 @@ impl ClusterClient {
             .node(addr)?
             .status(req)
             .await
-            .map_err(ClientError::Rejected)?
+            .map_err(|s| ClientError::Rejected(from_status(GroupId::DIRECTORY, &s)))?
             .into_inner())
+    }
+}
+
+/// What an in-process call at this node's leader settles: its answer, or
+/// an error no retry can fix; `None` (ask the leader over gRPC, retrying
+/// until the deadline) when it was `not_leader` or may pass.
+fn settled<T>(r: Result<T, ProposeError>) -> Option<Result<T, ClientError>> {
+    match r {
+        Ok(v) => Some(Ok(v)),
+        Err(e) if e.is_final() => Some(Err(ClientError::Rejected(e))),
+        Err(_) => None,
     }
 }
 
@@ -421,14 +447,9 @@ impl Inner {
         group: GroupId,
         cmds: Vec<Vec<u8>>,
         deadline: Duration,
-    ) -> Result<Vec<WriteOutcome>, ClientError> {
+    ) -> Result<Vec<Committed>, ClientError> {
         let n = cmds.len();
-        let fatal = [
-            tonic::Code::InvalidArgument,
-            tonic::Code::FailedPrecondition,
-            tonic::Code::Aborted,
-        ];
-        self.at_leader(group, deadline, &fatal, |addr| {
+        self.at_leader(group, deadline, |addr| {
             let cmds = cmds.clone();
             async move {
                 let mut req = tonic::Request::new(WriteBatchRequest {
@@ -450,8 +471,8 @@ impl Inner {
                             .responses
                             .iter()
                             .map(|r| {
-                                Ok(WriteOutcome {
-                                    response: storage::decode(r)
+                                Ok(Committed {
+                                    response: codec::decode(r)
                                         .map_err(|e| ClientError::BadReply(e.to_string()))?,
                                     log_index: c.log_index,
                                     term: c.term,
@@ -462,7 +483,7 @@ impl Inner {
                     }
                     Ok(Some(write_batch_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
                     Ok(None) => return Err(ClientError::BadReply("empty write reply".into())),
-                    Err(s) => Attempt::Failed(s),
+                    Err(s) => Attempt::Failed(from_status(group, &s)),
                 })
             }
         })
@@ -472,12 +493,12 @@ impl Inner {
     /// Run `call` against the leader of `group` until it answers or
     /// `deadline` passes: follow `not_leader` hints, try members and seeds
     /// when no leader is known, back off (20 ms doubling to 300 ms) between
-    /// failures. A status whose code is in `fatal` is returned at once.
+    /// failures. An error no retry can fix ([`ProposeError::is_final`]) is
+    /// returned at once.
     async fn at_leader<T, F, Fut>(
         &self,
         group: GroupId,
         deadline: Duration,
-        fatal: &[tonic::Code],
         mut call: F,
     ) -> Result<T, ClientError>
     where
@@ -503,7 +524,7 @@ impl Inner {
             }
             let attempt = match tokio::time::timeout(remaining, call(addr.clone())).await {
                 Ok(a) => a?,
-                Err(_) => Attempt::Failed(tonic::Status::deadline_exceeded(format!(
+                Err(_) => Attempt::Failed(ProposeError::Unavailable(format!(
                     "no answer within {remaining:?}"
                 ))),
             };
@@ -519,11 +540,9 @@ impl Inner {
                         continue;
                     }
                 }
-                Attempt::Failed(s) if fatal.contains(&s.code()) => {
-                    return Err(ClientError::Rejected(s))
-                }
-                Attempt::Failed(s) => {
-                    last = format!("{addr}: {}: {}", s.code(), s.message());
+                Attempt::Failed(e) if e.is_final() => return Err(ClientError::Rejected(e)),
+                Attempt::Failed(e) => {
+                    last = format!("{addr}: {}: {e}", e.code());
                     self.set_leader(group, None);
                 }
             }

@@ -24,6 +24,7 @@ use crate::client::ClusterClient;
 use crate::clock::SystemClock;
 use crate::config::NodeConfig;
 use crate::network::{PeerPool, RaftGrpc};
+use crate::propose::Proposer;
 use crate::registry::Registry;
 use crate::storage::NodeDb;
 
@@ -43,6 +44,9 @@ pub async fn run_node(
 pub struct Node {
     pub config: NodeConfig,
     pub registry: Arc<Registry>,
+    /// The leader side of this node's groups, shared by the gRPC API and
+    /// every in-process caller (`ClusterClient::with_local`).
+    pub proposer: Arc<Proposer>,
     pub clock: Arc<SystemClock>,
     /// Turns `true` when the node is stopping.
     pub rx_stop: watch::Receiver<bool>,
@@ -78,6 +82,10 @@ impl Node {
             .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
         tracing::info!(node = config.node_id, region = %config.region, addr = %config.grpc_addr, "node serving");
 
+        let proposer = Arc::new(
+            Proposer::new(registry.clone(), clock.clone())
+                .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug)),
+        );
         let (tx_stop, rx_stop) = watch::channel(false);
         let server = {
             let mut rx = rx_stop.clone();
@@ -88,11 +96,7 @@ impl Node {
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             tonic::transport::Server::builder()
                 .add_service(RaftGrpc::new(registry.clone()).into_server())
-                .add_service(
-                    NodeApi::new(registry.clone(), config.region.clone(), clock.clone())
-                        .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug))
-                        .into_server(),
-                )
+                .add_service(NodeApi::new(proposer.clone(), config.region.clone()).into_server())
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })
@@ -123,6 +127,7 @@ impl Node {
         Ok(Node {
             config,
             registry,
+            proposer,
             clock,
             rx_stop,
             tx_stop,

@@ -146,16 +146,6 @@ impl Registry {
         })
     }
 
-    /// The replica of group `id`, or the gRPC answer for a group this node
-    /// does not host (NOT_FOUND `unknown_group`).
-    pub fn hosted(&self, id: u64) -> Result<Arc<GroupHandle>, tonic::Status> {
-        self.get(GroupId(id)).ok_or_else(|| {
-            tonic::Status::not_found(format!(
-                "unknown_group: group {id} is not hosted on this node"
-            ))
-        })
-    }
-
     /// Every hosted group, by id.
     pub fn all(&self) -> BTreeMap<GroupId, Arc<GroupHandle>> {
         let groups = self.groups.read().expect("registry lock poisoned");
@@ -178,7 +168,7 @@ impl Registry {
         let raft = Raft::new(self.node_id, self.config.clone(), network, log, sm.clone())
             .await
             .with_context(|| format!("start raft for {id}"))?;
-        let batcher = Batcher::spawn(raft.clone());
+        let batcher = Batcher::spawn(id, raft.clone());
         tokio::spawn(log_leadership(id, raft.clone()));
         let handle = Arc::new(GroupHandle {
             id,

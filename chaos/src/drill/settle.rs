@@ -13,7 +13,7 @@ use seatfence_core::inventory::BookingStatus;
 use seatfence_core::moves::MoveState;
 use seatfence_core::{GroupId, Query, QueryResult, ReplicaDump};
 use seatfence_proto::v1::{query_reply, QueryRequest};
-use seatfence_raft::storage;
+use seatfence_raft::codec;
 
 use super::World;
 
@@ -152,7 +152,7 @@ async fn read_replica(w: &World, node: u64, group: u64) -> ReplicaFinal {
         Ok(c) => c,
         Err(e) => return fail(e.to_string()),
     };
-    let query = match storage::encode(&Query::Replica) {
+    let query = match codec::encode(&Query::Replica) {
         Ok(q) => q,
         Err(e) => return fail(e.to_string()),
     };
@@ -163,18 +163,16 @@ async fn read_replica(w: &World, node: u64, group: u64) -> ReplicaFinal {
     });
     req.set_timeout(Duration::from_secs(3));
     match client.query(req).await.map(|r| r.into_inner().result) {
-        Ok(Some(query_reply::Result::Answer(a))) => {
-            match storage::decode::<QueryResult>(&a.result) {
-                Ok(QueryResult::Replica(d)) => ReplicaFinal {
-                    node,
-                    applied_index: a.applied_index,
-                    dump: Some(ReplicaDump::clone(&d)),
-                    error: None,
-                },
-                Ok(_) => fail("answered something else".into()),
-                Err(e) => fail(format!("undecodable answer: {e}")),
-            }
-        }
+        Ok(Some(query_reply::Result::Answer(a))) => match codec::decode::<QueryResult>(&a.result) {
+            Ok(QueryResult::Replica(d)) => ReplicaFinal {
+                node,
+                applied_index: a.applied_index,
+                dump: Some(ReplicaDump::clone(&d)),
+                error: None,
+            },
+            Ok(_) => fail("answered something else".into()),
+            Err(e) => fail(format!("undecodable answer: {e}")),
+        },
         Ok(_) => fail("no answer".into()),
         Err(s) => fail(format!("{}: {}", s.code(), s.message())),
     }

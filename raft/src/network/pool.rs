@@ -20,7 +20,7 @@ use seatfence_proto::v1::{RaftRequest, SnapshotChunk};
 use tonic::transport::{Channel, Endpoint};
 
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
-use crate::storage;
+use crate::codec;
 use crate::types::{Snapshot, TypeConfig, Vote};
 
 /// The shortest deadline a Raft RPC gets on the wire.
@@ -89,7 +89,7 @@ impl PeerPool {
             Future<Output = Result<tonic::Response<seatfence_proto::v1::RaftReply>, tonic::Status>>,
     {
         let client = self.client(target)?;
-        let payload = storage::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let payload = codec::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = tonic::Request::new(RaftRequest {
             group_id: group.0,
             payload,
@@ -99,7 +99,7 @@ impl PeerPool {
         // take longer, and timing out only resends the same work.
         request.set_timeout(option.hard_ttl().max(MIN_RPC_TIMEOUT));
         let reply = call(client, request).await.map_err(status_to_rpc)?;
-        storage::decode(&reply.into_inner().payload)
+        codec::decode(&reply.into_inner().payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))
     }
 }
@@ -190,8 +190,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let mut client = self.client(target).map_err(StreamingError::Unreachable)?;
         let net = |e: std::io::Error| StreamingError::Network(NetworkError::new(&e));
-        let vote = storage::encode(&vote).map_err(net)?;
-        let meta = storage::encode(&snapshot.meta).map_err(net)?;
+        let vote = codec::encode(&vote).map_err(net)?;
+        let meta = codec::encode(&snapshot.meta).map_err(net)?;
         let data = snapshot.snapshot.into_inner();
         let chunk_size = option
             .snapshot_chunk_size()
@@ -224,7 +224,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
             closed = cancel => return Err(StreamingError::Closed(closed)),
             r = send => r.map_err(|s| rpc_to_streaming(status_to_rpc(s)))?,
         };
-        storage::decode(&reply.into_inner().payload).map_err(net)
+        codec::decode(&reply.into_inner().payload).map_err(net)
     }
 
     fn backoff(&self) -> Option<Backoff> {

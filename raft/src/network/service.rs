@@ -11,8 +11,10 @@ use seatfence_proto::v1::{RaftReply, RaftRequest, SnapshotChunk};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::MAX_MESSAGE_BYTES;
+use crate::codec;
+use crate::propose::ProposeError;
 use crate::registry::{GroupHandle, Registry};
-use crate::storage;
+use crate::status::to_status;
 use crate::types::{Snapshot, SnapshotMeta, Vote};
 
 /// Largest snapshot a node accepts.
@@ -37,7 +39,10 @@ impl RaftGrpc {
     }
 
     fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
-        self.registry.hosted(id)
+        let id = seatfence_core::GroupId(id);
+        self.registry
+            .get(id)
+            .ok_or_else(|| to_status(&ProposeError::UnknownGroup(id)))
     }
 
     /// The addressed group (NOT_FOUND if not hosted here), then the payload
@@ -48,8 +53,7 @@ impl RaftGrpc {
     ) -> Result<(Arc<GroupHandle>, T), Status> {
         let req = req.into_inner();
         let group = self.group(req.group_id)?;
-        let msg = storage::decode(&req.payload)
-            .map_err(|e| Status::invalid_argument(format!("malformed_payload: {e}")))?;
+        let msg = codec::decode(&req.payload).map_err(|e| malformed(e.to_string()))?;
         Ok((group, msg))
     }
 }
@@ -57,9 +61,18 @@ impl RaftGrpc {
 fn reply<T: serde::Serialize, E: std::fmt::Display>(
     r: Result<T, E>,
 ) -> Result<Response<RaftReply>, Status> {
-    let v = r.map_err(|e| Status::unavailable(format!("group_unavailable: {e}")))?;
-    let payload = storage::encode(&v).map_err(|e| Status::internal(e.to_string()))?;
+    let v = r.map_err(|e| to_status(&ProposeError::Unavailable(e.to_string())))?;
+    let payload =
+        codec::encode(&v).map_err(|e| to_status(&ProposeError::Internal(e.to_string())))?;
     Ok(Response::new(RaftReply { payload }))
+}
+
+/// A payload that did not decode: INVALID_ARGUMENT `malformed_payload`.
+fn malformed(reason: String) -> Status {
+    to_status(&ProposeError::Malformed {
+        code: "malformed_payload",
+        reason,
+    })
 }
 
 #[tonic::async_trait]
@@ -98,26 +111,23 @@ impl RaftService for RaftGrpc {
         let first = stream
             .message()
             .await?
-            .ok_or_else(|| Status::invalid_argument("malformed_payload: empty snapshot stream"))?;
+            .ok_or_else(|| malformed("empty snapshot stream".into()))?;
         let group = self.group(first.group_id)?;
-        let vote: Vote = storage::decode(&first.vote).map_err(|e| {
-            Status::invalid_argument(format!("malformed_payload: snapshot vote: {e}"))
-        })?;
-        let meta: SnapshotMeta = storage::decode(&first.meta).map_err(|e| {
-            Status::invalid_argument(format!("malformed_payload: snapshot meta: {e}"))
-        })?;
+        let vote: Vote =
+            codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
+        let meta: SnapshotMeta =
+            codec::decode(&first.meta).map_err(|e| malformed(format!("snapshot meta: {e}")))?;
         // Chunks are held in memory until the last one: nothing reaches the
         // state machine unless the whole snapshot arrived.
         let mut data = first.data;
         let mut done = first.done;
         while !done {
-            let chunk = stream.message().await?.ok_or_else(|| {
-                Status::invalid_argument("malformed_payload: snapshot stream ended early")
-            })?;
+            let chunk = stream
+                .message()
+                .await?
+                .ok_or_else(|| malformed("snapshot stream ended early".into()))?;
             if chunk.group_id != first.group_id {
-                return Err(Status::invalid_argument(
-                    "malformed_payload: snapshot chunk for another group",
-                ));
+                return Err(malformed("snapshot chunk for another group".into()));
             }
             if data.len() + chunk.data.len() > MAX_SNAPSHOT_BYTES {
                 return Err(Status::resource_exhausted("snapshot_too_large"));

@@ -26,24 +26,4 @@ pub(crate) fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-pub fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
-    bincode::serialize(v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-pub fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
-    bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-/// Bincode, then LZ4: for the big values written on the hot path (log
-/// entries, state machine deltas). They repeat much (ids, key prefixes);
-/// compressed, sled copies, checksums and rewrites (when it consolidates a
-/// page) about half the bytes. Measured in docs/PERFORMANCE.md.
-pub(crate) fn encode_compressed<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
-    Ok(lz4_flex::compress_prepend_size(&encode(v)?))
-}
-
-pub(crate) fn decode_compressed<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
-    let raw = lz4_flex::decompress_size_prepended(b)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    decode(&raw)
-}
+pub(crate) use crate::codec::{decode, decode_compressed, encode, encode_compressed};

@@ -1,0 +1,440 @@
+//! The typed propose path at a group's leader: a [`Command`] in,
+//! `Result<Committed, ProposeError>` out. No wire format crosses it.
+//!
+//! ```text
+//!  edge / workers / coordinator ──(this node leads)──▶ Proposer::write
+//!  peer ──gRPC NodeService.Write──▶ api.rs (decode) ──▶ Proposer::write
+//!     removed leader? NotLeader · prepare (clock, fence check 2) · fence term
+//!     ──▶ Batcher (one entry for many) ──▶ propose ──▶ openraft write().with_leader(term)
+//! ```
+//!
+//! [`ProposeError`] is the one error of this path; `api.rs` turns it into a
+//! tonic `Status` (and `ClusterClient` back into a `ProposeError`) in one
+//! place each, with [`ProposeError::code`] as the stable code.
+
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
+use openraft::impls::ProgressResponder;
+use openraft::ReadPolicy;
+use seatfence_core::inventory::{EventAction, EventReply, Outcome};
+use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
+
+use crate::clock::Clock;
+use crate::config::PlantedBug;
+use crate::membership::{self, MembershipError, MembershipOp, MembershipStatus};
+use crate::metrics::{RaftMetrics, METRICS};
+use crate::registry::{GroupHandle, Registry};
+use crate::types::{Raft, TypeConfig};
+
+/// A committed write: the state machine's answer and the entry that
+/// carried it (`log_index` 0: answered by the leader without proposing).
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub response: Response,
+    pub log_index: u64,
+    pub term: u64,
+}
+
+/// A committed batch: one answer per command, in order.
+#[derive(Debug, Clone)]
+pub struct CommittedBatch {
+    pub responses: Vec<Response>,
+    pub log_index: u64,
+    pub term: u64,
+}
+
+/// An answered query and the replica state it was read from.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub result: QueryResult,
+    pub applied_index: u64,
+    pub term: u64,
+}
+
+/// Where a group's leader is, as a replica that is not it knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderHint {
+    pub node_id: u64,
+    pub addr: String,
+}
+
+/// Why a proposal (or a read or membership change at the leader) was not
+/// answered. Each variant has a stable [`code`](ProposeError::code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("group {0} is not hosted on this node")]
+    UnknownGroup(GroupId),
+    /// Ask the leader this replica knows, if any.
+    #[error("not the leader of group {group}")]
+    NotLeader {
+        group: GroupId,
+        leader: Option<LeaderHint>,
+    },
+    /// The entry may or may not commit (discarded by a leader change after
+    /// it was proposed): retry with the same idempotency key.
+    #[error("{0}")]
+    OutcomeUnknown(String),
+    /// The group cannot serve now (shutting down, fatal Raft error).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The bytes of a command, query or membership op did not decode.
+    #[error("{reason}")]
+    Malformed { code: &'static str, reason: String },
+    /// Raft refused the request for a reason that a retry will not fix.
+    #[error("{0}")]
+    Refused(String),
+    #[error("node {to} is not a voter of group {group}")]
+    NotAVoter { group: GroupId, to: u64 },
+    #[error("{0}")]
+    MembershipFailed(String),
+    /// A peer answered something this node cannot read.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ProposeError {
+    /// The stable code, written in front of the message on the wire.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProposeError::UnknownGroup(_) => "unknown_group",
+            ProposeError::NotLeader { .. } => "not_leader",
+            ProposeError::OutcomeUnknown(_) => "outcome_unknown",
+            ProposeError::Unavailable(_) => "group_unavailable",
+            ProposeError::Malformed { code, .. } => code,
+            ProposeError::Refused(_) => "refused",
+            ProposeError::NotAVoter { .. } => "not_a_voter",
+            ProposeError::MembershipFailed(_) => "membership_change_failed",
+            ProposeError::Internal(_) => "internal",
+        }
+    }
+
+    /// Whether asking again (elsewhere, later) cannot help: the client
+    /// stops at these instead of looking for another leader.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            ProposeError::OutcomeUnknown(_)
+                | ProposeError::Malformed { .. }
+                | ProposeError::Refused(_)
+                | ProposeError::NotAVoter { .. }
+        )
+    }
+
+    fn unavailable(e: impl std::fmt::Display) -> ProposeError {
+        ProposeError::Unavailable(e.to_string())
+    }
+
+    fn not_leader(group: GroupId, f: ForwardToLeader<TypeConfig>) -> ProposeError {
+        RaftMetrics::inc(&METRICS.not_leader_answers);
+        ProposeError::NotLeader {
+            group,
+            leader: match (f.leader_id, f.leader_node) {
+                (Some(node_id), Some(node)) => Some(LeaderHint {
+                    node_id,
+                    addr: node.addr,
+                }),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Propose `cmd` as one entry of `raft`'s log; `expected_term` fences it
+/// to one leader term (a deposed leader cannot commit it).
+pub async fn propose(
+    group: GroupId,
+    raft: &Raft,
+    cmd: Command,
+    expected_term: Option<u64>,
+) -> Result<Committed, ProposeError> {
+    let result = match expected_term {
+        None => raft.client_write(cmd).await.map_err(|e| match e {
+            RaftError::APIError(e) => Ok(e),
+            RaftError::Fatal(f) => Err(ProposeError::unavailable(f)),
+        }),
+        Some(term) => {
+            let (responder, rx) = ProgressResponder::complete_only();
+            raft.write(cmd)
+                .with_leader(term)
+                .responder(responder)
+                .await
+                .map_err(ProposeError::unavailable)?;
+            rx.await
+                .map_err(|_| ProposeError::unavailable("write dropped"))?
+                .map_err(Ok)
+        }
+    };
+    match result {
+        Ok(resp) => Ok(Committed {
+            response: resp.data,
+            log_index: resp.log_id.index,
+            term: resp.log_id.leader_id.term,
+        }),
+        Err(Err(e)) => Err(e),
+        Err(Ok(ClientWriteError::ForwardToLeader(f))) => Err(ProposeError::not_leader(group, f)),
+        Err(Ok(ClientWriteError::LogEntryDiscarded(f))) => Err(ProposeError::OutcomeUnknown(
+            format!("entry discarded on leader change ({f}); retry with the same operation key"),
+        )),
+        Err(Ok(e)) => Err(ProposeError::Refused(e.to_string())),
+    }
+}
+
+/// The leader side of this node's groups: what the gRPC `NodeService` and
+/// the in-process callers (through `ClusterClient::with_local`) both use.
+pub struct Proposer {
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+    /// Chaos drills only: a bug planted on purpose (see [`PlantedBug`]).
+    planted: Option<PlantedBug>,
+}
+
+impl Proposer {
+    pub fn new(registry: Arc<Registry>, clock: Arc<dyn Clock>) -> Proposer {
+        Proposer {
+            registry,
+            clock,
+            planted: None,
+        }
+    }
+
+    /// Plant `bug` (drills prove they catch it; never in production).
+    pub fn with_planted_bug(mut self, bug: Option<PlantedBug>) -> Proposer {
+        if let Some(b) = bug {
+            tracing::warn!(bug = ?b, "PLANTED BUG active: this node is deliberately wrong");
+        }
+        self.planted = bug;
+        self
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The hosted replica of `group`.
+    pub fn group(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
+        self.registry
+            .get(group)
+            .ok_or(ProposeError::UnknownGroup(group))
+    }
+
+    /// Whether this node leads `group` as one of its voters.
+    pub fn leads(&self, group: GroupId) -> bool {
+        self.registry.get(group).is_some_and(|g| g.leads())
+    }
+
+    /// Propose `cmd` to `group` (batched with other proposals) and wait
+    /// until it is committed and applied.
+    pub async fn write(
+        &self,
+        group: GroupId,
+        cmd: Command,
+        expected_term: Option<u64>,
+    ) -> Result<Committed, ProposeError> {
+        let g = self.writable(group)?;
+        let cmd = match self.prepare(&g, cmd) {
+            Ok(cmd) => cmd,
+            Err(answer) => {
+                return Ok(Committed {
+                    response: answer,
+                    log_index: 0,
+                    term: g.term(),
+                })
+            }
+        };
+        let term = fence_term(&g, expected_term, std::slice::from_ref(&cmd));
+        g.batcher.propose(cmd, term).await
+    }
+
+    /// Propose `cmds` to `group` as one entry; commands refused before
+    /// proposing keep their answer, in order with the others.
+    pub async fn write_batch(
+        &self,
+        group: GroupId,
+        cmds: Vec<Command>,
+        expected_term: Option<u64>,
+    ) -> Result<CommittedBatch, ProposeError> {
+        if cmds.is_empty() {
+            return Err(ProposeError::Malformed {
+                code: "malformed_command",
+                reason: "empty batch".into(),
+            });
+        }
+        let g = self.writable(group)?;
+        let mut answers: Vec<Option<Response>> = Vec::with_capacity(cmds.len());
+        let mut to_propose = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            match self.prepare(&g, cmd) {
+                Ok(c) => {
+                    answers.push(None);
+                    to_propose.push(c);
+                }
+                Err(a) => answers.push(Some(a)),
+            }
+        }
+        if to_propose.is_empty() {
+            return Ok(CommittedBatch {
+                responses: answers.into_iter().flatten().collect(),
+                log_index: 0,
+                term: g.term(),
+            });
+        }
+        let n = to_propose.len();
+        let term = fence_term(&g, expected_term, &to_propose);
+        let c = g.batcher.propose(Command::Batch(to_propose), term).await?;
+        let Response::Batch(rs) = c.response else {
+            return Err(ProposeError::Internal(format!(
+                "batch of {n} answered with {:?}",
+                c.response
+            )));
+        };
+        if rs.len() != n {
+            return Err(ProposeError::Internal(format!(
+                "batch of {n} answered {} times",
+                rs.len()
+            )));
+        }
+        let mut rs = rs.into_iter();
+        let responses = answers
+            .into_iter()
+            .map(|a| a.or_else(|| rs.next()).expect("one answer per proposal"))
+            .collect();
+        Ok(CommittedBatch {
+            responses,
+            log_index: c.log_index,
+            term: c.term,
+        })
+    }
+
+    /// Answer `q` from this replica of `group`; `linearizable` confirms
+    /// leadership first (read index), so only the leader answers.
+    pub async fn query(
+        &self,
+        group: GroupId,
+        q: &Query,
+        linearizable: bool,
+    ) -> Result<Answer, ProposeError> {
+        let g = self.group(group)?;
+        if linearizable {
+            if removed_leader(&g) {
+                return Err(removed(group));
+            }
+            match g.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+                Ok(_) => {}
+                Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                    return Err(ProposeError::not_leader(group, f))
+                }
+                Err(other) => return Err(ProposeError::unavailable(other)),
+            }
+        }
+        let term = g.term();
+        Ok(g.sm.read(|s| Answer {
+            result: s.state.query(q),
+            applied_index: s.last_applied.map(|l| l.index).unwrap_or(0),
+            term,
+        }))
+    }
+
+    /// Run a membership operation at this node, which must lead `group`.
+    pub async fn membership(
+        &self,
+        group: GroupId,
+        op: MembershipOp,
+    ) -> Result<MembershipStatus, ProposeError> {
+        let g = self.group(group)?;
+        membership::apply(&g, op).await.map_err(|e| match e {
+            MembershipError::NotLeader(hint) => ProposeError::NotLeader {
+                group,
+                leader: hint.map(|(node_id, addr)| LeaderHint { node_id, addr }),
+            },
+            MembershipError::Failed(e) => ProposeError::MembershipFailed(e),
+        })
+    }
+
+    /// Ask `group`'s replica here to hand leadership to the voter `to`.
+    pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(), ProposeError> {
+        let g = self.group(group)?;
+        if !g.raft.voter_ids().any(|v| v == to) {
+            return Err(ProposeError::NotAVoter { group, to });
+        }
+        g.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(ProposeError::unavailable)
+    }
+
+    /// The replica of `group`, unless it is a leader a move removed.
+    fn writable(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
+        let g = self.group(group)?;
+        if removed_leader(&g) {
+            return Err(removed(group));
+        }
+        Ok(g)
+    }
+
+    /// Leader-side preparation of event commands, before proposing: stamp
+    /// `now_ms` from this node's clock, and refuse a command whose epoch is
+    /// older than the event's (fence check 2 of DESIGN §5; `apply` checks
+    /// again). Returns the command to propose, or the answer to give now.
+    fn prepare(&self, g: &GroupHandle, mut cmd: Command) -> Result<Command, Response> {
+        let Command::Event(c) = &mut cmd else {
+            return Ok(cmd);
+        };
+        c.now_ms = self.clock.now_ms();
+        // A create carries no epoch yet: nothing to fence.
+        if matches!(c.action, EventAction::Create(_)) {
+            return Ok(cmd);
+        }
+        let current = g.sm.read(|s| {
+            s.state
+                .inventory
+                .event
+                .as_ref()
+                .map(|e| (e.epoch, e.owner.clone()))
+        });
+        // Only a strictly older epoch is refused here: a newer one may be
+        // ahead of this replica's applies, and `apply` decides.
+        if let Some((epoch, owner)) = current {
+            if c.epoch < epoch && self.planted == Some(PlantedBug::AcceptStaleEpoch) {
+                c.epoch = epoch;
+            }
+            if c.epoch < epoch {
+                RaftMetrics::inc(&METRICS.stale_epoch_propose);
+                return Err(Response::Event(EventReply {
+                    epoch,
+                    owner: owner.clone(),
+                    outcome: Outcome::StaleEpoch {
+                        current: epoch,
+                        owner,
+                    },
+                }));
+            }
+        }
+        Ok(cmd)
+    }
+}
+
+/// The term event commands are fenced to: the caller's, or this leader's
+/// own, so a deposed leader can never commit them.
+fn fence_term(g: &GroupHandle, asked: Option<u64>, cmds: &[Command]) -> Option<u64> {
+    asked.or_else(|| {
+        cmds.iter()
+            .any(|c| matches!(c, Command::Event(_)))
+            .then(|| g.term())
+    })
+}
+
+/// A replica that believes it leads but is no longer a voter (removed by a
+/// move): it can commit nothing, so it answers `not_leader` at once.
+fn removed_leader(g: &GroupHandle) -> bool {
+    g.raft.is_leader() && !g.leads()
+}
+
+fn removed(group: GroupId) -> ProposeError {
+    RaftMetrics::inc(&METRICS.not_leader_answers);
+    ProposeError::NotLeader {
+        group,
+        leader: None,
+    }
+}

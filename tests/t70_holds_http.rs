@@ -289,15 +289,18 @@ async fn t70_holds_over_http() {
     assert!(av.body["stale_ms"].as_u64().unwrap() < 1000);
 
     tracing::info!("--- every documented route is served (not `not_found`, not 405)");
-    for (method, path) in seatfence_api::http::ROUTES {
+    for route in seatfence_api::routes::ROUTES {
+        let (method, path) = (route.method.as_str(), route.path);
         let url = format!(
             "{us}{}",
             path.replace("{event_id}", "race")
                 .replace("{hold_id}", hold_id)
                 .replace("{booking_id}", "b1")
         );
-        let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-        let a = http.send(m, &url, Some(tok), None, None).await.unwrap();
+        let a = http
+            .send(route.method.clone(), &url, Some(tok), None, None)
+            .await
+            .unwrap();
         assert_ne!(a.status.as_u16(), 405, "{method} {path}");
         assert_ne!(a.code(), Some("not_found"), "{method} {path}: {}", a.body);
     }

@@ -1,7 +1,10 @@
 //! [`ApiError`]: every way a request can fail, mapped to HTTP in one place
-//! (`status`, `code`, extra fields, `Retry-After`).
+//! (`status`, `code`, extra fields, `Retry-After`), with the mapping of
+//! every refused inventory outcome (`ApiError::from_outcome`).
 
 use hyper::StatusCode;
+use seatfence_core::inventory::Outcome;
+use seatfence_core::EventId;
 use serde_json::{json, Value};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,84 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The HTTP answer for an inventory outcome that is not a success.
+    pub fn from_outcome(o: Outcome, event_id: &EventId) -> ApiError {
+        let code = o.error_code().unwrap_or("internal");
+        let conflict = |message: String, extra: Value| ApiError::Conflict {
+            code,
+            message,
+            extra,
+        };
+        match o {
+            Outcome::SeatsUnavailable {
+                unavailable,
+                available,
+            } => conflict(
+                "some requested seats are not available".into(),
+                json!({"unavailable": unavailable, "available": available}),
+            ),
+            Outcome::StaleEpoch { current, owner } => conflict(
+                format!("stale epoch: the event is at epoch {current}, owned by {owner}"),
+                json!({"current_epoch": current.0, "owner_region": owner.0}),
+            ),
+            Outcome::SaleNotOpen => conflict("the sale has not opened yet".into(), json!({})),
+            Outcome::SaleClosed => conflict("the sale is closed".into(), json!({})),
+            Outcome::BuyerLimitReached { limit } => conflict(
+                format!("a buyer may hold or buy at most {limit} seats of this event"),
+                json!({"limit": limit}),
+            ),
+            Outcome::HoldNotCancellable { status } => conflict(
+                format!(
+                    "this hold has a payment and cannot be cancelled (hold {})",
+                    status.as_str()
+                ),
+                json!({"status": status.as_str()}),
+            ),
+            Outcome::HoldNotBookable { status } => conflict(
+                format!("a {} hold cannot be booked", status.as_str()),
+                json!({"status": status.as_str()}),
+            ),
+            Outcome::PaymentDeadlinePassed => conflict(
+                "the hold's deadline has passed: no payment is taken".into(),
+                json!({}),
+            ),
+            Outcome::PaymentMismatch => {
+                conflict("the payment id is not this booking's".into(), json!({}))
+            }
+            Outcome::ReleaseRefused { reason } => conflict(reason, json!({})),
+            Outcome::ExtensionsExhausted { extensions } => conflict(
+                format!("the deadline was already extended {extensions} times"),
+                json!({"extensions": extensions}),
+            ),
+            Outcome::BookingNotFound | Outcome::OutboxItemNotFound => ApiError::NotFound {
+                code,
+                what: "booking".into(),
+            },
+            Outcome::EventExists => conflict(format!("event {event_id} exists"), json!({})),
+            Outcome::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
+            Outcome::EventNotFound => ApiError::NotFound {
+                code,
+                what: format!("event {event_id}"),
+            },
+            Outcome::HoldNotFound => ApiError::NotFound {
+                code,
+                what: "hold".into(),
+            },
+            Outcome::UnknownSeats { seats } => {
+                ApiError::bad(code, format!("no such seats: {}", seats.join(", ")))
+            }
+            Outcome::UnknownSection { section } => {
+                ApiError::bad(code, format!("no such section: {section}"))
+            }
+            Outcome::TooManySeats { max } => {
+                ApiError::bad(code, format!("at most {max} seats per hold"))
+            }
+            Outcome::InvalidRequest { reason } => ApiError::bad(code, reason),
+            Outcome::InvalidEvent(e) => ApiError::bad(code, e.to_string()),
+            other => ApiError::Internal(format!("unexpected outcome {other:?}")),
+        }
+    }
+
     pub fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::BadRequest {
             code,

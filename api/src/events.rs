@@ -327,7 +327,7 @@ pub async fn set_open(edge: &Edge, req: &Req, id: &str, open: bool) -> Result<Re
         .header("x-seatfence-epoch", reply.epoch.0)
         .header("x-seatfence-owner-region", &reply.owner.0)),
         other => {
-            Err(crate::holds::outcome_error(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
+            Err(ApiError::from_outcome(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
         }
     }
 }

@@ -1,5 +1,4 @@
-//! Hold handlers: create, read (owner only), cancel (owner only), and the
-//! mapping of every inventory outcome to its HTTP answer.
+//! Hold handlers: create, read (owner only), cancel (owner only).
 
 use hyper::StatusCode;
 use seatfence_core::inventory::{EventAction, Hold, Outcome, SeatPick};
@@ -32,84 +31,6 @@ fn hold_json(id: HoldId, event_id: &EventId, h: &Hold) -> Value {
     })
 }
 
-/// The HTTP answer for an inventory outcome that is not a success.
-pub fn outcome_error(o: Outcome, event_id: &EventId) -> ApiError {
-    let code = o.error_code().unwrap_or("internal");
-    let conflict = |message: String, extra: Value| ApiError::Conflict {
-        code,
-        message,
-        extra,
-    };
-    match o {
-        Outcome::SeatsUnavailable {
-            unavailable,
-            available,
-        } => conflict(
-            "some requested seats are not available".into(),
-            json!({"unavailable": unavailable, "available": available}),
-        ),
-        Outcome::StaleEpoch { current, owner } => conflict(
-            format!("stale epoch: the event is at epoch {current}, owned by {owner}"),
-            json!({"current_epoch": current.0, "owner_region": owner.0}),
-        ),
-        Outcome::SaleNotOpen => conflict("the sale has not opened yet".into(), json!({})),
-        Outcome::SaleClosed => conflict("the sale is closed".into(), json!({})),
-        Outcome::BuyerLimitReached { limit } => conflict(
-            format!("a buyer may hold or buy at most {limit} seats of this event"),
-            json!({"limit": limit}),
-        ),
-        Outcome::HoldNotCancellable { status } => conflict(
-            format!(
-                "this hold has a payment and cannot be cancelled (hold {})",
-                status.as_str()
-            ),
-            json!({"status": status.as_str()}),
-        ),
-        Outcome::HoldNotBookable { status } => conflict(
-            format!("a {} hold cannot be booked", status.as_str()),
-            json!({"status": status.as_str()}),
-        ),
-        Outcome::PaymentDeadlinePassed => conflict(
-            "the hold's deadline has passed: no payment is taken".into(),
-            json!({}),
-        ),
-        Outcome::PaymentMismatch => {
-            conflict("the payment id is not this booking's".into(), json!({}))
-        }
-        Outcome::ReleaseRefused { reason } => conflict(reason, json!({})),
-        Outcome::ExtensionsExhausted { extensions } => conflict(
-            format!("the deadline was already extended {extensions} times"),
-            json!({"extensions": extensions}),
-        ),
-        Outcome::BookingNotFound | Outcome::OutboxItemNotFound => ApiError::NotFound {
-            code,
-            what: "booking".into(),
-        },
-        Outcome::EventExists => conflict(format!("event {event_id} exists"), json!({})),
-        Outcome::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
-        Outcome::EventNotFound => ApiError::NotFound {
-            code,
-            what: format!("event {event_id}"),
-        },
-        Outcome::HoldNotFound => ApiError::NotFound {
-            code,
-            what: "hold".into(),
-        },
-        Outcome::UnknownSeats { seats } => {
-            ApiError::bad(code, format!("no such seats: {}", seats.join(", ")))
-        }
-        Outcome::UnknownSection { section } => {
-            ApiError::bad(code, format!("no such section: {section}"))
-        }
-        Outcome::TooManySeats { max } => {
-            ApiError::bad(code, format!("at most {max} seats per hold"))
-        }
-        Outcome::InvalidRequest { reason } => ApiError::bad(code, reason),
-        Outcome::InvalidEvent(e) => ApiError::bad(code, e.to_string()),
-        other => ApiError::Internal(format!("unexpected outcome {other:?}")),
-    }
-}
-
 /// A fresh idempotency key for a request that came without one, so the
 /// edge's own retries can never apply it twice.
 fn auto_key() -> String {
@@ -123,7 +44,6 @@ fn auto_key() -> String {
 /// `POST /v1/holds`.
 pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
-    let _permit = edge.admit(&caller.user)?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
     let body: HoldBody = req.json()?;
     let pick = match (body.seats, body.quantity) {
@@ -175,7 +95,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             if matches!(other, Outcome::SeatsUnavailable { .. }) {
                 edge.metrics.inc(|m| &m.hold_conflicts);
             }
-            Err(outcome_error(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
+            Err(ApiError::from_outcome(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
         }
     }
 }
@@ -210,8 +130,6 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 
 /// `DELETE /v1/holds/{id}` (owner only, before payment).
 pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
-    let caller = req.caller(edge)?;
-    let _permit = edge.admit(&caller.user)?;
     let (id, event_id, h) = load(edge, req, id).await?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
     let route = edge.route(&event_id).await?;
@@ -229,6 +147,8 @@ pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
             .header("x-seatfence-epoch", reply.epoch.0)
             .header("x-seatfence-owner-region", &reply.owner.0)
             .header("cache-control", "no-store")),
-        other => Err(outcome_error(other, &event_id).fenced(reply.epoch.0, &reply.owner.0)),
+        other => {
+            Err(ApiError::from_outcome(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
+        }
     }
 }

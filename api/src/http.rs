@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
+use crate::routes::{self, Matched, Route};
 use crate::{admin, events, holds, moves, payments, Edge};
 
 /// Bodies above this are refused with 413.
@@ -31,15 +32,29 @@ const DRAIN_LIMIT: usize = 16 << 20;
 /// A successful answer.
 pub struct Reply {
     pub status: StatusCode,
-    pub body: Value,
+    pub body: Body,
     pub headers: Vec<(&'static str, String)>,
+}
+
+/// What a reply carries: JSON (the API), or text (probes, metrics).
+pub enum Body {
+    Json(Value),
+    Text(String, &'static str),
 }
 
 impl Reply {
     pub fn json(status: StatusCode, body: Value) -> Reply {
         Reply {
             status,
-            body,
+            body: Body::Json(body),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn text(status: StatusCode, text: String, content_type: &'static str) -> Reply {
+        Reply {
+            status,
+            body: Body::Text(text, content_type),
             headers: Vec::new(),
         }
     }
@@ -60,11 +75,16 @@ pub struct Req {
     /// `X-Gateway-Signature` (webhooks).
     pub gateway_signature: Option<String>,
     pub body: Bytes,
+    /// The caller, once verified (admission verifies before the handler).
+    verified: Option<Caller>,
 }
 
 impl Req {
     pub fn caller(&self, edge: &Edge) -> Result<Caller, ApiError> {
-        auth::verify(&edge.config.jwt_secret, self.auth.as_deref())
+        match &self.verified {
+            Some(c) => Ok(c.clone()),
+            None => auth::verify(&edge.config.jwt_secret, self.auth.as_deref()),
+        }
     }
 
     pub fn operator(&self, edge: &Edge) -> Result<Caller, ApiError> {
@@ -175,79 +195,38 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 
 async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let start = Instant::now();
-    let route = route_label(req.uri().path());
+    let label = routes::label(req.method(), req.uri().path());
     let result = match read_request(req).await {
         Ok(r) => dispatch(&edge, r).await,
         Err(e) => Err(e),
     };
-    let response = match result {
-        Ok(reply) => {
-            let mut resp = Response::new(Full::new(Bytes::from(reply.body.to_string())));
-            *resp.status_mut() = reply.status;
-            resp.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            for (k, v) in reply.headers {
-                if let Ok(v) = HeaderValue::from_str(&v) {
-                    resp.headers_mut().insert(k, v);
-                }
-            }
-            resp
-        }
-        Err(PlainOr::Plain(status, text, content_type)) => {
-            let mut resp = Response::new(Full::new(Bytes::from(text)));
-            *resp.status_mut() = status;
-            resp.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-            resp
-        }
-        Err(PlainOr::Api(e)) => {
+    let (status, body, content_type, headers) = match result {
+        Ok(reply) => match reply.body {
+            Body::Json(v) => (reply.status, v.to_string(), JSON, reply.headers),
+            Body::Text(t, content_type) => (reply.status, t, content_type, reply.headers),
+        },
+        Err(e) => {
             e.log();
-            let mut resp = Response::new(Full::new(Bytes::from(e.body().to_string())));
-            *resp.status_mut() = e.status();
-            resp.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            for (k, v) in e.headers() {
-                if let Ok(v) = HeaderValue::from_str(&v) {
-                    resp.headers_mut().insert(k, v);
-                }
-            }
-            resp
+            (e.status(), e.body().to_string(), JSON, e.headers())
         }
     };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    for (k, v) in headers {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
     edge.metrics
-        .observe(route, response.status().as_u16(), start.elapsed());
-    response
+        .observe(label, status.as_u16(), start.elapsed());
+    resp
 }
 
-/// A non-JSON answer (metrics, probes) or an API error.
-enum PlainOr {
-    Plain(StatusCode, String, &'static str),
-    Api(ApiError),
-}
+const JSON: &str = "application/json";
 
-impl From<ApiError> for PlainOr {
-    fn from(e: ApiError) -> Self {
-        PlainOr::Api(e)
-    }
-}
-
-fn route_label(path: &str) -> &'static str {
-    if path.starts_with("/v1/holds") {
-        "holds"
-    } else if path.ends_with("/availability") {
-        "availability"
-    } else if path.starts_with("/v1/events") {
-        "events"
-    } else if path.starts_with("/v1/bookings") || path.starts_with("/v1/payments") {
-        "bookings"
-    } else if path.starts_with("/v1/admin") {
-        "admin"
-    } else {
-        "other"
-    }
-}
-
-async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
+async fn read_request(req: Request<Incoming>) -> Result<Req, ApiError> {
     let too_large = ApiError::PayloadTooLarge {
         limit: MAX_BODY_BYTES,
     };
@@ -262,7 +241,7 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
         if n <= DRAIN_LIMIT as u64 {
             let _ = Limited::new(req.into_body(), DRAIN_LIMIT).collect().await;
         }
-        return Err(too_large.into());
+        return Err(too_large);
     }
     let header = |name: &str| {
         req.headers()
@@ -281,8 +260,8 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
         .await
     {
         Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large.into()),
-        Err(e) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}")).into()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large),
+        Err(e) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}"))),
     };
     Ok(Req {
         method,
@@ -292,198 +271,81 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, PlainOr> {
         idempotency_key,
         gateway_signature,
         body,
+        verified: None,
     })
 }
 
-/// Route the request; operator actions are recorded in the audit trail
-/// (who, what, on what, with what result), refused ones included.
-async fn dispatch(edge: &Edge, req: Req) -> Result<Reply, PlainOr> {
-    let audited = audited_action(&req);
-    let actor = audited
-        .as_ref()
-        .and_then(|_| req.caller(edge).ok())
-        .filter(|c| c.operator);
-    let result = route(edge, &req).await;
-    if let (Some((action, target)), Some(actor)) = (audited, actor) {
-        let outcome = match &result {
-            Ok(_) => "ok".to_string(),
-            Err(PlainOr::Api(e)) => format!("{}: {}", e.code(), e),
-            Err(PlainOr::Plain(status, _, _)) => status.to_string(),
-        };
-        edge.audit(&actor.user.0, action, target, outcome).await;
+/// Route the request through [`routes::ROUTES`]: admission for buyer
+/// mutations, the handler, and an audit record for operator actions (who,
+/// what, on what, with what result), refused ones included.
+async fn dispatch(edge: &Edge, mut req: Req) -> Result<Reply, ApiError> {
+    let path = req.path.clone();
+    let (def, params) = match routes::find(&req.method, &path) {
+        Matched::Route(def, params) => (def, params),
+        Matched::WrongMethod => return Err(ApiError::MethodNotAllowed),
+        Matched::NoRoute => return Err(ApiError::NoRoute(path.clone())),
+    };
+    let _permit = if def.admitted {
+        let caller = req.caller(edge)?;
+        let permit = edge.admit(&caller.user)?;
+        req.verified = Some(caller);
+        Some(permit)
+    } else {
+        None
+    };
+    let result = call(edge, &req, def.route, &params).await;
+    if let Some(audit) = def.audit {
+        if let Some(actor) = req.caller(edge).ok().filter(|c| c.operator) {
+            let outcome = match &result {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("{}: {}", e.code(), e),
+            };
+            let target = audit.target(def, &params, &req.body);
+            edge.audit(&actor.user.0, audit.action, target, outcome)
+                .await;
+        }
     }
     result
 }
 
-/// The operator action a request is, with its target, if it is one.
-fn audited_action(req: &Req) -> Option<(&'static str, String)> {
-    if req.method != Method::POST {
-        return None;
-    }
-    let segs: Vec<&str> = req.path.trim_matches('/').split('/').collect();
-    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-    Some(match segs.as_slice() {
-        ["v1", "events"] => (
-            "create-event",
-            format!("event {}", body["event_id"].as_str().unwrap_or("?")),
-        ),
-        ["v1", "events", id, "open"] => ("open-sale", format!("event {id}")),
-        ["v1", "events", id, "close"] => ("close-sale", format!("event {id}")),
-        ["v1", "admin", "groups", id, "transfer-leader"] => (
-            "transfer-leader",
-            format!("group {id} to node {}", body["to"]),
-        ),
-        ["v1", "admin", "nodes", id, "drain"] => ("drain", format!("node {id}")),
-        ["v1", "admin", "nodes", id, "undrain"] => ("undrain", format!("node {id}")),
-        ["v1", "admin", "events", id, "move"] => (
-            "move",
-            format!(
-                "event {id} to {}",
-                body["to_region"].as_str().unwrap_or("?")
-            ),
-        ),
-        ["v1", "admin", "moves", id, "abort"] => ("abort-move", format!("move {id}")),
-        _ => return None,
-    })
-}
-
-async fn route(edge: &Edge, req: &Req) -> Result<Reply, PlainOr> {
-    let path = req.path.clone();
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let m = req.method.clone();
-    let reply = match (&m, segs.as_slice()) {
-        (&Method::GET, ["healthz"]) => {
-            return Err(PlainOr::Plain(StatusCode::OK, "ok\n".into(), "text/plain"))
+/// The handler of `route`; `p` are its path parameters in order.
+async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply, ApiError> {
+    let id = p.first().copied().unwrap_or_default();
+    match route {
+        Route::Healthz => Ok(Reply::text(StatusCode::OK, "ok\n".into(), "text/plain")),
+        Route::Readyz if edge.ready() => {
+            Ok(Reply::text(StatusCode::OK, "ready\n".into(), "text/plain"))
         }
-        (&Method::GET, ["readyz"]) => {
-            return Err(if edge.ready() {
-                PlainOr::Plain(StatusCode::OK, "ready\n".into(), "text/plain")
-            } else {
-                PlainOr::Plain(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no directory leader known\n".into(),
-                    "text/plain",
-                )
-            })
-        }
-        (&Method::GET, ["metrics"]) => {
-            return Err(PlainOr::Plain(
-                StatusCode::OK,
-                edge.metrics.render(edge.client.redirects()) + &moves::progress_metrics(edge),
-                "text/plain; version=0.0.4",
-            ))
-        }
-        (&Method::POST, ["v1", "events"]) => events::create(edge, req).await?,
-        (&Method::GET, ["v1", "events", id]) => events::get(edge, req, id).await?,
-        (&Method::GET, ["v1", "events", id, "availability"]) => {
-            events::availability(edge, req, id).await?
-        }
-        (&Method::POST, ["v1", "events", id, action @ ("open" | "close")]) => {
-            events::set_open(edge, req, id, *action == "open").await?
-        }
-        (&Method::POST, ["v1", "holds"]) => holds::create(edge, req).await?,
-        (&Method::GET, ["v1", "holds", id]) => holds::get(edge, req, id).await?,
-        (&Method::DELETE, ["v1", "holds", id]) => holds::cancel(edge, req, id).await?,
-        (&Method::POST, ["v1", "bookings"]) => payments::bookings::create(edge, req).await?,
-        (&Method::GET, ["v1", "bookings", id]) => payments::bookings::get(edge, req, id).await?,
-        (&Method::GET, ["v1", "payments", "callback"]) => {
-            payments::callback::handle(edge, req).await?
-        }
-        (&Method::POST, ["v1", "payments", "webhook"]) => {
-            payments::webhook::handle(edge, req).await?
-        }
-        (&Method::GET, ["v1", "admin", "cluster"]) => admin::cluster(edge, req).await?,
-        (&Method::GET, ["v1", "admin", "audit"]) => admin::audit(edge, req).await?,
-        (&Method::POST, ["v1", "admin", "groups", id, "transfer-leader"]) => {
-            admin::transfer(edge, req, id).await?
-        }
-        (&Method::POST, ["v1", "admin", "nodes", id, "drain"]) => {
-            admin::drain(edge, req, id).await?
-        }
-        (&Method::POST, ["v1", "admin", "nodes", id, "undrain"]) => {
-            admin::undrain(edge, req, id).await?
-        }
-        (&Method::POST, ["v1", "admin", "events", id, "move"]) => {
-            moves::start(edge, req, id).await?
-        }
-        (&Method::GET, ["v1", "admin", "moves"]) => moves::list(edge, req).await?,
-        (&Method::GET, ["v1", "admin", "moves", id]) => moves::get(edge, req, id).await?,
-        (&Method::POST, ["v1", "admin", "moves", id, "abort"]) => {
-            moves::abort(edge, req, id).await?
-        }
-        (_, ["healthz" | "readyz" | "metrics"])
-        | (_, ["v1", "events"])
-        | (_, ["v1", "events", _])
-        | (_, ["v1", "events", _, "availability" | "open" | "close"])
-        | (_, ["v1", "holds"])
-        | (_, ["v1", "holds", _])
-        | (_, ["v1", "bookings"])
-        | (_, ["v1", "bookings", _])
-        | (_, ["v1", "payments", "callback" | "webhook"])
-        | (_, ["v1", "admin", "cluster" | "audit"])
-        | (_, ["v1", "admin", "groups", _, "transfer-leader"])
-        | (_, ["v1", "admin", "nodes", _, "drain" | "undrain"])
-        | (_, ["v1", "admin", "events", _, "move"])
-        | (_, ["v1", "admin", "moves"])
-        | (_, ["v1", "admin", "moves", _])
-        | (_, ["v1", "admin", "moves", _, "abort"]) => {
-            return Err(ApiError::MethodNotAllowed.into())
-        }
-        _ => return Err(ApiError::NoRoute(path.clone()).into()),
-    };
-    Ok(reply)
-}
-
-/// Every route the edge serves, as `(method, OpenAPI path)`: the OpenAPI
-/// document is tested against this list.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("get", "/healthz"),
-    ("get", "/readyz"),
-    ("get", "/metrics"),
-    ("post", "/v1/events"),
-    ("get", "/v1/events/{event_id}"),
-    ("get", "/v1/events/{event_id}/availability"),
-    ("post", "/v1/events/{event_id}/open"),
-    ("post", "/v1/events/{event_id}/close"),
-    ("post", "/v1/holds"),
-    ("get", "/v1/holds/{hold_id}"),
-    ("delete", "/v1/holds/{hold_id}"),
-    ("post", "/v1/bookings"),
-    ("get", "/v1/bookings/{booking_id}"),
-    ("get", "/v1/payments/callback"),
-    ("post", "/v1/payments/webhook"),
-    ("get", "/v1/admin/cluster"),
-    ("get", "/v1/admin/audit"),
-    ("post", "/v1/admin/groups/{group_id}/transfer-leader"),
-    ("post", "/v1/admin/nodes/{node_id}/drain"),
-    ("post", "/v1/admin/nodes/{node_id}/undrain"),
-    ("post", "/v1/admin/events/{event_id}/move"),
-    ("get", "/v1/admin/moves"),
-    ("get", "/v1/admin/moves/{move_id}"),
-    ("post", "/v1/admin/moves/{move_id}/abort"),
-];
-
-#[cfg(test)]
-mod tests {
-    use super::ROUTES;
-
-    /// docs/openapi.json lists exactly the routes the router serves.
-    #[test]
-    fn openapi_document_matches_the_router() {
-        let text = include_str!("../../docs/openapi.json");
-        let doc: serde_json::Value = serde_json::from_str(text).expect("openapi.json parses");
-        let mut documented = Vec::new();
-        for (path, ops) in doc["paths"].as_object().expect("paths") {
-            for method in ops.as_object().expect("operations").keys() {
-                documented.push((method.clone(), path.clone()));
-            }
-        }
-        documented.sort();
-        let mut served: Vec<(String, String)> = ROUTES
-            .iter()
-            .map(|(m, p)| (m.to_string(), p.to_string()))
-            .collect();
-        served.sort();
-        assert_eq!(documented, served);
+        Route::Readyz => Ok(Reply::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no directory leader known\n".into(),
+            "text/plain",
+        )),
+        Route::Metrics => Ok(Reply::text(
+            StatusCode::OK,
+            edge.metrics.render(edge.client.redirects()) + &moves::progress_metrics(edge),
+            "text/plain; version=0.0.4",
+        )),
+        Route::CreateEvent => events::create(edge, req).await,
+        Route::GetEvent => events::get(edge, req, id).await,
+        Route::Availability => events::availability(edge, req, id).await,
+        Route::OpenSale => events::set_open(edge, req, id, true).await,
+        Route::CloseSale => events::set_open(edge, req, id, false).await,
+        Route::CreateHold => holds::create(edge, req).await,
+        Route::GetHold => holds::get(edge, req, id).await,
+        Route::CancelHold => holds::cancel(edge, req, id).await,
+        Route::CreateBooking => payments::bookings::create(edge, req).await,
+        Route::GetBooking => payments::bookings::get(edge, req, id).await,
+        Route::PaymentCallback => payments::callback::handle(edge, req).await,
+        Route::PaymentWebhook => payments::webhook::handle(edge, req).await,
+        Route::Cluster => admin::cluster(edge, req).await,
+        Route::Audit => admin::audit(edge, req).await,
+        Route::TransferLeader => admin::transfer(edge, req, id).await,
+        Route::Drain => admin::drain(edge, req, id).await,
+        Route::Undrain => admin::undrain(edge, req, id).await,
+        Route::StartMove => moves::start(edge, req, id).await,
+        Route::ListMoves => moves::list(edge, req).await,
+        Route::GetMove => moves::get(edge, req, id).await,
+        Route::AbortMove => moves::abort(edge, req, id).await,
     }
 }

@@ -33,6 +33,7 @@ pub mod http;
 pub mod metrics;
 pub mod moves;
 pub mod payments;
+pub mod routes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -50,7 +50,7 @@ impl Histogram {
 }
 
 /// The routes whose latency is tracked separately.
-pub const ROUTES: [&str; 6] = [
+pub const LABELS: [&str; 6] = [
     "holds",
     "events",
     "availability",
@@ -61,7 +61,7 @@ pub const ROUTES: [&str; 6] = [
 
 #[derive(Debug, Default)]
 pub struct EdgeMetrics {
-    pub latency: [Histogram; ROUTES.len()],
+    pub latency: [Histogram; LABELS.len()],
     pub responses_2xx: AtomicU64,
     pub responses_4xx: AtomicU64,
     pub responses_5xx: AtomicU64,
@@ -107,10 +107,10 @@ impl EdgeMetrics {
     }
 
     pub fn observe(&self, route: &str, status: u16, d: Duration) {
-        let i = ROUTES
+        let i = LABELS
             .iter()
             .position(|r| *r == route)
-            .unwrap_or(ROUTES.len() - 1);
+            .unwrap_or(LABELS.len() - 1);
         self.latency[i].observe(d);
         match status {
             200..=299 => inc(&self.responses_2xx),
@@ -331,7 +331,7 @@ impl EdgeMetrics {
             out,
             "# HELP seatfence_http_request_duration_seconds Request latency by route.\n# TYPE seatfence_http_request_duration_seconds histogram"
         );
-        for (i, r) in ROUTES.iter().enumerate() {
+        for (i, r) in LABELS.iter().enumerate() {
             self.latency[i].render(
                 &mut out,
                 "seatfence_http_request_duration_seconds",

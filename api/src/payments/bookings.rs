@@ -14,7 +14,6 @@ use super::Loaded;
 use crate::error::ApiError;
 use crate::events::format_ms;
 use crate::gateway::{provider_key, CreatePayment, GatewayError};
-use crate::holds::outcome_error;
 use crate::http::{Reply, Req};
 use crate::Edge;
 
@@ -66,7 +65,6 @@ fn gateway_error(e: GatewayError) -> ApiError {
 /// `POST /v1/bookings {hold_id}` → 201 pending booking with `approve_url`.
 pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
-    let _permit = edge.admit(&caller.user)?;
     let payments = edge.payments()?;
     let body: BookingBody = req.json()?;
     let hold_not_found = || ApiError::NotFound {
@@ -88,7 +86,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         return Ok(l.fenced(reply(&l, b, StatusCode::CREATED)));
     }
     if l.hold.status != HoldStatus::Held {
-        return Err(outcome_error(
+        return Err(ApiError::from_outcome(
             Outcome::HoldNotBookable {
                 status: l.hold.status,
             },
@@ -97,7 +95,10 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     }
     if edge.clock.now_ms() >= l.hold.expires_at_ms {
         // About to expire: do not create a payment nobody may complete.
-        return Err(outcome_error(Outcome::PaymentDeadlinePassed, &l.event_id));
+        return Err(ApiError::from_outcome(
+            Outcome::PaymentDeadlinePassed,
+            &l.event_id,
+        ));
     }
     let (price, currency) = l
         .price
@@ -139,7 +140,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
                 .header("x-seatfence-epoch", r.epoch.0)
                 .header("x-seatfence-owner-region", &r.owner.0))
         }
-        other => Err(outcome_error(other, &l.event_id).fenced(r.epoch.0, &r.owner.0)),
+        other => Err(ApiError::from_outcome(other, &l.event_id).fenced(r.epoch.0, &r.owner.0)),
     }
 }
 

@@ -30,7 +30,6 @@ use seatfence_raft::config::PaymentsConfig;
 
 use crate::error::ApiError;
 use crate::gateway::{Gateway, GatewayError, PaymentStatus};
-use crate::holds::outcome_error;
 use crate::Edge;
 
 /// The payment side of an edge.
@@ -172,7 +171,7 @@ impl Edge {
                 }
                 Ok(*booking)
             }
-            other => Err(outcome_error(other, &l.event_id)),
+            other => Err(ApiError::from_outcome(other, &l.event_id)),
         }
     }
 
@@ -204,7 +203,7 @@ impl Edge {
             } => {}
             // Another path holds the intent (or the booking is decided).
             Outcome::ExecuteIntent { booking, .. } => return Ok(*booking),
-            other => return Err(outcome_error(other, &l.event_id)),
+            other => return Err(ApiError::from_outcome(other, &l.event_id)),
         }
         let state = match payments.gateway.execute(&payment_id, fence).await {
             Ok(s) => Some(s),

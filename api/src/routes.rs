@@ -1,0 +1,387 @@
+//! The edge's routes, written once. [`ROUTES`] drives dispatch (`http.rs`
+//! matches a request against it and calls the handler its [`Route`] names),
+//! admission (`admitted` routes take a per-user rate token and an in-flight
+//! slot before the handler runs), the audit trail (`audit`), the latency
+//! metric's label (`label`) and the OpenAPI test (every row is documented
+//! in docs/openapi.json, and nothing else is).
+
+use hyper::Method;
+use serde_json::Value;
+
+/// One operation the edge serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Healthz,
+    Readyz,
+    Metrics,
+    CreateEvent,
+    GetEvent,
+    Availability,
+    OpenSale,
+    CloseSale,
+    CreateHold,
+    GetHold,
+    CancelHold,
+    CreateBooking,
+    GetBooking,
+    PaymentCallback,
+    PaymentWebhook,
+    Cluster,
+    Audit,
+    TransferLeader,
+    Drain,
+    Undrain,
+    StartMove,
+    ListMoves,
+    GetMove,
+    AbortMove,
+}
+
+/// An operator action recorded in the audit trail: its name and its
+/// target, a template whose `{name}` is a path parameter and `{body.f}` the
+/// body's field `f` (`?` when absent).
+#[derive(Debug, Clone, Copy)]
+pub struct Audited {
+    pub action: &'static str,
+    pub target: &'static str,
+}
+
+/// One row of the route table.
+#[derive(Debug)]
+pub struct RouteDef {
+    pub route: Route,
+    pub method: Method,
+    /// The OpenAPI path; `{x}` matches one path segment.
+    pub path: &'static str,
+    /// The label of `seatfence_http_request_duration_seconds`.
+    pub label: &'static str,
+    /// A buyer mutation: admission (rate, in flight) before the handler.
+    pub admitted: bool,
+    pub audit: Option<Audited>,
+}
+
+const fn row(route: Route, method: Method, path: &'static str, label: &'static str) -> RouteDef {
+    RouteDef {
+        route,
+        method,
+        path,
+        label,
+        admitted: false,
+        audit: None,
+    }
+}
+
+const fn admitted(mut r: RouteDef) -> RouteDef {
+    r.admitted = true;
+    r
+}
+
+const fn audited(mut r: RouteDef, action: &'static str, target: &'static str) -> RouteDef {
+    r.audit = Some(Audited { action, target });
+    r
+}
+
+/// Every route the edge serves.
+pub const ROUTES: &[RouteDef] = &[
+    row(Route::Healthz, Method::GET, "/healthz", "other"),
+    row(Route::Readyz, Method::GET, "/readyz", "other"),
+    row(Route::Metrics, Method::GET, "/metrics", "other"),
+    audited(
+        row(Route::CreateEvent, Method::POST, "/v1/events", "events"),
+        "create-event",
+        "event {body.event_id}",
+    ),
+    row(
+        Route::GetEvent,
+        Method::GET,
+        "/v1/events/{event_id}",
+        "events",
+    ),
+    row(
+        Route::Availability,
+        Method::GET,
+        "/v1/events/{event_id}/availability",
+        "availability",
+    ),
+    audited(
+        row(
+            Route::OpenSale,
+            Method::POST,
+            "/v1/events/{event_id}/open",
+            "events",
+        ),
+        "open-sale",
+        "event {event_id}",
+    ),
+    audited(
+        row(
+            Route::CloseSale,
+            Method::POST,
+            "/v1/events/{event_id}/close",
+            "events",
+        ),
+        "close-sale",
+        "event {event_id}",
+    ),
+    admitted(row(Route::CreateHold, Method::POST, "/v1/holds", "holds")),
+    row(Route::GetHold, Method::GET, "/v1/holds/{hold_id}", "holds"),
+    admitted(row(
+        Route::CancelHold,
+        Method::DELETE,
+        "/v1/holds/{hold_id}",
+        "holds",
+    )),
+    admitted(row(
+        Route::CreateBooking,
+        Method::POST,
+        "/v1/bookings",
+        "bookings",
+    )),
+    row(
+        Route::GetBooking,
+        Method::GET,
+        "/v1/bookings/{booking_id}",
+        "bookings",
+    ),
+    row(
+        Route::PaymentCallback,
+        Method::GET,
+        "/v1/payments/callback",
+        "bookings",
+    ),
+    row(
+        Route::PaymentWebhook,
+        Method::POST,
+        "/v1/payments/webhook",
+        "bookings",
+    ),
+    row(Route::Cluster, Method::GET, "/v1/admin/cluster", "admin"),
+    row(Route::Audit, Method::GET, "/v1/admin/audit", "admin"),
+    audited(
+        row(
+            Route::TransferLeader,
+            Method::POST,
+            "/v1/admin/groups/{group_id}/transfer-leader",
+            "admin",
+        ),
+        "transfer-leader",
+        "group {group_id} to node {body.to}",
+    ),
+    audited(
+        row(
+            Route::Drain,
+            Method::POST,
+            "/v1/admin/nodes/{node_id}/drain",
+            "admin",
+        ),
+        "drain",
+        "node {node_id}",
+    ),
+    audited(
+        row(
+            Route::Undrain,
+            Method::POST,
+            "/v1/admin/nodes/{node_id}/undrain",
+            "admin",
+        ),
+        "undrain",
+        "node {node_id}",
+    ),
+    audited(
+        row(
+            Route::StartMove,
+            Method::POST,
+            "/v1/admin/events/{event_id}/move",
+            "admin",
+        ),
+        "move",
+        "event {event_id} to {body.to_region}",
+    ),
+    row(Route::ListMoves, Method::GET, "/v1/admin/moves", "admin"),
+    row(
+        Route::GetMove,
+        Method::GET,
+        "/v1/admin/moves/{move_id}",
+        "admin",
+    ),
+    audited(
+        row(
+            Route::AbortMove,
+            Method::POST,
+            "/v1/admin/moves/{move_id}/abort",
+            "admin",
+        ),
+        "abort-move",
+        "move {move_id}",
+    ),
+];
+
+/// A request matched against [`ROUTES`].
+#[derive(Debug)]
+pub enum Matched<'a> {
+    /// The route and its path parameters, in order.
+    Route(&'static RouteDef, Vec<&'a str>),
+    /// The path is served, not with this method (405).
+    WrongMethod,
+    /// No route has this path (404).
+    NoRoute,
+}
+
+/// Match `method` and `path` (surrounding slashes ignored).
+pub fn find<'a>(method: &Method, path: &'a str) -> Matched<'a> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut path_known = false;
+    for def in ROUTES {
+        let Some(params) = match_path(def.path, &segs) else {
+            continue;
+        };
+        if def.method == *method {
+            return Matched::Route(def, params);
+        }
+        path_known = true;
+    }
+    if path_known {
+        Matched::WrongMethod
+    } else {
+        Matched::NoRoute
+    }
+}
+
+/// The latency label of a request for `path` (`other` when unknown).
+pub fn label(method: &Method, path: &str) -> &'static str {
+    match find(method, path) {
+        Matched::Route(def, _) => def.label,
+        _ => "other",
+    }
+}
+
+fn match_path<'a>(pattern: &str, segs: &[&'a str]) -> Option<Vec<&'a str>> {
+    let pat: Vec<&str> = pattern.trim_matches('/').split('/').collect();
+    if pat.len() != segs.len() {
+        return None;
+    }
+    let mut params = Vec::new();
+    for (p, s) in pat.iter().zip(segs) {
+        if p.starts_with('{') {
+            params.push(*s);
+        } else if p != s {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+impl Audited {
+    /// The audit target of a request with `params` and `body`.
+    pub fn target(&self, def: &RouteDef, params: &[&str], body: &[u8]) -> String {
+        let names: Vec<&str> = def
+            .path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+            .collect();
+        let mut parsed: Option<Value> = None;
+        let mut out = String::new();
+        let mut rest = self.target;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
+            let name = &rest[open + 1..close];
+            let value = match name.strip_prefix("body.") {
+                Some(field) => {
+                    let body = parsed
+                        .get_or_insert_with(|| serde_json::from_slice(body).unwrap_or(Value::Null));
+                    match &body[field] {
+                        Value::Null => "?".to_string(),
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    }
+                }
+                None => names
+                    .iter()
+                    .position(|n| *n == name)
+                    .and_then(|i| params.get(i))
+                    .map_or("?".to_string(), |p| p.to_string()),
+            };
+            out.push_str(&value);
+            rest = rest.get(close + 1..).unwrap_or("");
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/openapi.json lists exactly the routes the router serves.
+    #[test]
+    fn openapi_document_matches_the_table() {
+        let text = include_str!("../../docs/openapi.json");
+        let doc: Value = serde_json::from_str(text).expect("openapi.json parses");
+        let mut documented = Vec::new();
+        for (path, ops) in doc["paths"].as_object().expect("paths") {
+            for method in ops.as_object().expect("operations").keys() {
+                documented.push((method.clone(), path.clone()));
+            }
+        }
+        documented.sort();
+        let mut served: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|d| (d.method.as_str().to_lowercase(), d.path.to_string()))
+            .collect();
+        served.sort();
+        assert_eq!(documented, served);
+    }
+
+    #[test]
+    fn every_label_is_a_metric_label() {
+        for d in ROUTES {
+            assert!(crate::metrics::LABELS.contains(&d.label), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn requests_match_by_path_then_method() {
+        match find(&Method::DELETE, "/v1/holds/h1-2") {
+            Matched::Route(d, params) => {
+                assert_eq!(d.route, Route::CancelHold);
+                assert_eq!(params, ["h1-2"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            find(&Method::PUT, "/v1/holds/h1"),
+            Matched::WrongMethod
+        ));
+        assert!(matches!(find(&Method::GET, "/v1/nope"), Matched::NoRoute));
+        assert!(matches!(
+            find(&Method::GET, "/v1/holds/a/b"),
+            Matched::NoRoute
+        ));
+        assert_eq!(
+            label(&Method::GET, "/v1/events/e/availability"),
+            "availability"
+        );
+        assert_eq!(label(&Method::GET, "/elsewhere"), "other");
+    }
+
+    #[test]
+    fn audit_targets_read_params_and_body() {
+        let Matched::Route(d, p) = find(&Method::POST, "/v1/admin/groups/7/transfer-leader") else {
+            panic!("transfer-leader is a route")
+        };
+        let a = d.audit.expect("audited");
+        assert_eq!(a.target(d, &p, br#"{"to": 3}"#), "group 7 to node 3");
+        assert_eq!(a.target(d, &p, b"not json"), "group 7 to node ?");
+        let Matched::Route(d, p) = find(&Method::POST, "/v1/events") else {
+            panic!("create is a route")
+        };
+        let a = d.audit.expect("audited");
+        assert_eq!(a.target(d, &p, br#"{"event_id":"gig"}"#), "event gig");
+        assert!(ROUTES
+            .iter()
+            .filter(|d| d.audit.is_some())
+            .all(|d| d.method == Method::POST));
+    }
+}

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use seatfence_core::{Command, Placement};
+use seatfence_node::create_group;
 use seatfence_raft::storage::FlushMode;
-use seatfence_raft::{create_group, RaftTuning};
+use seatfence_raft::RaftTuning;
 use serde::Serialize;
 
 use crate::cluster::LocalCluster;

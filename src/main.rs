@@ -11,8 +11,9 @@ use seatfence::bench_move::{run_move_bench, MoveBenchArgs};
 use seatfence::bench_payments::{run_payments_bench, PaymentsBenchArgs};
 use seatfence::ctl::{EdgeTarget, EventCmd};
 use seatfence_core::{Command, GroupId, Placement};
+use seatfence_node::{create_group, NodeConfig};
 use seatfence_raft::storage::FlushMode;
-use seatfence_raft::{create_group, ClusterClient, Node, NodeConfig, RaftTuning};
+use seatfence_raft::{ClusterClient, RaftTuning};
 
 // sled allocates and frees many small buffers per write; glibc malloc spent
 // ~20% of a node's CPU on them (perf, bench raft at 256 in flight).
@@ -270,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("read config {}", config.display()))?;
             let config = NodeConfig::from_toml(&text)
                 .with_context(|| format!("invalid config {}", config_name(&config)))?;
-            run_node_with_edge(config).await
+            seatfence_node::run(config, terminated()).await
         }
         Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
         Cmd::Gateway {
@@ -478,61 +479,6 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// One node process: replicas and gRPC, plus the HTTP edge when configured.
-async fn run_node_with_edge(config: NodeConfig) -> anyhow::Result<()> {
-    let node = Node::start(config).await?;
-    {
-        let mut seeds = vec![node.config.grpc_addr.clone()];
-        seeds.extend(
-            node.config
-                .initial_members
-                .iter()
-                .map(|p| p.grpc_addr.clone()),
-        );
-        let registry = node.registry.clone();
-        let client = ClusterClient::new(seeds)
-            .with_deadline(std::time::Duration::from_secs(5))
-            .with_members(std::sync::Arc::new(move |g| registry.member_addrs(g)))
-            .with_local(node.proposer.clone());
-        seatfence_regions::moves::spawn(
-            node.registry.clone(),
-            client,
-            node.config.moves.clone(),
-            node.clock.clone(),
-            node.rx_stop.clone(),
-        );
-    }
-    if let Some(edge_config) = node.config.edge.clone() {
-        let listener = tokio::net::TcpListener::bind(&edge_config.http_addr)
-            .await
-            .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
-        tracing::info!(addr = %edge_config.http_addr, region = %node.config.region, "edge serving");
-        let mut seeds = vec![node.config.grpc_addr.clone()];
-        seeds.extend(
-            node.config
-                .initial_members
-                .iter()
-                .map(|p| p.grpc_addr.clone()),
-        );
-        let mut edge = seatfence_api::Edge::new(
-            node.config.region.clone(),
-            edge_config,
-            seeds,
-            node.proposer.clone(),
-            node.clock.clone(),
-        );
-        if let Some(p) = node.config.payments.clone() {
-            edge = edge.with_payments(p, node.config.data_dir.join("mail"));
-        }
-        let edge = std::sync::Arc::new(edge);
-        edge.spawn_workers(node.rx_stop.clone());
-        tokio::spawn(seatfence_api::serve(edge, listener, node.rx_stop.clone()));
-    }
-    terminated().await;
-    node.stop().await;
-    Ok(())
 }
 
 fn config_name(p: &std::path::Path) -> String {

@@ -9,7 +9,7 @@ use std::path::Path;
 use common::*;
 use seatfence::cluster::LocalCluster;
 use seatfence_core::{GroupId, NodeId, Placement};
-use seatfence_raft::create_group;
+use seatfence_node::create_group;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t15_extra_nodes_join_as_directory_learners_and_host_groups() {

@@ -20,7 +20,7 @@ use serde_json::json;
 
 async fn start_slow_moves(dir: &Path) -> LocalCluster {
     let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
-    let moves = seatfence_raft::config::MovesConfig {
+    let moves = seatfence_regions::config::MovesConfig {
         step_delay_ms: 1500,
         retired_grace_ms: 2000,
         ..Default::default()

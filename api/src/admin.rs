@@ -10,25 +10,24 @@
 //!
 //! The edge asks each node for its view (`NodeService.Status`) in parallel,
 //! with a short deadline: an unreachable node is reported, never waited for.
-//! Leadership moves go through the group's leader (`TransferLeader`), and
-//! the answer comes only once the target reports itself leader.
+//! Leadership moves go through `seatfence_regions::transfer` (the group's
+//! leader hands over to a caught-up voter), and the answer comes only once
+//! the group's leader is the target.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::StatusCode;
 use seatfence_core::{Directory, GroupId};
-use seatfence_proto::v1::{GroupStatus, StatusReply, StatusRequest, TransferLeaderRequest};
+use seatfence_proto::v1::{GroupStatus, StatusReply, StatusRequest};
+use seatfence_raft::ClientError;
+use seatfence_regions::transfer::{self, TransferError, Transferred};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::http::{Reply, Req};
 use crate::Edge;
-
-/// A target whose applied index is this far behind the leader's log is
-/// not caught up enough to lead.
-pub const CATCH_UP_SLACK: u64 = 100;
 
 /// How long a leader transfer may take before the edge gives up waiting.
 const TRANSFER_WAIT: Duration = Duration::from_secs(10);
@@ -73,7 +72,9 @@ impl ClusterView {
             .collect()
     }
 
-    /// How far `node`'s replica of `group` is behind the leader's log.
+    /// How far `node`'s replica of `group` is behind the leader's log, as
+    /// the operators' view shows it (transfers decide "caught up" at the
+    /// leader, in `seatfence_regions::transfer`).
     fn lag(&self, group: GroupId, node: u64) -> Option<u64> {
         let (_, leader) = self.leader(group)?;
         let r = self.replicas(group).into_iter().find(|r| r.node == node)?;
@@ -193,105 +194,59 @@ impl Edge {
     /// Hand `group`'s leadership to `to`, a caught-up voter, and wait until
     /// it leads. Returns `(previous leader, new term)`.
     pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(u64, u64), ApiError> {
-        let view = self.cluster_view().await?;
-        if !group.is_directory() && !view.directory.groups.contains_key(&group) {
+        let directory = self.directory_at_leader().await?;
+        if !group.is_directory() && !directory.groups.contains_key(&group) {
             return Err(ApiError::NotFound {
                 code: "group_not_found",
                 what: format!("group {}", group.0),
             });
         }
-        let Some((leader, ls)) = view.leader(group) else {
-            return Err(ApiError::unavailable(
-                "no_leader",
-                format!("group {} has no leader now", group.0),
-            ));
-        };
-        if leader == to {
-            return Ok((leader, ls.term));
-        }
-        if view.directory.drained.contains(&seatfence_core::NodeId(to)) {
+        if directory.drained.contains(&seatfence_core::NodeId(to)) {
             return Err(ApiError::Conflict {
                 code: "node_drained",
                 message: format!("node {to} is drained; undrain it first"),
                 extra: json!({}),
             });
         }
-        if !ls.voters.contains(&to) {
-            return Err(ApiError::Conflict {
+        let t = self.transfer_to(group, &[to]).await?;
+        Ok((t.previous, t.term))
+    }
+
+    /// Hand `group`'s leadership to the first caught-up voter of `targets`
+    /// (`seatfence_regions::transfer`), with the answers operators see.
+    async fn transfer_to(&self, group: GroupId, targets: &[u64]) -> Result<Transferred, ApiError> {
+        let r = transfer::transfer_leader(
+            &self.client,
+            group,
+            targets,
+            transfer::CATCH_UP_SLACK,
+            TRANSFER_WAIT,
+        )
+        .await;
+        r.map_err(|e| match e {
+            TransferError::NotAVoter { voters, .. } => ApiError::Conflict {
                 code: "not_a_voter",
-                message: format!("node {to} is not a voter of group {}", group.0),
-                extra: json!({"voters": ls.voters}),
-            });
-        }
-        match view.lag(group, to) {
-            Some(lag) if lag <= CATCH_UP_SLACK => {}
-            lag => {
-                return Err(ApiError::Conflict {
-                    code: "not_caught_up",
-                    message: format!(
-                        "node {to} is not caught up with group {} (lag {lag:?})",
-                        group.0
-                    ),
-                    extra: json!({"lag": lag}),
-                })
+                message: format!("node {targets:?} is not a voter of group {}", group.0),
+                extra: json!({"voters": voters}),
+            },
+            TransferError::NotCaughtUp { lag, .. } => ApiError::Conflict {
+                code: "not_caught_up",
+                message: e.to_string(),
+                extra: json!({"lag": lag}),
+            },
+            TransferError::LeaderChanged { leader, term, .. } => ApiError::Conflict {
+                code: "leader_changed",
+                message: e.to_string(),
+                extra: json!({"leader": leader, "term": term}),
+            },
+            TransferError::TimedOut { .. } => {
+                ApiError::unavailable("transfer_timeout", e.to_string())
             }
-        }
-        let addr = view
-            .directory
-            .nodes
-            .get(&seatfence_core::NodeId(leader))
-            .map(|n| n.grpc_addr.clone())
-            .ok_or_else(|| ApiError::Internal(format!("leader {leader} is not registered")))?;
-        let mut req = tonic::Request::new(TransferLeaderRequest {
-            group_id: group.0,
-            to,
-        });
-        req.set_timeout(Duration::from_secs(5));
-        self.client
-            .node(&addr)
-            .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?
-            .transfer_leader(req)
-            .await
-            .map_err(|e| ApiError::unavailable("transfer_failed", e.message().to_string()))?;
-        let target = view
-            .directory
-            .nodes
-            .get(&seatfence_core::NodeId(to))
-            .map(|n| n.grpc_addr.clone())
-            .unwrap_or_default();
-        let start = Instant::now();
-        while start.elapsed() < TRANSFER_WAIT {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            if let Ok(s) = self.client.status_at(&target).await {
-                if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
-                    if g.role == "leader" {
-                        return Ok((leader, g.term));
-                    }
-                    // Someone else won a newer term (an election, or a
-                    // drained node's own hand-off racing this one): `to`
-                    // will not lead now, so say so instead of waiting.
-                    if let Some(other) = g.leader.filter(|l| *l != to && *l != leader) {
-                        if g.term > ls.term {
-                            return Err(ApiError::Conflict {
-                                code: "leader_changed",
-                                message: format!(
-                                    "node {other} became leader of group {} (term {}) instead of node {to}",
-                                    group.0, g.term
-                                ),
-                                extra: json!({"leader": other, "term": g.term}),
-                            });
-                        }
-                    }
-                }
+            TransferError::Client(ClientError::NoLeader { .. }) => {
+                ApiError::unavailable("no_leader", e.to_string())
             }
-        }
-        Err(ApiError::unavailable(
-            "transfer_timeout",
-            format!(
-                "node {to} did not become leader of group {} in {TRANSFER_WAIT:?}",
-                group.0
-            ),
-        ))
+            TransferError::Client(c) => ApiError::unavailable("transfer_failed", c.to_string()),
+        })
     }
 }
 
@@ -466,31 +421,36 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
             let Some((_, ls)) = view.leader(g) else {
                 continue;
             };
-            let target = ls
+            // Preferred first: the drained node's region, then the node
+            // leading the fewest groups; the first caught-up one gets it.
+            let mut targets: Vec<u64> = ls
                 .voters
                 .iter()
                 .copied()
                 .filter(|v| {
                     *v != node && !view.directory.drained.contains(&seatfence_core::NodeId(*v))
                 })
-                .filter(|v| view.lag(g, *v).is_some_and(|lag| lag <= CATCH_UP_SLACK))
-                .min_by_key(|v| {
-                    let same_region = view
-                        .directory
-                        .nodes
-                        .get(&seatfence_core::NodeId(*v))
-                        .is_some_and(|n| n.region == info.region);
-                    (!same_region, load.get(v).copied().unwrap_or(0), *v)
-                });
-            let Some(to) = target else {
-                failed
-                    .push(json!({"group_id": g.0, "reason": "no caught-up voter on another node"}));
-                continue;
-            };
-            match edge.transfer_leader(g, to).await {
-                Ok(_) => {
-                    *load.entry(to).or_default() += 1;
-                    moved.push(json!({"group_id": g.0, "to": to}));
+                .collect();
+            targets.sort_by_key(|v| {
+                let same_region = view
+                    .directory
+                    .nodes
+                    .get(&seatfence_core::NodeId(*v))
+                    .is_some_and(|n| n.region == info.region);
+                (!same_region, load.get(v).copied().unwrap_or(0), *v)
+            });
+            match edge.transfer_to(g, &targets).await {
+                Ok(t) => {
+                    *load.entry(t.leader).or_default() += 1;
+                    moved.push(json!({"group_id": g.0, "to": t.leader}));
+                }
+                Err(ApiError::Conflict {
+                    code: "not_a_voter" | "not_caught_up",
+                    ..
+                }) => {
+                    failed.push(
+                        json!({"group_id": g.0, "reason": "no caught-up voter on another node"}),
+                    );
                 }
                 // The node's own hand-off (it is drained now) may win the
                 // race to another voter: the leadership is off it all the same.

@@ -25,6 +25,7 @@
 pub mod admin;
 pub mod admission;
 pub mod auth;
+pub mod config;
 pub mod error;
 pub mod events;
 pub mod gateway;
@@ -41,9 +42,10 @@ use std::time::{Duration, Instant};
 
 use seatfence_core::inventory::{EventCommand, EventReply, Outcome};
 use seatfence_core::{Command, EventId, EventRoute, Fence, Response};
-use seatfence_raft::config::EdgeConfig;
 use seatfence_raft::registry::Registry;
-use seatfence_raft::{ClientError, ClusterClient, Committed, ProposeError, Proposer};
+use seatfence_raft::{ClientError, ClusterClient, Committed, ProposeError};
+
+use crate::config::EdgeConfig;
 use seatfence_regions::{FenceCheck, RouteCache, RouteError};
 
 use crate::admission::Admission;
@@ -76,22 +78,16 @@ pub struct Edge {
 pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
 
 impl Edge {
-    /// An edge of `region` on the node whose leader side is `proposer`:
-    /// commands for groups this node leads are proposed in-process, the
-    /// rest go to their leaders through a client seeded with `seeds`.
+    /// An edge of `region` that reaches groups through `client` (built by
+    /// the node with `ClusterClient::with_local`, so the groups this node
+    /// leads are proposed in-process).
     pub fn new(
         region: String,
         config: EdgeConfig,
-        seeds: Vec<String>,
-        proposer: Arc<Proposer>,
+        client: ClusterClient,
+        registry: Arc<Registry>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
-        let registry = proposer.registry().clone();
-        let resolver_registry = registry.clone();
-        let client = ClusterClient::new(seeds)
-            .with_deadline(Duration::from_millis(config.request_timeout_ms))
-            .with_members(Arc::new(move |group| resolver_registry.member_addrs(group)))
-            .with_local(proposer);
         Edge {
             region,
             admission: Admission::new(
@@ -115,7 +111,7 @@ impl Edge {
     /// config names one.
     pub fn with_payments(
         mut self,
-        config: seatfence_raft::config::PaymentsConfig,
+        config: config::PaymentsConfig,
         mail_dir: std::path::PathBuf,
     ) -> Edge {
         let tokens = Arc::new(gateway::token::DirectoryToken::new(

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use seatfence_api::Edge;
 use seatfence_core::inventory::{
@@ -16,7 +17,7 @@ use seatfence_proto::v1::*;
 use seatfence_raft::codec::encode;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::{FlushMode, NodeDb};
-use seatfence_raft::NodeConfig;
+use seatfence_raft::ClusterClient;
 use tonic::{Request, Response as TonicResponse, Status};
 
 /// Answers each `WriteBatch` with a granted hold (seq = call number) stamped
@@ -109,26 +110,23 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let config = NodeConfig::from_toml(&format!(
-        "node_id = 9\nregion = \"eu-west\"\ngrpc_addr = \"127.0.0.1:1\"\ndata_dir = {:?}\n\
-         [[initial_members]]\nid = 9\nregion = \"eu-west\"\ngrpc_addr = \"127.0.0.1:1\"\n\
-         [edge]\nhttp_addr = \"127.0.0.1:0\"\njwt_secret = \"0123456789abcdef\"\n",
-        dir.path()
-    ))
+    let edge_config: seatfence_api::config::EdgeConfig = serde_json::from_value(
+        serde_json::json!({"http_addr": "127.0.0.1:0", "jwt_secret": "0123456789abcdef"}),
+    )
     .unwrap();
     let db = NodeDb::open(dir.path(), FlushMode::Shared).unwrap();
     let registry = Arc::new(Registry::new(
         9,
         db,
         Default::default(),
-        config.openraft_config(),
+        seatfence_raft::config::RaftTuning::default().openraft_config(),
     ));
     let clock = Arc::new(seatfence_raft::clock::SystemClock::default());
     let edge = Edge::new(
         "eu-west".into(),
-        config.edge.clone().unwrap(),
-        vec![addr],
-        Arc::new(seatfence_raft::Proposer::new(registry, clock.clone())),
+        edge_config,
+        ClusterClient::new(vec![addr]).with_deadline(Duration::from_secs(5)),
+        registry,
         clock,
     );
     let route = EventRoute {

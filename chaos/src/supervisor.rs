@@ -8,9 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use seatfence_api::config::{EdgeConfig, PaymentsConfig};
 use seatfence_core::GroupId;
-use seatfence_raft::config::{EdgeConfig, MovesConfig, PaymentsConfig};
-use seatfence_raft::{ClusterClient, NodeConfig, Peer, RaftTuning};
+use seatfence_node::{NodeConfig, Peer};
+use seatfence_raft::{ClusterClient, RaftTuning};
+use seatfence_regions::config::MovesConfig;
 
 /// The regions a local cluster spreads its nodes over, in order.
 pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];

@@ -310,6 +310,31 @@ impl ClusterClient {
             .await
     }
 
+    /// Ask the leader of `group` to hand its leadership to the voter `to`
+    /// (returns once asked; the caller watches for the new leader).
+    pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(), ClientError> {
+        use seatfence_proto::v1::TransferLeaderRequest;
+        if let Some(p) = self.local_leader(group) {
+            if let Some(r) = settled(p.transfer_leader(group, to).await) {
+                return r;
+            }
+        }
+        let inner = &self.inner;
+        inner
+            .at_leader(group, self.deadline, |addr| async move {
+                let mut req = tonic::Request::new(TransferLeaderRequest {
+                    group_id: group.0,
+                    to,
+                });
+                req.set_timeout(Duration::from_secs(2));
+                Ok(match inner.node(&addr)?.transfer_leader(req).await {
+                    Ok(_) => Attempt::Done(()),
+                    Err(s) => Attempt::Failed(from_status(group, &s)),
+                })
+            })
+            .await
+    }
+
     /// The status of the node at `addr`.
     pub async fn status_at(&self, addr: &str) -> Result<StatusReply, ClientError> {
         let mut req = tonic::Request::new(StatusRequest {});

@@ -33,7 +33,6 @@ pub mod config;
 pub mod membership;
 pub mod metrics;
 pub mod network;
-pub mod node;
 pub mod propose;
 pub mod registry;
 pub mod status;
@@ -41,6 +40,5 @@ pub mod storage;
 pub mod types;
 
 pub use client::{ClientError, ClusterClient};
-pub use config::{NodeConfig, Peer, RaftTuning};
-pub use node::{create_group, run_node, Node};
+pub use config::RaftTuning;
 pub use propose::{Committed, ProposeError, Proposer};

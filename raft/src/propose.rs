@@ -21,7 +21,6 @@ use seatfence_core::inventory::{EventAction, EventReply, Outcome};
 use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
 
 use crate::clock::Clock;
-use crate::config::PlantedBug;
 use crate::membership::{self, MembershipError, MembershipOp, MembershipStatus};
 use crate::metrics::{RaftMetrics, METRICS};
 use crate::registry::{GroupHandle, Registry};
@@ -138,6 +137,15 @@ impl ProposeError {
             },
         }
     }
+}
+
+/// Bugs a drill can plant (`seatfence chaos drill --plant-bug NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlantedBug {
+    /// The leader stamps the event's current epoch on a command carrying
+    /// an older one instead of refusing it (fence checks 2 and 3 skipped).
+    AcceptStaleEpoch,
 }
 
 /// Propose `cmd` as one entry of `raft`'s log; `expected_term` fences it
@@ -354,6 +362,11 @@ impl Proposer {
     /// Ask `group`'s replica here to hand leadership to the voter `to`.
     pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(), ProposeError> {
         let g = self.group(group)?;
+        if !g.leads() {
+            // The leader hint, as the membership status knows it.
+            self.membership(group, MembershipOp::Status).await?;
+            return Err(removed(group));
+        }
         if !g.raft.voter_ids().any(|v| v == to) {
             return Err(ProposeError::NotAVoter { group, to });
         }

@@ -18,7 +18,10 @@
 //! outcome: it only says where to send a command and whether a reply is
 //! older than one already seen.
 
+pub mod config;
 pub mod moves;
+pub mod placement;
 pub mod routes;
+pub mod transfer;
 
 pub use routes::{FenceCheck, RouteCache, RouteError};

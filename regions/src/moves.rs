@@ -22,12 +22,13 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::config::MovesConfig;
+use crate::transfer::{self, TransferError};
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome};
 use seatfence_core::{
     Command, Epoch, GroupId, MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep, Response,
 };
 use seatfence_raft::clock::Clock;
-use seatfence_raft::config::MovesConfig;
 use seatfence_raft::membership::{MembershipOp, MembershipStatus};
 use seatfence_raft::metrics::{RaftMetrics, METRICS};
 use seatfence_raft::registry::Registry;
@@ -285,44 +286,31 @@ impl Coordinator {
     /// Step 4: make one of `to` (target voters in the target region) the
     /// leader. `true` once one leads.
     async fn transfer_into(&self, m: &MoveRecord, to: &[u64]) -> anyhow::Result<bool> {
-        let st = self.membership(m.group, MembershipOp::Status).await?;
-        if to.contains(&st.leader) {
-            return Ok(true);
-        }
         let drained = self.read_directory(|d| d.drained.clone());
-        let target = to
+        let targets: Vec<u64> = to
             .iter()
             .copied()
             .filter(|n| !drained.contains(&seatfence_core::NodeId(*n)))
-            .find(|n| st.caught_up(*n, self.config.catch_up_slack))
-            .ok_or_else(|| anyhow::anyhow!("no caught-up target voter to lead yet"))?;
-        let leader_addr = self
-            .addrs(&[seatfence_core::NodeId(st.leader)])
-            .pop()
-            .map(|(_, a)| a)
-            .ok_or_else(|| anyhow::anyhow!("leader {} has no address", st.leader))?;
-        let mut req = tonic::Request::new(seatfence_proto::v1::TransferLeaderRequest {
-            group_id: m.group.0,
-            to: target,
-        });
-        req.set_timeout(Duration::from_secs(2));
-        self.client
-            .node(&leader_addr)?
-            .transfer_leader(req)
-            .await
-            .map_err(|s| anyhow::anyhow!("transfer to {target}: {}", s.message()))?;
-        // Wait for the target to take over (a failed transfer can leave the
-        // group leaderless for an election timeout: poll, then retry).
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if let Ok(st) = self.membership(m.group, MembershipOp::Status).await {
-                if to.contains(&st.leader) {
-                    return Ok(true);
-                }
+            .collect();
+        // A failed transfer can leave the group leaderless for an election
+        // timeout: wait a while, then the step is tried again.
+        let wait = Duration::from_secs(3);
+        match transfer::transfer_leader(
+            &self.client,
+            m.group,
+            &targets,
+            self.config.catch_up_slack,
+            wait,
+        )
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(TransferError::TimedOut { .. } | TransferError::LeaderChanged { .. }) => Ok(false),
+            Err(TransferError::NotCaughtUp { .. }) => {
+                anyhow::bail!("no caught-up target voter to lead yet")
             }
+            Err(e) => Err(e.into()),
         }
-        Ok(false)
     }
 
     /// Step 5: the group's leader (in the target region) commits the new

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use seatfence::cluster::LocalCluster;
 use seatfence_core::{GroupId, Placement};
-use seatfence_raft::{create_group, RaftTuning};
+use seatfence_node::create_group;
+use seatfence_raft::RaftTuning;
 
 pub const PATIENCE: Duration = Duration::from_secs(60);
 

@@ -22,11 +22,11 @@ pub mod webhook;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::config::PaymentsConfig;
 use seatfence_core::inventory::{
     Booking, ConfirmPath, EventAction, EventReply, Hold, Outcome, PaymentAction,
 };
 use seatfence_core::{BookingId, EventId, Fence, Query, QueryResult};
-use seatfence_raft::config::PaymentsConfig;
 
 use crate::error::ApiError;
 use crate::gateway::{Gateway, GatewayError, PaymentStatus};

@@ -15,8 +15,11 @@ use crate::net::{IptablesNet, NetnsNet, Partitioner, ProxyNet};
 use crate::run::{write_json, NodeInfo, RunInfo};
 use crate::schedule::{plan, MAX_SKEW_MS};
 use anyhow::{bail, Context};
-use seatfence_raft::config::{ChaosHooks, MovesConfig, PlantedBug};
-use seatfence_raft::{ClusterClient, NodeConfig, RaftTuning};
+use seatfence_node::ChaosHooks;
+use seatfence_node::NodeConfig;
+use seatfence_raft::propose::PlantedBug;
+use seatfence_raft::{ClusterClient, RaftTuning};
+use seatfence_regions::config::MovesConfig;
 use serde_json::json;
 use tokio::sync::watch;
 

@@ -1,0 +1,163 @@
+//! The node's own background jobs, each a task that stops with the node:
+//! registering in the directory, adding registered nodes to the directory
+//! as learners (on its leader), expiring idle events' holds (on their
+//! leaders), and following a drill's clock-skew file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId};
+use seatfence_raft::clock::{Clock, SystemClock};
+use seatfence_raft::registry::Registry;
+use seatfence_raft::ClusterClient;
+use tokio::sync::watch;
+
+use crate::config::NodeConfig;
+
+/// Record this node (id, region, address) in the directory, retrying until
+/// the directory commits it.
+pub(crate) async fn register_self(config: NodeConfig, mut rx_stop: watch::Receiver<bool>) {
+    let seeds = config
+        .initial_members
+        .iter()
+        .map(|p| p.grpc_addr.clone())
+        .collect();
+    let client = ClusterClient::new(seeds).with_deadline(Duration::from_secs(5));
+    let cmd = Command::RegisterNode(NodeInfo {
+        id: NodeId(config.node_id),
+        region: RegionId(config.region.clone()),
+        grpc_addr: config.grpc_addr.clone(),
+    });
+    loop {
+        match client.write(GroupId::DIRECTORY, &cmd).await {
+            Ok(_) => {
+                tracing::info!(node = config.node_id, "registered in directory");
+                return;
+            }
+            Err(e) => tracing::debug!(node = config.node_id, "register: {e}"),
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// On the directory's leader: every registered node that is not yet in
+/// group 0's membership is added as a learner, so it receives the directory
+/// (and with it the groups placed on it). Runs on every node, acts only
+/// while leading.
+pub(crate) async fn add_directory_learners(
+    registry: Arc<Registry>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let mut rx_applied = dir.sm.subscribe_applied();
+    loop {
+        if dir.raft.is_leader() {
+            let missing: Vec<(u64, String)> = dir.sm.read(|s| {
+                let members = s.membership.membership();
+                s.state
+                    .directory
+                    .nodes
+                    .values()
+                    .filter(|n| members.get_node(&n.id.0).is_none())
+                    .map(|n| (n.id.0, n.grpc_addr.clone()))
+                    .collect()
+            });
+            for (id, addr) in missing {
+                match dir.raft.add_learner(id, BasicNode::new(&addr), false).await {
+                    Ok(_) => tracing::info!(
+                        group = 0,
+                        node = id,
+                        "added node to the directory as a learner"
+                    ),
+                    Err(e) => tracing::debug!(group = 0, node = id, "add learner: {e}"),
+                }
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx_applied.changed() => if changed.is_err() { return },
+            // Leadership may arrive without a new apply.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// On each event group this node leads: once a hold's deadline has passed,
+/// propose a `Tick` so the hold is expired and its seats counted free again
+/// even when no other command arrives. (Any command expires due holds
+/// first; this only keeps idle events current.) Holds with a payment are
+/// never expired by time; only the reconciler releases those.
+pub(crate) async fn expire_holds(
+    registry: Arc<Registry>,
+    clock: Arc<SystemClock>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    use seatfence_core::inventory::{EventAction, EventCommand};
+    loop {
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        let now = clock.now_ms();
+        for (gid, g) in registry.all() {
+            if gid.is_directory() || !g.leads() {
+                continue;
+            }
+            let due = g.sm.read(|s| {
+                let inv = &s.state.inventory;
+                let first = inv.index.deadlines.get_min().map(|(at, _)| *at);
+                match (&inv.event, first) {
+                    (Some(e), Some(at)) if at <= now => Some((e.event_id.clone(), e.epoch)),
+                    _ => None,
+                }
+            });
+            let Some((event_id, epoch)) = due else {
+                continue;
+            };
+            let cmd = Command::Event(EventCommand {
+                event_id,
+                epoch,
+                now_ms: now,
+                idempotency: None,
+                action: EventAction::Tick,
+            });
+            if let Err(e) = g.batcher.propose(cmd, Some(g.term())).await {
+                tracing::debug!(group = gid.0, "expire tick: {e}");
+            }
+        }
+    }
+}
+
+/// Drills only: keep the leader clock's skew equal to the integer in `path`
+/// (missing or unreadable: 0), re-read every 100 ms.
+pub(crate) async fn follow_skew_file(
+    path: std::path::PathBuf,
+    clock: Arc<SystemClock>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    loop {
+        let skew = tokio::fs::read_to_string(&path)
+            .await
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        if skew != clock.skew() {
+            tracing::warn!(skew_ms = skew, "clock skew changed (drill)");
+            clock.set_skew(skew);
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! seatfence-node: one `seatfence node` process, assembled as a library so
+//! a test can start a node in-process.
+//!
+//! ```text
+//!  NodeConfig (config.rs: [raft] [moves] [edge] [payments] [chaos])
+//!   ─▶ Node::start: open sled, reopen stored groups + the directory
+//!        ─▶ gRPC: RaftService (peers) + NodeService (clients), one Proposer
+//!        ─▶ (lowest initial member) initialize the directory
+//!        ─▶ jobs: register in the directory · add directory learners
+//!                 expire idle holds · follow a drill's skew file
+//!        ─▶ regions: place_groups (host what the directory places here)
+//!                    move coordinator · drained hand-off
+//!        ─▶ api: the HTTP edge and its workers, when [edge] is configured
+//!   ─▶ Node::stop: stop serving, shut every replica down, final flush
+//! ```
+//!
+//! This crate decides nothing about seats, fences or moves: it wires the
+//! crates that do, and owns only the node's lifecycle.
+
+pub mod config;
+mod jobs;
+mod node;
+
+pub use config::{ChaosHooks, ConfigError, NodeConfig, Peer};
+pub use node::{create_group, run, Node};

@@ -1,0 +1,247 @@
+//! [`Node`]: start and stop one node; [`run`]: until a shutdown signal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use seatfence_api::Edge;
+use seatfence_core::{Command, GroupId, NodeId, Response};
+use seatfence_raft::api::NodeApi;
+use seatfence_raft::clock::SystemClock;
+use seatfence_raft::network::{PeerPool, RaftGrpc};
+use seatfence_raft::registry::Registry;
+use seatfence_raft::storage::NodeDb;
+use seatfence_raft::{ClusterClient, Proposer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::NodeConfig;
+use crate::jobs;
+
+/// Run a node until `shutdown` resolves, then stop it.
+pub async fn run(
+    config: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let node = Node::start(config).await?;
+    shutdown.await;
+    node.stop().await;
+    Ok(())
+}
+
+/// A running node: its replicas, its gRPC server, the move coordinator,
+/// its HTTP edge (when configured) and background jobs.
+pub struct Node {
+    pub config: NodeConfig,
+    pub registry: Arc<Registry>,
+    /// The leader side of this node's groups, shared by the gRPC API and
+    /// every in-process caller (`ClusterClient::with_local`).
+    pub proposer: Arc<Proposer>,
+    pub clock: Arc<SystemClock>,
+    /// The HTTP edge, when the config has `[edge]`.
+    pub edge: Option<Arc<Edge>>,
+    /// Where gRPC and HTTP listen (ports resolved when the config said `:0`).
+    pub grpc_addr: SocketAddr,
+    pub http_addr: Option<SocketAddr>,
+    /// Turns `true` when the node is stopping.
+    pub rx_stop: watch::Receiver<bool>,
+    tx_stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Node {
+    pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+        let db = NodeDb::open(&config.data_dir, config.raft.flush)
+            .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
+        let registry = Arc::new(Registry::new(
+            config.node_id,
+            db.clone(),
+            PeerPool::default(),
+            config.openraft_config(),
+        ));
+        let clock = Arc::new(SystemClock::default());
+        if let Some(hooks) = &config.chaos {
+            seatfence_raft::network::via::install(hooks.via.clone(), hooks.source_ip);
+        }
+        for g in db.stored_groups() {
+            registry.open(g).await?;
+        }
+        registry.open(GroupId::DIRECTORY).await?;
+        let proposer = Arc::new(
+            Proposer::new(registry.clone(), clock.clone())
+                .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug)),
+        );
+
+        let listener = TcpListener::bind(&config.grpc_addr)
+            .await
+            .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
+        let grpc_addr = listener.local_addr()?;
+        tracing::info!(node = config.node_id, region = %config.region, addr = %grpc_addr, "node serving");
+        let (tx_stop, rx_stop) = watch::channel(false);
+        let server = {
+            let mut rx = rx_stop.clone();
+            // Accepted sockets need TCP_NODELAY set here: the builder's
+            // `tcp_nodelay` only reaches listeners tonic binds itself, and
+            // without it small replies wait for the peer's delayed ACK (~40 ms).
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            tonic::transport::Server::builder()
+                .add_service(RaftGrpc::new(registry.clone()).into_server())
+                .add_service(NodeApi::new(proposer.clone(), config.region.clone()).into_server())
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+        };
+        let server = tokio::spawn(server);
+
+        if config.is_bootstrapper() {
+            registry
+                .initialize(GroupId::DIRECTORY, config.directory_members())
+                .await?;
+        }
+        tokio::spawn(jobs::register_self(config.clone(), rx_stop.clone()));
+        tokio::spawn(seatfence_regions::placement::place_groups(
+            registry.clone(),
+            config.moves.clone(),
+            rx_stop.clone(),
+        ));
+        tokio::spawn(jobs::add_directory_learners(
+            registry.clone(),
+            rx_stop.clone(),
+        ));
+        tokio::spawn(jobs::expire_holds(
+            registry.clone(),
+            clock.clone(),
+            rx_stop.clone(),
+        ));
+        tokio::spawn(seatfence_regions::transfer::hand_off_when_drained(
+            registry.clone(),
+            config.moves.catch_up_slack,
+            rx_stop.clone(),
+        ));
+        if let Some(path) = config.chaos.as_ref().and_then(|c| c.skew_file.clone()) {
+            tokio::spawn(jobs::follow_skew_file(path, clock.clone(), rx_stop.clone()));
+        }
+        seatfence_regions::moves::spawn(
+            registry.clone(),
+            node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+            config.moves.clone(),
+            clock.clone(),
+            rx_stop.clone(),
+        );
+        let (edge, http_addr) =
+            match start_edge(&config, &registry, &proposer, &clock, &rx_stop).await? {
+                Some((edge, addr)) => (Some(edge), Some(addr)),
+                None => (None, None),
+            };
+        Ok(Node {
+            config,
+            registry,
+            proposer,
+            clock,
+            edge,
+            grpc_addr,
+            http_addr,
+            rx_stop,
+            tx_stop,
+            server,
+        })
+    }
+
+    /// Stop serving, shut every replica down, flush.
+    pub async fn stop(self) {
+        tracing::info!(node = self.config.node_id, "shutting down");
+        let _ = self.tx_stop.send(true);
+        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
+            Ok(Ok(Err(e))) => tracing::warn!("gRPC server: {e}"),
+            Ok(Err(e)) => tracing::warn!("gRPC server task: {e}"),
+            Err(_) => tracing::warn!("gRPC server did not stop within 5 s"),
+            Ok(Ok(Ok(()))) => {}
+        }
+        self.registry.shutdown().await;
+    }
+}
+
+/// The seeds a node's clients start from: itself, then the directory's
+/// initial voters.
+fn seeds(config: &NodeConfig) -> Vec<String> {
+    let mut seeds = vec![config.grpc_addr.clone()];
+    seeds.extend(config.initial_members.iter().map(|p| p.grpc_addr.clone()));
+    seeds
+}
+
+/// A client for in-node callers: this node's own groups in-process, the
+/// members its directory replica names for the others.
+fn node_client(
+    config: &NodeConfig,
+    registry: &Arc<Registry>,
+    proposer: &Arc<Proposer>,
+) -> ClusterClient {
+    let resolver = registry.clone();
+    ClusterClient::new(seeds(config))
+        .with_members(Arc::new(move |g| resolver.member_addrs(g)))
+        .with_local(proposer.clone())
+}
+
+/// The HTTP edge and its workers, if `[edge]` is configured.
+async fn start_edge(
+    config: &NodeConfig,
+    registry: &Arc<Registry>,
+    proposer: &Arc<Proposer>,
+    clock: &Arc<SystemClock>,
+    rx_stop: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<(Arc<Edge>, SocketAddr)>> {
+    let Some(edge_config) = config.edge.clone() else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(&edge_config.http_addr)
+        .await
+        .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, region = %config.region, "edge serving");
+    let client = node_client(config, registry, proposer)
+        .with_deadline(Duration::from_millis(edge_config.request_timeout_ms));
+    let mut edge = Edge::new(
+        config.region.clone(),
+        edge_config,
+        client,
+        registry.clone(),
+        clock.clone(),
+    );
+    if let Some(p) = config.payments.clone() {
+        edge = edge.with_payments(p, config.data_dir.join("mail"));
+    }
+    let edge = Arc::new(edge);
+    edge.spawn_workers(rx_stop.clone());
+    tokio::spawn(seatfence_api::serve(
+        edge.clone(),
+        listener,
+        rx_stop.clone(),
+    ));
+    Ok(Some((edge, addr)))
+}
+
+/// Create a group through the directory. Returns its id and members.
+pub async fn create_group(
+    client: &ClusterClient,
+    group_id: Option<GroupId>,
+    placement: seatfence_core::Placement,
+) -> anyhow::Result<(GroupId, Vec<NodeId>)> {
+    let out = client
+        .write(
+            GroupId::DIRECTORY,
+            &Command::CreateGroup {
+                group_id,
+                placement,
+            },
+        )
+        .await
+        .context("propose CreateGroup to the directory")?;
+    match out.response {
+        Response::GroupCreated { group_id, members } => Ok((group_id, members)),
+        other => anyhow::bail!("directory refused the group: {other}"),
+    }
+}

@@ -1,0 +1,29 @@
+//! [`MovesConfig`]: the `[moves]` section of a node's config.
+
+use serde::{Deserialize, Serialize};
+
+/// `[moves]`: how this node coordinates ownership moves (while it leads
+/// the directory) and when it deletes replicas it no longer hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MovesConfig {
+    /// A learner counts as caught up within this many entries of the
+    /// leader's log.
+    pub catch_up_slack: u64,
+    /// Wait this long after each step (drills and tests use it to act in
+    /// the middle of a move; 0 in production).
+    pub step_delay_ms: u64,
+    /// A replica this node stopped hosting (moved away, aborted learner) is
+    /// shut down at once; its data is deleted after this grace period.
+    pub retired_grace_ms: u64,
+}
+
+impl Default for MovesConfig {
+    fn default() -> Self {
+        MovesConfig {
+            catch_up_slack: 100,
+            step_delay_ms: 0,
+            retired_grace_ms: 60_000,
+        }
+    }
+}

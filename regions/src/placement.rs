@@ -1,0 +1,102 @@
+//! Hosting follows the directory: [`place_groups`] opens every group the
+//! directory places on this node and retires the replicas it no longer
+//! places here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use seatfence_core::{GroupId, NodeId};
+use seatfence_raft::registry::Registry;
+use tokio::sync::watch;
+
+/// Follow the directory: open every group placed on this node (the group's
+/// first member initializes it), including groups a running move adds this
+/// node to as a learner; retire replicas the directory no longer places
+/// here (moved away, or an aborted move's learner): shut down at once so
+/// they never campaign, data deleted after `retired_grace_ms`.
+pub async fn place_groups(
+    registry: Arc<Registry>,
+    moves: crate::config::MovesConfig,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let me = NodeId(registry.node_id());
+    let mut rx_applied = dir.sm.subscribe_applied();
+    // Retired replicas whose data is still on disk, with when they retired.
+    let mut retired: BTreeMap<GroupId, tokio::time::Instant> = BTreeMap::new();
+    let grace = Duration::from_millis(moves.retired_grace_ms);
+    loop {
+        type Wanted = (GroupId, Vec<NodeId>, BTreeMap<u64, BasicNode>);
+        let (wanted, known): (Vec<Wanted>, std::collections::BTreeSet<GroupId>) =
+            dir.sm.read(|s| {
+                let d = &s.state.directory;
+                let wanted = d
+                    .hosted_on(me)
+                    .into_iter()
+                    .map(|gid| {
+                        let order = d.groups.get(&gid).map(|g| g.members.clone());
+                        let order = order.unwrap_or_default();
+                        let members = order
+                            .iter()
+                            .filter_map(|m| {
+                                d.nodes.get(m).map(|n| (m.0, BasicNode::new(&n.grpc_addr)))
+                            })
+                            .collect();
+                        (gid, order, members)
+                    })
+                    .collect::<Vec<_>>();
+                (wanted, d.groups.keys().copied().collect())
+            });
+        let wanted_ids: std::collections::BTreeSet<GroupId> = wanted.iter().map(|w| w.0).collect();
+        for (gid, order, members) in wanted {
+            if retired.remove(&gid).is_some() {
+                // Placed here again before its old data was deleted: start
+                // from nothing rather than from a stale log.
+                if let Err(e) = registry.db().drop_group(gid) {
+                    tracing::warn!(group = gid.0, "drop stale replica data: {e}");
+                }
+            }
+            let result = if order.first() == Some(&me) && members.len() == order.len() {
+                registry.initialize(gid, members).await
+            } else {
+                registry.open(gid).await.map(drop)
+            };
+            if let Err(e) = result {
+                tracing::warn!(group = gid.0, "cannot host group: {e:#}");
+            }
+        }
+        for gid in registry.all().into_keys() {
+            // Only groups the directory knows: a replica lagging behind a
+            // group's creation must not retire it.
+            if gid.is_directory() || wanted_ids.contains(&gid) || !known.contains(&gid) {
+                continue;
+            }
+            registry.retire(gid).await;
+            retired.insert(gid, tokio::time::Instant::now());
+        }
+        let now = tokio::time::Instant::now();
+        let due: Vec<GroupId> = retired
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) >= grace)
+            .map(|(g, _)| *g)
+            .collect();
+        for gid in due {
+            retired.remove(&gid);
+            match registry.db().drop_group(gid) {
+                Ok(()) => tracing::info!(group = gid.0, "deleted retired replica data"),
+                Err(e) => tracing::warn!(group = gid.0, "delete retired replica data: {e}"),
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx_applied.changed() => if changed.is_err() { return },
+            // Retired data falls due without a directory change.
+            _ = tokio::time::sleep(grace.min(Duration::from_secs(5))), if !retired.is_empty() => {}
+        }
+    }
+}

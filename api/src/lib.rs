@@ -62,7 +62,7 @@ pub struct Edge {
     pub region: String,
     pub config: EdgeConfig,
     pub client: ClusterClient,
-    pub routes: RouteCache,
+    pub routes: Arc<RouteCache>,
     pub admission: Admission,
     pub metrics: EdgeMetrics,
     pub(crate) registry: Arc<Registry>,
@@ -96,7 +96,7 @@ impl Edge {
                 config.user_burst,
             ),
             config,
-            routes: RouteCache::new(client.clone()),
+            routes: Arc::new(RouteCache::new(client.clone())),
             client,
             metrics: EdgeMetrics::default(),
             registry,
@@ -142,7 +142,11 @@ impl Edge {
     /// refresher), each acting only for what this node leads. All stop
     /// with `rx_stop`.
     pub fn spawn_workers(self: &Arc<Edge>, rx_stop: tokio::sync::watch::Receiver<bool>) {
-        tokio::spawn(moves::follow_directory(self.clone(), rx_stop.clone()));
+        tokio::spawn(seatfence_regions::routes::follow_directory(
+            self.routes.clone(),
+            self.registry.clone(),
+            rx_stop.clone(),
+        ));
         if self.payments.is_none() {
             return;
         }

@@ -13,7 +13,7 @@
 //! start is always found.
 
 use hyper::StatusCode;
-use seatfence_core::{GroupId, MoveOp, MoveRecord, MoveRefused};
+use seatfence_core::{MoveOp, MoveRecord, MoveRefused};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -183,36 +183,4 @@ pub fn progress_metrics(edge: &Edge) -> String {
         );
     }
     out
-}
-
-/// Keep every cached route at the directory's newest epoch and owner: on
-/// each apply of this node's directory replica, cached events whose route
-/// changed (a finished move) are learned again. So after a move reads
-/// `done`, every edge reports the new owner within one directory
-/// replication round.
-pub async fn follow_directory(
-    edge: std::sync::Arc<Edge>,
-    mut rx_stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let Some(dir) = edge.registry.get(GroupId::DIRECTORY) else {
-        return;
-    };
-    let mut rx = dir.sm.subscribe_applied();
-    loop {
-        let cached = edge.routes.cached_events();
-        let fresh: Vec<seatfence_core::EventRoute> = dir.sm.read(|s| {
-            cached
-                .iter()
-                .filter_map(|e| s.state.directory.events.get(e).cloned())
-                .collect()
-        });
-        for route in fresh {
-            edge.routes.learn(route);
-        }
-        tokio::select! {
-            biased;
-            _ = rx_stop.wait_for(|s| *s) => return,
-            changed = rx.changed() => if changed.is_err() { return },
-        }
-    }
 }

@@ -1,22 +1,33 @@
-//! seatfence-regions: topology and routing across regions (DESIGN.md §2, §5).
+//! seatfence-regions: the ownership and routing control plane (DESIGN.md
+//! §2, §5, §6): where an event's commands go, which node hosts which
+//! replica, who leads a group, and how an event moves between regions.
 //!
 //! ```text
 //!  edge ──resolve(event)──▶ RouteCache ──miss──▶ directory (group 0) leader
 //!                              │ event → (group, epoch, owner region)
 //!                              │ highest fence (epoch, term) seen per event
 //!  reply (epoch, term) ──check_fence──▶ lower than seen? discard, re-route
+//!  directory apply ──follow_directory──▶ re-learn cached routes (moves land everywhere)
+//!  directory apply ──place_groups──▶ open groups placed here, retire the rest
+//!  operator / coordinator / drained node ──transfer──▶ a caught-up voter leads
 //! ```
 //!
-//! - [`routes`]: the edge's cache of the directory and the fence check at
-//!   the edge (check 1 of DESIGN §5).
+//! - [`routes`]: the edge's cache of the directory, its refresh loop
+//!   (`follow_directory`) and the fence check at the edge (check 1 of
+//!   DESIGN §5).
+//! - [`placement`]: hosting follows the directory (`place_groups`).
 //! - [`moves`]: the ownership-move coordinator, run by whichever node leads
 //!   the directory; every step idempotent, progress only in the directory.
+//! - [`transfer`]: the one leadership transfer (moves, operator transfer,
+//!   drain, a drained node's hand-off) and its one definition of caught up.
+//! - [`config`]: the `[moves]` section of a node's config.
 //!
-//! The directory's state machine and placement live in `seatfence-core`
-//! (`Directory`, `EventRoute`, `Placement`, `MoveRecord`) and run inside
-//! group 0. This crate never decides an
-//! outcome: it only says where to send a command and whether a reply is
-//! older than one already seen.
+//! The directory's state machine and placement decisions live in
+//! `seatfence-core` (`Directory`, `EventRoute`, `Placement`, `MoveRecord`)
+//! and run inside group 0. This crate never decides an outcome: it says
+//! where to send a command, whether a reply is older than one already
+//! seen, and drives membership and leadership through the groups' leaders;
+//! it never writes to a group except through a committed command.
 
 pub mod config;
 pub mod moves;

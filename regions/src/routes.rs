@@ -5,9 +5,10 @@
 //! time, so an event is served by every edge as soon as its create returns.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use seatfence_core::{Epoch, EventId, EventRoute, Fence, GroupId, Query, QueryResult, RegionId};
+use seatfence_raft::registry::Registry;
 use seatfence_raft::{ClientError, ClusterClient};
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +136,39 @@ impl RouteCache {
             e.route.epoch = fence.epoch;
         }
         FenceCheck::Fresh
+    }
+}
+
+/// Keep every cached route at the directory's newest epoch and owner: on
+/// each apply of this node's directory replica, cached events whose route
+/// changed (a finished move) are learned again. So after a move reads
+/// `done`, every edge reports the new owner within one directory
+/// replication round.
+pub async fn follow_directory(
+    routes: Arc<RouteCache>,
+    registry: Arc<Registry>,
+    mut rx_stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let mut rx = dir.sm.subscribe_applied();
+    loop {
+        let cached = routes.cached_events();
+        let fresh: Vec<seatfence_core::EventRoute> = dir.sm.read(|s| {
+            cached
+                .iter()
+                .filter_map(|e| s.state.directory.events.get(e).cloned())
+                .collect()
+        });
+        for route in fresh {
+            routes.learn(route);
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx.changed() => if changed.is_err() { return },
+        }
     }
 }
 

@@ -58,7 +58,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         election_timeout_max_ms: args.heartbeat_ms * 8,
         ..RaftTuning::default()
     };
-    let cluster = LocalCluster::start(bin, &dir, 3, tuning)?;
+    let cluster = LocalCluster::builder(&dir).tuning(tuning).start(bin)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let client = cluster.client();
     let mut groups = Vec::new();

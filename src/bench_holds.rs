@@ -12,13 +12,12 @@ use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome, SeatPick};
 use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
-use seatfence_raft::RaftTuning;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::bench::bench_dir;
 use crate::cluster::LocalCluster;
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,7 +117,7 @@ pub async fn run_holds_bench(
     let (_guard, dir) = bench_dir()?;
     // One region of three nodes: the event's group has its 3 voters there,
     // and every node is an edge.
-    let cluster = LocalCluster::start_regions(bin, &dir, 1, 3, RaftTuning::default())?;
+    let cluster = LocalCluster::builder(&dir).regions(1, 3).start(bin)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let secret = cluster.jwt_secret().context("no edge secret")?;
     let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();

@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
-use seatfence_raft::RaftTuning;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::bench::bench_dir;
 use crate::bench_holds::seat_counts;
 use crate::cluster::LocalCluster;
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 
 #[derive(Debug, Clone)]
 pub struct MoveBenchArgs {
@@ -73,7 +72,7 @@ type Answer = (u64, u64);
 
 pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<MoveBenchReport> {
     let (_guard, dir) = bench_dir()?;
-    let cluster = LocalCluster::start_regions(bin, &dir, 3, 3, RaftTuning::default())?;
+    let cluster = LocalCluster::builder(&dir).regions(3, 3).start(bin)?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
     let secret = cluster.jwt_secret().context("no edge secret")?;
     let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();

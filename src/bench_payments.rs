@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
-use seatfence_raft::RaftTuning;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::bench::bench_dir;
-use crate::cluster::{GatewayProc, LocalCluster};
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
+use seatfence_testkit::{GatewayProc, LocalCluster};
 
 #[derive(Debug, Clone)]
 pub struct PaymentsBenchArgs {
@@ -153,14 +152,10 @@ pub async fn run_payments_bench(
 ) -> anyhow::Result<PaymentsBenchReport> {
     let (_guard, dir) = bench_dir()?;
     let gateway = GatewayProc::start(bin, &dir.join("gateway"), 5)?;
-    let cluster = LocalCluster::start_regions_with(
-        bin,
-        &dir,
-        1,
-        3,
-        RaftTuning::default(),
-        Some(gateway.payments_config()),
-    )?;
+    let cluster = LocalCluster::builder(&dir)
+        .regions(1, 3)
+        .payments(gateway.payments_config())
+        .start(bin)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let secret = cluster.jwt_secret().context("no edge secret")?;
     let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 
 use crate::demo::DemoFile;
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 
 #[derive(Subcommand)]
 pub enum EventCmd {
@@ -107,7 +107,7 @@ pub enum EventCmd {
 }
 
 /// An error answer as an error (status and body).
-fn check(a: &crate::http_client::HttpAnswer) -> anyhow::Result<()> {
+fn check(a: &seatfence_testkit::http_client::HttpAnswer) -> anyhow::Result<()> {
     if !a.status.is_success() {
         bail!("{}: {}", a.status, a.body);
     }
@@ -119,7 +119,7 @@ async fn get_ok(
     http: &HttpClient,
     url: &str,
     token: &str,
-) -> anyhow::Result<crate::http_client::HttpAnswer> {
+) -> anyhow::Result<seatfence_testkit::http_client::HttpAnswer> {
     let a = http.get(url, Some(token)).await?;
     check(&a)?;
     Ok(a)
@@ -131,7 +131,7 @@ async fn post_ok(
     url: &str,
     token: &str,
     body: &Value,
-) -> anyhow::Result<crate::http_client::HttpAnswer> {
+) -> anyhow::Result<seatfence_testkit::http_client::HttpAnswer> {
     let a = http.post(url, Some(token), None, body).await?;
     check(&a)?;
     Ok(a)

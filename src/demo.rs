@@ -8,9 +8,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cluster::{GatewayProc, LocalCluster};
-use crate::http_client::HttpClient;
-use seatfence_raft::RaftTuning;
+use seatfence_testkit::http_client::HttpClient;
+use seatfence_testkit::{GatewayProc, LocalCluster};
 
 /// What `demo.json` holds; `seatfence ctl` reads it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,14 +69,10 @@ pub async fn run(
         dir.display()
     );
     let gateway = GatewayProc::start(&bin, &dir.join("gateway"), 5)?;
-    let cluster = LocalCluster::start_regions_with(
-        &bin,
-        &dir,
-        3,
-        3,
-        RaftTuning::default(),
-        Some(gateway.payments_config()),
-    )?;
+    let cluster = LocalCluster::builder(&dir)
+        .regions(3, 3)
+        .payments(gateway.payments_config())
+        .start(&bin)?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
     let secret = cluster.jwt_secret().context("cluster has no edges")?;
     let day = 24 * 3600;

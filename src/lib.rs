@@ -21,5 +21,4 @@ pub mod demo;
 pub mod flash;
 
 pub use seatfence_chaos::drill as chaos;
-pub use seatfence_chaos::http_client;
-pub use seatfence_chaos::supervisor as cluster;
+pub use seatfence_testkit::{cluster, http_client};

@@ -284,7 +284,7 @@ async fn main() -> anyhow::Result<()> {
             token_ttl_secs,
             grants_per_hour,
         } => {
-            use seatfence_api::gateway::mock::{self, Mock, MockConfig};
+            use seatfence_testkit::mock_gateway::{self as mock, Mock, MockConfig};
             anyhow::ensure!(
                 signing_secret.len() >= 16 && webhook_secret.len() >= 16,
                 "--signing-secret and --webhook-secret must be at least 16 bytes"

@@ -7,9 +7,9 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use seatfence::cluster::LocalCluster;
 use seatfence_core::{GroupId, NodeId, Placement};
 use seatfence_node::create_group;
+use seatfence_testkit::cluster::LocalCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t15_extra_nodes_join_as_directory_learners_and_host_groups() {
@@ -17,7 +17,11 @@ async fn t15_extra_nodes_join_as_directory_learners_and_host_groups() {
     let dir = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
     tracing::info!("--- 3 directory voters and 2 joining nodes");
-    let cluster = LocalCluster::start_with_extra(bin, dir.path(), 3, 2, test_tuning()).unwrap();
+    let cluster = LocalCluster::builder(dir.path())
+        .voters(3, 2)
+        .tuning(test_tuning())
+        .start(bin)
+        .unwrap();
     cluster
         .wait_ready(PATIENCE)
         .await

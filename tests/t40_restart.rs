@@ -76,7 +76,7 @@ async fn write_keys(
 }
 
 async fn check_all(
-    cluster: &seatfence::cluster::LocalCluster,
+    cluster: &seatfence_testkit::cluster::LocalCluster,
     acked: &[(seatfence_core::GroupId, String, Vec<u8>)],
 ) {
     for n in &cluster.nodes {

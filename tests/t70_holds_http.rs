@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use common::*;
 use hyper::Method;
-use seatfence::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
-use seatfence::http_client::HttpClient;
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome, SeatPick};
 use seatfence_core::{Command, Epoch, EventId, GroupId, RegionId, Response, UserId};
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
 fn hold(epoch: u64, key: &str) -> Command {

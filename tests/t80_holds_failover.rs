@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use seatfence::http_client::HttpClient;
 use seatfence_core::GroupId;
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

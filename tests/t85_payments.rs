@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use hyper::Method;
-use seatfence::cluster::{GatewayProc, LocalCluster};
-use seatfence::http_client::{HttpAnswer, HttpClient};
+use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
+use seatfence_testkit::{GatewayProc, LocalCluster};
 use serde_json::{json, Value};
 
 struct Env {
@@ -33,7 +33,11 @@ impl Env {
         p.reconcile_budget_ms = 5_000;
         p.extension_ms = 1_000;
         p.outbox_interval_ms = 200;
-        let cluster = LocalCluster::start_regions_with(bin, dir, 1, 3, test_tuning(), Some(p))
+        let cluster = LocalCluster::builder(dir)
+            .regions(1, 3)
+            .tuning(test_tuning())
+            .payments(p)
+            .start(bin)
             .expect("start cluster");
         cluster.wait_ready(PATIENCE).await.expect("cluster ready");
         Env {

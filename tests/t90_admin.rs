@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use seatfence::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::{json, Value};
 
 fn ctl(edge: &str, token: &str, args: &[&str]) -> (bool, String) {

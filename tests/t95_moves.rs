@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 
 use common::moves::*;
 use common::*;
-use seatfence::http_client::HttpClient;
 use seatfence_core::GroupId;
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
 /// A JSON array of node ids as a set.

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use common::moves::*;
 use common::*;
-use seatfence::cluster::LocalCluster;
-use seatfence::http_client::HttpClient;
 use seatfence_core::GroupId;
+use seatfence_testkit::cluster::LocalCluster;
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
 async fn start_slow_moves(dir: &Path) -> LocalCluster {
@@ -25,7 +25,11 @@ async fn start_slow_moves(dir: &Path) -> LocalCluster {
         retired_grace_ms: 2000,
         ..Default::default()
     };
-    let cluster = LocalCluster::start_regions_moves(bin, dir, 3, 3, test_tuning(), moves)
+    let cluster = LocalCluster::builder(dir)
+        .regions(3, 3)
+        .tuning(test_tuning())
+        .moves(moves)
+        .start(bin)
         .expect("start cluster");
     cluster.wait_ready(PATIENCE).await.unwrap();
     cluster

@@ -1,6 +1,5 @@
-//! seatfence-chaos: the partition-drill harness. The process supervisor
-//! (`supervisor::LocalCluster`, also what the tests, the demo and the
-//! benchmarks start clusters with), the drill (`drill`: nemesis, workload,
+//! seatfence-chaos: the partition-drill harness. It starts clusters with
+//! `seatfence_testkit::LocalCluster`; it owns the drill (`drill`: nemesis, workload,
 //! settle; the `seatfence chaos` subcommand), the history a drill records,
 //! the fault schedule, the partition mechanisms, the checkers and the
 //! report.
@@ -20,9 +19,7 @@
 pub mod check;
 pub mod drill;
 pub mod history;
-pub mod http_client;
 pub mod net;
 pub mod report;
 pub mod run;
 pub mod schedule;
-pub mod supervisor;

@@ -12,7 +12,7 @@ use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
 use seatfence_raft::client::ClusterClient;
 use serde_json::json;
 
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 
 /// The answer to one hold request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use seatfence_core::GroupId;
-use seatfence_raft::RaftTuning;
 use serde::Serialize;
 use serde_json::json;
 
 use super::backend::{http_counts, Backend, Counts, HttpBackend};
 use super::{run_workload, Payer, RunStats, Workload};
-use crate::cluster::{GatewayProc, LocalCluster};
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
+use seatfence_testkit::{GatewayProc, LocalCluster};
 
 pub const EVENT: &str = "flash-sale";
 
@@ -43,14 +42,11 @@ impl Seatfence {
         } else {
             None
         };
-        let cluster = LocalCluster::start_regions_with(
-            bin,
-            dir,
-            1,
-            3,
-            RaftTuning::default(),
-            gateway.as_ref().map(|g| g.payments_config()),
-        )?;
+        let mut builder = LocalCluster::builder(dir).regions(1, 3);
+        if let Some(g) = &gateway {
+            builder = builder.payments(g.payments_config());
+        }
+        let cluster = builder.start(bin)?;
         cluster.wait_ready(Duration::from_secs(30)).await?;
         let secret = cluster.jwt_secret().context("no edge secret")?;
         let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();

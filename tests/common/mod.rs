@@ -10,10 +10,10 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use seatfence::cluster::LocalCluster;
 use seatfence_core::{GroupId, Placement};
 use seatfence_node::create_group;
 use seatfence_raft::RaftTuning;
+use seatfence_testkit::cluster::LocalCluster;
 
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -34,7 +34,10 @@ pub fn test_tuning() -> RaftTuning {
 
 pub async fn start(dir: &Path, tuning: RaftTuning) -> LocalCluster {
     let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
-    let cluster = LocalCluster::start(bin, dir, 3, tuning).expect("start cluster");
+    let cluster = LocalCluster::builder(dir)
+        .tuning(tuning)
+        .start(bin)
+        .expect("start cluster");
     cluster
         .wait_ready(PATIENCE)
         .await
@@ -103,7 +106,10 @@ pub async fn assert_keys_on(
 /// A cluster of `regions × per_region` nodes, every node an HTTP edge.
 pub async fn start_regions(dir: &Path, regions: usize, per_region: usize) -> LocalCluster {
     let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
-    let cluster = LocalCluster::start_regions(bin, dir, regions, per_region, test_tuning())
+    let cluster = LocalCluster::builder(dir)
+        .regions(regions, per_region)
+        .tuning(test_tuning())
+        .start(bin)
         .expect("start cluster");
     if let Err(e) = cluster.wait_ready(PATIENCE).await {
         let tails: Vec<String> = cluster
@@ -127,7 +133,7 @@ pub async fn create_event(
     edge: &str,
     body: serde_json::Value,
 ) -> serde_json::Value {
-    let http = seatfence::http_client::HttpClient::default();
+    let http = seatfence_testkit::http_client::HttpClient::default();
     let op = token(cluster, "ops", true);
     let a = http
         .post(&format!("{edge}/v1/events"), Some(&op), None, &body)

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use seatfence::cluster::LocalCluster;
-use seatfence::http_client::HttpClient;
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome, SeatPick};
 use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
+use seatfence_testkit::cluster::LocalCluster;
+use seatfence_testkit::http_client::HttpClient;
 use serde_json::{json, Value};
 
 use super::*;

@@ -1,13 +1,13 @@
 //! The payment gateway: the client trait every adapter implements, its
 //! HTTP client ([`client`]), the fleet's shared access token ([`token`]),
-//! signatures ([`sign`]) and the mock provider ([`mock`], `seatfence gateway`).
+//! signatures ([`sign`]). The mock provider (`seatfence gateway`) lives in
+//! `seatfence-testkit`.
 //!
 //! Every side effect (execute, refund) carries `X-Fencing-Token:
 //! {epoch}.{term}`; the gateway refuses a token lower than the highest it
 //! has seen for that payment, so a deposed leader cannot capture or refund.
 
 pub mod client;
-pub mod mock;
 pub mod sign;
 pub mod token;
 

@@ -30,7 +30,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
 
-use crate::http_client::HttpClient;
+use seatfence_testkit::http_client::HttpClient;
 
 #[derive(Subcommand)]
 pub enum ChaosCmd {
@@ -109,7 +109,7 @@ pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
             };
             // Whatever happened, no node or gateway outlives the drill
             // (the caller exits without waiting for tasks to drop them).
-            crate::supervisor::reap_all();
+            seatfence_testkit::cluster::reap_all();
             match result {
                 Some(Ok(status)) => exit_code(status),
                 Some(Err(e)) => {

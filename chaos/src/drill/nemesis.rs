@@ -18,7 +18,7 @@ use rand::SeedableRng;
 use serde_json::json;
 
 use super::World;
-use crate::supervisor::LocalCluster;
+use seatfence_testkit::cluster::LocalCluster;
 
 /// How a fault is undone.
 enum Undo {
@@ -239,7 +239,7 @@ impl Nemesis {
                 let region = if *leader_inside {
                     home.clone()
                 } else {
-                    let others: Vec<String> = crate::supervisor::REGIONS
+                    let others: Vec<String> = seatfence_testkit::cluster::REGIONS
                         .iter()
                         .map(|r| r.to_string())
                         .filter(|r| *r != home)

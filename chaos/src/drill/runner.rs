@@ -18,15 +18,15 @@ use anyhow::{bail, Context};
 use seatfence_node::ChaosHooks;
 use seatfence_node::NodeConfig;
 use seatfence_raft::propose::PlantedBug;
-use seatfence_raft::{ClusterClient, RaftTuning};
+use seatfence_raft::ClusterClient;
 use seatfence_regions::config::MovesConfig;
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::nemesis::Nemesis;
 use super::{settle, workload, DrillArgs, NetChoice, World};
-use crate::http_client::HttpClient;
-use crate::supervisor::{GatewayProc, LocalCluster};
+use seatfence_testkit::http_client::HttpClient;
+use seatfence_testkit::{GatewayProc, LocalCluster};
 
 /// Hold TTL of the drill's events: short, so seats churn.
 pub(super) const HOLD_TTL_SECS: u64 = 4;
@@ -133,14 +133,11 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         retired_grace_ms: 10_000,
         ..MovesConfig::default()
     };
-    let mut configs = LocalCluster::layout_regions(
-        &out.join("cluster"),
-        3,
-        args.nodes_per_region,
-        RaftTuning::default(),
-        Some(payments),
-        moves,
-    )?;
+    let mut configs = LocalCluster::builder(&out.join("cluster"))
+        .regions(3, args.nodes_per_region)
+        .payments(payments)
+        .moves(moves)
+        .layout()?;
     let ids: Vec<u64> = configs.iter().map(|(_, c)| c.node_id).collect();
     anyhow::ensure!(ids == planned, "node ids {ids:?}, expected {planned:?}");
     let mut skew_files = BTreeMap::new();
@@ -210,7 +207,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         })
         .collect();
 
-    let cluster = LocalCluster::launch_in(bin, configs, |id| {
+    let cluster = LocalCluster::launch(bin, configs, |id| {
         (mech == NetChoice::Netns).then(|| NetnsNet::ns_of(id))
     })?;
     cluster

@@ -26,8 +26,8 @@ use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
 use serde_json::{json, Value};
 
 use super::World;
-use crate::http_client::HttpAnswer;
-use crate::supervisor::REGIONS;
+use seatfence_testkit::cluster::REGIONS;
+use seatfence_testkit::http_client::HttpAnswer;
 
 /// An answer that settles the outcome, or why none came.
 enum Answer {

@@ -59,7 +59,7 @@ pub struct LocalCluster {
 /// A std mutex: held only to push or drain, never across an `.await`.
 static STARTED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
-fn started(child: &Child) {
+pub(crate) fn started(child: &Child) {
     STARTED
         .lock()
         .expect("started lock poisoned")
@@ -81,7 +81,7 @@ pub fn reap_all() {
 
 /// `n` distinct free ports on 127.0.0.1: all bound to `:0` at once (so the
 /// OS cannot hand one out twice), then released for the nodes.
-fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+pub(crate) fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let listeners = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()?;
@@ -91,146 +91,106 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
         .collect::<Result<_, _>>()?)
 }
 
-fn check_regions(regions: usize, per_region: usize) -> anyhow::Result<()> {
-    if regions == 0 || regions > REGIONS.len() || per_region == 0 {
-        bail!("1 to {} regions, at least one node each", REGIONS.len());
-    }
-    Ok(())
+/// How a local cluster is laid out: `LocalCluster::builder(dir)`, then
+/// [`regions`](ClusterBuilder::regions) or [`voters`](ClusterBuilder::voters),
+/// optional tuning, payments and moves, then [`start`](ClusterBuilder::start)
+/// (or [`layout`](ClusterBuilder::layout) to adjust the configs first and
+/// [`LocalCluster::launch`] them).
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    dir: PathBuf,
+    voters: usize,
+    nodes: usize,
+    tuning: RaftTuning,
+    payments: Option<PaymentsConfig>,
+    moves: MovesConfig,
 }
 
-impl LocalCluster {
-    /// Write configs for `n` nodes (one directory voter per region, so
-    /// `n <= 3`) under `dir` and start them with the binary `bin`. If `dir`
-    /// holds the configs of an earlier start, they are reused (same ports).
-    pub fn start(
-        bin: &Path,
-        dir: &Path,
-        n: usize,
-        tuning: RaftTuning,
-    ) -> anyhow::Result<LocalCluster> {
-        if n == 0 || n > REGIONS.len() {
+impl ClusterBuilder {
+    /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
+    /// each, ids round-robin over the regions (node `i` is in region
+    /// `(i-1) % regions`); the first node of each region is its directory
+    /// voter.
+    pub fn regions(mut self, regions: usize, per_region: usize) -> ClusterBuilder {
+        self.voters = regions;
+        self.nodes = regions * per_region;
+        self
+    }
+
+    /// `voters` directory voters (one per region, ids `1..=voters`) plus
+    /// `joiners` nodes that join the cluster (regions round-robin).
+    pub fn voters(mut self, voters: usize, joiners: usize) -> ClusterBuilder {
+        self.voters = voters;
+        self.nodes = voters + joiners;
+        self
+    }
+
+    pub fn tuning(mut self, tuning: RaftTuning) -> ClusterBuilder {
+        self.tuning = tuning;
+        self
+    }
+
+    /// Every node takes payments through this gateway.
+    pub fn payments(mut self, payments: PaymentsConfig) -> ClusterBuilder {
+        self.payments = Some(payments);
+        self
+    }
+
+    /// Every node coordinates moves with `moves` (tests slow the steps
+    /// down to act between them).
+    pub fn moves(mut self, moves: MovesConfig) -> ClusterBuilder {
+        self.moves = moves;
+        self
+    }
+
+    /// Fresh configs (ports chosen, directories created) for a caller that
+    /// adjusts them before [`LocalCluster::launch`].
+    pub fn layout(&self) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
+        if self.voters == 0 || self.voters > REGIONS.len() || self.nodes < self.voters {
             bail!(
-                "a local cluster has 1 to {} directory voters (one per region)",
+                "1 to {} directory voters (one per region), at least one node each",
                 REGIONS.len()
             );
         }
-        Self::start_with_extra(bin, dir, n, 0, tuning)
-    }
-
-    /// Like [`start`](Self::start) with `voters` directory voters (one per
-    /// region, ids `1..=voters`) plus `extra` nodes that join the cluster
-    /// (ids after the voters, regions assigned round-robin).
-    pub fn start_with_extra(
-        bin: &Path,
-        dir: &Path,
-        voters: usize,
-        extra: usize,
-        tuning: RaftTuning,
-    ) -> anyhow::Result<LocalCluster> {
-        if voters == 0 || voters > REGIONS.len() {
-            bail!("1 to {} directory voters (one per region)", REGIONS.len());
-        }
-        Self::start_layout(
-            bin,
-            dir,
-            voters,
-            voters + extra,
-            tuning,
-            None,
-            MovesConfig::default(),
+        LocalCluster::layout(
+            &self.dir,
+            self.voters,
+            self.nodes,
+            self.tuning.clone(),
+            self.payments.clone(),
+            self.moves.clone(),
         )
     }
 
-    /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
-    /// each: `regions × per_region` nodes, ids round-robin over the regions
-    /// (node `i` is in region `(i-1) % regions`); the first node of each
-    /// region is its directory voter. Every node runs an HTTP edge.
-    pub fn start_regions(
-        bin: &Path,
-        dir: &Path,
-        regions: usize,
-        per_region: usize,
-        tuning: RaftTuning,
-    ) -> anyhow::Result<LocalCluster> {
-        Self::start_regions_with(bin, dir, regions, per_region, tuning, None)
-    }
-
-    /// [`start_regions`](Self::start_regions), with every node taking
-    /// payments through the gateway of `payments` when given.
-    pub fn start_regions_with(
-        bin: &Path,
-        dir: &Path,
-        regions: usize,
-        per_region: usize,
-        tuning: RaftTuning,
-        payments: Option<PaymentsConfig>,
-    ) -> anyhow::Result<LocalCluster> {
-        check_regions(regions, per_region)?;
-        Self::start_layout(
-            bin,
-            dir,
-            regions,
-            regions * per_region,
-            tuning,
-            payments,
-            MovesConfig::default(),
-        )
-    }
-
-    /// [`start_regions`](Self::start_regions), every node coordinating
-    /// moves with `moves` (tests slow the steps down to act between them).
-    pub fn start_regions_moves(
-        bin: &Path,
-        dir: &Path,
-        regions: usize,
-        per_region: usize,
-        tuning: RaftTuning,
-        moves: MovesConfig,
-    ) -> anyhow::Result<LocalCluster> {
-        check_regions(regions, per_region)?;
-        Self::start_layout(bin, dir, regions, regions * per_region, tuning, None, moves)
-    }
-
-    fn start_layout(
-        bin: &Path,
-        dir: &Path,
-        voters: usize,
-        n: usize,
-        tuning: RaftTuning,
-        payments: Option<PaymentsConfig>,
-        moves: MovesConfig,
-    ) -> anyhow::Result<LocalCluster> {
-        if let Some(existing) = Self::existing_configs(dir, n)? {
-            return Self::from_configs(bin, existing, |_| None);
+    /// Write the configs and start the nodes with the binary `bin`. If the
+    /// directory holds the configs of an earlier start, they are reused
+    /// (same ports, same data).
+    pub fn start(&self, bin: &Path) -> anyhow::Result<LocalCluster> {
+        if let Some(existing) = LocalCluster::existing_configs(&self.dir, self.nodes)? {
+            return LocalCluster::from_configs(bin, existing, |_| None);
         }
-        let configs = Self::layout(dir, voters, n, tuning, payments, moves)?;
-        Self::launch(bin, configs)
+        LocalCluster::launch(bin, self.layout()?, |_| None)
     }
+}
 
-    /// The configs [`start_regions`](Self::start_regions) would write
-    /// (`regions × per_region` nodes, ports chosen, directories created),
-    /// for a caller that adjusts them before [`launch`](Self::launch).
-    pub fn layout_regions(
-        dir: &Path,
-        regions: usize,
-        per_region: usize,
-        tuning: RaftTuning,
-        payments: Option<PaymentsConfig>,
-        moves: MovesConfig,
-    ) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
-        check_regions(regions, per_region)?;
-        Self::layout(dir, regions, regions * per_region, tuning, payments, moves)
+impl LocalCluster {
+    /// A cluster under `dir`: by default one directory voter in each of
+    /// the three regions and nothing else.
+    pub fn builder(dir: &Path) -> ClusterBuilder {
+        ClusterBuilder {
+            dir: dir.to_path_buf(),
+            voters: REGIONS.len(),
+            nodes: REGIONS.len(),
+            tuning: RaftTuning::default(),
+            payments: None,
+            moves: MovesConfig::default(),
+        }
     }
 
     /// Write each config to `{node_dir}/node.toml` (validated) and start
-    /// the nodes.
-    pub fn launch(bin: &Path, configs: Vec<(PathBuf, NodeConfig)>) -> anyhow::Result<LocalCluster> {
-        Self::launch_in(bin, configs, |_| None)
-    }
-
-    /// Like [`launch`](Self::launch), node `id` running (and restarting)
-    /// inside the network namespace `netns(id)` when that is `Some`.
-    pub fn launch_in(
+    /// the nodes, node `id` running (and restarting) inside the network
+    /// namespace `netns(id)` when that is `Some`.
+    pub fn launch(
         bin: &Path,
         configs: Vec<(PathBuf, NodeConfig)>,
         netns: impl Fn(u64) -> Option<String>,
@@ -538,137 +498,6 @@ impl LocalCluster {
         let text = fs::read_to_string(&self.nodes[i].log_path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-/// The mock gateway (`seatfence gateway`) as a separate process on a
-/// free port. Dropping it SIGKILLs it.
-pub struct GatewayProc {
-    child: Option<Child>,
-    pub url: String,
-    pub webhook_secret: String,
-    pub client_id: String,
-    pub client_secret: String,
-    signing_secret: String,
-    host: String,
-    port: u16,
-    grants_per_hour: u32,
-    bin: PathBuf,
-    log_path: PathBuf,
-}
-
-impl GatewayProc {
-    /// Start the mock with fresh secrets, logging to `dir/gateway.log`,
-    /// and wait until it answers. If `dir/gateway.json` exists (an earlier
-    /// start), the same port and secrets are used again.
-    pub fn start(bin: &Path, dir: &Path, grants_per_hour: u32) -> anyhow::Result<GatewayProc> {
-        Self::start_on(bin, dir, grants_per_hour, "127.0.0.1")
-    }
-
-    /// Like [`start`](Self::start), listening on `host` (an address the
-    /// nodes reach, such as the host's end of a namespace bridge).
-    pub fn start_on(
-        bin: &Path,
-        dir: &Path,
-        grants_per_hour: u32,
-        host: &str,
-    ) -> anyhow::Result<GatewayProc> {
-        fs::create_dir_all(dir)?;
-        let saved = dir.join("gateway.json");
-        let (port, signing, webhook, client) = match fs::read_to_string(&saved) {
-            Ok(text) => {
-                serde_json::from_str(&text).with_context(|| format!("parse {}", saved.display()))?
-            }
-            Err(_) => {
-                let secret = || format!("{:032x}", rand::random::<u128>());
-                let s = (free_ports(1)?[0], secret(), secret(), secret());
-                fs::write(&saved, serde_json::to_string(&s)?)?;
-                s
-            }
-        };
-        let mut g = GatewayProc {
-            child: None,
-            url: format!("http://{host}:{port}"),
-            host: host.to_string(),
-            webhook_secret: webhook,
-            client_id: "seatfence".into(),
-            client_secret: client,
-            signing_secret: signing,
-            port,
-            grants_per_hour,
-            bin: bin.to_path_buf(),
-            log_path: dir.join("gateway.log"),
-        };
-        g.spawn()?;
-        Ok(g)
-    }
-
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .with_context(|| format!("open {}", self.log_path.display()))?;
-        let child = Command::new(&self.bin)
-            .args([
-                "gateway",
-                "--listen",
-                &format!("{}:{}", self.host, self.port),
-            ])
-            .args(["--grants-per-hour", &self.grants_per_hour.to_string()])
-            .env("SEATFENCE_GATEWAY_SIGNING_SECRET", &self.signing_secret)
-            .env("SEATFENCE_GATEWAY_WEBHOOK_SECRET", &self.webhook_secret)
-            .env("SEATFENCE_GATEWAY_CLIENT_SECRET", &self.client_secret)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("start {} gateway", self.bin.display()))?;
-        started(&child);
-        self.child = Some(child);
-        for _ in 0..200 {
-            if std::net::TcpStream::connect((self.host.as_str(), self.port)).is_ok() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        bail!("gateway did not listen within 5 s: {}", self.log_tail())
-    }
-
-    /// SIGKILL the mock and start it again on the same port with the same
-    /// secrets. It forgets every payment and token, as a provider whose
-    /// state was lost would.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        if let Some(mut c) = self.child.take() {
-            c.kill().context("SIGKILL gateway")?;
-            c.wait()?;
-        }
-        self.spawn()
-    }
-
-    /// A node's payments config for this gateway, with the default timings.
-    pub fn payments_config(&self) -> PaymentsConfig {
-        let text = format!(
-            "gateway_url = {:?}\nclient_id = {:?}\nclient_secret = {:?}\nwebhook_secret = {:?}\n",
-            self.url, self.client_id, self.client_secret, self.webhook_secret
-        );
-        toml::from_str(&text).expect("a complete payments config parses")
-    }
-
-    pub fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-impl Drop for GatewayProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use super::sign;
+use seatfence_api::gateway::sign;
 
 /// How the mock is set up.
 #[derive(Debug, Clone)]
@@ -252,7 +252,7 @@ impl Mock {
     }
 
     fn create(&self, body: &Bytes) -> Answer {
-        let req: super::CreatePayment = match serde_json::from_slice(body) {
+        let req: seatfence_api::gateway::CreatePayment = match serde_json::from_slice(body) {
             Ok(r) => r,
             Err(e) => return err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
         };

@@ -1,0 +1,22 @@
+//! seatfence-testkit: what the tests, the demo, the chaos drills and the
+//! benchmarks stand on, kept out of the product crates.
+//!
+//! - [`cluster`]: [`LocalCluster`], real `seatfence node` processes on
+//!   127.0.0.1 (one data dir and port per node), laid out by one builder;
+//!   SIGKILL, SIGTERM, SIGSTOP/SIGCONT and restart.
+//! - [`gateway_proc`]: [`GatewayProc`], the mock gateway as its own process.
+//! - [`mock_gateway`]: the mock payment provider itself (`seatfence
+//!   gateway`): approvals, captures at most once, fencing tokens, signed
+//!   webhooks, fault switches.
+//! - [`http_client`]: a JSON client for the edge's API.
+//!
+//! No product crate depends on this one.
+
+pub mod cluster;
+pub mod gateway_proc;
+pub mod http_client;
+pub mod mock_gateway;
+
+pub use cluster::{reap_all, ClusterBuilder, LocalCluster, NodeProc, REGIONS};
+pub use gateway_proc::GatewayProc;
+pub use http_client::HttpClient;

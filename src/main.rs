@@ -4,16 +4,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
-use seatfence::bench::{run_raft_bench, RaftBenchArgs};
-use seatfence::bench_holds::{run_holds_bench, HoldsBenchArgs, Via};
-use seatfence::bench_move::{run_move_bench, MoveBenchArgs};
-use seatfence::bench_payments::{run_payments_bench, PaymentsBenchArgs};
+use clap::{Parser, Subcommand};
 use seatfence::ctl::{EdgeTarget, EventCmd};
 use seatfence_core::{Command, GroupId, Placement};
 use seatfence_node::{create_group, NodeConfig};
-use seatfence_raft::storage::FlushMode;
-use seatfence_raft::{ClusterClient, RaftTuning};
+use seatfence_raft::ClusterClient;
 
 // sled allocates and frees many small buffers per write; glibc malloc spent
 // ~20% of a node's CPU on them (perf, bench raft at 256 in flight).
@@ -93,7 +88,7 @@ enum Cmd {
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
-        cmd: BenchCmd,
+        cmd: seatfence_bench::BenchCmd,
     },
     /// Partition drills: faults, load, checkers, report (README "Chaos drills").
     Chaos {
@@ -132,100 +127,6 @@ enum CtlCmd {
     },
     #[command(flatten)]
     Events(EventCmd),
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum FlushArg {
-    Inline,
-    Shared,
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// The launch-day flash sale on a local 3-node region with the mock
-    /// gateway: a burst of buyers holding 1–4 seats, a share booking and
-    /// paying, the rest letting holds expire, late arrivals after, until
-    /// every seat is sold. Fails unless the sale is exact.
-    FlashSale(seatfence::flash::cli::FlashSaleCli),
-    /// The flash sale's hold workload against seatfence, PostgreSQL
-    /// (`--pg`) and etcd (`--etcd`) one after the other; prints the
-    /// side-by-side table (bench/compare.sh starts the servers).
-    Compare(seatfence::flash::cli::CompareCli),
-    /// Confirmed bookings/s and the latency of each step (hold, booking,
-    /// callback) with the mock gateway: buyers go hold → book → approve →
-    /// callback on a local 3-node cluster.
-    Payments {
-        #[arg(long, default_value_t = 10)]
-        duration: u64,
-        #[arg(long, default_value_t = 32)]
-        inflight: usize,
-        #[arg(long, default_value_t = 20_000)]
-        seats: u32,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Move a large event from us-east to eu-west (3 regions × 3 nodes)
-    /// while buyers in every region hold seats: move time, the longest
-    /// write pause, and whether the sale stayed exact.
-    Move {
-        #[arg(long, default_value_t = 20_000)]
-        seats: u32,
-        /// Concurrent hold requests.
-        #[arg(long, default_value_t = 32)]
-        inflight: usize,
-        /// Seconds of load before the move, and after it is done.
-        #[arg(long, default_value_t = 3)]
-        before: u64,
-        #[arg(long, default_value_t = 2)]
-        after: u64,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Committed writes/s and latency of a 3-voter group of real node processes.
-    Raft {
-        #[arg(long, default_value_t = 10)]
-        duration: u64,
-        #[arg(long, default_value_t = 64)]
-        inflight: usize,
-        /// Spread the writers over this many groups.
-        #[arg(long, default_value_t = 1)]
-        groups: usize,
-        #[arg(long, default_value_t = 64)]
-        value_bytes: usize,
-        #[arg(long, value_enum, default_value = "shared")]
-        flush: FlushArg,
-        /// Log entries between snapshots on each node.
-        #[arg(long, default_value_t = RaftTuning::default().snapshot_every)]
-        snapshot_every: u64,
-        /// Heartbeat interval (ms); elections time out after 4–8 heartbeats.
-        #[arg(long, default_value_t = RaftTuning::default().heartbeat_ms)]
-        heartbeat_ms: u64,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Holds/s and latency on one hot event (20,000 seats by default) of a
-    /// local 3-node cluster, single-seat holds from many users.
-    Holds {
-        #[arg(long, value_enum, default_value = "http")]
-        via: ViaArg,
-        #[arg(long, default_value_t = 10)]
-        duration: u64,
-        #[arg(long, default_value_t = 20_000)]
-        seats: u32,
-        #[arg(long, default_value_t = 10_000)]
-        users: u32,
-        /// Concurrent requests.
-        #[arg(long, default_value_t = 256)]
-        inflight: usize,
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ViaArg {
-    Http,
-    Grpc,
 }
 
 fn init_tracing() {
@@ -328,155 +229,9 @@ async fn main() -> anyhow::Result<()> {
             let code = seatfence::chaos::run(&bin, cmd).await;
             std::process::exit(code);
         }
-        Cmd::Bench {
-            cmd:
-                BenchCmd::Holds {
-                    via,
-                    duration,
-                    seats,
-                    users,
-                    inflight,
-                    json,
-                },
-        } => {
-            let args = HoldsBenchArgs {
-                via: match via {
-                    ViaArg::Http => Via::Http,
-                    ViaArg::Grpc => Via::Grpc,
-                },
-                duration: Duration::from_secs(duration),
-                seats,
-                users,
-                inflight,
-            };
+        Cmd::Bench { cmd } => {
             let bin = std::env::current_exe().context("find own binary")?;
-            let r = run_holds_bench(&bin, &args).await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "bench holds via {:?}: {:.0} holds/s until sold out ({:.0} requests/s overall), p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms; capacity {}, granted {}, sold_or_held {}, oversold {}, counters_match {}, conflicts {}, errors {}, sold out after {:?} s, {} in flight, {:.1} s",
-                    r.via, r.holds_per_sec, r.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.capacity, r.granted,
-                    r.sold_or_held, r.oversold, r.counters_match, r.conflicts, r.errors, r.sold_out_after_secs, r.inflight, r.duration_secs
-                );
-            }
-            if r.oversold || !r.counters_match {
-                anyhow::bail!("sale did not stop exactly at capacity");
-            }
-            Ok(())
-        }
-        Cmd::Bench {
-            cmd:
-                BenchCmd::Move {
-                    seats,
-                    inflight,
-                    before,
-                    after,
-                    json,
-                },
-        } => {
-            let args = MoveBenchArgs {
-                seats,
-                inflight,
-                before: Duration::from_secs(before),
-                after: Duration::from_secs(after),
-            };
-            let bin = std::env::current_exe().context("find own binary")?;
-            let r = run_move_bench(&bin, &args).await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "bench move: {} seats {} -> {}: move {:.2} s (recorded {} ms, steps entered at {:?}), longest write gap {:.0} ms from +{:.0} ms (coordinator pause {:?} ms); answered holds/s before {:.0}, during {:.0}, after {:.0}; during the move p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; granted {}, errors {}, epoch {}, oversold {}, counters_match {}, {} in flight, {} nodes",
-                    r.seats, r.from_region, r.to_region, r.move_secs, r.move_recorded_ms, r.steps_ms, r.longest_write_gap_ms, r.longest_gap_at_ms, r.coordinator_pause_ms,
-                    r.rps_before, r.rps_during, r.rps_after, r.p50_during_ms, r.p99_during_ms, r.max_during_ms,
-                    r.granted, r.errors, r.epoch_after, r.oversold, r.counters_match, r.inflight, r.nodes
-                );
-            }
-            if r.oversold || !r.counters_match || r.epoch_after != 2 {
-                anyhow::bail!("the move broke the sale: {r:?}");
-            }
-            Ok(())
-        }
-        Cmd::Bench {
-            cmd: BenchCmd::FlashSale(cli),
-        } => {
-            let bin = std::env::current_exe().context("find own binary")?;
-            seatfence::flash::cli::flash_sale(&bin, cli).await
-        }
-        Cmd::Bench {
-            cmd: BenchCmd::Compare(cli),
-        } => {
-            let bin = std::env::current_exe().context("find own binary")?;
-            seatfence::flash::cli::compare(&bin, cli).await
-        }
-        Cmd::Bench {
-            cmd:
-                BenchCmd::Payments {
-                    duration,
-                    inflight,
-                    seats,
-                    json,
-                },
-        } => {
-            let args = PaymentsBenchArgs {
-                duration: Duration::from_secs(duration),
-                inflight,
-                seats,
-            };
-            let bin = std::env::current_exe().context("find own binary")?;
-            let r = run_payments_bench(&bin, &args).await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "bench payments: {:.0} confirmed bookings/s; p50/p99 ms: hold {:.1}/{:.1}, booking {:.1}/{:.1}, callback {:.1}/{:.1}, hold→confirmed {:.1}/{:.1}; confirmed {}, sold {}, captures {}, capacity {}, oversold {}, counters_match {}, errors {}, {} in flight, {:.1} s",
-                    r.bookings_per_sec, r.hold_p50_ms, r.hold_p99_ms, r.book_p50_ms, r.book_p99_ms, r.callback_p50_ms, r.callback_p99_ms,
-                    r.total_p50_ms, r.total_p99_ms, r.confirmed, r.sold, r.captures, r.capacity, r.oversold, r.counters_match, r.errors, r.inflight, r.duration_secs
-                );
-            }
-            if r.oversold || !r.counters_match {
-                anyhow::bail!("seats sold, captures and confirmed bookings disagree");
-            }
-            Ok(())
-        }
-        Cmd::Bench {
-            cmd:
-                BenchCmd::Raft {
-                    duration,
-                    inflight,
-                    groups,
-                    value_bytes,
-                    flush,
-                    snapshot_every,
-                    heartbeat_ms,
-                    json,
-                },
-        } => {
-            let args = RaftBenchArgs {
-                duration: Duration::from_secs(duration),
-                inflight,
-                groups,
-                value_bytes,
-                flush: match flush {
-                    FlushArg::Inline => FlushMode::Inline,
-                    FlushArg::Shared => FlushMode::Shared,
-                },
-                snapshot_every,
-                heartbeat_ms,
-            };
-            let bin = std::env::current_exe().context("find own binary")?;
-            let r = run_raft_bench(&bin, &args).await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "bench raft: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} writes, {} errors, {} in flight, {} group(s), flush {:?}, {:.1} s, data dirs {:?} MiB)",
-                    r.writes_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.writes, r.errors, r.inflight, r.groups, r.flush, r.duration_secs,
-                    r.data_bytes_per_node.iter().map(|b| b / (1 << 20)).collect::<Vec<_>>()
-                );
-            }
-            Ok(())
+            seatfence_bench::run(&bin, cmd).await
         }
     }
 }

@@ -113,7 +113,7 @@ pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<Compa
     }
     for grpc in vias {
         // A fresh cluster per run, stopped before the next system runs.
-        let (_guard, dir) = crate::bench::bench_dir()?;
+        let (_guard, dir) = crate::raft::bench_dir()?;
         let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, false).await?;
         let backend = if grpc {
             Backend::Grpc(Box::new(GrpcBackend {

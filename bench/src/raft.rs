@@ -13,7 +13,7 @@ use seatfence_raft::storage::FlushMode;
 use seatfence_raft::RaftTuning;
 use serde::Serialize;
 
-use crate::cluster::LocalCluster;
+use seatfence_testkit::cluster::LocalCluster;
 
 #[derive(Debug, Clone)]
 pub struct RaftBenchArgs {
@@ -45,6 +45,18 @@ pub struct RaftBenchReport {
     pub duration_secs: f64,
     /// Bytes in each node's data dir (sled + snapshot files) after the run.
     pub data_bytes_per_node: Vec<u64>,
+}
+
+impl std::fmt::Display for RaftBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        write!(
+            f,
+            "bench raft: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} writes, {} errors, {} in flight, {} group(s), flush {:?}, {:.1} s, data dirs {:?} MiB)",
+            r.writes_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.writes, r.errors, r.inflight, r.groups, r.flush, r.duration_secs,
+            r.data_bytes_per_node.iter().map(|b| b / (1 << 20)).collect::<Vec<_>>()
+        )
+    }
 }
 
 /// Start 3 node processes of `bin`, create the groups, drive writes.

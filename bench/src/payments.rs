@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::bench::bench_dir;
+use crate::raft::bench_dir;
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::{GatewayProc, LocalCluster};
 
@@ -49,6 +49,18 @@ pub struct PaymentsBenchReport {
     pub errors: u64,
     pub duration_secs: f64,
     pub inflight: usize,
+}
+
+impl std::fmt::Display for PaymentsBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        write!(
+            f,
+            "bench payments: {:.0} confirmed bookings/s; p50/p99 ms: hold {:.1}/{:.1}, booking {:.1}/{:.1}, callback {:.1}/{:.1}, hold→confirmed {:.1}/{:.1}; confirmed {}, sold {}, captures {}, capacity {}, oversold {}, counters_match {}, errors {}, {} in flight, {:.1} s",
+            r.bookings_per_sec, r.hold_p50_ms, r.hold_p99_ms, r.book_p50_ms, r.book_p99_ms, r.callback_p50_ms, r.callback_p99_ms,
+            r.total_p50_ms, r.total_p99_ms, r.confirmed, r.sold, r.captures, r.capacity, r.oversold, r.counters_match, r.errors, r.inflight, r.duration_secs
+        )
+    }
 }
 
 const EVENT: &str = "bench-pay";
@@ -216,8 +228,7 @@ pub async fn run_payments_bench(
         h.add(&t.await?)?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let (available, held, sold) =
-        crate::bench_holds::seat_counts(&http, &edges[0], &op, EVENT).await?;
+    let (available, held, sold) = crate::holds::seat_counts(&http, &edges[0], &op, EVENT).await?;
     let stats: Value = http
         .get(&format!("{}/_stats", gateway.url), None)
         .await?

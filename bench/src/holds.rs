@@ -15,8 +15,8 @@ use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::bench::bench_dir;
-use crate::cluster::LocalCluster;
+use crate::raft::bench_dir;
+use seatfence_testkit::cluster::LocalCluster;
 use seatfence_testkit::http_client::HttpClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -60,6 +60,18 @@ pub struct HoldsBenchReport {
     pub inflight: usize,
     pub users: u32,
     pub nodes: usize,
+}
+
+impl std::fmt::Display for HoldsBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        write!(
+            f,
+            "bench holds via {:?}: {:.0} holds/s until sold out ({:.0} requests/s overall), p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms; capacity {}, granted {}, sold_or_held {}, oversold {}, counters_match {}, conflicts {}, errors {}, sold out after {:?} s, {} in flight, {:.1} s",
+            r.via, r.holds_per_sec, r.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.capacity, r.granted,
+            r.sold_or_held, r.oversold, r.counters_match, r.conflicts, r.errors, r.sold_out_after_secs, r.inflight, r.duration_secs
+        )
+    }
 }
 
 struct Shared {

@@ -55,7 +55,7 @@ impl Seatfence {
         let seats: Vec<String> = (0..capacity.max(1))
             .map(super::backend::seat_name)
             .collect();
-        let (capacity, group) = crate::bench_holds::create_event(
+        let (capacity, group) = crate::holds::create_event(
             &cluster,
             &http,
             &edges[0],
@@ -98,7 +98,7 @@ impl Seatfence {
             let b = b.clone();
             Box::pin(async move {
                 let token = b.token(buyer);
-                crate::bench_payments::pay(&b.http, b.edge(buyer), &token, &hold_id)
+                crate::payments::pay(&b.http, b.edge(buyer), &token, &hold_id)
                     .await
                     .map(|_| ())
             })
@@ -132,7 +132,7 @@ pub struct FlashSaleReport {
 /// The launch-day run on seatfence: burst, bookings, expiries, late
 /// arrivals, until sold out or `w.duration`.
 pub async fn run_flash_sale(bin: &Path, w: Workload) -> anyhow::Result<FlashSaleReport> {
-    let (_guard, dir) = crate::bench::bench_dir()?;
+    let (_guard, dir) = crate::raft::bench_dir()?;
     let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, true).await?;
     let w = Workload {
         capacity: sf.capacity as u32,

@@ -14,9 +14,9 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::bench::bench_dir;
-use crate::bench_holds::seat_counts;
-use crate::cluster::LocalCluster;
+use crate::holds::seat_counts;
+use crate::raft::bench_dir;
+use seatfence_testkit::cluster::LocalCluster;
 use seatfence_testkit::http_client::HttpClient;
 
 #[derive(Debug, Clone)]
@@ -62,6 +62,19 @@ pub struct MoveBenchReport {
     pub counters_match: bool,
     pub inflight: usize,
     pub nodes: usize,
+}
+
+impl std::fmt::Display for MoveBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        write!(
+            f,
+            "bench move: {} seats {} -> {}: move {:.2} s (recorded {} ms, steps entered at {:?}), longest write gap {:.0} ms from +{:.0} ms (coordinator pause {:?} ms); answered holds/s before {:.0}, during {:.0}, after {:.0}; during the move p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; granted {}, errors {}, epoch {}, oversold {}, counters_match {}, {} in flight, {} nodes",
+            r.seats, r.from_region, r.to_region, r.move_secs, r.move_recorded_ms, r.steps_ms, r.longest_write_gap_ms, r.longest_gap_at_ms, r.coordinator_pause_ms,
+            r.rps_before, r.rps_during, r.rps_after, r.p50_during_ms, r.p99_during_ms, r.max_during_ms,
+            r.granted, r.errors, r.epoch_after, r.oversold, r.counters_match, r.inflight, r.nodes
+        )
+    }
 }
 
 const EVENT: &str = "bench-move";

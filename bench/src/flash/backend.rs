@@ -157,7 +157,7 @@ impl Backend {
 
 pub async fn http_counts(b: &HttpBackend) -> anyhow::Result<Counts> {
     let (available, held, sold) =
-        crate::bench_holds::seat_counts(&b.http, &b.edges[0], &b.operator, &b.event)
+        crate::holds::seat_counts(&b.http, &b.edges[0], &b.operator, &b.event)
             .await
             .context("read the event's counters")?;
     Ok(Counts {

@@ -1,0 +1,213 @@
+//! `seatfence bench …`: flags, and the one place a report is printed
+//! (as JSON with `--json`, else as the report's own `Display`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use clap::{Subcommand, ValueEnum};
+use seatfence_raft::storage::FlushMode;
+use seatfence_raft::RaftTuning;
+
+use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
+use crate::moves::{run_move_bench, MoveBenchArgs};
+use crate::payments::{run_payments_bench, PaymentsBenchArgs};
+use crate::raft::{run_raft_bench, RaftBenchArgs};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FlushArg {
+    Inline,
+    Shared,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ViaArg {
+    Http,
+    Grpc,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// The launch-day flash sale on a local 3-node region with the mock
+    /// gateway: a burst of buyers holding 1–4 seats, a share booking and
+    /// paying, the rest letting holds expire, late arrivals after, until
+    /// every seat is sold. Fails unless the sale is exact.
+    FlashSale(crate::flash::cli::FlashSaleCli),
+    /// The flash sale's hold workload against seatfence, PostgreSQL
+    /// (`--pg`) and etcd (`--etcd`) one after the other; prints the
+    /// side-by-side table (bench/compare.sh starts the servers).
+    Compare(crate::flash::cli::CompareCli),
+    /// Confirmed bookings/s and the latency of each step (hold, booking,
+    /// callback) with the mock gateway: buyers go hold → book → approve →
+    /// callback on a local 3-node cluster.
+    Payments {
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a large event from us-east to eu-west (3 regions × 3 nodes)
+    /// while buyers in every region hold seats: move time, the longest
+    /// write pause, and whether the sale stayed exact.
+    Move {
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        /// Concurrent hold requests.
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
+        /// Seconds of load before the move, and after it is done.
+        #[arg(long, default_value_t = 3)]
+        before: u64,
+        #[arg(long, default_value_t = 2)]
+        after: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Committed writes/s and latency of a 3-voter group of real node processes.
+    Raft {
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value_t = 64)]
+        inflight: usize,
+        /// Spread the writers over this many groups.
+        #[arg(long, default_value_t = 1)]
+        groups: usize,
+        #[arg(long, default_value_t = 64)]
+        value_bytes: usize,
+        #[arg(long, value_enum, default_value = "shared")]
+        flush: FlushArg,
+        /// Log entries between snapshots on each node.
+        #[arg(long, default_value_t = RaftTuning::default().snapshot_every)]
+        snapshot_every: u64,
+        /// Heartbeat interval (ms); elections time out after 4–8 heartbeats.
+        #[arg(long, default_value_t = RaftTuning::default().heartbeat_ms)]
+        heartbeat_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Holds/s and latency on one hot event (20,000 seats by default) of a
+    /// local 3-node cluster, single-seat holds from many users.
+    Holds {
+        #[arg(long, value_enum, default_value = "http")]
+        via: ViaArg,
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        #[arg(long, default_value_t = 10_000)]
+        users: u32,
+        /// Concurrent requests.
+        #[arg(long, default_value_t = 256)]
+        inflight: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Print `report` as JSON or as its `Display`.
+fn emit<R: serde::Serialize + std::fmt::Display>(report: &R, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(())
+}
+
+/// Run one benchmark with node processes started from `bin`.
+pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::FlashSale(cli) => crate::flash::cli::flash_sale(bin, cli).await,
+        BenchCmd::Compare(cli) => crate::flash::cli::compare(bin, cli).await,
+        BenchCmd::Holds {
+            via,
+            duration,
+            seats,
+            users,
+            inflight,
+            json,
+        } => {
+            let args = HoldsBenchArgs {
+                via: match via {
+                    ViaArg::Http => Via::Http,
+                    ViaArg::Grpc => Via::Grpc,
+                },
+                duration: Duration::from_secs(duration),
+                seats,
+                users,
+                inflight,
+            };
+            let r = run_holds_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.oversold || !r.counters_match {
+                anyhow::bail!("sale did not stop exactly at capacity");
+            }
+            Ok(())
+        }
+        BenchCmd::Move {
+            seats,
+            inflight,
+            before,
+            after,
+            json,
+        } => {
+            let args = MoveBenchArgs {
+                seats,
+                inflight,
+                before: Duration::from_secs(before),
+                after: Duration::from_secs(after),
+            };
+            let r = run_move_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.oversold || !r.counters_match || r.epoch_after != 2 {
+                anyhow::bail!("the move broke the sale: {r:?}");
+            }
+            Ok(())
+        }
+        BenchCmd::Payments {
+            duration,
+            inflight,
+            seats,
+            json,
+        } => {
+            let args = PaymentsBenchArgs {
+                duration: Duration::from_secs(duration),
+                inflight,
+                seats,
+            };
+            let r = run_payments_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.oversold || !r.counters_match {
+                anyhow::bail!("seats sold, captures and confirmed bookings disagree");
+            }
+            Ok(())
+        }
+        BenchCmd::Raft {
+            duration,
+            inflight,
+            groups,
+            value_bytes,
+            flush,
+            snapshot_every,
+            heartbeat_ms,
+            json,
+        } => {
+            let args = RaftBenchArgs {
+                duration: Duration::from_secs(duration),
+                inflight,
+                groups,
+                value_bytes,
+                flush: match flush {
+                    FlushArg::Inline => FlushMode::Inline,
+                    FlushArg::Shared => FlushMode::Shared,
+                },
+                snapshot_every,
+                heartbeat_ms,
+            };
+            emit(&run_raft_bench(bin, &args).await?, json)
+        }
+    }
+}

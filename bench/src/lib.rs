@@ -1,0 +1,23 @@
+//! seatfence-bench: the benchmarks behind `seatfence bench …`, apart from
+//! the product (no product crate depends on this one, so the product never
+//! links the peer databases' clients). Every benchmark starts real node
+//! processes with `seatfence_testkit::LocalCluster`, drives them the way
+//! users do, and fails when the sale was not exact: a figure from a broken
+//! run is never reported as a result.
+//!
+//! - [`raft`]: `bench raft`, committed writes/s of a 3-voter group.
+//! - [`holds`]: `bench holds`, holds/s on one hot event (HTTP or gRPC).
+//! - [`payments`]: `bench payments`, confirmed bookings/s with the mock gateway.
+//! - [`moves`]: `bench move`, an ownership move under load.
+//! - [`flash`]: `bench flash-sale` and `bench compare` (PostgreSQL, etcd;
+//!   `bench/compare.sh` starts those servers).
+//! - [`cli`]: the subcommands' flags; each report renders itself (`Display`).
+
+pub mod cli;
+pub mod flash;
+pub mod holds;
+pub mod moves;
+pub mod payments;
+pub mod raft;
+
+pub use cli::{run, BenchCmd};

@@ -1,0 +1,83 @@
+//! `seatfence ctl`: operator commands. Cluster-level commands talk gRPC to
+//! a node (`--addr`, [`node`]); event commands talk HTTP to an edge
+//! ([`events`]), with the edges and tokens of `demo.json` (`--demo`) unless
+//! `--edge`/`--token` are given.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+mod events;
+mod node;
+mod show;
+
+pub use events::{EdgeTarget, EventCmd};
+
+/// `seatfence ctl`'s flags (global to its subcommands) and subcommand.
+#[derive(Args)]
+pub struct CtlArgs {
+    /// gRPC address of any node (status, put, get, create-group).
+    #[arg(long, global = true, default_value = "127.0.0.1:7101")]
+    pub addr: String,
+    /// demo.json with edges and tokens (default: $TMPDIR/seatfence-demo/demo.json).
+    #[arg(long, global = true)]
+    pub demo: Option<PathBuf>,
+    /// HTTP edge URL (default: the first edge in demo.json).
+    #[arg(long, global = true)]
+    pub edge: Option<String>,
+    /// Bearer token (default: demo.json's operator token).
+    #[arg(long, global = true)]
+    pub token: Option<String>,
+    #[command(subcommand)]
+    pub cmd: CtlCmd,
+}
+
+#[derive(Subcommand)]
+pub enum CtlCmd {
+    /// Groups hosted by the node at --addr: role, term, leader, indexes.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a group placed by the directory.
+    CreateGroup {
+        #[arg(long, default_value_t = 3)]
+        replicas: u8,
+        /// Place all voters in this region ("zone survival").
+        #[arg(long)]
+        region: Option<String>,
+    },
+    /// Write a key in a group.
+    Put {
+        #[arg(long)]
+        group: u64,
+        key: String,
+        value: String,
+    },
+    /// Read a key from the replica on the node at --addr.
+    Get {
+        #[arg(long)]
+        group: u64,
+        key: String,
+    },
+    #[command(flatten)]
+    Events(EventCmd),
+}
+
+/// Run one `seatfence ctl` command.
+pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        CtlCmd::Events(cmd) => {
+            let demo = args
+                .demo
+                .unwrap_or_else(|| crate::demo::default_dir().join("demo.json"));
+            let target = EdgeTarget {
+                demo,
+                edge: args.edge,
+                token: args.token,
+            };
+            events::run(target, cmd).await
+        }
+        cmd => node::run(args.addr, cmd).await,
+    }
+}

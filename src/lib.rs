@@ -2,7 +2,8 @@
 //! crate of their own.
 //!
 //! - [`demo`]: `seatfence demo` and its `demo.json`.
-//! - [`ctl`]: the event side of `seatfence ctl` (through an edge).
+//! - [`ctl`]: `seatfence ctl` (node commands over gRPC, event and operator
+//!   commands through an edge).
 //!
 //! Everything else is a crate: `seatfence node` is `seatfence-node`,
 //! `seatfence bench` is `seatfence-bench`, `seatfence chaos` is

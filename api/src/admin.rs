@@ -219,7 +219,7 @@ impl Edge {
             &self.client,
             group,
             targets,
-            transfer::CATCH_UP_SLACK,
+            self.catch_up_slack,
             TRANSFER_WAIT,
         )
         .await;

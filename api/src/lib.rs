@@ -2,9 +2,10 @@
 //! one for its region.
 //!
 //! ```text
-//!  HTTP ─▶ http.rs: body limit, auth (JWT HS256), admission (429), route
+//!  HTTP ─▶ http.rs: body limit, route (routes.rs), auth (JWT HS256), admission (429)
 //!        ─▶ events.rs / holds.rs: validate (400/404/413), build an EventCommand
-//!        ─▶ Edge::execute: epoch from the RouteCache ─▶ ClusterClient ─▶ group leader
+//!        ─▶ Edge::execute: epoch from the RouteCache ─▶ ClusterClient
+//!              ─▶ this node leads? its Proposer in-process : the leader over gRPC
 //!              ◀─ reply (epoch, term): below the highest fence seen? discard, retry
 //!              ◀─ StaleEpoch{current}: adopt the epoch, retry
 //!        ─▶ one mapping from ApiError / Outcome to status + stable code
@@ -12,9 +13,12 @@
 //!
 //! - [`auth`]: bearer tokens. [`admission`]: in-flight bound and per-user rate.
 //! - [`error`]: `ApiError` and its HTTP mapping. [`metrics`]: `/metrics`.
-//! - [`http`]: the hyper server and router. [`events`], [`holds`]: handlers.
+//! - [`routes`]: the one route table (dispatch, admission, audit, metric
+//!   labels, the OpenAPI test). [`http`]: the hyper server and dispatch.
+//! - [`events`], [`holds`]: handlers. [`config`]: `[edge]`, `[payments]`.
 //! - [`payments`]: bookings, callback, webhook, reconciler, outbox;
-//!   [`gateway`]: the payment provider's client and the mock provider.
+//!   [`gateway`]: the payment provider's client (the mock provider is in
+//!   `seatfence-testkit`).
 //! - [`admin`]: operator endpoints (cluster view, leader transfer, drain).
 //!
 //! The edge never decides an outcome itself: seats change only through a
@@ -69,6 +73,10 @@ pub struct Edge {
     pub clock: Arc<dyn seatfence_raft::clock::Clock>,
     /// The payment gateway and workers (`None`: bookings answer 503).
     pub payments: Option<Arc<payments::Payments>>,
+    /// A voter within this many entries of the leader's log may take its
+    /// leadership (operator transfers, drain): the node's `[moves]
+    /// catch_up_slack`, as the move coordinator uses.
+    pub catch_up_slack: u64,
     /// Availability answers, reused for a short while to absorb refresh
     /// storms. Held only for a lookup or insert, never across `.await`.
     availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
@@ -102,6 +110,7 @@ impl Edge {
             registry,
             clock,
             payments: None,
+            catch_up_slack: seatfence_regions::transfer::CATCH_UP_SLACK,
             availability: Mutex::new(HashMap::new()),
         }
     }
@@ -201,11 +210,10 @@ impl Edge {
             cmd.epoch = route.epoch;
             let out = match self.write(route.group, Command::Event(cmd.clone())).await {
                 Ok(out) => out,
-                Err(ClientError::Rejected(
-                    e @ (ProposeError::OutcomeUnknown(_) | ProposeError::UnknownGroup(_)),
-                )) => {
-                    // Outcome unknown (entry discarded by a leader change) or
-                    // the group is not open yet: the same key makes a retry safe.
+                Err(ClientError::Rejected(e @ ProposeError::OutcomeUnknown(_))) => {
+                    // Entry discarded by a leader change: the same key makes
+                    // a retry safe. (A group not open yet is retried by the
+                    // client itself until its deadline.)
                     last = format!("{}: {e}", e.code());
                     continue;
                 }

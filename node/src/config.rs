@@ -87,10 +87,6 @@ pub enum ConfigError {
     #[error("initial_members lists region {0:?} twice: the directory has one voter per region")]
     DuplicateRegion(String),
     #[error(
-        "node {0} is not in initial_members (joining an existing cluster is not supported yet)"
-    )]
-    NotAMember(u64),
-    #[error(
         "initial_members entry for node {id} says {field} {theirs:?}, this config says {ours:?}"
     )]
     MemberMismatch {

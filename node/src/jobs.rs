@@ -10,7 +10,7 @@ use openraft::BasicNode;
 use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId};
 use seatfence_raft::clock::{Clock, SystemClock};
 use seatfence_raft::registry::Registry;
-use seatfence_raft::ClusterClient;
+use seatfence_raft::{ClusterClient, Proposer};
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
@@ -96,7 +96,7 @@ pub(crate) async fn add_directory_learners(
 /// first; this only keeps idle events current.) Holds with a payment are
 /// never expired by time; only the reconciler releases those.
 pub(crate) async fn expire_holds(
-    registry: Arc<Registry>,
+    proposer: Arc<Proposer>,
     clock: Arc<SystemClock>,
     mut rx_stop: watch::Receiver<bool>,
 ) {
@@ -108,7 +108,7 @@ pub(crate) async fn expire_holds(
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         let now = clock.now_ms();
-        for (gid, g) in registry.all() {
+        for (gid, g) in proposer.registry().all() {
             if gid.is_directory() || !g.leads() {
                 continue;
             }
@@ -130,7 +130,7 @@ pub(crate) async fn expire_holds(
                 idempotency: None,
                 action: EventAction::Tick,
             });
-            if let Err(e) = g.batcher.propose(cmd, Some(g.term())).await {
+            if let Err(e) = proposer.write(gid, cmd, Some(g.term())).await {
                 tracing::debug!(group = gid.0, "expire tick: {e}");
             }
         }

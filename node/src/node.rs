@@ -52,6 +52,7 @@ pub struct Node {
 
 impl Node {
     pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        config.validate()?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let db = NodeDb::open(&config.data_dir, config.raft.flush)
@@ -113,7 +114,7 @@ impl Node {
             rx_stop.clone(),
         ));
         tokio::spawn(jobs::expire_holds(
-            registry.clone(),
+            proposer.clone(),
             clock.clone(),
             rx_stop.clone(),
         ));
@@ -211,6 +212,7 @@ async fn start_edge(
         registry.clone(),
         clock.clone(),
     );
+    edge.catch_up_slack = config.moves.catch_up_slack;
     if let Some(p) = config.payments.clone() {
         edge = edge.with_payments(p, config.data_dir.join("mail"));
     }

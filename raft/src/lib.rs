@@ -3,12 +3,15 @@
 //! the gRPC transport between nodes.
 //!
 //! ```text
-//!            NodeService (api.rs)          RaftService (network/service.rs)
-//!   client ──Write──▶ propose ──▶ Raft ──append──▶ PeerPool ──gRPC──▶ peer's Raft
-//!                                   │                               │
-//!                            LogStore (sled g{gid}/log)      same, on the peer
-//!                                   ▼
-//!                StateMachineStore: seatfence_core::State::apply (g{gid}/sm)
+//!   in-process caller ─────────────────┐  (ClusterClient::with_local, this node leads)
+//!   peer ──gRPC NodeService (api.rs)───┤  decode · status.rs maps errors
+//!                                      ▼
+//!            Proposer (propose.rs): typed Command → Result<Committed, ProposeError>
+//!              ─▶ Batcher ─▶ Raft ──append──▶ PeerPool ──gRPC RaftService──▶ peer's Raft
+//!                              │                                            │
+//!                       LogStore (sled g{gid}/log)                    same, on the peer
+//!                              ▼
+//!           StateMachineStore: seatfence_core::State::apply (g{gid}/sm)
 //! ```
 //!
 //! - [`types`]: the openraft type configuration (standard leader ids: one
@@ -16,10 +19,17 @@
 //! - [`storage`]: the only module that touches sled.
 //! - [`network`]: the gRPC transport, one channel per peer for all groups.
 //! - [`registry`]: the replicas hosted on this node.
-//! - [`api`], [`client`]: the node's own API and a client for it;
-//!   [`batcher`] packs concurrent proposals into one entry.
+//! - [`propose`]: the typed propose path at a group's leader (`Proposer`,
+//!   `ProposeError`); [`batcher`] packs concurrent proposals into one entry.
+//! - [`api`]: the gRPC `NodeService`, a thin adapter over `Proposer`;
+//!   [`status`]: the one conversion between `ProposeError` and a gRPC
+//!   status; [`codec`]: the one binary codec.
+//! - [`client`]: `ClusterClient`, finding a group's leader from anywhere.
 //! - [`membership`]: membership changes at a group's leader (moves).
-//! - [`node`], [`config`]: the `seatfence node` process.
+//! - [`config`]: the `[raft]` section; [`clock`], [`metrics`].
+//!
+//! The node's assembly lives in `seatfence-node`; routing, placement, moves
+//! and leadership transfer in `seatfence-regions`.
 //!
 //! This crate must never acknowledge a write before it is durable on a
 //! majority, and never let one group's traffic block another's.

@@ -8,9 +8,10 @@
 //!     ──▶ Batcher (one entry for many) ──▶ propose ──▶ openraft write().with_leader(term)
 //! ```
 //!
-//! [`ProposeError`] is the one error of this path; `api.rs` turns it into a
-//! tonic `Status` (and `ClusterClient` back into a `ProposeError`) in one
-//! place each, with [`ProposeError::code`] as the stable code.
+//! [`ProposeError`] is the one error of this path; `status.rs` turns it
+//! into a tonic `Status` for the gRPC adapters and back into a
+//! `ProposeError` for `ClusterClient`, with [`ProposeError::code`] as the
+//! stable code.
 
 use std::sync::Arc;
 

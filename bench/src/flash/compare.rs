@@ -70,6 +70,13 @@ pub struct CompareReport {
     pub seed: u64,
 }
 
+impl std::fmt::Display for CompareReport {
+    /// The side-by-side table.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.table())
+    }
+}
+
 fn row(stats: RunStats, counts: Counts, capacity: u32) -> Row {
     let cap = u64::from(capacity);
     let taken = counts.held.saturating_add(counts.sold);
@@ -208,7 +215,7 @@ fn clone_http(sf: &Seatfence) -> super::backend::HttpBackend {
 
 impl CompareReport {
     /// The side-by-side table, as Markdown.
-    pub fn table(&self) -> String {
+    fn table(&self) -> String {
         let mut s = String::from(
             "| system | holds/s (rush: to 90% of seats) | holds/s to all seats | answers/s | p50 ms | p99 ms | p999 ms | granted holds | seats taken | conflicts | errors | all taken after | oversold | counters match |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         );

@@ -129,6 +129,38 @@ pub struct FlashSaleReport {
     pub run: RunStats,
 }
 
+impl std::fmt::Display for FlashSaleReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (r, s) = (self, &self.run);
+        writeln!(
+            f,
+            "bench flash-sale: {:.0} holds/s admitted in the rush (until 90% of the seats were handed out, {}), {:.0} until all were ({:.2} s, {:.0} answers/s); hold latency p50 {:.1} ms, p99 {:.1} ms, p999 {:.1} ms, max {:.1} ms",
+            r.holds_per_sec,
+            s.rush_secs.map(|t| format!("{t:.2} s")).unwrap_or_else(|| "never".into()),
+            s.holds_per_sec_to_capacity, s.burst_secs, s.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, s.max_ms
+        )?;
+        writeln!(
+            f,
+            "  capacity {}, sold {}, held at the end {}, oversold {}, counters_match {}, sold out {} after {}",
+            r.capacity,
+            r.sold,
+            r.held,
+            r.oversold,
+            r.counters_match,
+            r.sold_out,
+            s.sold_out_after_secs
+                .map(|t| format!("{t:.2} s"))
+                .unwrap_or_else(|| "—".into())
+        )?;
+        write!(
+            f,
+            "  {} buyers arrived, {} holds granted ({} seats), {} conflicts, {} turned away, {} bookings confirmed ({} captures), {} booking errors, errors by code {:?}, {} in flight, {:.1} s",
+            s.buyers_arrived, s.granted_holds, s.granted_seats, s.conflicts, s.turned_away,
+            s.bookings_confirmed, r.captures, s.booking_errors, s.errors, s.inflight, s.duration_secs
+        )
+    }
+}
+
 /// The launch-day run on seatfence: burst, bookings, expiries, late
 /// arrivals, until sold out or `w.duration`.
 pub async fn run_flash_sale(bin: &Path, w: Workload) -> anyhow::Result<FlashSaleReport> {

@@ -1,6 +1,8 @@
-//! The HTTP API against a real 3 regions × 3 nodes cluster: a race for the
-//! last seats, idempotent retries, owner-only reads, routing from regions
-//! that do not own the event, bad input, and the epoch fence in `apply`.
+//! The HTTP API against a real 3 regions × 3 nodes cluster, one scenario
+//! per test: a race for the last seats, idempotent retries, owner-only reads
+//! and cancels, bad input, every documented route served, hold expiry.
+//! Each scenario creates its event through an edge of a region that does
+//! not own it, so every request is routed across regions.
 
 mod common;
 
@@ -9,69 +11,129 @@ use std::collections::BTreeSet;
 use common::*;
 use hyper::Method;
 use seatfence_testkit::http_client::HttpClient;
-use serde_json::json;
+use seatfence_testkit::LocalCluster;
+use serde_json::{json, Value};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t70_holds_over_http() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = start_regions(dir.path(), 3, 3).await;
-    let edges = cluster.edges();
-    let (us, eu, ap) = (&edges["us-east"], &edges["eu-west"], &edges["ap-south"]);
-    let http = HttpClient::default();
+/// A cluster with the event `race` (50 seats `S1`..`S50`, owned by us-east,
+/// created through the Asia edge).
+struct Race {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    cluster: LocalCluster,
+    us: String,
+    eu: String,
+    ap: String,
+    http: HttpClient,
+    seats: Vec<String>,
+}
 
-    tracing::info!("--- create an event of 50 seats owned by us-east, through the Asia edge");
-    let seats: Vec<String> = (1..=50).map(|i| format!("S{i}")).collect();
-    let created = create_event(
-        &cluster,
-        ap,
-        json!({"event_id": "race", "name": "Race", "home_region": "us-east", "seats": seats,
-               "max_seats_per_hold": 8}),
-    )
-    .await;
-    assert_eq!(created["owner_region"], "us-east");
-    assert_eq!(created["epoch"], 1);
+impl Race {
+    async fn start() -> Race {
+        let serial = serial().await;
+        init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = start_regions(dir.path(), 3, 3).await;
+        let edges = cluster.edges();
+        let seats: Vec<String> = (1..=50).map(|i| format!("S{i}")).collect();
+        tracing::info!("--- create an event of 50 seats owned by us-east, through the Asia edge");
+        let created = create_event(
+            &cluster,
+            &edges["ap-south"],
+            json!({"event_id": "race", "name": "Race", "home_region": "us-east", "seats": seats,
+                   "max_seats_per_hold": 8}),
+        )
+        .await;
+        assert_eq!(created["owner_region"], "us-east");
+        assert_eq!(created["epoch"], 1);
+        Race {
+            _serial: serial,
+            _dir: dir,
+            us: edges["us-east"].clone(),
+            eu: edges["eu-west"].clone(),
+            ap: edges["ap-south"].clone(),
+            cluster,
+            http: HttpClient::default(),
+            seats,
+        }
+    }
 
-    tracing::info!("--- an early buyer takes 40 seats through every region's edge, leaving 10");
-    let early = token(&cluster, "early", false);
-    let edge_list = [us.clone(), eu.clone(), ap.clone()];
-    for (i, chunk) in seats[..40].chunks(8).enumerate() {
-        let edge = &edge_list[i % 3];
-        let a = http
-            .post(
-                &format!("{edge}/v1/holds"),
-                Some(&early),
-                None,
-                &json!({"event_id": "race", "seats": chunk}),
-            )
+    fn token(&self, user: &str) -> String {
+        token(&self.cluster, user, false)
+    }
+
+    /// `user` holds `body` through `edge`; the 201 body.
+    async fn hold(&self, edge: &str, user: &str, key: Option<&str>, body: Value) -> Value {
+        let tok = self.token(user);
+        let a = self
+            .http
+            .post(&format!("{edge}/v1/holds"), Some(&tok), key, &body)
             .await
             .unwrap();
         assert_eq!(a.status.as_u16(), 201, "via {edge}: {}", a.body);
-        assert_eq!(a.body["seats"], json!(chunk));
+        a.body
+    }
+
+    /// `(available, held, sold)` of `event`, read through `edge` after the
+    /// availability cache has expired.
+    async fn counts(&self, edge: &str, event: &str) -> (u64, u64, u64) {
+        tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
+        let a = self
+            .http
+            .get(
+                &format!("{edge}/v1/events/{event}/availability"),
+                Some(&self.token("reader")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+        assert!(a.body["stale_ms"].as_u64().unwrap() < 1000);
+        let n = |k: &str| a.body[k].as_u64().unwrap();
+        (n("available"), n("held"), n("sold"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_two_hundred_buyers_race_for_the_last_ten_seats() {
+    let r = Race::start().await;
+    tracing::info!("--- an early buyer takes 40 seats through every region's edge, leaving 10");
+    let edge_list = [r.us.clone(), r.eu.clone(), r.ap.clone()];
+    for (i, chunk) in r.seats[..40].chunks(8).enumerate() {
+        let body = r
+            .hold(
+                &edge_list[i % 3],
+                "early",
+                None,
+                json!({"event_id": "race", "seats": chunk}),
+            )
+            .await;
+        assert_eq!(body["seats"], json!(chunk));
     }
 
     tracing::info!("--- 200 concurrent buyers race for the last 10 seats from all regions");
     let mut racers = Vec::new();
     for b in 0..200 {
-        let http = http.clone();
+        let http = r.http.clone();
         let edge = edge_list[b % 3].clone();
-        let tok = token(&cluster, &format!("buyer{b}"), false);
+        let tok = r.token(&format!("buyer{b}"));
         racers.push(tokio::spawn(async move {
-            let key = format!("race-{b}");
             let body = json!({"event_id": "race", "quantity": 1});
+            let key = format!("race-{b}");
             let a = http
                 .post(&format!("{edge}/v1/holds"), Some(&tok), Some(&key), &body)
                 .await
                 .unwrap();
-            (b, tok, key, a)
+            (b, a)
         }));
     }
-    let mut winners = Vec::new();
+    let mut won = BTreeSet::new();
     let mut losers = 0;
-    for r in racers {
-        let (b, tok, key, a) = r.await.unwrap();
+    for racer in racers {
+        let (b, a) = racer.await.unwrap();
         match a.status.as_u16() {
-            201 => winners.push((b, tok, key, a.body)),
+            201 => {
+                let seat = a.body["seats"][0].as_str().unwrap().to_string();
+                assert!(won.insert(seat), "a seat granted twice: {}", a.body);
+            }
             409 => {
                 assert_eq!(a.code(), Some("seats_unavailable"), "{}", a.body);
                 assert_eq!(a.epoch, Some(1), "a refusal carries the event's fence");
@@ -80,89 +142,105 @@ async fn t70_holds_over_http() {
             other => panic!("buyer {b}: unexpected {other} {}", a.body),
         }
     }
-    assert_eq!(winners.len(), 10, "exactly the last 10 seats are sold");
+    assert_eq!(won.len(), 10, "exactly the last 10 seats are sold");
     assert_eq!(losers, 190);
-    let won: BTreeSet<String> = winners
-        .iter()
-        .map(|w| w.3["seats"][0].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(won.len(), 10, "no seat granted twice: {won:?}");
-    assert!(won.iter().all(|s| !seats[..40].contains(s)));
+    assert!(won.iter().all(|s| !r.seats[..40].contains(s)));
+    assert_eq!(r.counts(&r.eu, "race").await, (0, 50, 0));
+}
 
-    tracing::info!("--- the same request with its Idempotency-Key returns the same hold");
-    let (_, tok, key, first) = &winners[0];
-    let again = http
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_a_retry_with_its_idempotency_key_returns_the_same_hold() {
+    let r = Race::start().await;
+    let body = json!({"event_id": "race", "quantity": 1});
+    let first = r.hold(&r.us, "ann", Some("ann-1"), body.clone()).await;
+    tracing::info!("--- the same request with its Idempotency-Key, through another region");
+    let tok = r.token("ann");
+    let again = r
+        .http
         .post(
-            &format!("{eu}/v1/holds"),
-            Some(tok),
-            Some(key),
-            &json!({"event_id": "race", "quantity": 1}),
+            &format!("{}/v1/holds", r.eu),
+            Some(&tok),
+            Some("ann-1"),
+            &body,
         )
         .await
         .unwrap();
     assert_eq!(again.status.as_u16(), 201, "{}", again.body);
-    assert_eq!(&again.body, first, "replay returns the recorded hold");
+    assert_eq!(again.body, first, "replay returns the recorded hold");
     assert_eq!(again.epoch, Some(1), "X-Seatfence-Epoch on a mutation");
-    let other = http
+    tracing::info!("--- another request under the same key is refused");
+    let other = r
+        .http
         .post(
-            &format!("{eu}/v1/holds"),
-            Some(tok),
-            Some(key),
+            &format!("{}/v1/holds", r.eu),
+            Some(&tok),
+            Some("ann-1"),
             &json!({"event_id": "race", "quantity": 2}),
         )
         .await
         .unwrap();
     assert_eq!(other.status.as_u16(), 422, "{}", other.body);
     assert_eq!(other.code(), Some("idempotency_key_reused"));
+    assert_eq!(r.counts(&r.ap, "race").await, (49, 1, 0), "one hold, once");
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_only_the_owner_reads_and_cancels_a_hold() {
+    let r = Race::start().await;
+    let hold = r
+        .hold(
+            &r.us,
+            "owen",
+            None,
+            json!({"event_id": "race", "quantity": 1}),
+        )
+        .await;
+    let hold_id = hold["hold_id"].as_str().unwrap();
+    let (owner, stranger) = (r.token("owen"), r.token("mallory"));
+    let url = format!("{}/v1/holds/{hold_id}", r.ap);
     tracing::info!("--- owner-only reads");
-    let hold_id = first["hold_id"].as_str().unwrap();
-    let mine = http
-        .get(&format!("{ap}/v1/holds/{hold_id}"), Some(tok))
-        .await
-        .unwrap();
+    let mine = r.http.get(&url, Some(&owner)).await.unwrap();
     assert_eq!(mine.status.as_u16(), 200, "{}", mine.body);
     assert_eq!(mine.body["status"], "held");
     assert_eq!(mine.cache_control.as_deref(), Some("no-store"));
-    let stranger = token(&cluster, "mallory", false);
-    let theirs = http
-        .get(&format!("{ap}/v1/holds/{hold_id}"), Some(&stranger))
-        .await
-        .unwrap();
+    let theirs = r.http.get(&url, Some(&stranger)).await.unwrap();
     assert_eq!(theirs.status.as_u16(), 404);
     assert_eq!(theirs.code(), Some("hold_not_found"));
-    let gone = http
-        .get(&format!("{ap}/v1/holds/h999-1"), Some(tok))
+    let gone = r
+        .http
+        .get(&format!("{}/v1/holds/h999-1", r.ap), Some(&owner))
         .await
         .unwrap();
     assert_eq!(gone.status.as_u16(), 404, "{}", gone.body);
-    let del = http
-        .send(
-            Method::DELETE,
-            &format!("{us}/v1/holds/{hold_id}"),
-            Some(&stranger),
-            None,
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(del.status.as_u16(), 404, "a stranger cannot cancel");
-
-    let counts = |a: &serde_json::Value| {
-        (
-            a["available"].as_u64().unwrap(),
-            a["held"].as_u64().unwrap(),
-            a["sold"].as_u64().unwrap(),
-        )
+    tracing::info!("--- a stranger cannot cancel; the owner can, and the seat is free again");
+    let del = |tok: String| {
+        let (http, url) = (r.http.clone(), format!("{}/v1/holds/{hold_id}", r.us));
+        async move {
+            http.send(Method::DELETE, &url, Some(&tok), None, None)
+                .await
+                .unwrap()
+        }
     };
-    let av = http
-        .get(&format!("{eu}/v1/events/race/availability"), Some(tok))
-        .await
-        .unwrap();
-    assert_eq!(av.status.as_u16(), 200, "{}", av.body);
-    assert_eq!(counts(&av.body), (0, 50, 0));
+    assert_eq!(del(stranger).await.status.as_u16(), 404);
+    assert_eq!(r.counts(&r.eu, "race").await, (49, 1, 0));
+    let cancelled = del(owner).await;
+    assert_eq!(cancelled.status.as_u16(), 200, "{}", cancelled.body);
+    assert_eq!(cancelled.body["status"], "released");
+    assert_eq!(r.counts(&r.us, "race").await, (50, 0, 0));
+}
 
-    tracing::info!("--- bad input: clear codes, nothing changes");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_bad_input_gets_a_stable_code_and_changes_nothing() {
+    let r = Race::start().await;
+    let hold = r
+        .hold(
+            &r.us,
+            "bea",
+            None,
+            json!({"event_id": "race", "quantity": 1}),
+        )
+        .await;
+    let stranger = r.token("mallory");
     let bad_cases: Vec<(&str, bytes::Bytes, u16, &str)> = vec![
         (
             "malformed",
@@ -172,25 +250,29 @@ async fn t70_holds_over_http() {
         ),
         (
             "unknown field",
-            bytes::Bytes::from(json!({"event_id":"race","quantity":1,"x":1}).to_string()),
+            json!({"event_id":"race","quantity":1,"x":1})
+                .to_string()
+                .into(),
             400,
             "unknown_field",
         ),
         (
             "too many",
-            bytes::Bytes::from(json!({"event_id":"race","quantity":9}).to_string()),
+            json!({"event_id":"race","quantity":9}).to_string().into(),
             400,
             "too_many_seats",
         ),
         (
             "unknown event",
-            bytes::Bytes::from(json!({"event_id":"nope","quantity":1}).to_string()),
+            json!({"event_id":"nope","quantity":1}).to_string().into(),
             404,
             "event_not_found",
         ),
         (
             "both",
-            bytes::Bytes::from(json!({"event_id":"race","quantity":1,"seats":["S1"]}).to_string()),
+            json!({"event_id":"race","quantity":1,"seats":["S1"]})
+                .to_string()
+                .into(),
             400,
             "invalid_request",
         ),
@@ -201,44 +283,30 @@ async fn t70_holds_over_http() {
             "payload_too_large",
         ),
     ];
+    let holds = format!("{}/v1/holds", r.eu);
     for (what, body, status, code) in bad_cases {
-        let a = http
-            .send_raw(
-                Method::POST,
-                &format!("{eu}/v1/holds"),
-                Some(&stranger),
-                None,
-                body,
-            )
+        let a = r
+            .http
+            .send_raw(Method::POST, &holds, Some(&stranger), None, body)
             .await
             .unwrap();
         assert_eq!(a.status.as_u16(), status, "{what}: {}", a.body);
         assert_eq!(a.code(), Some(code), "{what}");
     }
-    let reserved = http
-        .post(
-            &format!("{eu}/v1/holds"),
-            Some(&stranger),
-            Some("~auto-1"),
-            &json!({"event_id":"race","quantity":1}),
-        )
+    let one = json!({"event_id":"race","quantity":1});
+    let reserved = r
+        .http
+        .post(&holds, Some(&stranger), Some("~auto-1"), &one)
         .await
         .unwrap();
     assert_eq!(reserved.status.as_u16(), 400, "{}", reserved.body);
     assert_eq!(reserved.code(), Some("invalid_idempotency_key"));
-    let no_token = http
-        .post(
-            &format!("{eu}/v1/holds"),
-            None,
-            None,
-            &json!({"event_id":"race","quantity":1}),
-        )
-        .await
-        .unwrap();
+    let no_token = r.http.post(&holds, None, None, &one).await.unwrap();
     assert_eq!(no_token.status.as_u16(), 401);
-    let not_operator = http
+    let not_operator = r
+        .http
         .post(
-            &format!("{eu}/v1/events"),
+            &format!("{}/v1/events", r.eu),
             Some(&stranger),
             None,
             &json!({"event_id":"x","name":"x","home_region":"us-east","seats":["A"]}),
@@ -246,12 +314,13 @@ async fn t70_holds_over_http() {
         .await
         .unwrap();
     assert_eq!(not_operator.status.as_u16(), 403);
-    let bookings = http
+    let bookings = r
+        .http
         .post(
-            &format!("{eu}/v1/bookings"),
-            Some(tok),
+            &format!("{}/v1/bookings", r.eu),
+            Some(&r.token("bea")),
             None,
-            &json!({"hold_id": hold_id}),
+            &json!({"hold_id": hold["hold_id"]}),
         )
         .await
         .unwrap();
@@ -260,82 +329,73 @@ async fn t70_holds_over_http() {
         (503, Some("payments_disabled")),
         "no gateway configured on this cluster: never a fake success"
     );
-    tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
-    let av = http
-        .get(&format!("{eu}/v1/events/race/availability"), Some(tok))
-        .await
-        .unwrap();
-    assert_eq!(counts(&av.body), (0, 50, 0), "bad input changed nothing");
+    assert_eq!(
+        r.counts(&r.eu, "race").await,
+        (49, 1, 0),
+        "bad input changed nothing"
+    );
+}
 
-    tracing::info!("--- the owner cancels: its seat is free again");
-    let del = http
-        .send(
-            Method::DELETE,
-            &format!("{ap}/v1/holds/{hold_id}"),
-            Some(tok),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_every_documented_route_is_served() {
+    let r = Race::start().await;
+    let hold = r
+        .hold(
+            &r.us,
+            "rita",
             None,
-            None,
+            json!({"event_id": "race", "quantity": 1}),
         )
-        .await
-        .unwrap();
-    assert_eq!(del.status.as_u16(), 200, "{}", del.body);
-    assert_eq!(del.body["status"], "released");
-    tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
-    let av = http
-        .get(&format!("{us}/v1/events/race/availability"), Some(tok))
-        .await
-        .unwrap();
-    assert_eq!(counts(&av.body), (1, 49, 0));
-    assert!(av.body["stale_ms"].as_u64().unwrap() < 1000);
-
-    tracing::info!("--- every documented route is served (not `not_found`, not 405)");
+        .await;
+    let hold_id = hold["hold_id"].as_str().unwrap();
+    let tok = r.token("rita");
     for route in seatfence_api::routes::ROUTES {
         let (method, path) = (route.method.as_str(), route.path);
         let url = format!(
-            "{us}{}",
+            "{}{}",
+            r.us,
             path.replace("{event_id}", "race")
                 .replace("{hold_id}", hold_id)
                 .replace("{booking_id}", "b1")
         );
-        let a = http
-            .send(route.method.clone(), &url, Some(tok), None, None)
+        let a = r
+            .http
+            .send(route.method.clone(), &url, Some(&tok), None, None)
             .await
             .unwrap();
         assert_ne!(a.status.as_u16(), 405, "{method} {path}");
         assert_ne!(a.code(), Some("not_found"), "{method} {path}: {}", a.body);
     }
+}
 
-    tracing::info!("--- a hold past its TTL expires on its own, seats free again");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_a_hold_past_its_ttl_expires_on_its_own() {
+    let r = Race::start().await;
     create_event(
-        &cluster,
-        eu,
+        &r.cluster,
+        &r.eu,
         json!({"event_id": "brief", "name": "Brief", "home_region": "eu-west",
                "seats": ["X1", "X2", "X3"], "hold_ttl_secs": 1}),
     )
     .await;
-    let h = http
-        .post(
-            &format!("{ap}/v1/holds"),
-            Some(tok),
+    let h = r
+        .hold(
+            &r.ap,
+            "tia",
             None,
-            &json!({"event_id": "brief", "seats": ["X1", "X2"]}),
+            json!({"event_id": "brief", "seats": ["X1", "X2"]}),
         )
-        .await
-        .unwrap();
-    assert_eq!(h.status.as_u16(), 201, "{}", h.body);
-    let brief_id = h.body["hold_id"].as_str().unwrap().to_string();
+        .await;
+    let id = h["hold_id"].as_str().unwrap().to_string();
+    let tok = r.token("tia");
     eventually("the hold expires without other traffic", || async {
-        let a = http
-            .get(&format!("{us}/v1/holds/{brief_id}"), Some(tok))
+        let a = r
+            .http
+            .get(&format!("{}/v1/holds/{id}", r.us), Some(&tok))
             .await
             .ok()?;
         (a.body["status"] == "expired").then_some(())
     })
     .await;
-    tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
-    let av = http
-        .get(&format!("{us}/v1/events/brief/availability"), Some(tok))
-        .await
-        .unwrap();
-    assert_eq!(counts(&av.body), (3, 0, 0), "{}", av.body);
+    assert_eq!(r.counts(&r.us, "brief").await, (3, 0, 0));
 }

@@ -307,33 +307,90 @@ fn s(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t85_payments_end_to_end() {
+/// One scenario's world: its own gateway and cluster with `events` created
+/// (`(id, seats, hold ttl secs)`). Fields drop in order: the processes
+/// stop before the next scenario may start.
+struct Scenario {
+    env: Env,
+    _dir: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+async fn scenario(events: &[(&str, &[&str], u64)]) -> Scenario {
+    let serial = serial().await;
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let mut env = Env::start(dir.path()).await;
-    // Long holds: the reconciler (margin 20 s) leaves them to the callback and webhook.
-    env.event(
-        "pay-cb",
-        &["A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"],
-        600,
-    )
-    .await;
-    callback_path(&env).await;
-    webhook_path(&env).await;
-    create_fails(&env).await;
-    completed_before_recorded(&env).await;
-    // Short holds: within the reconciler's margin from the start.
-    env.event("pay-rc", &["R1", "R2", "R3"], 12).await;
-    reconciler_path(&env).await;
-    cancelled_then_rebooked(&env).await;
-    env.event("pay-ext", &["X1"], 2).await;
-    unknown_at_deadline(&env).await;
-    env.event("pay-late", &["L1"], 4).await;
-    late_success_refunded(&env).await;
-    env.event("pay-kill", &["K1"], 25).await;
-    leader_killed_between_intent_and_confirm(&mut env).await;
-    gateway_forgets_the_token(&mut env).await;
+    let env = Env::start(dir.path()).await;
+    for (id, seats, ttl) in events {
+        env.event(id, seats, *ttl).await;
+    }
+    Scenario {
+        env,
+        _dir: dir,
+        _serial: serial,
+    }
+}
+
+/// Long holds: the reconciler (margin 20 s) leaves them to the callback
+/// and webhook.
+const PAY_CB: (&str, &[&str], u64) = (
+    "pay-cb",
+    &["A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"],
+    600,
+);
+/// Short holds: within the reconciler's margin from the start.
+const PAY_RC: (&str, &[&str], u64) = ("pay-rc", &["R1", "R2", "R3"], 12);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_the_callback_confirms_once_and_forgeries_change_nothing() {
+    callback_path(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_the_webhook_alone_confirms_and_forged_ones_are_refused() {
+    webhook_path(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_gateway_error_on_create_books_nothing() {
+    create_fails(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_payment_completed_before_it_was_recorded_confirms() {
+    completed_before_recorded(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_the_reconciler_alone_confirms() {
+    reconciler_path(&scenario(&[PAY_RC]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_cancelled_payment_is_released_and_the_buyer_books_again() {
+    cancelled_then_rebooked(&scenario(&[PAY_RC]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_an_unknown_payment_at_its_deadline_is_extended_never_released() {
+    unknown_at_deadline(&scenario(&[("pay-ext", &["X1"], 2)]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_late_success_after_resale_is_refunded() {
+    late_success_refunded(&scenario(&[("pay-late", &["L1"], 4)]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_leader_killed_between_intent_and_confirm_is_taken_over() {
+    let mut s = scenario(&[("pay-kill", &["K1"], 25)]).await;
+    leader_killed_between_intent_and_confirm(&mut s.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_gateway_that_forgets_the_token_gets_a_new_one() {
+    let mut s = scenario(&[]).await;
+    gateway_forgets_the_token(&mut s.env).await;
 }
 
 async fn gateway_forgets_the_token(env: &mut Env) {

@@ -17,6 +17,16 @@ use seatfence_testkit::cluster::LocalCluster;
 
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// Held by a cluster test for its whole run, so the tests of one test
+/// binary (each scenario its own `#[test]`, each starting its own
+/// processes) run one at a time under `cargo test` as they do under
+/// nextest (`.config/nextest.toml`): two clusters at once on two cores
+/// starve each other's elections.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 pub fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

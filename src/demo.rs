@@ -1,12 +1,13 @@
 //! `seatfence demo`: a local cluster of real node processes (3 regions × 3
 //! nodes), a sample event, `demo.json`, and a walk-through to paste.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::{GatewayProc, LocalCluster};
@@ -47,10 +48,45 @@ impl DemoFile {
     }
 }
 
+/// `seatfence demo`: start the mock gateway and a 3 × 3 cluster in
+/// `data_dir` (default: a fresh [`default_dir`]), create the sample event,
+/// write `demo.json`, print a walk-through, and serve until `shutdown`.
 pub async fn run(
     data_dir: Option<PathBuf>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let dir = prepare_dir(data_dir)?;
+    let bin = std::env::current_exe().context("find own binary")?;
+    let (gateway, cluster) = start_cluster(&bin, &dir).await?;
+    let secret = cluster.jwt_secret().context("cluster has no edges")?;
+    let tokens = mint_tokens(&secret);
+    let edges = cluster.edges();
+    let us = edges.get("us-east").context("no us-east edge")?.clone();
+    let group = create_sample_event(&us, &tokens["operator"]).await?;
+    let demo = DemoFile {
+        edges,
+        gateway: Some(gateway.url.clone()),
+        tokens,
+        events: vec![DEMO_EVENT.into()],
+        jwt_secret: secret,
+        nodes: cluster.addrs(),
+    };
+    let demo_path = dir.join("demo.json");
+    std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;
+
+    print_nodes(&cluster, &gateway, &demo_path);
+    print_walkthrough(&demo, &gateway, &group, &dir);
+    print_cli_hints(&bin, &demo_path);
+    println!("\nCtrl-C (or SIGTERM) stops the cluster.");
+    shutdown.await;
+    drop(cluster);
+    drop(gateway);
+    Ok(())
+}
+
+/// The demo's data directory, created: `data_dir`, or [`default_dir`]
+/// cleared of the previous demo.
+fn prepare_dir(data_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let dir = match data_dir {
         Some(d) => d,
         None => {
@@ -63,43 +99,56 @@ pub async fn run(
         }
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let bin = std::env::current_exe().context("find own binary")?;
+    Ok(dir)
+}
+
+/// Start the mock gateway and 9 nodes (3 regions × 3) of `bin` in `dir`,
+/// and wait until the cluster is ready.
+async fn start_cluster(bin: &Path, dir: &Path) -> anyhow::Result<(GatewayProc, LocalCluster)> {
     println!(
         "seatfence demo: starting the mock gateway and 9 nodes (3 regions × 3) in {} ...",
         dir.display()
     );
-    let gateway = GatewayProc::start(&bin, &dir.join("gateway"), 5)?;
-    let cluster = LocalCluster::builder(&dir)
+    let gateway = GatewayProc::start(bin, &dir.join("gateway"), 5)?;
+    let cluster = LocalCluster::builder(dir)
         .regions(3, 3)
         .payments(gateway.payments_config())
-        .start(&bin)?;
+        .start(bin)?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
-    let secret = cluster.jwt_secret().context("cluster has no edges")?;
+    Ok((gateway, cluster))
+}
+
+/// 30-day bearer tokens signed with `secret`: `operator` (with the
+/// operator role), `alice` and `bob`.
+fn mint_tokens(secret: &str) -> BTreeMap<String, String> {
     let day = 24 * 3600;
-    let tokens: std::collections::BTreeMap<String, String> = [
+    [
         (
             "operator",
-            seatfence_api::auth::mint(&secret, "operator", true, 30 * day),
+            seatfence_api::auth::mint(secret, "operator", true, 30 * day),
         ),
         (
             "alice",
-            seatfence_api::auth::mint(&secret, "alice", false, 30 * day),
+            seatfence_api::auth::mint(secret, "alice", false, 30 * day),
         ),
         (
             "bob",
-            seatfence_api::auth::mint(&secret, "bob", false, 30 * day),
+            seatfence_api::auth::mint(secret, "bob", false, 30 * day),
         ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let edges = cluster.edges();
-    let us = edges.get("us-east").context("no us-east edge")?.clone();
+    .collect()
+}
+
+/// Create the sample event (250 seats in sections A and B, owned by
+/// us-east) through the edge `us` as `operator`: its group id.
+async fn create_sample_event(us: &str, operator: &str) -> anyhow::Result<Value> {
     let http = HttpClient::default();
     let created = http
         .post(
             &format!("{us}/v1/events"),
-            Some(&tokens["operator"]),
+            Some(operator),
             None,
             &json!({
                 "event_id": DEMO_EVENT,
@@ -118,17 +167,11 @@ pub async fn run(
         created.status,
         created.body
     );
-    let demo = DemoFile {
-        edges: edges.clone(),
-        gateway: Some(gateway.url.clone()),
-        tokens: tokens.clone(),
-        events: vec![DEMO_EVENT.into()],
-        jwt_secret: secret,
-        nodes: cluster.addrs(),
-    };
-    let demo_path = dir.join("demo.json");
-    std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;
+    Ok(created.body["group_id"].clone())
+}
 
+/// The nodes, the gateway, where `demo.json` is and the sample event.
+fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path) {
     println!("\nNodes:");
     for n in &cluster.nodes {
         println!(
@@ -147,6 +190,13 @@ pub async fn run(
     println!(
         "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by us-east.\n"
     );
+}
+
+/// The walk-through to paste into a shell: holds from several regions, a
+/// conflict, a booking paid at the gateway, availability and metrics.
+/// `group` is the sample event's group (it names the holds and booking).
+fn print_walkthrough(demo: &DemoFile, gateway: &GatewayProc, group: &Value, dir: &Path) {
+    let (edges, tokens) = (&demo.edges, &demo.tokens);
     println!("Try it (paste into another shell):\n");
     println!("  US={}", edges["us-east"]);
     println!("  EU={}", edges["eu-west"]);
@@ -167,7 +217,6 @@ pub async fn run(
     println!("  # counts and the first free seats (may be up to 250 ms stale; says how stale)");
     println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo");
     // On a fresh demo alice's hold is the group's first, bob's the second.
-    let group = &created.body["group_id"];
     let (hold, bob_hold) = (format!("h{group}-1"), format!("h{group}-2"));
     let booking = format!("b{group}-1");
     println!("  # read alice's hold (its hold_id above: {hold}); bob gets 404 for it");
@@ -191,6 +240,10 @@ pub async fn run(
     println!("  curl -s $EU/metrics | grep -E 'seatfence_(holds|hold_conflicts|stale_epoch)'");
     println!("  curl -s $US/metrics | grep -E 'seatfence_(bookings|payments_confirmed|outbox)'");
     println!();
+}
+
+/// The same with `seatfence ctl` (`bin`), which reads `demo_path`.
+fn print_cli_hints(bin: &Path, demo_path: &Path) {
     println!("Or with the CLI (reads {}):", demo_path.display());
     let exe = bin.display();
     println!("  {exe} ctl event {DEMO_EVENT}");
@@ -198,9 +251,4 @@ pub async fn run(
     println!(
         "  {exe} ctl create-event --id gig-2 --name 'Second gig' --region eu-west --section A:5x10"
     );
-    println!("\nCtrl-C (or SIGTERM) stops the cluster.");
-    shutdown.await;
-    drop(cluster);
-    drop(gateway);
-    Ok(())
 }

@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome, SeatPick};
 use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
+use seatfence_raft::ClusterClient;
 use serde::Serialize;
 use serde_json::json;
 
@@ -74,13 +75,6 @@ impl std::fmt::Display for HoldsBenchReport {
     }
 }
 
-struct Shared {
-    granted: AtomicU64,
-    conflicts: AtomicU64,
-    errors: AtomicU64,
-    sold_out_at_ms: AtomicU64,
-}
-
 const EVENT: &str = "bench-hot";
 
 /// `(available, held, sold)` of `event` as an edge reports them
@@ -122,22 +116,75 @@ pub async fn create_event(
     Ok((capacity, group))
 }
 
+/// Run the benchmark: a one-region cluster with the event, `args.inflight`
+/// workers holding seats for `args.duration`, then the report.
 pub async fn run_holds_bench(
     bin: &Path,
     args: &HoldsBenchArgs,
 ) -> anyhow::Result<HoldsBenchReport> {
     let (_guard, dir) = bench_dir()?;
+    let s = setup(bin, &dir, args.seats).await?;
+    let load = Arc::new(Shared::new(&s, args));
+    let tasks: Vec<_> = (0..args.inflight.max(1))
+        .map(|t| tokio::spawn(hold_worker(load.clone(), t)))
+        .collect();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    for t in tasks {
+        hist.add(t.await?)?;
+    }
+    let elapsed = load.start.elapsed().as_secs_f64();
+    build_report(&s, &load, &hist, elapsed, args).await
+}
+
+/// The benchmark's cluster, ready, with its event created and led.
+struct Setup {
+    cluster: LocalCluster,
+    secret: String,
+    /// Every node's edge, in node order.
+    edges: Vec<String>,
+    http: HttpClient,
+    /// An operator's token.
+    op: String,
+    /// The event's seats, and its group.
+    capacity: u64,
+    group: GroupId,
+}
+
+/// Start the cluster in `dir` and create the event, with exactly `seats`
+/// seats (at least one).
+async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
     // One region of three nodes: the event's group has its 3 voters there,
     // and every node is an edge.
-    let cluster = LocalCluster::builder(&dir).regions(1, 3).start(bin)?;
+    let cluster = LocalCluster::builder(dir).regions(1, 3).start(bin)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let secret = cluster.jwt_secret().context("no edge secret")?;
     let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
     let http = HttpClient::default();
     let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
-    // Rows of 200 seats, and the remainder in a second section: exactly
-    // `--seats` seats.
-    let seats = args.seats.max(1);
+    let (capacity, group) = create_event(
+        &cluster,
+        &http,
+        &edges[0],
+        &op,
+        &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
+                "sections": sections(seats.max(1)),
+                "hold_ttl_secs": 3600, "max_seats_per_hold": 8}),
+    )
+    .await?;
+    Ok(Setup {
+        cluster,
+        secret,
+        edges,
+        http,
+        op,
+        capacity,
+        group,
+    })
+}
+
+/// Rows of 200 seats, and the remainder in a second section: exactly
+/// `seats` seats.
+fn sections(seats: u32) -> Vec<serde_json::Value> {
     let mut sections = Vec::new();
     if seats >= 200 {
         sections.push(json!({"name": "A", "rows": seats / 200, "seats_per_row": 200}));
@@ -145,131 +192,164 @@ pub async fn run_holds_bench(
     if !seats.is_multiple_of(200) {
         sections.push(json!({"name": "B", "rows": 1, "seats_per_row": seats % 200}));
     }
-    let (capacity, group) = create_event(
-        &cluster,
-        &http,
-        &edges[0],
-        &op,
-        &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
-                "sections": sections,
-                "hold_ttl_secs": 3600, "max_seats_per_hold": 8}),
-    )
-    .await?;
+    sections
+}
 
-    let tokens: Arc<Vec<String>> = Arc::new(
-        (0..args.users)
-            .map(|u| seatfence_api::auth::mint(&secret, &format!("buyer{u}"), false, 3600))
-            .collect(),
-    );
-    let shared = Arc::new(Shared {
-        granted: AtomicU64::new(0),
-        conflicts: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-        sold_out_at_ms: AtomicU64::new(0),
-    });
-    let client = cluster.client();
-    let edges = Arc::new(edges);
-    let start = Instant::now();
-    let deadline = start + args.duration;
-    let mut tasks = Vec::new();
-    for t in 0..args.inflight.max(1) {
-        let (http, client, edges, tokens, shared) = (
-            http.clone(),
-            client.clone(),
-            edges.clone(),
-            tokens.clone(),
-            shared.clone(),
-        );
-        let via = args.via;
-        let users = args.users.max(1);
-        tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-            let mut n = 0u64;
-            while Instant::now() < deadline {
-                let user = ((t as u64 * 7919 + n) % u64::from(users)) as usize;
-                let key = format!("b{t}-{n}");
-                n += 1;
-                let t0 = Instant::now();
-                let granted = match via {
-                    Via::Http => {
-                        let url = format!("{}/v1/holds", edges[user % edges.len()]);
-                        match http
-                            .post(
-                                &url,
-                                Some(&tokens[user]),
-                                Some(&key),
-                                &json!({"event_id": EVENT, "quantity": 1}),
-                            )
-                            .await
-                        {
-                            Ok(a) if a.status.as_u16() == 201 => Some(true),
-                            Ok(a) if a.status.as_u16() == 409 => Some(false),
-                            _ => None,
-                        }
-                    }
-                    Via::Grpc => {
-                        let owner = UserId(format!("buyer{user}"));
-                        let cmd = Command::Event(EventCommand {
-                            event_id: EventId(EVENT.into()),
-                            epoch: Epoch(1),
-                            now_ms: 0,
-                            idempotency: Some((owner.clone(), key)),
-                            action: EventAction::Hold {
-                                owner,
-                                pick: SeatPick::Quantity {
-                                    section: None,
-                                    quantity: 1,
-                                },
-                            },
-                        });
-                        match client.write(group, &cmd).await {
-                            Ok(o) => match o.response {
-                                Response::Event(r) => match r.outcome {
-                                    Outcome::Held(_) => Some(true),
-                                    Outcome::SeatsUnavailable { .. } => Some(false),
-                                    _ => None,
-                                },
-                                _ => None,
-                            },
-                            Err(_) => None,
-                        }
-                    }
-                };
-                let us = t0.elapsed().as_micros() as u64;
-                match granted {
-                    Some(true) => {
-                        hist.saturating_record(us);
-                        shared.granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some(false) => {
-                        hist.saturating_record(us);
-                        let c = shared.conflicts.fetch_add(1, Ordering::Relaxed);
-                        if c == 0 {
-                            shared
-                                .sold_out_at_ms
-                                .store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-                        }
-                    }
-                    None => {
-                        shared.errors.fetch_add(1, Ordering::Relaxed);
-                    }
+/// The load, shared by its workers: how and where holds go, the users'
+/// tokens, and what the workers counted.
+struct Shared {
+    via: Via,
+    http: HttpClient,
+    /// For holds over gRPC.
+    client: ClusterClient,
+    edges: Vec<String>,
+    /// The event's group (holds over gRPC go to its leader).
+    group: GroupId,
+    /// A token per user.
+    tokens: Vec<String>,
+    /// Users the workers hold for, at least one.
+    users: u32,
+    /// When the load started, and when it stops.
+    start: Instant,
+    deadline: Instant,
+    granted: AtomicU64,
+    conflicts: AtomicU64,
+    errors: AtomicU64,
+    /// When the first hold was refused (ms after the start; 0: none was).
+    sold_out_at_ms: AtomicU64,
+}
+
+impl Shared {
+    /// The load of `args` on the cluster and event of `s`; it starts now.
+    fn new(s: &Setup, args: &HoldsBenchArgs) -> Shared {
+        let tokens: Vec<String> = (0..args.users)
+            .map(|u| seatfence_api::auth::mint(&s.secret, &format!("buyer{u}"), false, 3600))
+            .collect();
+        let client = s.cluster.client();
+        let start = Instant::now();
+        Shared {
+            via: args.via,
+            http: s.http.clone(),
+            client,
+            edges: s.edges.clone(),
+            group: s.group,
+            tokens,
+            users: args.users.max(1),
+            start,
+            deadline: start + args.duration,
+            granted: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            sold_out_at_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Worker `t` of the load: single-seat holds, each for the next of its
+/// users, until the deadline. Counts every outcome; returns the latency of
+/// the answered requests (granted or refused).
+async fn hold_worker(load: Arc<Shared>, t: usize) -> Histogram<u64> {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    let mut n = 0u64;
+    while Instant::now() < load.deadline {
+        let user = ((t as u64 * 7919 + n) % u64::from(load.users)) as usize;
+        let key = format!("b{t}-{n}");
+        n += 1;
+        let t0 = Instant::now();
+        let granted = match load.via {
+            Via::Http => hold_http(&load, user, &key).await,
+            Via::Grpc => hold_grpc(&load, user, key).await,
+        };
+        let us = t0.elapsed().as_micros() as u64;
+        match granted {
+            Some(true) => {
+                hist.saturating_record(us);
+                load.granted.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(false) => {
+                hist.saturating_record(us);
+                let c = load.conflicts.fetch_add(1, Ordering::Relaxed);
+                if c == 0 {
+                    let ms = load.start.elapsed().as_millis() as u64;
+                    load.sold_out_at_ms.store(ms, Ordering::Relaxed);
                 }
             }
-            hist
-        }));
+            None => {
+                load.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-    for t in tasks {
-        hist.add(t.await?)?;
+    hist
+}
+
+/// One single-seat hold for `user` through an edge: `Some(true)` granted,
+/// `Some(false)` refused (409), `None` any other outcome.
+async fn hold_http(load: &Shared, user: usize, key: &str) -> Option<bool> {
+    let url = format!("{}/v1/holds", load.edges[user % load.edges.len()]);
+    let answer = load
+        .http
+        .post(
+            &url,
+            Some(&load.tokens[user]),
+            Some(key),
+            &json!({"event_id": EVENT, "quantity": 1}),
+        )
+        .await;
+    match answer {
+        Ok(a) if a.status.as_u16() == 201 => Some(true),
+        Ok(a) if a.status.as_u16() == 409 => Some(false),
+        _ => None,
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let (available, held, sold) = seat_counts(&http, &edges[0], &op, EVENT).await?;
-    let granted = shared.granted.load(Ordering::Relaxed);
+}
+
+/// One single-seat hold for `user` proposed straight to the group's
+/// leader over gRPC: `Some(true)` held, `Some(false)` seats unavailable,
+/// `None` any other outcome.
+async fn hold_grpc(load: &Shared, user: usize, key: String) -> Option<bool> {
+    let owner = UserId(format!("buyer{user}"));
+    let cmd = Command::Event(EventCommand {
+        event_id: EventId(EVENT.into()),
+        epoch: Epoch(1),
+        now_ms: 0,
+        idempotency: Some((owner.clone(), key)),
+        action: EventAction::Hold {
+            owner,
+            pick: SeatPick::Quantity {
+                section: None,
+                quantity: 1,
+            },
+        },
+    });
+    match load.client.write(load.group, &cmd).await {
+        Ok(o) => match o.response {
+            Response::Event(r) => match r.outcome {
+                Outcome::Held(_) => Some(true),
+                Outcome::SeatsUnavailable { .. } => Some(false),
+                _ => None,
+            },
+            _ => None,
+        },
+        Err(_) => None,
+    }
+}
+
+/// The report, `elapsed` seconds after the load's start: rates, latency
+/// (`hist`), and whether the sale stopped exactly at capacity.
+async fn build_report(
+    s: &Setup,
+    load: &Shared,
+    hist: &Histogram<u64>,
+    elapsed: f64,
+    args: &HoldsBenchArgs,
+) -> anyhow::Result<HoldsBenchReport> {
+    let (available, held, sold) = seat_counts(&s.http, &s.edges[0], &s.op, EVENT).await?;
+    let granted = load.granted.load(Ordering::Relaxed);
     let sold_or_held = held.saturating_add(sold);
-    let sold_out_ms = shared.sold_out_at_ms.load(Ordering::Relaxed);
+    let sold_out_ms = load.sold_out_at_ms.load(Ordering::Relaxed);
     let sold_out = (sold_out_ms > 0).then_some(sold_out_ms as f64 / 1000.0);
     let grant_window = sold_out.unwrap_or(elapsed).max(0.001);
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let capacity = s.capacity;
     Ok(HoldsBenchReport {
         via: args.via,
         holds_per_sec: granted as f64 / grant_window,
@@ -283,12 +363,12 @@ pub async fn run_holds_bench(
         oversold: sold_or_held > capacity || granted > capacity,
         counters_match: available.saturating_add(sold_or_held) == capacity
             && sold_or_held == granted,
-        conflicts: shared.conflicts.load(Ordering::Relaxed),
-        errors: shared.errors.load(Ordering::Relaxed),
+        conflicts: load.conflicts.load(Ordering::Relaxed),
+        errors: load.errors.load(Ordering::Relaxed),
         sold_out_after_secs: sold_out,
         duration_secs: elapsed,
         inflight: args.inflight,
         users: args.users,
-        nodes: cluster.nodes.len(),
+        nodes: s.cluster.nodes.len(),
     })
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::holds::seat_counts;
 use crate::raft::bench_dir;
@@ -79,19 +79,57 @@ impl std::fmt::Display for MoveBenchReport {
 
 const EVENT: &str = "bench-move";
 
+/// Buyers the load holds seats for (each with a token).
+const USERS: u64 = 4096;
+
 /// One answered hold: when it was answered (µs since the start) and how
 /// long it took.
 type Answer = (u64, u64);
 
+/// Run the benchmark: the cluster and event, `args.before` of load, the
+/// move under load, `args.after` more, then the report.
 pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<MoveBenchReport> {
     let (_guard, dir) = bench_dir()?;
-    let cluster = LocalCluster::builder(&dir).regions(3, 3).start(bin)?;
+    let s = setup(bin, &dir, args.seats).await?;
+    let load = Arc::new(Load::new(s.http.clone(), s.edges.clone(), &s.secret));
+    let tasks: Vec<_> = (0..args.inflight.max(1))
+        .map(|t| tokio::spawn(hold_worker(load.clone(), t)))
+        .collect();
+    tokio::time::sleep(args.before).await;
+    let moved = move_event(&s.http, &load, &s.op).await?;
+    tokio::time::sleep(args.after).await;
+    load.stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await?;
+    }
+    let end = load.start.elapsed();
+    build_report(&s, &load, moved, end, args.inflight).await
+}
+
+/// The benchmark's cluster (3 regions × 3 nodes), ready, with its event
+/// created and led.
+struct Setup {
+    cluster: LocalCluster,
+    secret: String,
+    /// Every node's edge, in node order.
+    edges: Vec<String>,
+    http: HttpClient,
+    /// An operator's token.
+    op: String,
+    /// The event's seats.
+    capacity: u64,
+}
+
+/// Start the cluster in `dir` and create the event, owned by us-east: rows
+/// of 200 seats, at least one (`seats` rounded down to whole rows).
+async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
+    let cluster = LocalCluster::builder(dir).regions(3, 3).start(bin)?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
     let secret = cluster.jwt_secret().context("no edge secret")?;
     let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
     let http = HttpClient::default();
     let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
-    let seats = args.seats.max(200);
+    let seats = seats.max(200);
     let created = http
         .post(
             &format!("{}/v1/events", edges[0]),
@@ -108,70 +146,122 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
     let capacity = created.body["capacity"].as_u64().context("capacity")?;
     let group = seatfence_core::GroupId(created.body["group_id"].as_u64().context("group")?);
     cluster.wait_leader(group, Duration::from_secs(30)).await?;
+    Ok(Setup {
+        cluster,
+        secret,
+        edges,
+        http,
+        op,
+        capacity,
+    })
+}
 
-    let users = 4096u64;
-    let tokens: Arc<Vec<String>> = Arc::new(
-        (0..users)
-            .map(|u| seatfence_api::auth::mint(&secret, &format!("mover{u}"), false, 3600))
-            .collect(),
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let granted = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let answers: Arc<Mutex<Vec<Answer>>> = Arc::new(Mutex::new(Vec::new()));
-    let edges = Arc::new(edges);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..args.inflight.max(1) {
-        let (http, edges, tokens, stop, granted, errors, answers) = (
-            http.clone(),
-            edges.clone(),
-            tokens.clone(),
-            stop.clone(),
-            granted.clone(),
-            errors.clone(),
-            answers.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            // Each worker sends through the edges of every region in turn.
-            while !stop.load(Ordering::Relaxed) {
-                let user = (t as u64 * 7919 + n) % users;
-                let key = format!("m{t}-{n}");
-                n += 1;
-                let body = json!({"event_id": EVENT, "quantity": 1});
-                // An unknown outcome is retried with the same key.
-                for attempt in 0..50 {
-                    let url = format!("{}/v1/holds", edges[(t + attempt) % edges.len()]);
-                    let t0 = Instant::now();
-                    let a = http
-                        .post(&url, Some(&tokens[user as usize]), Some(&key), &body)
-                        .await;
-                    let code = a.as_ref().map(|a| a.status.as_u16()).unwrap_or(0);
-                    if code == 201 || code == 409 {
-                        if code == 201 {
-                            granted.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let at = start.elapsed().as_micros() as u64;
-                        answers
-                            .lock()
-                            .expect("lock")
-                            .push((at, t0.elapsed().as_micros() as u64));
-                        break;
-                    }
-                    errors.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }));
+/// The buyers' load, shared by its workers.
+struct Load {
+    http: HttpClient,
+    /// Every node's edge: each worker sends through all of them in turn.
+    edges: Vec<String>,
+    /// A token per user.
+    tokens: Vec<String>,
+    /// Set when the workers are to stop.
+    stop: AtomicBool,
+    /// Holds granted.
+    granted: AtomicU64,
+    /// Hold requests without an answer (retried).
+    errors: AtomicU64,
+    answers: Mutex<Vec<Answer>>,
+    /// What the answers' times count from.
+    start: Instant,
+}
+
+impl Load {
+    /// A load through `edges` with a token per user (signed with
+    /// `secret`); its clock starts now.
+    fn new(http: HttpClient, edges: Vec<String>, secret: &str) -> Load {
+        let tokens: Vec<String> = (0..USERS)
+            .map(|u| seatfence_api::auth::mint(secret, &format!("mover{u}"), false, 3600))
+            .collect();
+        Load {
+            http,
+            edges,
+            tokens,
+            stop: AtomicBool::new(false),
+            granted: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            answers: Mutex::new(Vec::new()),
+            start: Instant::now(),
+        }
     }
-    tokio::time::sleep(args.before).await;
+}
 
+/// Worker `t` of the load: one single-seat hold after another, each for
+/// the next of its users, until the load stops. A hold is answered when it
+/// is granted (201) or refused (409); anything else counts as an error and
+/// is retried with the same idempotency key through the next edge (50
+/// tries at most).
+async fn hold_worker(load: Arc<Load>, t: usize) {
+    let Load {
+        http,
+        edges,
+        tokens,
+        stop,
+        granted,
+        errors,
+        answers,
+        start,
+    } = &*load;
+    let mut n = 0u64;
+    // Each worker sends through the edges of every region in turn.
+    while !stop.load(Ordering::Relaxed) {
+        let user = (t as u64 * 7919 + n) % USERS;
+        let key = format!("m{t}-{n}");
+        n += 1;
+        let body = json!({"event_id": EVENT, "quantity": 1});
+        // An unknown outcome is retried with the same key.
+        for attempt in 0..50 {
+            let url = format!("{}/v1/holds", edges[(t + attempt) % edges.len()]);
+            let t0 = Instant::now();
+            let a = http
+                .post(&url, Some(&tokens[user as usize]), Some(&key), &body)
+                .await;
+            let code = a.as_ref().map(|a| a.status.as_u16()).unwrap_or(0);
+            if code == 201 || code == 409 {
+                if code == 201 {
+                    granted.fetch_add(1, Ordering::Relaxed);
+                }
+                let at = start.elapsed().as_micros() as u64;
+                answers
+                    .lock()
+                    .expect("lock")
+                    .push((at, t0.elapsed().as_micros() as u64));
+                break;
+            }
+            errors.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A finished move, as the client saw it.
+struct Moved {
+    /// When the move was posted, since the load's start.
+    start: Duration,
+    /// When it was first read as no longer running, since the load's start.
+    end: Duration,
+    /// The move's record then.
+    done: Value,
+}
+
+/// Move the event to eu-west (asked through the third node's edge) and
+/// poll the move until it is no longer running (120 s at most). An error
+/// unless it ended done.
+async fn move_event(http: &HttpClient, load: &Load, op: &str) -> anyhow::Result<Moved> {
+    let (edges, start) = (&load.edges, load.start);
     let move_start = start.elapsed();
     let m = http
         .post(
             &format!("{}/v1/admin/events/{EVENT}/move", edges[2]),
-            Some(&op),
+            Some(op),
             None,
             &json!({"to_region": "eu-west"}),
         )
@@ -183,7 +273,7 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
     let done = loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let r = http
-            .get(&format!("{}/v1/admin/moves/{id}", edges[2]), Some(&op))
+            .get(&format!("{}/v1/admin/moves/{id}", edges[2]), Some(op))
             .await?;
         if r.status.is_success() && r.body["state"] != "running" {
             break r.body;
@@ -196,16 +286,27 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
     if done["state"] != "done" {
         bail!("move ended {}", done);
     }
-    tokio::time::sleep(args.after).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await?;
-    }
-    let end = start.elapsed();
+    Ok(Moved {
+        start: move_start,
+        end: move_end,
+        done,
+    })
+}
 
-    let mut answers = answers.lock().expect("lock").clone();
+/// The report once the load stopped at `end`: the move's times (client
+/// view and the directory's record), what the buyers saw before, during
+/// and after it, and whether the sale stayed exact.
+async fn build_report(
+    s: &Setup,
+    load: &Load,
+    moved: Moved,
+    end: Duration,
+    inflight: usize,
+) -> anyhow::Result<MoveBenchReport> {
+    let mut answers = load.answers.lock().expect("lock").clone();
     answers.sort_unstable();
-    let (ms, me) = (move_start.as_micros() as u64, move_end.as_micros() as u64);
+    let ms = moved.start.as_micros() as u64;
+    let me = moved.end.as_micros() as u64;
     let rate = |from: u64, to: u64| {
         let n = answers
             .iter()
@@ -213,48 +314,23 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
             .count();
         n as f64 / ((to.saturating_sub(from)) as f64 / 1e6).max(1e-3)
     };
-    // The longest gap between consecutive answers that overlaps the move.
-    let (mut longest, mut longest_at) = (0u64, 0u64);
-    for w in answers.windows(2) {
-        let (a, b) = (w[0].0, w[1].0);
-        if b >= ms && a <= me && b - a > longest {
-            longest = b - a;
-            longest_at = a.saturating_sub(ms);
-        }
-    }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-    for (at, took) in &answers {
-        // Requests that were in flight at any point of the move.
-        if *at >= ms && at.saturating_sub(*took) <= me {
-            hist.saturating_record(*took);
-        }
-    }
-    let (available, held, sold) = seat_counts(&http, &edges[4], &op, EVENT).await?;
-    let granted = granted.load(Ordering::Relaxed);
-    let ev = http
-        .get(&format!("{}/v1/events/{EVENT}", edges[0]), Some(&op))
+    let (longest, longest_at) = longest_gap(&answers, ms, me);
+    let hist = latency_during(&answers, ms, me);
+    let (available, held, sold) = seat_counts(&s.http, &load.edges[4], &s.op, EVENT).await?;
+    let granted = load.granted.load(Ordering::Relaxed);
+    let ev = s
+        .http
+        .get(&format!("{}/v1/events/{EVENT}", load.edges[0]), Some(&s.op))
         .await?;
+    let (done, capacity) = (&moved.done, s.capacity);
     Ok(MoveBenchReport {
         seats: capacity,
         from_region: "us-east".into(),
         to_region: "eu-west".into(),
-        move_secs: (move_end - move_start).as_secs_f64(),
+        move_secs: (moved.end - moved.start).as_secs_f64(),
         move_recorded_ms: done["duration_ms"].as_u64().unwrap_or(0),
         coordinator_pause_ms: done["pause_ms"].as_u64(),
-        steps_ms: done["history"]
-            .as_array()
-            .map(|h| {
-                let t0 = done["started_ms"].as_u64().unwrap_or(0);
-                h.iter()
-                    .map(|s| {
-                        (
-                            s["step"].as_str().unwrap_or("?").to_string(),
-                            s["at_ms"].as_u64().unwrap_or(0).saturating_sub(t0),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        steps_ms: steps_ms(done),
         longest_write_gap_ms: longest as f64 / 1000.0,
         longest_gap_at_ms: longest_at as f64 / 1000.0,
         rps_before: rate(0, ms),
@@ -264,12 +340,59 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
         p99_during_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
         max_during_ms: hist.max() as f64 / 1000.0,
         granted,
-        errors: errors.load(Ordering::Relaxed),
+        errors: load.errors.load(Ordering::Relaxed),
         epoch_after: ev.body["epoch"].as_u64().unwrap_or(0),
         oversold: held.saturating_add(sold) > capacity,
         counters_match: available.saturating_add(held).saturating_add(sold) == capacity
             && held + sold == granted,
-        inflight: args.inflight,
-        nodes: cluster.nodes.len(),
+        inflight,
+        nodes: s.cluster.nodes.len(),
     })
+}
+
+/// The longest gap between consecutive `answers` (sorted) that overlaps
+/// the move `[ms, me]` (µs since the start): `(gap, where it started after
+/// ms)`, in µs.
+fn longest_gap(answers: &[Answer], ms: u64, me: u64) -> (u64, u64) {
+    let (mut longest, mut longest_at) = (0u64, 0u64);
+    for w in answers.windows(2) {
+        let (a, b) = (w[0].0, w[1].0);
+        if b >= ms && a <= me && b - a > longest {
+            longest = b - a;
+            longest_at = a.saturating_sub(ms);
+        }
+    }
+    (longest, longest_at)
+}
+
+/// Latency (µs) of the hold requests that were in flight at any point of
+/// the move `[ms, me]` (µs since the start).
+fn latency_during(answers: &[Answer], ms: u64, me: u64) -> Histogram<u64> {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    for (at, took) in answers {
+        // Requests that were in flight at any point of the move.
+        if *at >= ms && at.saturating_sub(*took) <= me {
+            hist.saturating_record(*took);
+        }
+    }
+    hist
+}
+
+/// When the move entered each step, ms after its start, from its record's
+/// history.
+fn steps_ms(done: &Value) -> Vec<(String, u64)> {
+    done["history"]
+        .as_array()
+        .map(|h| {
+            let t0 = done["started_ms"].as_u64().unwrap_or(0);
+            h.iter()
+                .map(|s| {
+                    (
+                        s["step"].as_str().unwrap_or("?").to_string(),
+                        s["at_ms"].as_u64().unwrap_or(0).saturating_sub(t0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

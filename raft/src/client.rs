@@ -436,6 +436,7 @@ impl Inner {
         nl: seatfence_proto::v1::NotLeader,
     ) -> (bool, String) {
         self.redirects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::METRICS.redirects_followed.increment(1);
         match nl.leader {
             Some(h) if h.grpc_addr != addr => {
                 let why = format!("{addr}: not leader, try {}", h.grpc_addr);

@@ -1,77 +1,182 @@
-//! Process-wide counters of the consensus layer, rendered by the edge's
-//! `/metrics`. Atomics only: counting never blocks a proposal or an apply.
+//! The process's metrics, through the `metrics` facade, kept and rendered
+//! in the Prometheus text format by `metrics-exporter-prometheus` (the
+//! edge's `GET /metrics`). Every crate records into the same families (the
+//! consensus layer, the edge, the move coordinator), so a family such as
+//! `seatfence_stale_epoch_rejections_total{layer}` has all its layers in
+//! one place. [`install`] sets the recorder up once per process, names and
+//! describes every family and creates each fixed label set at zero, so a
+//! scrape shows every series from the start.
+//!
+//! Recording never blocks a proposal or an apply: handles are atomics.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{LazyLock, OnceLock};
 
-#[derive(Debug, Default)]
-pub struct RaftMetrics {
-    /// Event commands refused by the leader before proposing (stale epoch).
-    pub stale_epoch_propose: AtomicU64,
-    /// Event commands refused inside `apply` (stale epoch).
-    pub stale_epoch_apply: AtomicU64,
-    /// Writes answered `not_leader` by this node.
-    pub not_leader_answers: AtomicU64,
-    /// Leadership gained by a group on this node.
-    pub leader_changes: AtomicU64,
-    /// The same, per group id. Held only to bump or copy a count.
-    pub leader_changes_by_group: Mutex<BTreeMap<u64, u64>>,
-    /// Ownership moves started / aborted through this node's edge, and
-    /// completed by this node's coordinator.
-    pub moves_started: AtomicU64,
-    pub moves_aborted: AtomicU64,
-    pub moves_completed: AtomicU64,
-    /// Sums over completed moves (ms): start to done, and the write pause
-    /// (membership change committed to epoch bump committed).
-    pub move_duration_ms_sum: AtomicU64,
-    pub move_pause_ms_sum: AtomicU64,
-    /// The last completed move's figures (ms).
-    pub move_last_duration_ms: AtomicU64,
-    pub move_last_pause_ms: AtomicU64,
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, Counter, Gauge,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Upper bounds of the request latency buckets, in seconds.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+
+/// Every family: (kind, name, help). The one list the recorder is
+/// described from.
+const FAMILIES: &[(Kind, &str, &str)] = &[
+    (Kind::Counter, "seatfence_http_responses_total", "HTTP responses by status class."),
+    (Kind::Counter, "seatfence_holds_created_total", "Holds granted."),
+    (Kind::Counter, "seatfence_hold_conflicts_total", "Hold requests refused because seats were taken (409 seats_unavailable)."),
+    (Kind::Counter, "seatfence_stale_epoch_rejections_total", "Stale fences refused, by layer: edge = replies below the highest fence seen (discarded, re-routed); propose = leader check; apply = state machine."),
+    (Kind::Counter, "seatfence_not_leader_redirects_total", "not_leader answers: followed by this edge, and given by this node."),
+    (Kind::Counter, "seatfence_admission_rejections_total", "Requests answered 429, by reason."),
+    (Kind::Counter, "seatfence_no_leader_total", "Requests answered 503 because no leader was found in time."),
+    (Kind::Counter, "seatfence_leader_changes_total", "Times a group on this node became leader."),
+    (Kind::Counter, "seatfence_group_leader_changes_total", "Times each group became leader on this node, by group id."),
+    (Kind::Counter, "seatfence_bookings_created_total", "Bookings created (payment created at the gateway and recorded)."),
+    (Kind::Counter, "seatfence_payments_confirmed_total", "Bookings confirmed (HELD -> PAID), by the path that confirmed them."),
+    (Kind::Counter, "seatfence_late_success_total", "Payments that completed after their seats were released (refund queued)."),
+    (Kind::Counter, "seatfence_reconciler_releases_total", "Holds with a payment released by the reconciler, by reason."),
+    (Kind::Counter, "seatfence_reconciler_extensions_total", "Deadlines pushed back because the gateway could not be asked."),
+    (Kind::Counter, "seatfence_reconciler_alerts_total", "Holds whose payment stayed unknown after every extension (operator attention)."),
+    (Kind::Counter, "seatfence_payment_signals_rejected_total", "Callbacks and webhooks refused (bad signature, unknown payment)."),
+    (Kind::Counter, "seatfence_webhooks_duplicate_total", "Webhooks already in the inbox (ignored)."),
+    (Kind::Counter, "seatfence_gateway_errors_total", "Gateway calls that failed or timed out."),
+    (Kind::Counter, "seatfence_gateway_token_grants_total", "Gateway token grants by this node, by result."),
+    (Kind::Counter, "seatfence_outbox_delivered_total", "Outbox items delivered and recorded, by kind."),
+    (Kind::Counter, "seatfence_moves_total", "Ownership moves: started and aborted through this edge, completed by this node's coordinator."),
+    (Kind::Counter, "seatfence_move_duration_ms_sum", "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, membership change committed (old leader hands over) to epoch bump committed (phase=\"pause\")."),
+    (Kind::Gauge, "seatfence_move_last_duration_seconds", "Start to done of the last move this node's coordinator completed."),
+    (Kind::Gauge, "seatfence_move_last_pause_seconds", "Write pause (membership change committed to epoch bump committed) of the last move this node's coordinator completed."),
+    (Kind::Gauge, "seatfence_reconciliation_backlog", "Holds with a payment due for reconciliation at the last sweep."),
+    (Kind::Gauge, "seatfence_outbox_backlog", "Undelivered outbox items at the last scan."),
+    (Kind::Gauge, "seatfence_unknown_payment_age_seconds", "How long past its deadline the oldest undecided payment was at the last sweep."),
+    (Kind::Gauge, "seatfence_refund_pending_age_seconds", "Age of the oldest undelivered refund at the last outbox scan."),
+    (Kind::Histogram, "seatfence_http_request_duration_seconds", "Request latency by route."),
+];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
 }
 
-impl RaftMetrics {
-    pub fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
+/// Set up this process's recorder (once) and return the handle that
+/// renders it.
+pub fn install() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("seatfence_http_request_duration_seconds".into()),
+                &LATENCY_BUCKETS,
+            )
+            .expect("the latency buckets are not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Another recorder already installed (a test embedding a node in a
+        // process that set its own): keep recording into ours regardless.
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed; /metrics shows ours only");
+        }
+        for (kind, name, help) in FAMILIES {
+            match kind {
+                Kind::Counter => describe_counter!(*name, *help),
+                Kind::Gauge => describe_gauge!(*name, *help),
+                Kind::Histogram => describe_histogram!(*name, *help),
+            }
+        }
+        handle
+    })
+}
 
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
+/// The Prometheus text exposition of everything this process recorded.
+pub fn render() -> String {
+    install().render()
+}
+
+/// The consensus layer's and the move coordinator's series.
+pub struct RaftMetrics {
+    /// Event commands refused by the leader before proposing (stale epoch).
+    pub stale_epoch_propose: Counter,
+    /// Event commands refused inside `apply` (stale epoch).
+    pub stale_epoch_apply: Counter,
+    /// Writes answered `not_leader` by this node.
+    pub not_leader_answers: Counter,
+    /// `not_leader` answers followed by this process's cluster clients.
+    pub redirects_followed: Counter,
+    /// Leadership gained by a group on this node.
+    pub leader_changes: Counter,
+    /// Ownership moves started / aborted through this node's edge, and
+    /// completed by this node's coordinator.
+    pub moves_started: Counter,
+    pub moves_aborted: Counter,
+    pub moves_completed: Counter,
+    move_duration_ms_sum: Counter,
+    move_pause_ms_sum: Counter,
+    move_last_duration: Gauge,
+    move_last_pause: Gauge,
+}
+
+/// This process's consensus-layer series (the recorder is installed first).
+pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
+    install();
+    let moves = |result: &'static str| counter!("seatfence_moves_total", "result" => result);
+    RaftMetrics {
+        stale_epoch_propose: counter!("seatfence_stale_epoch_rejections_total", "layer" => "propose"),
+        stale_epoch_apply: counter!("seatfence_stale_epoch_rejections_total", "layer" => "apply"),
+        not_leader_answers: counter!("seatfence_not_leader_redirects_total", "side" => "node"),
+        redirects_followed: counter!("seatfence_not_leader_redirects_total", "side" => "edge"),
+        leader_changes: counter!("seatfence_leader_changes_total"),
+        moves_started: moves("started"),
+        moves_aborted: moves("aborted"),
+        moves_completed: moves("completed"),
+        move_duration_ms_sum: counter!("seatfence_move_duration_ms_sum", "phase" => "total"),
+        move_pause_ms_sum: counter!("seatfence_move_duration_ms_sum", "phase" => "pause"),
+        move_last_duration: gauge!("seatfence_move_last_duration_seconds"),
+        move_last_pause: gauge!("seatfence_move_last_pause_seconds"),
+    }
+});
+
+impl RaftMetrics {
+    pub fn inc(counter: &Counter) {
+        counter.increment(1);
     }
 
     /// Count a leadership gained by `group` on this node.
     pub fn leader_gained(&self, group: u64) {
-        Self::inc(&self.leader_changes);
-        *self
-            .leader_changes_by_group
-            .lock()
-            .expect("metrics lock poisoned")
-            .entry(group)
-            .or_default() += 1;
+        self.leader_changes.increment(1);
+        counter!("seatfence_group_leader_changes_total", "group" => group.to_string()).increment(1);
     }
 
-    /// Leaderships gained per group, by group id.
-    pub fn leader_changes_by_group(&self) -> BTreeMap<u64, u64> {
-        self.leader_changes_by_group
-            .lock()
-            .expect("metrics lock poisoned")
-            .clone()
+    /// Count a move this node's coordinator completed: its duration and its
+    /// write pause, in ms.
+    pub fn move_completed(&self, duration_ms: u64, pause_ms: u64) {
+        self.moves_completed.increment(1);
+        self.move_duration_ms_sum.increment(duration_ms);
+        self.move_pause_ms_sum.increment(pause_ms);
+        self.move_last_duration.set(duration_ms as f64 / 1000.0);
+        self.move_last_pause.set(pause_ms as f64 / 1000.0);
     }
 }
 
-/// This process's counters.
-pub static METRICS: RaftMetrics = RaftMetrics {
-    stale_epoch_propose: AtomicU64::new(0),
-    stale_epoch_apply: AtomicU64::new(0),
-    not_leader_answers: AtomicU64::new(0),
-    leader_changes: AtomicU64::new(0),
-    leader_changes_by_group: Mutex::new(BTreeMap::new()),
-    moves_started: AtomicU64::new(0),
-    moves_aborted: AtomicU64::new(0),
-    moves_completed: AtomicU64::new(0),
-    move_duration_ms_sum: AtomicU64::new(0),
-    move_pause_ms_sum: AtomicU64::new(0),
-    move_last_duration_ms: AtomicU64::new(0),
-    move_last_pause_ms: AtomicU64::new(0),
-};
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_rendered_with_its_help() {
+        RaftMetrics::inc(&METRICS.stale_epoch_apply);
+        METRICS.leader_gained(7);
+        let text = render();
+        assert!(
+            text.contains("seatfence_stale_epoch_rejections_total{layer=\"apply\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("seatfence_stale_epoch_rejections_total{layer=\"propose\"} 0"));
+        assert!(text.contains("seatfence_group_leader_changes_total{group=\"7\"} 1"));
+        assert!(text.contains("# HELP seatfence_moves_total Ownership moves"));
+        assert!(text.contains("# TYPE seatfence_move_last_pause_seconds gauge"));
+    }
+}

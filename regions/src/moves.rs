@@ -30,7 +30,7 @@ use seatfence_core::{
 };
 use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::{MembershipOp, MembershipStatus};
-use seatfence_raft::metrics::{RaftMetrics, METRICS};
+use seatfence_raft::metrics::METRICS;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
@@ -148,82 +148,37 @@ impl Coordinator {
         self.driving.lock().expect("lock poisoned").remove(&id);
     }
 
+    /// Perform `m`'s current step once, then record it in the directory
+    /// (`Advance`) unless it must be tried again. An aborted move not yet
+    /// cleaned up is cleaned up instead. `transfer_started`: when the write
+    /// pause started (the membership change, or the first leader transfer
+    /// of this task).
     async fn step(
         &self,
         m: &MoveRecord,
         transfer_started: &mut Option<Instant>,
     ) -> anyhow::Result<Next> {
         if m.state == MoveState::Aborted && !m.cleaned {
-            let joining: Vec<u64> = m.joining().iter().map(|n| n.0).collect();
-            self.membership(m.group, MembershipOp::RemoveLearners(joining))
-                .await?;
-            self.directory(MoveOp::Cleaned { move_id: m.move_id })
-                .await?;
-            tracing::info!(move_id = m.move_id, "aborted move cleaned up");
-            return Ok(Next::Finished);
+            return self.clean_up_aborted(m).await;
         }
         if !m.is_running() {
             return Ok(Next::Finished);
         }
-        let to: Vec<u64> = m.to_members.iter().map(|n| n.0).collect();
         let pause_ms = match m.step {
             MoveStep::AddLearners => {
-                let joining = self.addrs(&m.joining());
-                let st = self
-                    .membership(m.group, MembershipOp::AddLearners(joining.clone()))
-                    .await?;
-                let lagging: Vec<u64> = joining
-                    .iter()
-                    .map(|(id, _)| *id)
-                    .filter(|id| !st.caught_up(*id, self.config.catch_up_slack))
-                    .collect();
-                if !lagging.is_empty() {
-                    tracing::debug!(move_id = m.move_id, ?lagging, "learners catching up");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                if !self.add_learners(m).await? {
                     return Ok(Next::Again);
                 }
                 None
             }
             MoveStep::ChangeMembership => {
-                let st = self
-                    .membership(m.group, MembershipOp::SetVoters(to.clone()))
-                    .await?;
-                // The old leader hands over as soon as the change commits:
-                // the write pause starts here.
-                *transfer_started = Some(Instant::now());
-                let mut voters = st.voters.clone();
-                voters.sort_unstable();
-                let mut want = to.clone();
-                want.sort_unstable();
-                anyhow::ensure!(
-                    voters == want && !st.joint,
-                    "voters are {voters:?} (joint: {}), want {want:?}",
-                    st.joint
-                );
+                self.change_membership(m, transfer_started).await?;
                 None
             }
             MoveStep::TransferLeader => {
-                let started = *transfer_started.get_or_insert_with(Instant::now);
-                // The voters that may lead: those in the target region (all
-                // of them for zone survival; one for region survival).
-                let leaders: Vec<u64> = self.read_directory(|d| {
-                    to.iter()
-                        .copied()
-                        .filter(|n| {
-                            d.nodes
-                                .get(&seatfence_core::NodeId(*n))
-                                .is_some_and(|i| i.region == m.to_region)
-                        })
-                        .collect()
-                });
-                if !self.transfer_into(m, &leaders).await? {
+                if !self.transfer_leader(m, transfer_started).await? {
                     return Ok(Next::Again);
                 }
-                tracing::info!(
-                    move_id = m.move_id,
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "leader in the target region"
-                );
                 None
             }
             MoveStep::BumpEpoch => {
@@ -231,39 +186,136 @@ impl Coordinator {
                 transfer_started.map(|t| t.elapsed().as_millis() as u64)
             }
             MoveStep::UpdateDirectory => {
-                let done = self
-                    .directory(MoveOp::Finish {
-                        move_id: m.move_id,
-                        epoch: Epoch(m.from_epoch.0 + 1),
-                    })
-                    .await?;
-                let duration = done.duration_ms();
-                RaftMetrics::inc(&METRICS.moves_completed);
-                METRICS
-                    .move_duration_ms_sum
-                    .fetch_add(duration, std::sync::atomic::Ordering::Relaxed);
-                METRICS
-                    .move_last_duration_ms
-                    .store(duration, std::sync::atomic::Ordering::Relaxed);
-                let pause = done.pause_ms.unwrap_or(0);
-                METRICS
-                    .move_pause_ms_sum
-                    .fetch_add(pause, std::sync::atomic::Ordering::Relaxed);
-                METRICS
-                    .move_last_pause_ms
-                    .store(pause, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(
-                    move_id = m.move_id,
-                    event = %m.event_id,
-                    to = %m.to_region,
-                    duration_ms = duration,
-                    pause_ms = ?done.pause_ms,
-                    "move done"
-                );
+                self.update_directory(m).await?;
                 return Ok(Next::Finished);
             }
             MoveStep::Done => return Ok(Next::Finished),
         };
+        self.advance(m, pause_ms).await
+    }
+
+    /// An aborted move: the learners that were joining leave the group,
+    /// then the directory records the move as cleaned up.
+    async fn clean_up_aborted(&self, m: &MoveRecord) -> anyhow::Result<Next> {
+        let joining: Vec<u64> = m.joining().iter().map(|n| n.0).collect();
+        self.membership(m.group, MembershipOp::RemoveLearners(joining))
+            .await?;
+        self.directory(MoveOp::Cleaned { move_id: m.move_id })
+            .await?;
+        tracing::info!(move_id = m.move_id, "aborted move cleaned up");
+        Ok(Next::Finished)
+    }
+
+    /// Step 2: the joining nodes are added as learners (those present
+    /// already are not added again). `true` once all of them have caught
+    /// up; else `false` after a short wait.
+    async fn add_learners(&self, m: &MoveRecord) -> anyhow::Result<bool> {
+        let joining = self.addrs(&m.joining());
+        let st = self
+            .membership(m.group, MembershipOp::AddLearners(joining.clone()))
+            .await?;
+        let lagging: Vec<u64> = joining
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !st.caught_up(*id, self.config.catch_up_slack))
+            .collect();
+        if !lagging.is_empty() {
+            tracing::debug!(move_id = m.move_id, ?lagging, "learners catching up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Step 3: the group's voters become the target voters (a membership
+    /// already in place is not changed). The write pause starts once the
+    /// change is made (`transfer_started`); an error unless the voters are
+    /// exactly the target ones, out of the joint configuration.
+    async fn change_membership(
+        &self,
+        m: &MoveRecord,
+        transfer_started: &mut Option<Instant>,
+    ) -> anyhow::Result<()> {
+        let to: Vec<u64> = m.to_members.iter().map(|n| n.0).collect();
+        let st = self
+            .membership(m.group, MembershipOp::SetVoters(to.clone()))
+            .await?;
+        // The old leader hands over as soon as the change commits:
+        // the write pause starts here.
+        *transfer_started = Some(Instant::now());
+        let mut voters = st.voters.clone();
+        voters.sort_unstable();
+        let mut want = to;
+        want.sort_unstable();
+        anyhow::ensure!(
+            voters == want && !st.joint,
+            "voters are {voters:?} (joint: {}), want {want:?}",
+            st.joint
+        );
+        Ok(())
+    }
+
+    /// Step 4: leadership moves to a target voter in the target region.
+    /// `true` once one leads; `false` when the transfer should be tried
+    /// again. The write pause counts from `transfer_started` (set now if
+    /// this task did not see the membership change).
+    async fn transfer_leader(
+        &self,
+        m: &MoveRecord,
+        transfer_started: &mut Option<Instant>,
+    ) -> anyhow::Result<bool> {
+        let to: Vec<u64> = m.to_members.iter().map(|n| n.0).collect();
+        let started = *transfer_started.get_or_insert_with(Instant::now);
+        // The voters that may lead: those in the target region (all
+        // of them for zone survival; one for region survival).
+        let leaders: Vec<u64> = self.read_directory(|d| {
+            to.iter()
+                .copied()
+                .filter(|n| {
+                    d.nodes
+                        .get(&seatfence_core::NodeId(*n))
+                        .is_some_and(|i| i.region == m.to_region)
+                })
+                .collect()
+        });
+        if !self.transfer_into(m, &leaders).await? {
+            return Ok(false);
+        }
+        tracing::info!(
+            move_id = m.move_id,
+            waited_ms = started.elapsed().as_millis() as u64,
+            "leader in the target region"
+        );
+        Ok(true)
+    }
+
+    /// Step 6: the directory records the new epoch and owner, which
+    /// finishes the move; its duration and write pause go to the metrics.
+    async fn update_directory(&self, m: &MoveRecord) -> anyhow::Result<()> {
+        let done = self
+            .directory(MoveOp::Finish {
+                move_id: m.move_id,
+                epoch: Epoch(m.from_epoch.0 + 1),
+            })
+            .await?;
+        let duration = done.duration_ms();
+        METRICS.move_completed(duration, done.pause_ms.unwrap_or(0));
+        tracing::info!(
+            move_id = m.move_id,
+            event = %m.event_id,
+            to = %m.to_region,
+            duration_ms = duration,
+            pause_ms = ?done.pause_ms,
+            "move done"
+        );
+        Ok(())
+    }
+
+    /// Record in the directory that `m`'s step is done (`Advance` from it,
+    /// with the write pause once it is known). Losing that compare-and-set
+    /// to another coordinator or an abort is no error: the move is read
+    /// again either way.
+    async fn advance(&self, m: &MoveRecord, pause_ms: Option<u64>) -> anyhow::Result<Next> {
         let advanced = propose(
             &self.client,
             self.clock.now_ms(),

@@ -155,6 +155,31 @@ fn parse_section(s: &str) -> anyhow::Result<Value> {
     Ok(json!({"name": name, "rows": rows.parse::<u32>()?, "seats_per_row": seats.parse::<u32>()?}))
 }
 
+/// The edge an event command talks to, and the bearer token it sends.
+struct Edge {
+    http: HttpClient,
+    url: String,
+    token: String,
+}
+
+impl Edge {
+    /// GET `path` (`/v1/...`) at the edge; an error answer is an error.
+    async fn get(&self, path: &str) -> anyhow::Result<HttpAnswer> {
+        let url = format!("{}{path}", self.url);
+        get_ok(&self.http, &url, &self.token).await
+    }
+
+    /// POST `body` to `path` (`/v1/...`) at the edge; an error answer is an
+    /// error.
+    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<HttpAnswer> {
+        let url = format!("{}{path}", self.url);
+        post_ok(&self.http, &url, &self.token, body).await
+    }
+}
+
+/// Run one event command: `token` needs only the secret; every other
+/// command goes to the edge (`--edge`, else demo.json's first) with the
+/// token (`--token`, else demo.json's operator token).
 pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
     let demo = DemoFile::load(&target.demo);
     if let EventCmd::Token {
@@ -163,37 +188,15 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
         ttl_secs,
     } = &cmd
     {
-        let secret = match (std::env::var("SEATFENCE_JWT_SECRET"), &demo) {
-            (Ok(s), _) => s,
-            (_, Ok(d)) => d.jwt_secret.clone(),
-            (_, Err(e)) => bail!("no secret: set SEATFENCE_JWT_SECRET or start the demo ({e:#})"),
-        };
-        println!(
-            "{}",
-            seatfence_api::auth::mint(&secret, user, *operator, *ttl_secs)
-        );
-        return Ok(());
+        return print_token(&demo, user, *operator, *ttl_secs);
     }
-    let edge = match (&target.edge, &demo) {
-        (Some(e), _) => e.clone(),
-        (None, Ok(d)) => d
-            .edges
-            .values()
-            .next()
-            .cloned()
-            .context("demo.json lists no edge")?,
-        (None, Err(e)) => bail!("no edge: pass --edge URL or start the demo ({e:#})"),
+    let url = edge_url(&target, &demo)?;
+    let token = bearer_token(&target, &demo)?;
+    let edge = Edge {
+        http: HttpClient::default(),
+        url,
+        token,
     };
-    let token = match (&target.token, &demo) {
-        (Some(t), _) => t.clone(),
-        (None, Ok(d)) => d
-            .tokens
-            .get("operator")
-            .cloned()
-            .context("demo.json has no operator token")?,
-        (None, Err(e)) => bail!("no token: pass --token or start the demo ({e:#})"),
-    };
-    let http = HttpClient::default();
     match cmd {
         EventCmd::Token { .. } => unreachable!("handled above"),
         EventCmd::CreateEvent {
@@ -208,251 +211,340 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             survival,
             json: as_json,
         } => {
-            let mut body = json!({"event_id": id, "name": name, "home_region": region});
-            if !seats.is_empty() {
-                body["seats"] = json!(seats);
-            }
-            if !section.is_empty() {
-                body["sections"] = Value::Array(
-                    section
-                        .iter()
-                        .map(|s| parse_section(s))
-                        .collect::<Result<_, _>>()?,
-                );
-            }
-            for (k, v) in [
+            let options = [
                 ("hold_ttl_secs", hold_ttl_secs.map(|v| json!(v))),
                 ("max_seats_per_hold", max_seats_per_hold.map(|v| json!(v))),
                 ("max_seats_per_buyer", max_seats_per_buyer.map(|v| json!(v))),
                 ("survival", survival.map(|v| json!(v))),
-            ] {
-                if let Some(v) = v {
-                    body[k] = v;
-                }
-            }
-            let a = http
-                .post(&format!("{edge}/v1/events"), Some(&token), None, &body)
-                .await?;
-            if as_json {
-                println!("{}", a.body);
-            } else if a.status.is_success() {
-                println!(
-                    "created event {} in group {}, owner {}, epoch {}, {} seats",
-                    a.body["event_id"].as_str().unwrap_or("?"),
-                    a.body["group_id"],
-                    a.body["owner_region"].as_str().unwrap_or("?"),
-                    a.body["epoch"],
-                    a.body["capacity"]
-                );
-            }
-            check(&a)?;
+            ];
+            let body = event_body(id, name, region, seats, &section, options)?;
+            create_event(&edge, &body, as_json).await
         }
-        EventCmd::Event { id, json: as_json } => {
-            let ev = get_ok(&http, &format!("{edge}/v1/events/{id}"), &token).await?;
-            let av = get_ok(
-                &http,
-                &format!("{edge}/v1/events/{id}/availability?limit=10"),
-                &token,
-            )
-            .await?;
-            if as_json {
-                println!("{}", json!({"event": ev.body, "availability": av.body}));
-            } else {
-                let e = &ev.body;
-                let a = &av.body;
-                println!(
-                    "event {} ({})\n  owner {}  epoch {}  group {}  term {}  sale {}",
-                    e["event_id"].as_str().unwrap_or("?"),
-                    e["name"].as_str().unwrap_or("?"),
-                    e["owner_region"].as_str().unwrap_or("?"),
-                    e["epoch"],
-                    e["group_id"],
-                    e["term"],
-                    if e["sale_open"] == json!(true) {
-                        "open"
-                    } else {
-                        "closed"
-                    }
-                );
-                println!(
-                    "  capacity {}  available {}  held {}  sold {}  (stale {} ms)",
-                    a["capacity"], a["available"], a["held"], a["sold"], a["stale_ms"]
-                );
-                println!("  first free seats: {}", a["available_seats"]);
-            }
-        }
-        EventCmd::Cluster { json: as_json } => {
-            let a = get_ok(&http, &format!("{edge}/v1/admin/cluster"), &token).await?;
-            if as_json {
-                println!("{}", a.body);
-            } else {
-                print_cluster(&a.body);
-            }
-        }
+        EventCmd::Event { id, json: as_json } => show_event(&edge, &id, as_json).await,
+        EventCmd::Cluster { json: as_json } => show_cluster(&edge, as_json).await,
         EventCmd::TransferLeader {
             group,
             to,
             json: as_json,
-        } => {
-            let a = post_ok(
-                &http,
-                &format!("{edge}/v1/admin/groups/{group}/transfer-leader"),
-                &token,
-                &json!({"to": to}),
-            )
-            .await?;
-            if as_json {
-                println!("{}", a.body);
-            } else {
-                println!(
-                    "group {group}: leader {} -> {} (term {})",
-                    a.body["previous_leader"], a.body["leader"], a.body["term"]
-                );
-            }
-        }
+        } => transfer_leader(&edge, group, to, as_json).await,
         EventCmd::Drain {
             node,
             json: as_json,
-        } => {
-            let a = post_ok(
-                &http,
-                &format!("{edge}/v1/admin/nodes/{node}/drain"),
-                &token,
-                &json!({}),
-            )
-            .await?;
-            if as_json {
-                println!("{}", a.body);
-            } else {
-                for m in a.body["moved"].as_array().cloned().unwrap_or_default() {
-                    println!("group {}: leader moved to node {}", m["group_id"], m["to"]);
-                }
-                println!(
-                    "node {node}: {} (still leading: {})",
-                    if a.body["done"] == json!(true) {
-                        "drained"
-                    } else {
-                        "NOT drained"
-                    },
-                    a.body["remaining"]
-                );
-            }
-            if a.body["done"] != json!(true) {
-                bail!("drain incomplete: {}", a.body);
-            }
-        }
-        EventCmd::Undrain { node } => {
-            post_ok(
-                &http,
-                &format!("{edge}/v1/admin/nodes/{node}/undrain"),
-                &token,
-                &json!({}),
-            )
-            .await?;
-            println!("node {node}: back in service");
-        }
+        } => drain(&edge, node, as_json).await,
+        EventCmd::Undrain { node } => undrain(&edge, node).await,
         EventCmd::Move {
             event,
             to,
             wait,
             json: as_json,
-        } => {
-            let a = post_ok(
-                &http,
-                &format!("{edge}/v1/admin/events/{event}/move"),
-                &token,
-                &json!({"to_region": to}),
-            )
-            .await?;
-            if !as_json {
-                println!(
-                    "move {}: event {} {} -> {} (epoch {} -> {}), target voters {}",
-                    a.body["move_id"],
-                    event,
-                    a.body["from_region"].as_str().unwrap_or("?"),
-                    a.body["to_region"].as_str().unwrap_or("?"),
-                    a.body["from_epoch"],
-                    a.body["from_epoch"].as_u64().unwrap_or(0) + 1,
-                    a.body["to_members"]
-                );
-            }
-            let end = if wait {
-                follow_move(&http, &edge, &token, a.body, as_json).await?
-            } else {
-                a.body
-            };
-            if as_json {
-                println!("{end}");
-            } else if wait {
-                println!(
-                    "move {}: {} in {} ms, write pause {} ms",
-                    end["move_id"],
-                    end["state"].as_str().unwrap_or("?"),
-                    end["duration_ms"],
-                    end["pause_ms"]
-                );
-            }
-            if wait && end["state"] != "done" {
-                bail!("move ended {}: {}", end["state"], end["reason"]);
-            }
-        }
+        } => move_event(&edge, &event, &to, wait, as_json).await,
         EventCmd::Moves {
             limit,
             json: as_json,
-        } => {
-            let a = get_ok(
-                &http,
-                &format!("{edge}/v1/admin/moves?limit={limit}"),
-                &token,
-            )
-            .await?;
-            if as_json {
-                println!("{}", a.body);
-            } else {
-                println!(
-                    "{:<5} {:<20} {:<10}    {:<10} {:<18} {:<8} {:>8} {:>8}",
-                    "MOVE", "EVENT", "FROM", "TO", "STEP", "STATE", "TOOK", "PAUSE"
-                );
-                for m in a.body["moves"].as_array().cloned().unwrap_or_default() {
-                    print_move_row(&m);
-                }
-            }
-        }
-        EventCmd::AbortMove { move_id } => {
-            let a = post_ok(
-                &http,
-                &format!("{edge}/v1/admin/moves/{move_id}/abort"),
-                &token,
-                &json!({}),
-            )
-            .await?;
-            println!("move {move_id}: aborted at {}", a.body["step"]);
-        }
+        } => list_moves(&edge, limit, as_json).await,
+        EventCmd::AbortMove { move_id } => abort_move(&edge, move_id).await,
         EventCmd::Audit {
             limit,
             json: as_json,
-        } => {
-            let a = get_ok(
-                &http,
-                &format!("{edge}/v1/admin/audit?limit={limit}"),
-                &token,
-            )
-            .await?;
-            if as_json {
-                println!("{}", a.body);
+        } => audit(&edge, limit, as_json).await,
+    }
+}
+
+/// `token`: print a bearer token for `user`, signed with
+/// `SEATFENCE_JWT_SECRET`, else with the demo's secret.
+fn print_token(
+    demo: &anyhow::Result<DemoFile>,
+    user: &str,
+    operator: bool,
+    ttl_secs: u64,
+) -> anyhow::Result<()> {
+    let secret = match (std::env::var("SEATFENCE_JWT_SECRET"), demo) {
+        (Ok(s), _) => s,
+        (_, Ok(d)) => d.jwt_secret.clone(),
+        (_, Err(e)) => bail!("no secret: set SEATFENCE_JWT_SECRET or start the demo ({e:#})"),
+    };
+    println!(
+        "{}",
+        seatfence_api::auth::mint(&secret, user, operator, ttl_secs)
+    );
+    Ok(())
+}
+
+/// The edge's URL: `--edge`, else the first edge demo.json lists.
+fn edge_url(target: &EdgeTarget, demo: &anyhow::Result<DemoFile>) -> anyhow::Result<String> {
+    Ok(match (&target.edge, demo) {
+        (Some(e), _) => e.clone(),
+        (None, Ok(d)) => d
+            .edges
+            .values()
+            .next()
+            .cloned()
+            .context("demo.json lists no edge")?,
+        (None, Err(e)) => bail!("no edge: pass --edge URL or start the demo ({e:#})"),
+    })
+}
+
+/// The bearer token: `--token`, else demo.json's operator token.
+fn bearer_token(target: &EdgeTarget, demo: &anyhow::Result<DemoFile>) -> anyhow::Result<String> {
+    Ok(match (&target.token, demo) {
+        (Some(t), _) => t.clone(),
+        (None, Ok(d)) => d
+            .tokens
+            .get("operator")
+            .cloned()
+            .context("demo.json has no operator token")?,
+        (None, Err(e)) => bail!("no token: pass --token or start the demo ({e:#})"),
+    })
+}
+
+/// The body of `POST /v1/events`: the event, its explicit seats and
+/// sections (`NAME:ROWSxSEATS`) when given, and each of `options` that is
+/// set.
+fn event_body(
+    id: String,
+    name: String,
+    region: String,
+    seats: Vec<String>,
+    sections: &[String],
+    options: [(&str, Option<Value>); 4],
+) -> anyhow::Result<Value> {
+    let mut body = json!({"event_id": id, "name": name, "home_region": region});
+    if !seats.is_empty() {
+        body["seats"] = json!(seats);
+    }
+    if !sections.is_empty() {
+        body["sections"] = Value::Array(
+            sections
+                .iter()
+                .map(|s| parse_section(s))
+                .collect::<Result<_, _>>()?,
+        );
+    }
+    for (k, v) in options {
+        if let Some(v) = v {
+            body[k] = v;
+        }
+    }
+    Ok(body)
+}
+
+/// `create-event`: create the event; prints the edge's answer as is with
+/// `--json` (even an error answer), else a summary when it succeeded.
+async fn create_event(edge: &Edge, body: &Value, as_json: bool) -> anyhow::Result<()> {
+    let a = edge
+        .http
+        .post(
+            &format!("{}/v1/events", edge.url),
+            Some(&edge.token),
+            None,
+            body,
+        )
+        .await?;
+    if as_json {
+        println!("{}", a.body);
+    } else if a.status.is_success() {
+        println!(
+            "created event {} in group {}, owner {}, epoch {}, {} seats",
+            a.body["event_id"].as_str().unwrap_or("?"),
+            a.body["group_id"],
+            a.body["owner_region"].as_str().unwrap_or("?"),
+            a.body["epoch"],
+            a.body["capacity"]
+        );
+    }
+    check(&a)
+}
+
+/// `event`: an event and its availability (the first 10 free seats).
+async fn show_event(edge: &Edge, id: &str, as_json: bool) -> anyhow::Result<()> {
+    let ev = edge.get(&format!("/v1/events/{id}")).await?;
+    let av = edge
+        .get(&format!("/v1/events/{id}/availability?limit=10"))
+        .await?;
+    if as_json {
+        println!("{}", json!({"event": ev.body, "availability": av.body}));
+        return Ok(());
+    }
+    let e = &ev.body;
+    let a = &av.body;
+    println!(
+        "event {} ({})\n  owner {}  epoch {}  group {}  term {}  sale {}",
+        e["event_id"].as_str().unwrap_or("?"),
+        e["name"].as_str().unwrap_or("?"),
+        e["owner_region"].as_str().unwrap_or("?"),
+        e["epoch"],
+        e["group_id"],
+        e["term"],
+        if e["sale_open"] == json!(true) {
+            "open"
+        } else {
+            "closed"
+        }
+    );
+    println!(
+        "  capacity {}  available {}  held {}  sold {}  (stale {} ms)",
+        a["capacity"], a["available"], a["held"], a["sold"], a["stale_ms"]
+    );
+    println!("  first free seats: {}", a["available_seats"]);
+    Ok(())
+}
+
+/// `cluster`: regions, nodes and groups.
+async fn show_cluster(edge: &Edge, as_json: bool) -> anyhow::Result<()> {
+    let a = edge.get("/v1/admin/cluster").await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        print_cluster(&a.body);
+    }
+    Ok(())
+}
+
+/// `transfer-leader`: hand `group`'s leadership to node `to`.
+async fn transfer_leader(edge: &Edge, group: u64, to: u64, as_json: bool) -> anyhow::Result<()> {
+    let a = edge
+        .post(
+            &format!("/v1/admin/groups/{group}/transfer-leader"),
+            &json!({"to": to}),
+        )
+        .await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        println!(
+            "group {group}: leader {} -> {} (term {})",
+            a.body["previous_leader"], a.body["leader"], a.body["term"]
+        );
+    }
+    Ok(())
+}
+
+/// `drain`: move every leader off `node`; an error unless it is drained.
+async fn drain(edge: &Edge, node: u64, as_json: bool) -> anyhow::Result<()> {
+    let a = edge
+        .post(&format!("/v1/admin/nodes/{node}/drain"), &json!({}))
+        .await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        for m in a.body["moved"].as_array().cloned().unwrap_or_default() {
+            println!("group {}: leader moved to node {}", m["group_id"], m["to"]);
+        }
+        println!(
+            "node {node}: {} (still leading: {})",
+            if a.body["done"] == json!(true) {
+                "drained"
             } else {
-                for e in a.body["entries"].as_array().cloned().unwrap_or_default() {
-                    println!(
-                        "{:>5} {} {:<10} {:<16} {:<28} {}",
-                        e["seq"],
-                        e["at"].as_str().unwrap_or("?"),
-                        e["actor"].as_str().unwrap_or("?"),
-                        e["action"].as_str().unwrap_or("?"),
-                        e["target"].as_str().unwrap_or("?"),
-                        e["result"].as_str().unwrap_or("?")
-                    );
-                }
-            }
+                "NOT drained"
+            },
+            a.body["remaining"]
+        );
+    }
+    if a.body["done"] != json!(true) {
+        bail!("drain incomplete: {}", a.body);
+    }
+    Ok(())
+}
+
+/// `undrain`: put `node` back in service.
+async fn undrain(edge: &Edge, node: u64) -> anyhow::Result<()> {
+    edge.post(&format!("/v1/admin/nodes/{node}/undrain"), &json!({}))
+        .await?;
+    println!("node {node}: back in service");
+    Ok(())
+}
+
+/// `move`: start moving `event` to region `to`; with `wait`, follow it
+/// until it ends (an error unless it is done).
+async fn move_event(
+    edge: &Edge,
+    event: &str,
+    to: &str,
+    wait: bool,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let a = edge
+        .post(
+            &format!("/v1/admin/events/{event}/move"),
+            &json!({"to_region": to}),
+        )
+        .await?;
+    if !as_json {
+        println!(
+            "move {}: event {} {} -> {} (epoch {} -> {}), target voters {}",
+            a.body["move_id"],
+            event,
+            a.body["from_region"].as_str().unwrap_or("?"),
+            a.body["to_region"].as_str().unwrap_or("?"),
+            a.body["from_epoch"],
+            a.body["from_epoch"].as_u64().unwrap_or(0) + 1,
+            a.body["to_members"]
+        );
+    }
+    let end = if wait {
+        follow_move(&edge.http, &edge.url, &edge.token, a.body, as_json).await?
+    } else {
+        a.body
+    };
+    if as_json {
+        println!("{end}");
+    } else if wait {
+        println!(
+            "move {}: {} in {} ms, write pause {} ms",
+            end["move_id"],
+            end["state"].as_str().unwrap_or("?"),
+            end["duration_ms"],
+            end["pause_ms"]
+        );
+    }
+    if wait && end["state"] != "done" {
+        bail!("move ended {}: {}", end["state"], end["reason"]);
+    }
+    Ok(())
+}
+
+/// `moves`: the newest `limit` ownership moves, one row each.
+async fn list_moves(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()> {
+    let a = edge.get(&format!("/v1/admin/moves?limit={limit}")).await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        println!(
+            "{:<5} {:<20} {:<10}    {:<10} {:<18} {:<8} {:>8} {:>8}",
+            "MOVE", "EVENT", "FROM", "TO", "STEP", "STATE", "TOOK", "PAUSE"
+        );
+        for m in a.body["moves"].as_array().cloned().unwrap_or_default() {
+            print_move_row(&m);
+        }
+    }
+    Ok(())
+}
+
+/// `abort-move`: abort move `move_id`.
+async fn abort_move(edge: &Edge, move_id: u64) -> anyhow::Result<()> {
+    let a = edge
+        .post(&format!("/v1/admin/moves/{move_id}/abort"), &json!({}))
+        .await?;
+    println!("move {move_id}: aborted at {}", a.body["step"]);
+    Ok(())
+}
+
+/// `audit`: the newest `limit` entries of the operators' audit trail.
+async fn audit(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()> {
+    let a = edge.get(&format!("/v1/admin/audit?limit={limit}")).await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        for e in a.body["entries"].as_array().cloned().unwrap_or_default() {
+            println!(
+                "{:>5} {} {:<10} {:<16} {:<28} {}",
+                e["seq"],
+                e["at"].as_str().unwrap_or("?"),
+                e["actor"].as_str().unwrap_or("?"),
+                e["action"].as_str().unwrap_or("?"),
+                e["target"].as_str().unwrap_or("?"),
+                e["result"].as_str().unwrap_or("?")
+            );
         }
     }
     Ok(())

@@ -1,5 +1,8 @@
 //! How `seatfence ctl` shows the cluster and moves, and follows a move.
 
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use seatfence_testkit::http_client::HttpClient;
 use serde_json::{json, Value};
 
@@ -113,8 +116,9 @@ fn move_bar(m: &Value) -> String {
     )
 }
 
-/// Follow move `id` until it ends: one bar per step reached, with the time
-/// since the move started. Returns the final move.
+/// Follow move `id` until it ends: one line per step reached, with the
+/// time since the move started (the lines scripts read), and on a terminal
+/// a live bar under them. Returns the final move.
 pub(super) async fn follow_move(
     http: &HttpClient,
     edge: &str,
@@ -123,21 +127,38 @@ pub(super) async fn follow_move(
     quiet: bool,
 ) -> anyhow::Result<Value> {
     let id = first["move_id"].clone();
+    let total = first["steps"].as_u64().unwrap_or(6);
+    let live = !quiet && std::io::stdout().is_terminal();
+    let bar = if live {
+        let style = ProgressStyle::with_template("{bar:24} {pos}/{len} {msg} {elapsed}")
+            .expect("a valid template");
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stdout()).with_style(style)
+    } else {
+        ProgressBar::hidden()
+    };
     let mut last_step = String::new();
     let mut m = first;
     let start = std::time::Instant::now();
     loop {
         let step = format!("{}/{}", m["step"], m["state"]);
         if step != last_step && !quiet {
-            println!(
+            let line = format!(
                 "{:<40} {:>7.2} s  {}",
                 move_bar(&m),
                 start.elapsed().as_secs_f64(),
                 m["state"].as_str().unwrap_or("?")
             );
+            if live {
+                bar.println(line);
+            } else {
+                println!("{line}");
+            }
             last_step = step;
         }
+        bar.set_position(m["step_number"].as_u64().unwrap_or(0).saturating_sub(1));
+        bar.set_message(m["step"].as_str().unwrap_or("?").to_string());
         if m["state"] != "running" {
+            bar.finish_and_clear();
             return Ok(m);
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -98,12 +98,10 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 }
             }
         }
+        edge.metrics.outbox_backlog.set(backlog as f64);
         edge.metrics
-            .outbox_backlog
-            .store(backlog, std::sync::atomic::Ordering::Relaxed);
-        edge.metrics
-            .refund_pending_age_ms
-            .store(refund_age, std::sync::atomic::Ordering::Relaxed);
+            .refund_pending_age
+            .set(refund_age as f64 / 1000.0);
     }
 }
 

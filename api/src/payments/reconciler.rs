@@ -51,9 +51,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         for (gid, g) in edge.led_event_groups() {
             backlog += sweep(&edge, &p, gid, &g, &mut alerted).await;
         }
-        edge.metrics
-            .reconcile_backlog
-            .store(backlog, std::sync::atomic::Ordering::Relaxed);
+        edge.metrics.reconcile_backlog.set(backlog as f64);
     }
 }
 
@@ -111,8 +109,8 @@ async fn sweep(
         }
     }
     edge.metrics
-        .unknown_payment_age_ms
-        .store(oldest_unknown, std::sync::atomic::Ordering::Relaxed);
+        .unknown_payment_age
+        .set(oldest_unknown as f64 / 1000.0);
     due.len() as u64
 }
 

@@ -22,6 +22,8 @@ pub mod plot;
 pub mod sale;
 pub mod view;
 
+mod buyer;
+
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,14 +31,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use backend::{Backend, HoldAnswer};
-use view::{Pick, SeatView};
+use backend::Backend;
+use buyer::buyer;
+use view::SeatView;
 
 /// One run's shape.
 #[derive(Debug, Clone)]
@@ -275,130 +276,6 @@ impl Run {
             }
         }
     }
-}
-
-/// One buyer: pick seats, hold (retrying the same request on an error,
-/// other seats on a conflict), then book and pay or walk away.
-async fn buyer(run: Arc<Run>, i: u64, arrival: Instant, late: bool) {
-    run.arrived.fetch_add(1, Ordering::Relaxed);
-    let mut rng = StdRng::seed_from_u64(run.w.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i);
-    let k = rng.gen_range(1..=4usize);
-    let book = run.payer.is_some() && (late || rng.gen_bool(run.w.book_share.clamp(0.0, 1.0)));
-    // How long a buyer keeps refreshing a seat map with nothing free: late
-    // arrivals came for the seats that lapsed holds give back; the burst's
-    // buyers leave (holds only: they wait out the short conflict cooldowns,
-    // so the run sells out).
-    let wait_until = arrival
-        + if late {
-            run.w.hold_ttl + Duration::from_secs(2)
-        } else if run.payer.is_none() {
-            Duration::from_secs(1)
-        } else {
-            Duration::ZERO
-        };
-    let mut waited = false;
-    for attempt in 0..run.w.max_attempts.max(1) {
-        // Seats are picked once a request slot is free, from the map as it
-        // is then (picking first and queueing after would send stale picks).
-        let (seats, permit) = loop {
-            if run.over() {
-                return;
-            }
-            let permit = run.limiter.acquire().await.expect("limiter open");
-            let now = Instant::now();
-            let pick = run.view.lock().expect("view lock").pick(k, &mut rng, now);
-            match pick {
-                Pick::Seats(s) => break (s, permit),
-                // The seat map shows nothing free yet, but seats will come
-                // back: buyers refresh it for a while.
-                Pick::Wait if now < wait_until => {
-                    drop(permit);
-                    waited = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Pick::Wait | Pick::SoldOut => {
-                    run.turned_away.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-            }
-        };
-        // Latency from the burst buyer's arrival (open loop: queueing for a
-        // request slot counts); for a retry, a buyer who waited for seats or
-        // a late arrival (many of them rush at the same returned seats, a
-        // queue of the load generator's making), from the request's start.
-        let t0 = if attempt == 0 && !late && !waited {
-            arrival
-        } else {
-            Instant::now()
-        };
-        let mut answer = HoldAnswer::Error("none".into());
-        for _ in 0..3 {
-            answer = run.backend.hold(i, attempt, &seats).await;
-            match &answer {
-                HoldAnswer::Error(code) => run.record(Tick::Error(code.clone())),
-                _ => break,
-            }
-            if run.over() {
-                break;
-            }
-        }
-        drop(permit);
-        let latency_us = t0.elapsed().as_micros() as u64;
-        let now = Instant::now();
-        match answer {
-            HoldAnswer::Granted(hold_id) => {
-                run.answered(latency_us, true);
-                run.view.lock().expect("view lock").taken(&seats);
-                run.granted_holds.fetch_add(1, Ordering::Relaxed);
-                let granted = run
-                    .granted_seats
-                    .fetch_add(seats.len() as u64, Ordering::Relaxed)
-                    + seats.len() as u64;
-                run.note_granted(granted);
-                run.check_sold_out();
-                let paid = match (&run.payer, book) {
-                    (Some(pay), true) => match pay(i, hold_id).await {
-                        Ok(()) => true,
-                        Err(e) => {
-                            if run.booking_errors.fetch_add(1, Ordering::Relaxed) < 3 {
-                                eprintln!("flash sale: booking failed: {e:#}");
-                            }
-                            false
-                        }
-                    },
-                    _ => false,
-                };
-                if paid {
-                    run.bookings.fetch_add(1, Ordering::Relaxed);
-                    run.confirmed_seats
-                        .fetch_add(seats.len() as u64, Ordering::Relaxed);
-                    run.record(Tick::Sold(seats.len() as u64));
-                    run.check_sold_out();
-                } else if run.payer.is_some() {
-                    // The hold lapses; buyers see the seats again after it.
-                    let back = Instant::now() + run.w.hold_ttl + Duration::from_millis(500);
-                    run.view.lock().expect("view lock").release_at(&seats, back);
-                }
-                return;
-            }
-            HoldAnswer::Conflict => {
-                run.answered(latency_us, false);
-                run.conflicts.fetch_add(1, Ordering::Relaxed);
-                run.view
-                    .lock()
-                    .expect("view lock")
-                    .cooldown(&seats, now + Duration::from_millis(300));
-            }
-            HoldAnswer::Error(_) => {
-                // Unknown outcome: the seats may be held until the hold lapses.
-                run.view
-                    .lock()
-                    .expect("view lock")
-                    .cooldown(&seats, now + run.w.hold_ttl + Duration::from_secs(1));
-            }
-        }
-    }
-    run.turned_away.fetch_add(1, Ordering::Relaxed);
 }
 
 fn spawn_progress(run: Arc<Run>, label: &'static str) -> Option<tokio::task::JoinHandle<()>> {

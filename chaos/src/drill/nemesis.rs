@@ -221,148 +221,194 @@ impl Nemesis {
         self.w.regions.get(&node).cloned().unwrap_or_default()
     }
 
+    /// Inject `fault` on targets chosen now: what it hit, and how to undo
+    /// it.
     async fn inject(&self, fault: &Fault) -> anyhow::Result<(String, Undo)> {
         match fault {
-            Fault::IsolateNode => {
-                let n = self.pick(&self.all_nodes()).expect("nodes");
-                cut(&*self.net, &[n], &self.others(&[n]))?;
-                Ok((format!("node {n} ({}) cut off", self.region(n)), Undo::Net))
-            }
-            Fault::IsolateLeader => {
-                let (ev, g, l, _) = self.hot_group().await?;
-                cut(&*self.net, &[l], &self.others(&[l]))?;
-                Ok((format!("leader {l} of group {g} ({ev}) cut off"), Undo::Net))
-            }
-            Fault::PartitionRegion { leader_inside } => {
-                let d = self.directory_leader().await?;
-                let home = self.region(d);
-                let region = if *leader_inside {
-                    home.clone()
-                } else {
-                    let others: Vec<String> = seatfence_testkit::cluster::REGIONS
-                        .iter()
-                        .map(|r| r.to_string())
-                        .filter(|r| *r != home)
-                        .collect();
-                    self.pick(&others).expect("regions")
-                };
-                let side = self.w.nodes_in(&region);
-                cut(&*self.net, &side, &self.others(&side))?;
-                Ok((
-                    format!(
-                        "region {region} {side:?} cut off; directory leader {d} in the {}",
-                        if *leader_inside {
-                            "minority"
-                        } else {
-                            "majority"
-                        }
-                    ),
-                    Undo::Net,
-                ))
-            }
-            Fault::Bridge => {
-                let (ev, g, l, voters) = self.hot_group().await?;
-                let followers: Vec<u64> = voters.iter().copied().filter(|v| *v != l).collect();
-                let (bridge, far) = (followers[0], followers[1]);
-                let rest = self.others(&voters);
-                let (r1, r2): (Vec<u64>, Vec<u64>) = {
-                    let first = rest.first().map(|n| self.region(*n)).unwrap_or_default();
-                    rest.iter().partition(|n| self.region(**n) == first)
-                };
-                let a: Vec<u64> = std::iter::once(l).chain(r1).collect();
-                let b: Vec<u64> = std::iter::once(far).chain(r2).collect();
-                cut(&*self.net, &a, &b)?;
-                Ok((
-                    format!("group {g} ({ev}): {a:?} | {b:?}, node {bridge} reaches both"),
-                    Undo::Net,
-                ))
-            }
-            Fault::OneWayLoss => {
-                let (ev, g, l, voters) = self.hot_group().await?;
-                for f in voters.iter().filter(|v| **v != l) {
-                    self.net.block(l, *f)?;
-                }
-                Ok((
-                    format!("leader {l} of group {g} ({ev}) cannot send to its followers"),
-                    Undo::Net,
-                ))
-            }
-            Fault::PauseLeader => {
-                let (ev, g, l, _) = self.hot_group().await?;
-                self.cluster
-                    .lock()
-                    .expect("cluster lock poisoned")
-                    .pause(l)?;
-                Ok((
-                    format!("leader {l} of group {g} ({ev}) paused (SIGSTOP)"),
-                    Undo::Resume(vec![l]),
-                ))
-            }
-            Fault::KillMinority => {
-                let (ev, g, l, _) = self.hot_group().await?;
-                let mut victims = vec![l];
-                // Directory voters are nodes 1..=3, one per region. Kill one
-                // more unless the leader is one of them (two of three would
-                // be a majority of the directory).
-                if l > 3 {
-                    let others: Vec<u64> = (1..=3)
-                        .filter(|v| self.region(*v) != self.region(l))
-                        .collect();
-                    victims.extend(self.pick(&others));
-                }
-                let mut c = self.cluster.lock().expect("cluster lock poisoned");
-                for v in &victims {
-                    c.kill(*v)?;
-                }
-                Ok((
-                    format!("SIGKILL {victims:?} (leader {l} of group {g}, {ev})"),
-                    Undo::Restart(victims),
-                ))
-            }
-            Fault::CutEdge => {
-                let d = self.directory_leader().await?;
-                let (ev, g, l, voters) = self.hot_group().await?;
-                let mut candidates: Vec<u64> = voters
-                    .iter()
-                    .copied()
-                    .filter(|v| *v != l && *v != d)
-                    .collect();
-                if candidates.is_empty() {
-                    candidates = self.others(&[l, d]);
-                }
-                let n = self.pick(&candidates).expect("a node");
-                cut(&*self.net, &[n], &self.others(&[n]))?;
-                Ok((
-                    format!("edge of node {n} (follower in group {g}, {ev}) cut off from the cluster; its clients keep using it"),
-                    Undo::Net,
-                ))
-            }
-            Fault::ClockSkew { ms } => {
-                let (ev, g, _, voters) = self.hot_group().await?;
-                for v in &voters {
-                    self.write_skew(*v, *ms)?;
-                }
-                Ok((
-                    format!("clocks of group {g} ({ev}) voters {voters:?} skewed {ms:+} ms"),
-                    Undo::Skew(voters),
-                ))
-            }
-            Fault::SlowNetwork { ms } => {
-                self.net.delay_all(*ms)?;
-                Ok((format!("every link delayed {ms} ms"), Undo::Net))
-            }
-            Fault::Gateway { mode } => {
-                let patch = match mode.as_str() {
-                    "execute-timeout" => json!({"execute": "timeout", "timeout_ms": 2500}),
-                    "webhook-drop" => json!({"webhook": "drop"}),
-                    "webhook-duplicate" => json!({"webhook": "duplicate"}),
-                    "query-error" => json!({"query": "error"}),
-                    other => anyhow::bail!("unknown gateway fault {other}"),
-                };
-                self.put_faults(&patch).await?;
-                Ok((format!("gateway {mode}"), Undo::Gateway))
-            }
+            Fault::IsolateNode => self.isolate_node(),
+            Fault::IsolateLeader => self.isolate_leader().await,
+            Fault::PartitionRegion { leader_inside } => self.partition_region(*leader_inside).await,
+            Fault::Bridge => self.bridge().await,
+            Fault::OneWayLoss => self.one_way_loss().await,
+            Fault::CutEdge => self.cut_edge().await,
+            Fault::SlowNetwork { ms } => self.slow_network(*ms),
+            Fault::PauseLeader => self.pause_leader().await,
+            Fault::KillMinority => self.kill_minority().await,
+            Fault::ClockSkew { ms } => self.skew_clocks(*ms).await,
+            Fault::Gateway { mode } => self.gateway_fault(mode).await,
         }
+    }
+
+    // Partitions and lossy links (undone by healing the network).
+
+    /// A random node cut off from every other.
+    fn isolate_node(&self) -> anyhow::Result<(String, Undo)> {
+        let n = self.pick(&self.all_nodes()).expect("nodes");
+        cut(&*self.net, &[n], &self.others(&[n]))?;
+        Ok((format!("node {n} ({}) cut off", self.region(n)), Undo::Net))
+    }
+
+    /// A hot group's leader cut off from every other node.
+    async fn isolate_leader(&self) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, _) = self.hot_group().await?;
+        cut(&*self.net, &[l], &self.others(&[l]))?;
+        Ok((format!("leader {l} of group {g} ({ev}) cut off"), Undo::Net))
+    }
+
+    /// A region cut off from the others: the directory leader's own
+    /// (`leader_inside`: the leader ends up in the minority) or another.
+    async fn partition_region(&self, leader_inside: bool) -> anyhow::Result<(String, Undo)> {
+        let d = self.directory_leader().await?;
+        let home = self.region(d);
+        let region = if leader_inside {
+            home.clone()
+        } else {
+            let others: Vec<String> = seatfence_testkit::cluster::REGIONS
+                .iter()
+                .map(|r| r.to_string())
+                .filter(|r| *r != home)
+                .collect();
+            self.pick(&others).expect("regions")
+        };
+        let side = self.w.nodes_in(&region);
+        cut(&*self.net, &side, &self.others(&side))?;
+        let leader_side = if leader_inside {
+            "minority"
+        } else {
+            "majority"
+        };
+        Ok((
+            format!("region {region} {side:?} cut off; directory leader {d} in the {leader_side}"),
+            Undo::Net,
+        ))
+    }
+
+    /// Two sides that cannot reach each other: a hot group's leader with
+    /// the non-voters of one region, one of its followers with the other
+    /// non-voters; its other follower, the bridge, reaches both.
+    async fn bridge(&self) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, voters) = self.hot_group().await?;
+        let followers: Vec<u64> = voters.iter().copied().filter(|v| *v != l).collect();
+        let (bridge, far) = (followers[0], followers[1]);
+        let rest = self.others(&voters);
+        let (r1, r2): (Vec<u64>, Vec<u64>) = {
+            let first = rest.first().map(|n| self.region(*n)).unwrap_or_default();
+            rest.iter().partition(|n| self.region(**n) == first)
+        };
+        let a: Vec<u64> = std::iter::once(l).chain(r1).collect();
+        let b: Vec<u64> = std::iter::once(far).chain(r2).collect();
+        cut(&*self.net, &a, &b)?;
+        Ok((
+            format!("group {g} ({ev}): {a:?} | {b:?}, node {bridge} reaches both"),
+            Undo::Net,
+        ))
+    }
+
+    /// A hot group's leader can no longer send to its followers (they can
+    /// still send to it).
+    async fn one_way_loss(&self) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, voters) = self.hot_group().await?;
+        for f in voters.iter().filter(|v| **v != l) {
+            self.net.block(l, *f)?;
+        }
+        Ok((
+            format!("leader {l} of group {g} ({ev}) cannot send to its followers"),
+            Undo::Net,
+        ))
+    }
+
+    /// A node that leads neither the directory nor the hot group (one of
+    /// the group's followers if possible) cut off from the cluster, while
+    /// the buyers on its edge keep using it.
+    async fn cut_edge(&self) -> anyhow::Result<(String, Undo)> {
+        let d = self.directory_leader().await?;
+        let (ev, g, l, voters) = self.hot_group().await?;
+        let mut candidates: Vec<u64> = voters
+            .iter()
+            .copied()
+            .filter(|v| *v != l && *v != d)
+            .collect();
+        if candidates.is_empty() {
+            candidates = self.others(&[l, d]);
+        }
+        let n = self.pick(&candidates).expect("a node");
+        cut(&*self.net, &[n], &self.others(&[n]))?;
+        Ok((
+            format!("edge of node {n} (follower in group {g}, {ev}) cut off from the cluster; its clients keep using it"),
+            Undo::Net,
+        ))
+    }
+
+    /// Every link delayed by `ms`.
+    fn slow_network(&self, ms: u64) -> anyhow::Result<(String, Undo)> {
+        self.net.delay_all(ms)?;
+        Ok((format!("every link delayed {ms} ms"), Undo::Net))
+    }
+
+    // Processes (undone by resuming or restarting them).
+
+    /// A hot group's leader stopped (SIGSTOP) until the heal.
+    async fn pause_leader(&self) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, _) = self.hot_group().await?;
+        self.cluster
+            .lock()
+            .expect("cluster lock poisoned")
+            .pause(l)?;
+        Ok((
+            format!("leader {l} of group {g} ({ev}) paused (SIGSTOP)"),
+            Undo::Resume(vec![l]),
+        ))
+    }
+
+    /// A hot group's leader killed (SIGKILL), with a directory voter of
+    /// another region unless the leader is one; restarted at the heal.
+    async fn kill_minority(&self) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, _) = self.hot_group().await?;
+        let mut victims = vec![l];
+        // Directory voters are nodes 1..=3, one per region. Kill one
+        // more unless the leader is one of them (two of three would
+        // be a majority of the directory).
+        if l > 3 {
+            let others: Vec<u64> = (1..=3)
+                .filter(|v| self.region(*v) != self.region(l))
+                .collect();
+            victims.extend(self.pick(&others));
+        }
+        let mut c = self.cluster.lock().expect("cluster lock poisoned");
+        for v in &victims {
+            c.kill(*v)?;
+        }
+        Ok((
+            format!("SIGKILL {victims:?} (leader {l} of group {g}, {ev})"),
+            Undo::Restart(victims),
+        ))
+    }
+
+    // Clocks and the gateway.
+
+    /// The clocks of a hot group's voters skewed by `ms`.
+    async fn skew_clocks(&self, ms: i64) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, _, voters) = self.hot_group().await?;
+        for v in &voters {
+            self.write_skew(*v, ms)?;
+        }
+        Ok((
+            format!("clocks of group {g} ({ev}) voters {voters:?} skewed {ms:+} ms"),
+            Undo::Skew(voters),
+        ))
+    }
+
+    /// A gateway misbehaviour switched on (`mode`), off again at the heal.
+    async fn gateway_fault(&self, mode: &str) -> anyhow::Result<(String, Undo)> {
+        let patch = match mode {
+            "execute-timeout" => json!({"execute": "timeout", "timeout_ms": 2500}),
+            "webhook-drop" => json!({"webhook": "drop"}),
+            "webhook-duplicate" => json!({"webhook": "duplicate"}),
+            "query-error" => json!({"query": "error"}),
+            other => anyhow::bail!("unknown gateway fault {other}"),
+        };
+        self.put_faults(&patch).await?;
+        Ok((format!("gateway {mode}"), Undo::Gateway))
     }
 
     async fn undo(&self, undo: Undo) -> anyhow::Result<()> {

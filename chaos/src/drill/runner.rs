@@ -3,7 +3,7 @@
 //! clients, the observer and the nemesis for `--duration`; heal, settle,
 //! read every replica; check; write the summary and the report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use seatfence_raft::ClusterClient;
 use seatfence_regions::config::MovesConfig;
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::nemesis::Nemesis;
 use super::{settle, workload, DrillArgs, NetChoice, World};
@@ -34,11 +35,79 @@ pub(super) const HOLD_TTL_SECS: u64 = 4;
 const WARMUP_MS: u64 = 8_000;
 const COOLDOWN_MS: u64 = 10_000;
 
+/// Run one drill: its verdict, or an error when the harness itself could
+/// not run.
 pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     // A random seed stays short enough to type back in.
     let seed = args
         .seed
         .unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    let planted = check_args(&args)?;
+    let out = args.out.clone();
+    create_out_dir(&out, seed, args.duration)?;
+    let (mech, unavailable) = choose_mechanism(args.net)?;
+    // Namespaces first: the gateway listens on the host's end of their
+    // bridge. The layout numbers nodes 1..=n.
+    let planned: Vec<u64> = (1..=3 * args.nodes_per_region as u64).collect();
+    let netns = match mech {
+        NetChoice::Netns => Some(Arc::new(NetnsNet::start(&planned)?)),
+        _ => None,
+    };
+    let gateway = start_gateway(bin, &out, netns.is_some())?;
+    let mut configs = lay_out_cluster(&out, args.nodes_per_region, &gateway, &planned)?;
+    let skew_files = add_chaos_hooks(&mut configs, planted)?;
+    let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
+    let schedule = plan(
+        seed,
+        args.duration * 1_000,
+        WARMUP_MS,
+        COOLDOWN_MS,
+        net.supports_delay(),
+    );
+    let nodes = node_infos(&configs);
+    let cluster = launch_cluster(bin, configs, mech).await?;
+    let secret = cluster.jwt_secret().context("nodes have no edge")?;
+    let mut run_info = RunInfo {
+        seed,
+        duration_s: args.duration,
+        hold_ttl_ms: HOLD_TTL_SECS * 1_000,
+        max_skew_ms: MAX_SKEW_MS,
+        events: Vec::new(),
+        schedule: schedule.clone(),
+        partition_mechanism: net.name().to_string(),
+        unavailable_mechanisms: unavailable,
+        planted_bug: args.plant_bug.clone(),
+        nodes: nodes.clone(),
+    };
+    write_json(&out.join("schedule.json"), &schedule)?;
+
+    let (tx_stop, rx_stop) = watch::channel(false);
+    let world = Arc::new(new_world(&out, &nodes, &gateway, secret, rx_stop)?);
+    create_first_events(&world, &cluster, args.hot_seats).await?;
+    run_info.events = world.all_events();
+    write_json(&out.join("run.json"), &run_info)?;
+
+    let nemesis = Nemesis::new(world.clone(), cluster, net.clone(), skew_files, seed);
+    let tasks = spawn_load(&world, &args, seed);
+    let nem = tokio::spawn(nemesis.clone().run(schedule));
+    let progress = tokio::spawn(progress(
+        world.clone(),
+        args.duration,
+        run_info.schedule.len(),
+    ));
+    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+    stop_load(&tx_stop, nem, &nemesis, tasks).await?;
+    progress.abort();
+
+    settle_and_record(&world, &out, &mut run_info).await?;
+    stop_cluster(nemesis, &world, &out, &planned, args.keep_data).await;
+    drop(gateway);
+    drop(net);
+    super::check_dir(&out)
+}
+
+/// Check the flags; the bug to plant, if any.
+fn check_args(args: &DrillArgs) -> anyhow::Result<Option<PlantedBug>> {
     anyhow::ensure!(args.duration >= 20, "--duration must be at least 20 s");
     anyhow::ensure!(
         args.nodes_per_region >= 3,
@@ -48,30 +117,36 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         args.clients >= 1 && args.hot_seats >= 1,
         "--clients and --hot-seats must be at least 1"
     );
-    let planted = match args.plant_bug.as_deref() {
+    Ok(match args.plant_bug.as_deref() {
         None => None,
         Some("accept-stale-epoch") => Some(PlantedBug::AcceptStaleEpoch),
         Some(other) => bail!("unknown planted bug {other:?} (known: accept-stale-epoch)"),
-    };
-    let out = args.out.clone();
+    })
+}
+
+/// Create the run directory `out` (refusing one that already holds a
+/// drill) and say where the run goes and how to replay it.
+fn create_out_dir(out: &Path, seed: u64, duration: u64) -> anyhow::Result<()> {
     if out.join("run.json").exists() || out.join("history.jsonl").exists() {
         bail!(
             "{} already holds a drill; choose an empty --out",
             out.display()
         );
     }
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
     eprintln!(
-        "chaos drill: seed {seed}, {} s, out {} (replay: the same flags with --seed {seed})",
-        args.duration,
+        "chaos drill: seed {seed}, {duration} s, out {} (replay: the same flags with --seed {seed})",
         out.display(),
     );
+    Ok(())
+}
 
-    // The partition mechanism: `auto` takes the first that works here of
-    // namespaces, loopback iptables and the proxy, and records why the
-    // others were passed over.
+/// The partition mechanism: `auto` takes the first that works here of
+/// namespaces, loopback iptables and the proxy; a named one must work.
+/// Also why each of the others was passed over (recorded in the run).
+fn choose_mechanism(choice: NetChoice) -> anyhow::Result<(NetChoice, Vec<(String, String)>)> {
     let mut unavailable = Vec::new();
-    let mech = match args.net {
+    let mech = match choice {
         NetChoice::Proxy => NetChoice::Proxy,
         NetChoice::Netns => {
             NetnsNet::probe().map_err(|why| anyhow::anyhow!("--net netns: {why}"))?;
@@ -95,7 +170,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             }
         },
     };
-    if args.net != NetChoice::Auto {
+    if choice != NetChoice::Auto {
         for (name, m) in [
             ("netns", NetChoice::Netns),
             ("iptables", NetChoice::Iptables),
@@ -103,26 +178,35 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             if m != mech {
                 unavailable.push((
                     name.to_string(),
-                    format!("not chosen (--net {:?})", args.net).to_lowercase(),
+                    format!("not chosen (--net {:?})", choice).to_lowercase(),
                 ));
             }
         }
     }
-    // Namespaces first: the gateway listens on the host's end of their
-    // bridge. The layout numbers nodes 1..=n.
-    let planned: Vec<u64> = (1..=3 * args.nodes_per_region as u64).collect();
-    let mut netns = match mech {
-        NetChoice::Netns => Some(Arc::new(NetnsNet::start(&planned)?)),
-        _ => None,
-    };
+    Ok((mech, unavailable))
+}
 
-    // Gateway and node configs.
-    let gateway_host = if netns.is_some() {
+/// The mock payment gateway, listening where the nodes reach it: on the
+/// host's end of the namespaces' bridge (`netns`), else on loopback.
+fn start_gateway(bin: &Path, out: &Path, netns: bool) -> anyhow::Result<GatewayProc> {
+    let gateway_host = if netns {
         NetnsNet::HOST_IP
     } else {
         "127.0.0.1"
     };
-    let gateway = GatewayProc::start_on(bin, &out.join("gateway"), 60, gateway_host)?;
+    GatewayProc::start_on(bin, &out.join("gateway"), 60, gateway_host)
+}
+
+/// The nodes' configs: 3 regions of `nodes_per_region` nodes, paying
+/// through `gateway` with short timeouts and intervals (so payments resolve
+/// within a drill), retiring a moved event's old group after 10 s. The
+/// layout must number the nodes as `planned`.
+fn lay_out_cluster(
+    out: &Path,
+    nodes_per_region: usize,
+    gateway: &GatewayProc,
+    planned: &[u64],
+) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
     let mut payments = gateway.payments_config();
     payments.call_timeout_ms = 1_000;
     payments.reconcile_interval_ms = 1_000;
@@ -133,15 +217,25 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         retired_grace_ms: 10_000,
         ..MovesConfig::default()
     };
-    let mut configs = LocalCluster::builder(&out.join("cluster"))
-        .regions(3, args.nodes_per_region)
+    let configs = LocalCluster::builder(&out.join("cluster"))
+        .regions(3, nodes_per_region)
         .payments(payments)
         .moves(moves)
         .layout()?;
     let ids: Vec<u64> = configs.iter().map(|(_, c)| c.node_id).collect();
     anyhow::ensure!(ids == planned, "node ids {ids:?}, expected {planned:?}");
+    Ok(configs)
+}
+
+/// Give every node the drill's hooks: a clock-skew file in its directory
+/// (0 to start with; the nemesis writes it) and the planted bug, if any.
+/// The skew files, by node.
+fn add_chaos_hooks(
+    configs: &mut [(PathBuf, NodeConfig)],
+    planted: Option<PlantedBug>,
+) -> anyhow::Result<BTreeMap<u64, PathBuf>> {
     let mut skew_files = BTreeMap::new();
-    for (dir, c) in &mut configs {
+    for (dir, c) in configs.iter_mut() {
         let skew = dir.join("skew_ms");
         std::fs::write(&skew, "0")?;
         skew_files.insert(c.node_id, skew.clone());
@@ -151,49 +245,66 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             ..ChaosHooks::default()
         });
     }
-    let net: Arc<dyn Partitioner> = if let Some(ns) = netns.take() {
-        for (_, c) in &mut configs {
+    Ok(skew_files)
+}
+
+/// The partition mechanism, running: the namespaces (already started, as
+/// `netns`), loopback iptables rules over the nodes `ids`, or a proxy per
+/// link. The configs change to match: each node on its own address, or
+/// dialing through the proxies.
+async fn start_partitioner(
+    configs: &mut [(PathBuf, NodeConfig)],
+    mech: NetChoice,
+    netns: Option<Arc<NetnsNet>>,
+    ids: &[u64],
+) -> anyhow::Result<Arc<dyn Partitioner>> {
+    let net: Arc<dyn Partitioner> = if let Some(ns) = netns {
+        for (_, c) in configs.iter_mut() {
             give_own_address(c, NetnsNet::ip_of, false);
         }
         ns
     } else if mech == NetChoice::Iptables {
-        for (_, c) in &mut configs {
+        for (_, c) in configs.iter_mut() {
             give_own_address(c, IptablesNet::ip_of, true);
         }
-        Arc::new(IptablesNet::start(&ids)?)
+        Arc::new(IptablesNet::start(ids)?)
     } else {
-        let addrs: BTreeMap<u64, String> = configs
-            .iter()
-            .map(|(_, c)| (c.node_id, c.grpc_addr.clone()))
-            .collect();
-        let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
-        let avoid: std::collections::BTreeSet<u16> = configs
-            .iter()
-            .flat_map(|(_, c)| {
-                [
-                    Some(c.grpc_addr.as_str()),
-                    c.edge.as_ref().map(|e| e.http_addr.as_str()),
-                ]
-            })
-            .flatten()
-            .filter_map(port)
-            .collect();
-        let proxy = ProxyNet::start(&addrs, &avoid).await?;
-        for (_, c) in &mut configs {
-            if let Some(h) = c.chaos.as_mut() {
-                h.via = proxy.via_for(c.node_id);
-            }
-        }
-        Arc::new(proxy)
+        Arc::new(start_proxies(configs).await?)
     };
-    let schedule = plan(
-        seed,
-        args.duration * 1_000,
-        WARMUP_MS,
-        COOLDOWN_MS,
-        net.supports_delay(),
-    );
-    let nodes: Vec<NodeInfo> = configs
+    Ok(net)
+}
+
+/// A proxy per link, on ports no node was given; each node dials its peers
+/// through them.
+async fn start_proxies(configs: &mut [(PathBuf, NodeConfig)]) -> anyhow::Result<ProxyNet> {
+    let addrs: BTreeMap<u64, String> = configs
+        .iter()
+        .map(|(_, c)| (c.node_id, c.grpc_addr.clone()))
+        .collect();
+    let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+    let avoid: BTreeSet<u16> = configs
+        .iter()
+        .flat_map(|(_, c)| {
+            [
+                Some(c.grpc_addr.as_str()),
+                c.edge.as_ref().map(|e| e.http_addr.as_str()),
+            ]
+        })
+        .flatten()
+        .filter_map(port)
+        .collect();
+    let proxy = ProxyNet::start(&addrs, &avoid).await?;
+    for (_, c) in configs.iter_mut() {
+        if let Some(h) = c.chaos.as_mut() {
+            h.via = proxy.via_for(c.node_id);
+        }
+    }
+    Ok(proxy)
+}
+
+/// What the run records of each node: id, region, gRPC address, edge URL.
+fn node_infos(configs: &[(PathBuf, NodeConfig)]) -> Vec<NodeInfo> {
+    configs
         .iter()
         .map(|(_, c)| NodeInfo {
             id: c.node_id,
@@ -205,8 +316,16 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
                 .map(|e| format!("http://{}", e.http_addr))
                 .unwrap_or_default(),
         })
-        .collect();
+        .collect()
+}
 
+/// Start the node processes (each in its own namespace with `netns`) and
+/// wait up to a minute for the cluster to come up.
+async fn launch_cluster(
+    bin: &Path,
+    configs: Vec<(PathBuf, NodeConfig)>,
+    mech: NetChoice,
+) -> anyhow::Result<LocalCluster> {
     let cluster = LocalCluster::launch(bin, configs, |id| {
         (mech == NetChoice::Netns).then(|| NetnsNet::ns_of(id))
     })?;
@@ -214,31 +333,27 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         .wait_ready(Duration::from_secs(60))
         .await
         .context("cluster did not come up")?;
-    let secret = cluster.jwt_secret().context("nodes have no edge")?;
-    let http = HttpClient::default().with_timeout(Duration::from_secs(8));
-    let run_info = RunInfo {
-        seed,
-        duration_s: args.duration,
-        hold_ttl_ms: HOLD_TTL_SECS * 1_000,
-        max_skew_ms: MAX_SKEW_MS,
-        events: Vec::new(),
-        schedule: schedule.clone(),
-        partition_mechanism: net.name().to_string(),
-        unavailable_mechanisms: unavailable,
-        planted_bug: args.plant_bug.clone(),
-        nodes: nodes.clone(),
-    };
-    write_json(&out.join("schedule.json"), &schedule)?;
+    Ok(cluster)
+}
 
-    let (tx_stop, rx_stop) = watch::channel(false);
-    let world = Arc::new(World {
+/// What the drill's tasks share, recording into `out/history.jsonl`; no
+/// events yet.
+fn new_world(
+    out: &Path,
+    nodes: &[NodeInfo],
+    gateway: &GatewayProc,
+    jwt_secret: String,
+    rx_stop: watch::Receiver<bool>,
+) -> anyhow::Result<World> {
+    let http = HttpClient::default().with_timeout(Duration::from_secs(8));
+    Ok(World {
         rec: Recorder::create(&out.join("history.jsonl"))?,
         http,
         edges: nodes.iter().map(|n| (n.id, n.edge.clone())).collect(),
         regions: nodes.iter().map(|n| (n.id, n.region.clone())).collect(),
         grpc: nodes.iter().map(|n| (n.id, n.grpc_addr.clone())).collect(),
         gateway: gateway.url.clone(),
-        jwt_secret: secret,
+        jwt_secret,
         events: Mutex::new(Vec::new()),
         epochs: Mutex::new(BTreeMap::new()),
         leaders: Mutex::new(BTreeMap::new()),
@@ -246,9 +361,17 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         client: ClusterClient::new(nodes.iter().map(|n| n.grpc_addr.clone()).collect())
             .with_deadline(Duration::from_secs(10)),
         rx_stop,
-    });
+    })
+}
 
-    let first = workload::create_generation(&world, 0, args.hot_seats)
+/// Create the first generation of events and wait until each one's group
+/// has a leader; then the world knows them.
+async fn create_first_events(
+    world: &World,
+    cluster: &LocalCluster,
+    hot_seats: usize,
+) -> anyhow::Result<()> {
+    let first = workload::create_generation(world, 0, hot_seats)
         .await
         .context("create the first events")?;
     for e in &first {
@@ -261,11 +384,12 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         .lock()
         .expect("events lock poisoned")
         .extend(first);
-    let mut run_info = run_info;
-    run_info.events = world.all_events();
-    write_json(&out.join("run.json"), &run_info)?;
+    Ok(())
+}
 
-    let nemesis = Nemesis::new(world.clone(), cluster, net.clone(), skew_files, seed);
+/// Start the load: the observer, a buyer per `--clients`, the operator,
+/// the zombie and the event generations.
+fn spawn_load(world: &Arc<World>, args: &DrillArgs, seed: u64) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(workload::observer(world.clone()))];
     for i in 0..args.clients {
         tasks.push(tokio::spawn(workload::buyer(world.clone(), i, seed)));
@@ -281,14 +405,17 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         args.hot_seats,
         args.generation_secs * 1_000,
     )));
-    let nem = tokio::spawn(nemesis.clone().run(schedule));
-    let progress = tokio::spawn(progress(
-        world.clone(),
-        args.duration,
-        run_info.schedule.len(),
-    ));
+    tasks
+}
 
-    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+/// The load's time is up: stop the nemesis and the clients, heal every
+/// fault, and give the clients up to 75 s to finish.
+async fn stop_load(
+    tx_stop: &watch::Sender<bool>,
+    nem: JoinHandle<()>,
+    nemesis: &Nemesis,
+    tasks: Vec<JoinHandle<()>>,
+) -> anyhow::Result<()> {
     let _ = tx_stop.send(true);
     let _ = nem.await;
     eprintln!("\nchaos drill: load stopped; healing every fault");
@@ -302,9 +429,19 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
             tracing::warn!("a drill client did not stop in time");
         }
     }
-    progress.abort();
+    Ok(())
+}
+
+/// Wait (up to 90 s) for the cluster to settle, then write what the
+/// checkers read: `final.json`, `run.json` with every event created, and
+/// the end of the history.
+async fn settle_and_record(
+    world: &World,
+    out: &Path,
+    run_info: &mut RunInfo,
+) -> anyhow::Result<()> {
     eprintln!("chaos drill: settling (replicas equal, moves finished, payments resolved)");
-    let finals = settle::settle(&world, Duration::from_secs(90)).await;
+    let finals = settle::settle(world, Duration::from_secs(90)).await;
     if !finals.converged {
         eprintln!(
             "chaos drill: the cluster did not settle: {:?}",
@@ -313,22 +450,31 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     }
     write_json(&out.join("final.json"), &finals)?;
     run_info.events = world.all_events();
-    write_json(&out.join("run.json"), &run_info)?;
+    write_json(&out.join("run.json"), &*run_info)?;
     world.rec.finish()?;
+    Ok(())
+}
+
+/// Stop the nodes, each one's final view saved next to its log first;
+/// unless `keep_data`, remove the data directories of the nodes `ids`.
+async fn stop_cluster(
+    nemesis: Arc<Nemesis>,
+    world: &World,
+    out: &Path,
+    ids: &[u64],
+    keep_data: bool,
+) {
     if let Some(cluster) = nemesis.into_cluster() {
-        save_node_states(&world, &cluster, &out).await;
+        save_node_states(world, &cluster, out).await;
         drop(cluster);
-        if !args.keep_data {
-            for id in &ids {
+        if !keep_data {
+            for id in ids {
                 let _ = std::fs::remove_dir_all(
                     out.join("cluster").join(format!("n{id}")).join("data"),
                 );
             }
         }
     }
-    drop(gateway);
-    drop(net);
-    super::check_dir(&out)
 }
 
 /// Node `id` listens (gRPC and HTTP) on its own address `ip_of(id)` (and

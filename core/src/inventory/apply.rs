@@ -197,6 +197,8 @@ impl Inventory {
         Outcome::Created { capacity }
     }
 
+    /// `Hold`: the picked seats for `owner`, all or none, while the sale is
+    /// open and within the per-hold and per-buyer limits.
     fn hold(
         &mut self,
         owner: &UserId,
@@ -208,84 +210,131 @@ impl Inventory {
         if let Err(refused) = ev.sale_open(now) {
             return refused;
         }
-        let max = ev.max_seats_per_hold;
-        let seats: Vec<String> = match pick {
-            SeatPick::Seats(list) => {
-                if list.is_empty() {
-                    return invalid("seats is empty");
-                }
-                if list.len() > max as usize {
-                    return Outcome::TooManySeats { max };
-                }
-                let mut sorted: Vec<&String> = list.iter().collect();
-                sorted.sort();
-                if sorted.windows(2).any(|w| w[0] == w[1]) {
-                    return invalid("a seat is listed twice");
-                }
-                // One lookup per seat (the seat map is the hot path of a
-                // flash sale): unknown seats win over taken ones.
-                let mut unknown = Vec::new();
-                let mut unavailable = Vec::new();
-                for s in list {
-                    match self.seats.get(s) {
-                        None => unknown.push(s.clone()),
-                        Some(seat) if seat.state != SeatState::Available => {
-                            unavailable.push(s.clone())
-                        }
-                        Some(_) => {}
-                    }
-                }
-                if !unknown.is_empty() {
-                    return Outcome::UnknownSeats { seats: unknown };
-                }
-                if !unavailable.is_empty() {
-                    return Outcome::SeatsUnavailable {
-                        unavailable,
-                        available: ev.available,
-                    };
-                }
-                list.clone()
-            }
-            SeatPick::Quantity { section, quantity } => {
-                if *quantity == 0 {
-                    return invalid("quantity must be at least 1");
-                }
-                if *quantity > max {
-                    return Outcome::TooManySeats { max };
-                }
-                let sections: Vec<u32> = match section {
-                    Some(name) => match ev.sections.iter().position(|s| s == name) {
-                        Some(i) => vec![i as u32],
-                        None => {
-                            return Outcome::UnknownSection {
-                                section: name.clone(),
-                            }
-                        }
-                    },
-                    None => (0..ev.sections.len() as u32).collect(),
-                };
-                let picked: Vec<String> = sections
-                    .iter()
-                    .filter_map(|s| self.index.free.get(s))
-                    .flat_map(|free| free.iter().map(|(_, id)| id.clone()))
-                    .take(*quantity as usize)
-                    .collect();
-                if picked.len() < *quantity as usize {
-                    return Outcome::SeatsUnavailable {
-                        unavailable: vec![],
-                        available: picked.len() as u64,
-                    };
-                }
-                picked
-            }
+        let seats = match self.pick_seats(ev, pick) {
+            Ok(seats) => seats,
+            Err(refused) => return refused,
         };
-        let n = seats.len() as u32;
+        if let Err(refused) = self.check_buyer_limit(ev, owner, seats.len() as u32) {
+            return refused;
+        }
+        Outcome::Held(self.write_hold(owner, seats, now, changed))
+    }
+
+    /// The seats a hold asks for, all available, or why it cannot have them.
+    fn pick_seats(&self, ev: &Event, pick: &SeatPick) -> Result<Vec<String>, Outcome> {
+        let max = ev.max_seats_per_hold;
+        match pick {
+            SeatPick::Seats(list) => self.pick_listed_seats(ev, list, max),
+            SeatPick::Quantity { section, quantity } => {
+                self.pick_free_seats(ev, section.as_deref(), *quantity, max)
+            }
+        }
+    }
+
+    /// [`SeatPick::Seats`]: every listed seat, if each exists and is
+    /// available (unknown seats are reported before taken ones).
+    fn pick_listed_seats(
+        &self,
+        ev: &Event,
+        list: &[String],
+        max: u32,
+    ) -> Result<Vec<String>, Outcome> {
+        if list.is_empty() {
+            return Err(invalid("seats is empty"));
+        }
+        if list.len() > max as usize {
+            return Err(Outcome::TooManySeats { max });
+        }
+        let mut sorted: Vec<&String> = list.iter().collect();
+        sorted.sort();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(invalid("a seat is listed twice"));
+        }
+        // One lookup per seat (the seat map is the hot path of a
+        // flash sale): unknown seats win over taken ones.
+        let mut unknown = Vec::new();
+        let mut unavailable = Vec::new();
+        for s in list {
+            match self.seats.get(s) {
+                None => unknown.push(s.clone()),
+                Some(seat) if seat.state != SeatState::Available => unavailable.push(s.clone()),
+                Some(_) => {}
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(Outcome::UnknownSeats { seats: unknown });
+        }
+        if !unavailable.is_empty() {
+            return Err(Outcome::SeatsUnavailable {
+                unavailable,
+                available: ev.available,
+            });
+        }
+        Ok(list.to_vec())
+    }
+
+    /// [`SeatPick::Quantity`]: the first `quantity` free seats in layout
+    /// order, from `section` or from any section.
+    fn pick_free_seats(
+        &self,
+        ev: &Event,
+        section: Option<&str>,
+        quantity: u32,
+        max: u32,
+    ) -> Result<Vec<String>, Outcome> {
+        if quantity == 0 {
+            return Err(invalid("quantity must be at least 1"));
+        }
+        if quantity > max {
+            return Err(Outcome::TooManySeats { max });
+        }
+        let sections: Vec<u32> = match section {
+            Some(name) => match ev.sections.iter().position(|s| s == name) {
+                Some(i) => vec![i as u32],
+                None => {
+                    return Err(Outcome::UnknownSection {
+                        section: name.to_owned(),
+                    })
+                }
+            },
+            None => (0..ev.sections.len() as u32).collect(),
+        };
+        let picked: Vec<String> = sections
+            .iter()
+            .filter_map(|s| self.index.free.get(s))
+            .flat_map(|free| free.iter().map(|(_, id)| id.clone()))
+            .take(quantity as usize)
+            .collect();
+        if picked.len() < quantity as usize {
+            return Err(Outcome::SeatsUnavailable {
+                unavailable: vec![],
+                available: picked.len() as u64,
+            });
+        }
+        Ok(picked)
+    }
+
+    /// With a per-buyer limit: `owner` may hold `n` more seats.
+    fn check_buyer_limit(&self, ev: &Event, owner: &UserId, n: u32) -> Result<(), Outcome> {
         if let Some(limit) = ev.max_seats_per_buyer {
             let has = self.index.buyer_seats.get(owner).copied().unwrap_or(0);
             if has + n > limit {
-                return Outcome::BuyerLimitReached { limit };
+                return Err(Outcome::BuyerLimitReached { limit });
             }
         }
+        Ok(())
+    }
+
+    /// Record a hold of `seats` (checked: they exist and are available) for
+    /// `owner`: the seats become held, the counters and indexes follow.
+    fn write_hold(
+        &mut self,
+        owner: &UserId,
+        seats: Vec<String>,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Hold {
+        let n = seats.len() as u32;
         let ev = self.event_mut(changed);
         let seq = ev.next_hold_seq;
         ev.next_hold_seq += 1;
@@ -293,7 +342,7 @@ impl Inventory {
         ev.held += u64::from(n);
         let expires_at_ms = now.saturating_add(ev.hold_ttl_ms);
         for id in &seats {
-            let seat = self.seats.get_mut(id).expect("checked above");
+            let seat = self.seats.get_mut(id).expect("picked seats exist");
             seat.state = SeatState::Held(seq);
             let (section, ordinal) = (seat.section, seat.ordinal);
             if let Some(free) = self.index.free.get_mut(&section) {
@@ -319,7 +368,7 @@ impl Inventory {
         }
         self.holds.insert(seq, hold.clone());
         changed.push(RecordKey::Hold(seq));
-        Outcome::Held(hold)
+        hold
     }
 
     fn cancel(

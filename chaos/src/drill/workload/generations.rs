@@ -1,0 +1,91 @@
+//! The events of the drill, a generation at a time: two hot events with
+//! few seats and a cold one with many; every so often a new generation is
+//! created and the previous one retires, so seats never run out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::drill::World;
+use crate::run::EventInfo;
+use anyhow::Context;
+use hyper::Method;
+use seatfence_testkit::cluster::REGIONS;
+use serde_json::json;
+
+use super::{send, Answer};
+
+/// Create generation `gen`: two hot events of `hot_seats` seats and a cold
+/// one of 40, homed round-robin over the regions, through any edge that
+/// answers (a repeated create with the same spec is answered 201 again).
+pub async fn create_generation(
+    w: &World,
+    gen: u32,
+    hot_seats: usize,
+) -> anyhow::Result<Vec<EventInfo>> {
+    let token = w.token("chaos-operator", true);
+    let edges: Vec<String> = w.edges.values().cloned().collect();
+    let kinds = [
+        ("hot-a", true, hot_seats),
+        ("hot-b", true, hot_seats),
+        ("cold", false, 40),
+    ];
+    let mut out = Vec::new();
+    for (k, (kind, hot, seats)) in kinds.into_iter().enumerate() {
+        let event_id = format!("chaos-g{gen}-{kind}");
+        let home = REGIONS[(gen as usize + k) % REGIONS.len()];
+        let prefix = if hot { 'H' } else { 'C' };
+        let seat_ids: Vec<String> = (1..=seats).map(|s| format!("{prefix}{s}")).collect();
+        let body = json!({
+            "event_id": event_id,
+            "name": format!("chaos drill generation {gen} {kind}"),
+            "home_region": home,
+            "seats": seat_ids,
+            "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
+            "max_seats_per_hold": 4,
+        });
+        let mut group = None;
+        'tries: for attempt in 0..20 {
+            for e in edges.iter().cycle().skip(attempt).take(edges.len()) {
+                let url = format!("{e}/v1/events");
+                match send(w, Method::POST, &url, Some(&token), None, Some(&body), 1).await {
+                    Answer::Http(a) if a.status.as_u16() == 201 => {
+                        group = a.body["group_id"].as_u64();
+                        break 'tries;
+                    }
+                    Answer::Http(a) => anyhow::bail!("create {event_id}: {} {}", a.status, a.body),
+                    Answer::Unknown(_) => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let group = group.with_context(|| format!("create {event_id}: no edge answered 201"))?;
+        out.push(EventInfo {
+            event_id,
+            group,
+            seats: seat_ids,
+            hot,
+            home_region: home.to_string(),
+            generation: gen,
+            retired: false,
+        });
+    }
+    Ok(out)
+}
+
+/// Every `every_ms`, a new generation of events; the previous ones retire.
+pub async fn generations(w: Arc<World>, hot_seats: usize, every_ms: u64) {
+    let mut gen = 1;
+    while w.pause(every_ms).await {
+        match create_generation(&w, gen, hot_seats).await {
+            Ok(fresh) => {
+                let mut events = w.events.lock().expect("events lock poisoned");
+                for e in events.iter_mut() {
+                    e.retired = true;
+                }
+                events.extend(fresh);
+                gen += 1;
+            }
+            Err(e) => tracing::warn!("generation {gen} not created (tried again later): {e:#}"),
+        }
+    }
+}

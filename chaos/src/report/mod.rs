@@ -1,0 +1,166 @@
+//! The drill's verdict: `summary.json` (verdict per checker, ops, faults;
+//! built here) and a self-contained `report.html` (timeline of ops, faults,
+//! leader changes, moves and latency; PASS/FAIL; the violating ops in
+//! full): the page and its tables in `page`, the timeline SVG in
+//! `timeline`.
+
+mod page;
+mod timeline;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::check::{Status, Verdict};
+use crate::history::{Call, Entry, History, Op, Outcome};
+use crate::run::RunInfo;
+
+pub use page::html;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub ok: u64,
+    pub fail: u64,
+    pub info: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckerLine {
+    pub checker: String,
+    pub verdict: Status,
+    pub summary: String,
+    pub violations: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    pub verdict: Status,
+    pub seed: u64,
+    pub duration_s: u64,
+    pub partition_mechanism: String,
+    pub unavailable_mechanisms: Vec<(String, String)>,
+    pub planted_bug: Option<String>,
+    pub checkers: Vec<CheckerLine>,
+    pub ops: Counts,
+    pub ops_by_call: BTreeMap<String, Counts>,
+    pub faults_scheduled: usize,
+    pub faults_injected: usize,
+    pub faults_by_kind: BTreeMap<String, u32>,
+    pub leader_changes: u64,
+    pub moves_done: u64,
+    pub moves_started: u64,
+    /// Whether the cluster settled after the heal (replicas equal, moves
+    /// finished, payments resolved), and what was still pending if not.
+    pub settled: bool,
+    pub unsettled: Vec<String>,
+}
+
+pub fn overall(verdicts: &[Verdict]) -> Status {
+    if verdicts.iter().any(|v| v.status == Status::Fail) {
+        Status::Fail
+    } else if verdicts.iter().any(|v| v.status == Status::Unknown) {
+        Status::Unknown
+    } else {
+        Status::Pass
+    }
+}
+
+/// Leader changes seen by the observer: each new `(term, leader)` per group
+/// after the first.
+fn leader_changes(history: &History) -> u64 {
+    let mut seen: BTreeMap<u64, BTreeSet<(u64, u64)>> = BTreeMap::new();
+    for e in &history.entries {
+        if let Entry::Leader {
+            group,
+            leader,
+            term,
+            ..
+        } = e
+        {
+            seen.entry(*group).or_default().insert((*term, *leader));
+        }
+    }
+    seen.values()
+        .map(|s| s.len().saturating_sub(1) as u64)
+        .sum()
+}
+
+pub fn summarize(
+    run: &RunInfo,
+    history: &History,
+    ops: &[Op],
+    verdicts: &[Verdict],
+    finals: &crate::run::FinalState,
+) -> Summary {
+    let mut total = Counts::default();
+    let mut by_call: BTreeMap<String, Counts> = BTreeMap::new();
+    let (mut moves_started, mut moves_done) = (0, 0);
+    for o in ops {
+        let c = by_call.entry(o.call.name().to_string()).or_default();
+        for c in [&mut total, c] {
+            match o.outcome {
+                Outcome::Ok(_) => c.ok += 1,
+                Outcome::Fail { .. } => c.fail += 1,
+                Outcome::Unknown(_) => c.info += 1,
+            }
+        }
+        if let Call::Move { .. } = o.call {
+            moves_started += 1;
+            if matches!(o.outcome, Outcome::Ok(_)) {
+                moves_done += 1;
+            }
+        }
+    }
+    let mut by_kind = BTreeMap::new();
+    let mut injected = 0;
+    for e in &history.entries {
+        if let Entry::Fault { kind, .. } = e {
+            injected += 1;
+            *by_kind.entry(kind.clone()).or_insert(0) += 1;
+        }
+    }
+    Summary {
+        verdict: overall(verdicts),
+        seed: run.seed,
+        duration_s: run.duration_s,
+        partition_mechanism: run.partition_mechanism.clone(),
+        unavailable_mechanisms: run.unavailable_mechanisms.clone(),
+        planted_bug: run.planted_bug.clone(),
+        checkers: verdicts
+            .iter()
+            .map(|v| CheckerLine {
+                checker: v.checker.clone(),
+                verdict: v.status,
+                summary: v.summary.clone(),
+                violations: v.violations.len(),
+            })
+            .collect(),
+        ops: total,
+        ops_by_call: by_call,
+        faults_scheduled: run.schedule.len(),
+        faults_injected: injected,
+        faults_by_kind: by_kind,
+        leader_changes: leader_changes(history),
+        moves_done,
+        moves_started,
+        settled: finals.converged,
+        unsettled: finals.notes.iter().take(20).cloned().collect(),
+    }
+}
+
+/// The colour a verdict is shown in.
+fn color(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "#5cb85c",
+        Status::Fail => "#d9534f",
+        Status::Unknown => "#f0ad4e",
+    }
+}
+
+/// `s` escaped for HTML text and attribute values.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

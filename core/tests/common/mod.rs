@@ -1,0 +1,207 @@
+//! Helpers shared by the seat inventory's tests: the test event, commands
+//! and their outcomes, and the invariant check run after every step.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use seatfence_core::inventory::{
+    BookingStatus, ConfirmPath, EventAction, EventCommand, EventSpec, HoldStatus, OutboxKind,
+    Outcome, PaymentAction, PaymentAttempt, ReleaseReason, SeatState, Survival,
+};
+use seatfence_core::{Command, Epoch, EventId, RegionId, Response, State, UserId};
+
+pub const SEATS: [&str; 8] = ["A1", "A2", "A3", "A4", "B1", "B2", "B3", "B4"];
+pub const TTL_MS: u64 = 10_000;
+
+/// One payment step of a random sequence (see `pay_action`).
+#[derive(Debug, Clone, Copy)]
+pub enum PayStep {
+    Attach,
+    Intent { takeover: bool },
+    Confirm,
+    Release { unpaid: bool },
+    Extend,
+    OutboxDone { id: u64 },
+}
+
+pub fn spec() -> EventSpec {
+    spec_with(Some(5))
+}
+
+pub fn spec_with(max_seats_per_buyer: Option<u32>) -> EventSpec {
+    EventSpec {
+        event_id: EventId("e".into()),
+        name: "e".into(),
+        home_region: RegionId("us-east".into()),
+        seats: SEATS.iter().map(|s| s.to_string()).collect(),
+        sections: vec![],
+        hold_ttl_ms: TTL_MS,
+        max_seats_per_hold: 3,
+        max_seats_per_buyer,
+        opens_at_ms: None,
+        closes_at_ms: None,
+        survival: Survival::Zone,
+        price_cents: 1_000,
+        currency: "EUR".into(),
+    }
+}
+
+/// The payment action of a `Step::Pay`, from the hold's owner when it has one.
+pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
+    let payment_id = if pay == 0 {
+        format!("p{hold}")
+    } else {
+        format!("x{pay}")
+    };
+    EventAction::Payment(match what {
+        PayStep::Attach => PaymentAction::Attach {
+            owner: s
+                .inventory
+                .holds
+                .get(&hold)
+                .map(|h| h.owner.clone())
+                .unwrap_or(UserId("u0".into())),
+            hold,
+            payment: PaymentAttempt {
+                payment_id,
+                provider_key: format!("k{hold}"),
+                signature: "sig".into(),
+                approve_url: "http://gw/approve".into(),
+                amount_cents: 1_000,
+                currency: "EUR".into(),
+            },
+        },
+        PayStep::Intent { takeover } => PaymentAction::ExecuteIntent {
+            hold,
+            payment_id,
+            takeover,
+        },
+        PayStep::Confirm => PaymentAction::Confirm {
+            hold,
+            payment_id,
+            txn_id: format!("t{hold}"),
+            via: ConfirmPath::Webhook,
+            inbox: Some(format!("ev{hold}")),
+        },
+        PayStep::Release { unpaid } => PaymentAction::Release {
+            hold,
+            payment_id,
+            reason: if unpaid {
+                ReleaseReason::Unpaid
+            } else {
+                ReleaseReason::PaymentFailed
+            },
+        },
+        PayStep::Extend => PaymentAction::Extend {
+            hold,
+            payment_id,
+            by_ms: 1_000,
+        },
+        PayStep::OutboxDone { id } => PaymentAction::OutboxDone {
+            id,
+            refund_id: Some(format!("r{id}")),
+        },
+    })
+}
+
+pub fn cmd(now: u64, epoch: u64, key: Option<(UserId, String)>, action: EventAction) -> Command {
+    Command::Event(EventCommand {
+        event_id: EventId("e".into()),
+        epoch: Epoch(epoch),
+        now_ms: now,
+        idempotency: key,
+        action,
+    })
+}
+
+pub fn outcome(r: Response) -> Outcome {
+    match r {
+        Response::Event(r) => r.outcome,
+        other => panic!("not an event reply: {other:?}"),
+    }
+}
+
+/// Every invariant the inventory promises, checked against its records.
+pub fn check(s: &State) {
+    let inv = &s.inventory;
+    let ev = inv.event.as_ref().expect("created");
+    // Each seat held or sold belongs to one live hold that lists it.
+    for (id, seat) in &inv.seats {
+        if let SeatState::Held(h) | SeatState::Sold(h) = seat.state {
+            let hold = &inv.holds[&h];
+            assert!(hold.status.is_live(), "seat {id} points at ended hold {h}");
+            assert!(hold.seats.contains(id), "hold {h} does not list {id}");
+        }
+    }
+    // Each live hold owns exactly its seats: no seat in two live holds.
+    let mut owner_of = BTreeMap::new();
+    for h in inv.holds.values().filter(|h| h.status.is_live()) {
+        for seat in &h.seats {
+            let want = if h.status == HoldStatus::Booked {
+                SeatState::Sold(h.seq)
+            } else {
+                SeatState::Held(h.seq)
+            };
+            assert_eq!(inv.seats[seat].state, want, "hold {} lost {seat}", h.seq);
+            assert!(
+                owner_of.insert(seat.clone(), h.seq).is_none(),
+                "{seat} in two holds"
+            );
+        }
+    }
+    let (a, h, sold) = inv.count_seats();
+    assert_eq!(
+        (ev.available, ev.held, ev.sold),
+        (a, h, sold),
+        "counters differ from records"
+    );
+    assert_eq!(a + h + sold, ev.capacity);
+    // Derived indexes equal a rebuild from the records.
+    let mut rebuilt = inv.clone();
+    rebuilt.rebuild_indexes();
+    assert_eq!(rebuilt.index, inv.index, "indexes drifted from records");
+    // Bookings agree with their holds: sold seats ⇔ confirmed booking;
+    // a pending payment keeps its seats held; paid money after a release
+    // is owed back through the outbox.
+    for (seq, b) in &inv.bookings {
+        let hold = &inv.holds[seq];
+        let expected = match b.status {
+            BookingStatus::Pending => HoldStatus::Held,
+            BookingStatus::Confirmed => HoldStatus::Booked,
+            BookingStatus::Expired | BookingStatus::RefundPending | BookingStatus::Refunded => {
+                HoldStatus::Expired
+            }
+        };
+        assert_eq!(hold.status, expected, "booking {seq} {:?}", b.status);
+        let kinds: Vec<OutboxKind> = inv
+            .outbox
+            .values()
+            .filter(|x| x.booking == *seq)
+            .map(|x| x.kind)
+            .collect();
+        let want: &[OutboxKind] = match b.status {
+            BookingStatus::Pending | BookingStatus::Expired => &[],
+            BookingStatus::Confirmed => &[OutboxKind::ConfirmationEmail],
+            BookingStatus::RefundPending | BookingStatus::Refunded => &[OutboxKind::Refund],
+        };
+        assert_eq!(kinds, want, "outbox of booking {seq}");
+        assert!(hold.extensions <= seatfence_core::inventory::MAX_EXTENSIONS);
+    }
+    for h in inv.holds.values() {
+        let sold = h
+            .seats
+            .iter()
+            .all(|s| inv.seats[s].state == SeatState::Sold(h.seq));
+        assert_eq!(
+            h.status == HoldStatus::Booked,
+            sold && !h.seats.is_empty(),
+            "hold {}",
+            h.seq
+        );
+    }
+    // Buyer limit respected.
+    for (_, n) in &inv.index.buyer_seats {
+        assert!(*n <= 5);
+    }
+}

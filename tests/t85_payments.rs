@@ -6,306 +6,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
+use common::payments::{s, Env};
 use common::*;
 use hyper::Method;
-use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
-use seatfence_testkit::{GatewayProc, LocalCluster};
 use serde_json::{json, Value};
-
-struct Env {
-    cluster: LocalCluster,
-    gateway: GatewayProc,
-    http: HttpClient,
-    raw: reqwest::Client,
-}
-
-impl Env {
-    async fn start(dir: &Path) -> Env {
-        let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
-        let gateway = GatewayProc::start(bin, &dir.join("gateway"), 50).expect("start gateway");
-        let mut p = gateway.payments_config();
-        p.call_timeout_ms = 1_000;
-        p.reconcile_interval_ms = 300;
-        p.reconcile_margin_ms = 20_000;
-        p.reconcile_budget_ms = 5_000;
-        p.extension_ms = 1_000;
-        p.outbox_interval_ms = 200;
-        let cluster = LocalCluster::builder(dir)
-            .regions(1, 3)
-            .tuning(test_tuning())
-            .payments(p)
-            .start(bin)
-            .expect("start cluster");
-        cluster.wait_ready(PATIENCE).await.expect("cluster ready");
-        Env {
-            cluster,
-            gateway,
-            http: HttpClient::default(),
-            raw: reqwest::Client::new(),
-        }
-    }
-
-    /// The edge of the `i`th running node (wrapping around).
-    fn edge(&self, i: usize) -> String {
-        let live: Vec<String> = self
-            .cluster
-            .nodes
-            .iter()
-            .filter(|n| n.is_running())
-            .filter_map(|n| n.edge_url())
-            .collect();
-        live[i % live.len()].clone()
-    }
-
-    fn token(&self, user: &str) -> String {
-        token(&self.cluster, user, false)
-    }
-
-    async fn event(&self, id: &str, seats: &[&str], ttl_secs: u64) {
-        create_event(
-            &self.cluster,
-            &self.edge(0),
-            json!({"event_id": id, "name": id, "home_region": "us-east", "seats": seats,
-                   "hold_ttl_secs": ttl_secs, "price_cents": 2500, "currency": "EUR"}),
-        )
-        .await;
-    }
-
-    async fn faults(&self, f: Value) {
-        let r = self
-            .raw
-            .put(format!("{}/_faults", self.gateway.url))
-            .json(&f)
-            .send()
-            .await
-            .expect("set faults");
-        assert!(r.status().is_success(), "faults {f}");
-    }
-
-    async fn payment(&self, id: &str) -> Value {
-        let all: Vec<Value> = self
-            .raw
-            .get(format!("{}/_payments", self.gateway.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        all.into_iter()
-            .find(|p| p["payment_id"] == id)
-            .unwrap_or_else(|| panic!("gateway has no payment {id}"))
-    }
-
-    async fn hold(&self, user: &str, event: &str, seats: &[&str]) -> Value {
-        let a = self
-            .http
-            .post(
-                &format!("{}/v1/holds", self.edge(1)),
-                Some(&self.token(user)),
-                None,
-                &json!({"event_id": event, "seats": seats}),
-            )
-            .await
-            .unwrap();
-        assert_eq!(a.status.as_u16(), 201, "hold {seats:?}: {}", a.body);
-        a.body
-    }
-
-    async fn hold_of(&self, user: &str, hold_id: &str) -> HttpAnswer {
-        self.http
-            .get(
-                &format!("{}/v1/holds/{hold_id}", self.edge(0)),
-                Some(&self.token(user)),
-            )
-            .await
-            .unwrap()
-    }
-
-    async fn book_raw(&self, user: &str, hold_id: &str) -> HttpAnswer {
-        self.http
-            .post(
-                &format!("{}/v1/bookings", self.edge(2)),
-                Some(&self.token(user)),
-                None,
-                &json!({"hold_id": hold_id}),
-            )
-            .await
-            .unwrap()
-    }
-
-    /// Book a hold; waits out a 503 while the fleet's first gateway token
-    /// is granted.
-    async fn book(&self, user: &str, hold_id: &str) -> Value {
-        eventually(&format!("booking of {hold_id}"), || async {
-            let a = self.book_raw(user, hold_id).await;
-            match a.status.as_u16() {
-                201 => Some(a.body),
-                503 => {
-                    tracing::info!("booking {hold_id}: 503 {}", a.body);
-                    None
-                }
-                s => panic!("booking {hold_id}: {s} {}", a.body),
-            }
-        })
-        .await
-    }
-
-    async fn booking(&self, user: &str, id: &str) -> HttpAnswer {
-        self.http
-            .get(
-                &format!("{}/v1/bookings/{id}", self.edge(0)),
-                Some(&self.token(user)),
-            )
-            .await
-            .unwrap()
-    }
-
-    async fn wait_status(&self, user: &str, id: &str, status: &str) -> Value {
-        eventually(&format!("booking {id} {status}"), || async {
-            let a = self.booking(user, id).await;
-            (a.body["status"] == status).then_some(a.body)
-        })
-        .await
-    }
-
-    /// The buyer approves (or cancels) on the gateway page; returns the redirect.
-    async fn browser(&self, approve_url: &str, approve: bool) -> String {
-        let url = if approve {
-            approve_url.to_string()
-        } else {
-            approve_url.replace("/approve", "/cancel")
-        };
-        let v: Value = self
-            .raw
-            .post(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["redirect"].as_str().expect("redirect").to_string()
-    }
-
-    async fn get(&self, url: &str) -> HttpAnswer {
-        self.http.get(url, None).await.unwrap()
-    }
-
-    /// Sum of a metric over every edge.
-    async fn metric(&self, name: &str) -> f64 {
-        let mut sum = 0.0;
-        for e in self
-            .cluster
-            .nodes
-            .iter()
-            .filter(|n| n.is_running())
-            .filter_map(|n| n.edge_url())
-        {
-            let Ok(r) = self.raw.get(format!("{e}/metrics")).send().await else {
-                continue;
-            };
-            let text = r.text().await.unwrap_or_default();
-            for line in text.lines().filter(|l| l.starts_with(name)) {
-                let rest = &line[name.len()..];
-                if rest.starts_with(' ') || rest.starts_with('{') {
-                    sum += line
-                        .rsplit(' ')
-                        .next()
-                        .unwrap()
-                        .parse::<f64>()
-                        .unwrap_or(0.0);
-                }
-            }
-        }
-        sum
-    }
-
-    async fn available(&self, event: &str) -> Value {
-        let a = self
-            .http
-            .get(
-                &format!("{}/v1/events/{event}/availability", self.edge(0)),
-                Some(&self.token("x")),
-            )
-            .await
-            .unwrap();
-        a.body
-    }
-
-    async fn gateway_token(&self) -> String {
-        let v: Value = self
-            .raw
-            .post(format!("{}/v1/token", self.gateway.url))
-            .json(&json!({"client_id": self.gateway.client_id, "client_secret": self.gateway.client_secret}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["access_token"].as_str().unwrap().to_string()
-    }
-
-    async fn execute_at_gateway(&self, payment_id: &str, fence: &str) -> (u16, Value) {
-        let r = self
-            .raw
-            .post(format!(
-                "{}/v1/payments/{payment_id}/execute",
-                self.gateway.url
-            ))
-            .bearer_auth(self.gateway_token().await)
-            .header("x-fencing-token", fence)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn webhook(&self, body: &Value, secret: &str) -> HttpAnswer {
-        let bytes = body.to_string();
-        let r = self
-            .raw
-            .post(format!("{}/v1/payments/webhook", self.edge(0)))
-            .header("content-type", "application/json")
-            .header(
-                "x-gateway-signature",
-                seatfence_api::gateway::sign::webhook_header(secret, bytes.as_bytes()),
-            )
-            .body(bytes)
-            .send()
-            .await
-            .unwrap();
-        HttpAnswer {
-            status: hyper::StatusCode::from_u16(r.status().as_u16()).unwrap(),
-            body: r.json().await.unwrap_or(Value::Null),
-            retry_after: None,
-            epoch: None,
-            cache_control: None,
-        }
-    }
-
-    fn mail_mentions(&self, booking: &str) -> bool {
-        self.cluster.nodes.iter().any(|n| {
-            std::fs::read_dir(n.config.data_dir.join("mail"))
-                .map(|d| {
-                    d.flatten().any(|f| {
-                        f.file_name().to_string_lossy().ends_with(".eml")
-                            && std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains(booking))
-                    })
-                })
-                .unwrap_or(false)
-        })
-    }
-}
-
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
-}
 
 /// One scenario's world: its own gateway and cluster with `events` created
 /// (`(id, seats, hold ttl secs)`). Fields drop in order: the processes
@@ -344,6 +50,16 @@ const PAY_RC: (&str, &[&str], u64) = ("pay-rc", &["R1", "R2", "R3"], 12);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_the_callback_confirms_once_and_forgeries_change_nothing() {
     callback_path(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_bad_booking_requests_get_stable_codes_and_create_nothing() {
+    bad_booking_requests(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_callback_saying_cancel_releases_nothing() {
+    callback_cancel_releases_nothing(&scenario(&[PAY_CB]).await.env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,7 +123,10 @@ async fn gateway_forgets_the_token(env: &mut Env) {
     assert_eq!(env.get(&redirect).await.body["status"], "confirmed");
 }
 
-async fn callback_path(env: &Env) {
+/// alice books A1 and A2 of `pay-cb`: one booking per hold, a stranger
+/// sees nothing, and a hold with a payment is not cancelled by its owner.
+/// Returns the hold and the booking.
+async fn alice_books(env: &Env) -> (Value, Value) {
     tracing::info!("--- book to PAID through the callback");
     let hold = env.hold("alice", "pay-cb", &["A1", "A2"]).await;
     let b = env.book("alice", s(&hold["hold_id"])).await;
@@ -447,7 +166,82 @@ async fn callback_path(env: &Env) {
         Some("hold_not_cancellable"),
         "a hold with a payment is not cancelled by its owner"
     );
+    (hold, b)
+}
 
+async fn callback_path(env: &Env) {
+    let (_, b) = alice_books(env).await;
+    let (id, pid) = (
+        s(&b["booking_id"]).to_string(),
+        s(&b["payment_id"]).to_string(),
+    );
+    tracing::info!("--- forged callbacks change nothing");
+    let redirect = env.browser(s(&b["approve_url"]), true).await;
+    assert!(redirect.contains("status=success"));
+    let forged = redirect.replace("signature=", "signature=00");
+    let a = env.get(&forged).await;
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (401, Some("invalid_signature")),
+        "{}",
+        a.body
+    );
+    let a = env
+        .get(&redirect.replace(&pid, "PAY-000000-deadbeef"))
+        .await;
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (404, Some("payment_not_found"))
+    );
+    let a = env
+        .get(&format!(
+            "{}/v1/payments/callback?paymentID={pid}",
+            env.edge(0)
+        ))
+        .await;
+    assert_eq!(a.code(), Some("invalid_callback"));
+    assert_eq!(
+        env.payment(&pid).await["execute_calls"],
+        0,
+        "no forged callback reached the gateway"
+    );
+
+    tracing::info!("--- the genuine callback confirms; a second one changes nothing");
+    let a = env.get(&redirect).await;
+    assert_eq!(
+        (a.status.as_u16(), a.body["status"].clone()),
+        (200, json!("confirmed")),
+        "{}",
+        a.body
+    );
+    let a = env.get(&redirect).await;
+    assert_eq!(a.body["status"], "confirmed");
+    assert_eq!(a.epoch, Some(1), "the callback's answer carries the fence");
+    let p = env.payment(&pid).await;
+    assert_eq!(
+        (p["captures"].clone(), p["execute_calls"].clone()),
+        (json!(1), json!(1)),
+        "{p}"
+    );
+    let got = env.booking("alice", &id).await;
+    assert_eq!(
+        (
+            got.body["status"].clone(),
+            got.body["confirmed_via"].clone()
+        ),
+        (json!("confirmed"), json!("callback"))
+    );
+    assert_eq!(got.body["txn_id"], p["txn_id"]);
+    assert_eq!(got.cache_control.as_deref(), Some("no-store"));
+    assert_eq!(env.available("pay-cb").await["sold"], 2);
+    eventually("confirmation email", || async {
+        env.mail_mentions(&id).then_some(())
+    })
+    .await;
+}
+
+async fn bad_booking_requests(env: &Env) {
+    let (hold, _) = alice_books(env).await;
     tracing::info!("--- bad booking requests: stable codes, nothing created");
     let url = format!("{}/v1/bookings", env.edge(0));
     let alice = env.token("alice");
@@ -516,71 +310,9 @@ async fn callback_path(env: &Env) {
         "{}",
         bad.body
     );
+}
 
-    tracing::info!("--- forged callbacks change nothing");
-    let redirect = env.browser(s(&b["approve_url"]), true).await;
-    assert!(redirect.contains("status=success"));
-    let forged = redirect.replace("signature=", "signature=00");
-    let a = env.get(&forged).await;
-    assert_eq!(
-        (a.status.as_u16(), a.code()),
-        (401, Some("invalid_signature")),
-        "{}",
-        a.body
-    );
-    let a = env
-        .get(&redirect.replace(&pid, "PAY-000000-deadbeef"))
-        .await;
-    assert_eq!(
-        (a.status.as_u16(), a.code()),
-        (404, Some("payment_not_found"))
-    );
-    let a = env
-        .get(&format!(
-            "{}/v1/payments/callback?paymentID={pid}",
-            env.edge(0)
-        ))
-        .await;
-    assert_eq!(a.code(), Some("invalid_callback"));
-    assert_eq!(
-        env.payment(&pid).await["execute_calls"],
-        0,
-        "no forged callback reached the gateway"
-    );
-
-    tracing::info!("--- the genuine callback confirms; a second one changes nothing");
-    let a = env.get(&redirect).await;
-    assert_eq!(
-        (a.status.as_u16(), a.body["status"].clone()),
-        (200, json!("confirmed")),
-        "{}",
-        a.body
-    );
-    let a = env.get(&redirect).await;
-    assert_eq!(a.body["status"], "confirmed");
-    assert_eq!(a.epoch, Some(1), "the callback's answer carries the fence");
-    let p = env.payment(&pid).await;
-    assert_eq!(
-        (p["captures"].clone(), p["execute_calls"].clone()),
-        (json!(1), json!(1)),
-        "{p}"
-    );
-    let got = env.booking("alice", &id).await;
-    assert_eq!(
-        (
-            got.body["status"].clone(),
-            got.body["confirmed_via"].clone()
-        ),
-        (json!("confirmed"), json!("callback"))
-    );
-    assert_eq!(got.body["txn_id"], p["txn_id"]);
-    assert_eq!(got.cache_control.as_deref(), Some("no-store"));
-    assert_eq!(env.available("pay-cb").await["sold"], 2);
-    eventually("confirmation email", || async {
-        env.mail_mentions(&id).then_some(())
-    })
-    .await;
-
+async fn callback_cancel_releases_nothing(env: &Env) {
     tracing::info!("--- a callback saying status=cancel is not believed and releases nothing");
     let hold = env.hold("bob", "pay-cb", &["A3"]).await;
     let b = env.book("bob", s(&hold["hold_id"])).await;

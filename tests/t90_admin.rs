@@ -1,6 +1,7 @@
 //! Operator endpoints against real processes (3 regions × 1 node, an event
-//! with one voter per region): the cluster view, leader transfer (caught-up
-//! voters only), and draining a node while buyers keep holding seats.
+//! with one voter per region), one scenario per test: the cluster view,
+//! leader transfer (caught-up voters only), and draining the event
+//! leader's node while buyers keep holding seats.
 
 mod common;
 
@@ -47,41 +48,79 @@ fn leads(view: &Value, node: u64) -> Vec<u64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t90_cluster_view_transfer_and_drain() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = start_regions(dir.path(), 3, 1).await;
-    let edges: Vec<String> = cluster.edges().into_values().collect();
-    let edge = edges[0].clone();
-    let http = HttpClient::default();
-    let op = token(&cluster, "ops", true);
-    let created = create_event(
-        &cluster,
-        &edge,
-        json!({"event_id": "adm", "name": "Admin", "home_region": "us-east", "survival": "region",
-               "sections": [{"name": "A", "rows": 100, "seats_per_row": 50}]}),
-    )
-    .await;
-    let gid = created["group_id"].as_u64().unwrap();
-    let view_of = || async {
-        let a = http
-            .get(&format!("{edge}/v1/admin/cluster"), Some(&op))
+/// A 3 regions × 1 node cluster with the event `adm` (one voter per
+/// region), and how an operator sees it.
+struct Admin {
+    cluster: seatfence_testkit::LocalCluster,
+    edges: Vec<String>,
+    edge: String,
+    http: HttpClient,
+    op: String,
+    gid: u64,
+    _dir: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Admin {
+    async fn start() -> Admin {
+        let serial = serial().await;
+        init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = start_regions(dir.path(), 3, 1).await;
+        let edges: Vec<String> = cluster.edges().into_values().collect();
+        let edge = edges[0].clone();
+        let op = token(&cluster, "ops", true);
+        let created = create_event(
+            &cluster,
+            &edge,
+            json!({"event_id": "adm", "name": "Admin", "home_region": "us-east", "survival": "region",
+                   "sections": [{"name": "A", "rows": 100, "seats_per_row": 50}]}),
+        )
+        .await;
+        let gid = created["group_id"].as_u64().unwrap();
+        Admin {
+            cluster,
+            edges,
+            edge,
+            http: HttpClient::default(),
+            op,
+            gid,
+            _dir: dir,
+            _serial: serial,
+        }
+    }
+
+    /// `GET /v1/admin/cluster` as the operator.
+    async fn view(&self) -> Value {
+        let a = self
+            .http
+            .get(&format!("{}/v1/admin/cluster", self.edge), Some(&self.op))
             .await
             .unwrap();
         assert_eq!(a.status.as_u16(), 200, "{}", a.body);
         a.body
-    };
+    }
 
+    /// The view once every replica of the event's group reports, with a
+    /// leader.
+    async fn settled_view(&self) -> Value {
+        eventually("every replica reported with a leader", || async {
+            let v = self.view().await;
+            let g = group(&v, self.gid).clone();
+            (!g["leader"].is_null() && g["replicas"].as_array().unwrap().len() == 3).then_some(v)
+        })
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t90_the_cluster_view_shows_regions_nodes_and_groups() {
+    let w = Admin::start().await;
+    let (cluster, edge, http, op, gid) = (&w.cluster, &w.edge, &w.http, &w.op, w.gid);
     tracing::info!(
         "--- the cluster view: regions, nodes, groups with leader, term, epoch, members, lag"
     );
-    let view = eventually("every replica reported with a leader", || async {
-        let v = view_of().await;
-        let g = group(&v, gid).clone();
-        (!g["leader"].is_null() && g["replicas"].as_array().unwrap().len() == 3).then_some(v)
-    })
-    .await;
+    let view = w.settled_view().await;
     assert_eq!(view["regions"].as_array().unwrap().len(), 3);
     assert!(view["nodes"]
         .as_array()
@@ -106,23 +145,30 @@ async fn t90_cluster_view_transfer_and_drain() {
     let stranger = http
         .get(
             &format!("{edge}/v1/admin/cluster"),
-            Some(&token(&cluster, "eve", false)),
+            Some(&token(cluster, "eve", false)),
         )
         .await
         .unwrap();
     assert_eq!(stranger.status.as_u16(), 403);
-    let (ok, out) = ctl(&edge, &op, &["cluster"]);
+    let (ok, out) = ctl(edge, op, &["cluster"]);
     assert!(
         ok && out.contains("adm") && out.contains("(directory)"),
         "{out}"
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t90_leadership_goes_only_to_a_caught_up_voter() {
+    let w = Admin::start().await;
+    let (cluster, edge, http, op, gid) = (&w.cluster, &w.edge, &w.http, &w.op, w.gid);
+    let view = w.settled_view().await;
+    let g = group(&view, gid);
     tracing::info!("--- leader transfer: to a caught-up voter; refused for others");
     let leader = g["leader"].as_u64().unwrap();
     let to = (1..=3).find(|n| *n != leader).unwrap();
     let url = format!("{edge}/v1/admin/groups/{gid}/transfer-leader");
     let a = http
-        .post(&url, Some(&op), None, &json!({"to": to}))
+        .post(&url, Some(op), None, &json!({"to": to}))
         .await
         .unwrap();
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
@@ -130,7 +176,7 @@ async fn t90_cluster_view_transfer_and_drain() {
         (a.body["leader"].clone(), a.body["previous_leader"].clone()),
         (json!(to), json!(leader))
     );
-    assert_eq!(group(&view_of().await, gid)["leader"], to);
+    assert_eq!(group(&w.view().await, gid)["leader"], to);
     let to_edge = cluster
         .nodes
         .iter()
@@ -153,19 +199,19 @@ async fn t90_cluster_view_transfer_and_drain() {
         "node {to} counts its leadership of group {gid}"
     );
     let a = http
-        .post(&url, Some(&op), None, &json!({"to": 99}))
+        .post(&url, Some(op), None, &json!({"to": 99}))
         .await
         .unwrap();
     assert_eq!((a.status.as_u16(), a.code()), (409, Some("not_a_voter")));
     let a = http
-        .post(&url, Some(&op), None, &json!({"too": 1}))
+        .post(&url, Some(op), None, &json!({"too": 1}))
         .await
         .unwrap();
     assert_eq!(a.code(), Some("unknown_field"));
     let a = http
         .post(
             &format!("{edge}/v1/admin/groups/999/transfer-leader"),
-            Some(&op),
+            Some(op),
             None,
             &json!({"to": 1}),
         )
@@ -175,7 +221,16 @@ async fn t90_cluster_view_transfer_and_drain() {
         (a.status.as_u16(), a.code()),
         (404, Some("group_not_found"))
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t90_a_drain_moves_every_leader_off_while_buyers_hold_seats() {
+    let w = Admin::start().await;
+    let (cluster, edges, edge, http, op, gid) =
+        (&w.cluster, &w.edges, &w.edge, &w.http, &w.op, w.gid);
+    let to = group(&w.settled_view().await, gid)["leader"]
+        .as_u64()
+        .unwrap();
     tracing::info!(
         "--- drain the event leader's node while buyers keep holding seats through every edge"
     );
@@ -186,7 +241,7 @@ async fn t90_cluster_view_transfer_and_drain() {
         let (http, stop, granted, failed) =
             (http.clone(), stop.clone(), granted.clone(), failed.clone());
         let e = edges[b % edges.len()].clone();
-        let tok = token(&cluster, &format!("buyer{b}"), false);
+        let tok = token(cluster, &format!("buyer{b}"), false);
         buyers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let a = http
@@ -211,7 +266,7 @@ async fn t90_cluster_view_transfer_and_drain() {
     }
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let before = granted.load(Ordering::Relaxed);
-    let (ok, out) = ctl(&edge, &op, &["drain", &to.to_string(), "--json"]);
+    let (ok, out) = ctl(edge, op, &["drain", &to.to_string(), "--json"]);
     assert!(ok, "{out}");
     let report: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!(report["done"], true, "{report}");
@@ -238,7 +293,7 @@ async fn t90_cluster_view_transfer_and_drain() {
         0,
         "no hold failed during the drain"
     );
-    let view = view_of().await;
+    let view = w.view().await;
     assert!(
         leads(&view, to).is_empty(),
         "node {to} still leads {:?}",
@@ -249,7 +304,7 @@ async fn t90_cluster_view_transfer_and_drain() {
     let av = http
         .get(
             &format!("{edge}/v1/events/adm/availability?limit=0"),
-            Some(&op),
+            Some(op),
         )
         .await
         .unwrap();

@@ -18,6 +18,38 @@ use seatfence_testkit::cluster::LocalCluster;
 use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
+/// A 3 regions × 3 nodes cluster whose moves pause 1.5 s after each step,
+/// and an operator token. `SEATFENCE_KEEP_TEST_DIR=1` keeps the nodes'
+/// data and logs after a failure.
+struct Slow {
+    cluster: LocalCluster,
+    op: String,
+    _dir: Option<tempfile::TempDir>,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+async fn slow_cluster() -> Slow {
+    let serial = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let (dir, path) = if std::env::var_os("SEATFENCE_KEEP_TEST_DIR").is_some() {
+        let p = dir.keep();
+        eprintln!("test data in {}", p.display());
+        (None, p)
+    } else {
+        let p = dir.path().to_path_buf();
+        (Some(dir), p)
+    };
+    let cluster = start_slow_moves(&path).await;
+    let op = token(&cluster, "ops", true);
+    Slow {
+        cluster,
+        op,
+        _dir: dir,
+        _serial: serial,
+    }
+}
+
 async fn start_slow_moves(dir: &Path) -> LocalCluster {
     let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
     let moves = seatfence_regions::config::MovesConfig {
@@ -35,88 +67,91 @@ async fn start_slow_moves(dir: &Path) -> LocalCluster {
     cluster
 }
 
+const STEPS: [&str; 5] = [
+    "add_learners",
+    "change_membership",
+    "transfer_leader",
+    "bump_epoch",
+    "update_directory",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t96_kill_coordinator_and_leader_at_every_step() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    // SEATFENCE_KEEP_TEST_DIR=1 keeps the nodes' data and logs after a failure.
-    let (_guard, path) = if std::env::var_os("SEATFENCE_KEEP_TEST_DIR").is_some() {
-        let p = dir.keep();
-        eprintln!("test data in {}", p.display());
-        (None, p)
-    } else {
-        let p = dir.path().to_path_buf();
-        (Some(dir), p)
-    };
-    let mut cluster = start_slow_moves(&path).await;
-    let op = token(&cluster, "ops", true);
-    let steps = [
-        "add_learners",
-        "change_membership",
-        "transfer_leader",
-        "bump_epoch",
-        "update_directory",
-    ];
-    for (i, step) in steps.iter().enumerate() {
-        let event = format!("k{i}");
-        tracing::info!("--- step {step}: kill the coordinator, then the group's leader");
-        let (gid, capacity) = create(&cluster, &event, "us-east", 10).await;
-        cluster.wait_leader(GroupId(gid), PATIENCE).await.unwrap();
-        let traffic = Traffic::start(&cluster, &event, 1);
-        eventually("holds flowing", || async {
-            (traffic.acked_count() >= 10).then_some(())
-        })
-        .await;
-        // Ask an edge in ap-south (never killed here: it is neither in the
-        // source nor the target region).
-        let edge = cluster.nodes[2].edge_url().unwrap();
-        let m = post_move(&edge, &op, &event, "eu-west").await;
-        let id = m["move_id"].clone();
-        eventually(&format!("move at {step}"), || async {
-            let m = get_move(&edge, &op, &id).await?;
-            assert_eq!(m["state"], "running", "{m}");
-            (m["step"] == *step).then_some(())
-        })
-        .await;
-        let coordinator = leader_of(&cluster, 0).await.expect("directory leader");
-        cluster.kill(coordinator).unwrap();
-        let group_leader = eventually("group leader", || leader_of(&cluster, gid)).await;
-        cluster.kill(group_leader).unwrap();
-        tracing::info!(coordinator, group_leader, "killed");
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        cluster.restart(coordinator).unwrap();
-        if group_leader != coordinator {
-            cluster.restart(group_leader).unwrap();
-        }
-        let end = eventually("move finished", || async {
-            let m = get_move(&edge, &op, &id).await?;
-            (m["state"] != "running").then_some(m)
-        })
-        .await;
-        assert_eq!(end["state"], "done", "{end}");
-        let before = traffic.acked_count();
-        eventually("holds flowing after the move", || async {
-            (traffic.acked_count() >= before + 10).then_some(())
-        })
-        .await;
-        let (acked, unknown) = traffic.finish().await;
-        verify_holds(&edge, &event, &acked, unknown, capacity).await;
-        verify_moved(&cluster, &event, gid, "eu-west", "us-east").await;
+    let mut w = slow_cluster().await;
+    for (i, step) in STEPS.iter().enumerate() {
+        kill_at_step(&mut w.cluster, &w.op, i, step).await;
     }
+}
 
-    tracing::info!("--- the old region cut off right after the membership change");
-    let (gid, capacity) = create(&cluster, "cut", "us-east", 10).await;
+/// Move event `k{i}` us-east → eu-west under hold traffic; when the move
+/// reaches `step`, SIGKILL the coordinator (the directory's leader), then
+/// the group's leader, restart them; the move completes with the
+/// guarantees of `t95`.
+async fn kill_at_step(cluster: &mut LocalCluster, op: &str, i: usize, step: &str) {
+    let op = op.to_string();
+    let event = format!("k{i}");
+    tracing::info!("--- step {step}: kill the coordinator, then the group's leader");
+    let (gid, capacity) = create(cluster, &event, "us-east", 10).await;
     cluster.wait_leader(GroupId(gid), PATIENCE).await.unwrap();
-    let traffic = Traffic::start(&cluster, "cut", 1);
+    let traffic = Traffic::start(cluster, &event, 1);
+    eventually("holds flowing", || async {
+        (traffic.acked_count() >= 10).then_some(())
+    })
+    .await;
+    // Ask an edge in ap-south (never killed here: it is neither in the
+    // source nor the target region).
+    let edge = cluster.nodes[2].edge_url().unwrap();
+    let m = post_move(&edge, &op, &event, "eu-west").await;
+    let id = m["move_id"].clone();
+    eventually(&format!("move at {step}"), || async {
+        let m = get_move(&edge, &op, &id).await?;
+        assert_eq!(m["state"], "running", "{m}");
+        (m["step"] == *step).then_some(())
+    })
+    .await;
+    let coordinator = leader_of(cluster, 0).await.expect("directory leader");
+    cluster.kill(coordinator).unwrap();
+    let group_leader = eventually("group leader", || leader_of(cluster, gid)).await;
+    cluster.kill(group_leader).unwrap();
+    tracing::info!(coordinator, group_leader, "killed");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.restart(coordinator).unwrap();
+    if group_leader != coordinator {
+        cluster.restart(group_leader).unwrap();
+    }
+    let end = eventually("move finished", || async {
+        let m = get_move(&edge, &op, &id).await?;
+        (m["state"] != "running").then_some(m)
+    })
+    .await;
+    assert_eq!(end["state"], "done", "{end}");
+    let before = traffic.acked_count();
+    eventually("holds flowing after the move", || async {
+        (traffic.acked_count() >= before + 10).then_some(())
+    })
+    .await;
+    let (acked, unknown) = traffic.finish().await;
+    verify_holds(&edge, &event, &acked, unknown, capacity).await;
+    verify_moved(cluster, &event, gid, "eu-west", "us-east").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t96_a_move_finishes_with_the_old_region_cut_off() {
+    let mut w = slow_cluster().await;
+    let (cluster, op) = (&mut w.cluster, &w.op);
+    tracing::info!("--- the old region cut off right after the membership change");
+    let (gid, capacity) = create(cluster, "cut", "us-east", 10).await;
+    cluster.wait_leader(GroupId(gid), PATIENCE).await.unwrap();
+    let traffic = Traffic::start(cluster, "cut", 1);
     eventually("holds flowing", || async {
         (traffic.acked_count() >= 10).then_some(())
     })
     .await;
     let edge = cluster.nodes[2].edge_url().unwrap();
-    let m = post_move(&edge, &op, "cut", "eu-west").await;
+    let m = post_move(&edge, op, "cut", "eu-west").await;
     let id = m["move_id"].clone();
     eventually("move past the membership change", || async {
-        let m = get_move(&edge, &op, &id).await?;
+        let m = get_move(&edge, op, &id).await?;
         (m["step"] == "transfer_leader").then_some(())
     })
     .await;
@@ -125,7 +160,7 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
         cluster.pause(*n).unwrap();
     }
     let end = eventually("move finished without the old region", || async {
-        let m = get_move(&edge, &op, &id).await?;
+        let m = get_move(&edge, op, &id).await?;
         (m["state"] != "running").then_some(m)
     })
     .await;
@@ -133,6 +168,21 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
     for n in &old {
         cluster.resume(*n).unwrap();
     }
+    assert_old_replicas_take_no_write(cluster, gid, &old).await;
+    let before = traffic.acked_count();
+    eventually("holds flowing after the move", || async {
+        (traffic.acked_count() >= before + 10).then_some(())
+    })
+    .await;
+    let (acked, unknown) = traffic.finish().await;
+    verify_holds(&edge, "cut", &acked, unknown, capacity).await;
+    verify_moved(cluster, "cut", gid, "eu-west", "us-east").await;
+}
+
+/// The old region's replicas, back from the pause before they learn
+/// anything, take no write, whatever epoch it carries.
+async fn assert_old_replicas_take_no_write(cluster: &LocalCluster, gid: u64, old: &[u64]) {
+    let old = old.to_vec();
     // At once, before they learn anything: the old replicas take no write,
     // whatever epoch it carries.
     let client = cluster.client();
@@ -177,25 +227,38 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
             }
         }
     }
-    let before = traffic.acked_count();
-    eventually("holds flowing after the move", || async {
-        (traffic.acked_count() >= before + 10).then_some(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t96_an_abort_before_the_membership_change_leaves_the_event_in_place() {
+    let w = slow_cluster().await;
+    let (cluster, op) = (&w.cluster, &w.op);
+    tracing::info!("--- a move that completes, so one move is past any abort");
+    let (done_gid, _) = create(cluster, "done", "us-east", 10).await;
+    cluster
+        .wait_leader(GroupId(done_gid), PATIENCE)
+        .await
+        .unwrap();
+    let edge = cluster.nodes[2].edge_url().unwrap();
+    let done = post_move(&edge, op, "done", "eu-west").await;
+    let done_id = done["move_id"].clone();
+    let end = eventually("the first move finished", || async {
+        let m = get_move(&edge, op, &done_id).await?;
+        (m["state"] != "running").then_some(m)
     })
     .await;
-    let (acked, unknown) = traffic.finish().await;
-    verify_holds(&edge, "cut", &acked, unknown, capacity).await;
-    verify_moved(&cluster, "cut", gid, "eu-west", "us-east").await;
+    assert_eq!(end["state"], "done", "{end}");
 
     tracing::info!("--- abort before the membership change: the event stays where it was");
-    let (gid, _) = create(&cluster, "ab", "us-east", 10).await;
+    let (gid, _) = create(cluster, "ab", "us-east", 10).await;
     cluster.wait_leader(GroupId(gid), PATIENCE).await.unwrap();
     let edge = cluster.nodes[2].edge_url().unwrap();
-    let m = post_move(&edge, &op, "ab", "ap-south").await;
+    let m = post_move(&edge, op, "ab", "ap-south").await;
     let http = HttpClient::default();
     let a = http
         .post(
             &format!("{edge}/v1/admin/moves/{}/abort", m["move_id"]),
-            Some(&op),
+            Some(op),
             None,
             &json!({}),
         )
@@ -212,7 +275,7 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
         })
         .await;
     }
-    let leader = eventually("a leader", || leader_of(&cluster, gid)).await;
+    let leader = eventually("a leader", || leader_of(cluster, gid)).await;
     let st = client
         .membership(
             GroupId(gid),
@@ -222,7 +285,7 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
         .unwrap();
     assert!(st.learners.is_empty(), "learners removed: {st:?}");
     assert!(region_nodes("us-east").contains(&leader));
-    let tok = token(&cluster, "late", false);
+    let tok = token(cluster, "late", false);
     let ev = http
         .get(&format!("{edge}/v1/events/ab"), Some(&tok))
         .await
@@ -243,8 +306,8 @@ async fn t96_kill_coordinator_and_leader_at_every_step() {
     assert_eq!(hold.status.as_u16(), 201, "{}", hold.body);
     let done_abort = http
         .post(
-            &format!("{edge}/v1/admin/moves/1/abort"),
-            Some(&op),
+            &format!("{edge}/v1/admin/moves/{done_id}/abort"),
+            Some(op),
             None,
             &json!({}),
         )

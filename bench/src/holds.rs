@@ -5,6 +5,8 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use seatfence_testkit::progress::Ticker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,6 +127,10 @@ pub async fn run_holds_bench(
     let (_guard, dir) = bench_dir()?;
     let s = setup(bin, &dir, args.seats).await?;
     let load = Arc::new(Shared::new(&s, args));
+    let _progress = Ticker::start("bench holds", args.duration.as_secs(), {
+        let load = load.clone();
+        move || format!("granted {}", load.granted.load(Ordering::Relaxed))
+    });
     let tasks: Vec<_> = (0..args.inflight.max(1))
         .map(|t| tokio::spawn(hold_worker(load.clone(), t)))
         .collect();

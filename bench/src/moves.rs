@@ -18,6 +18,7 @@ use crate::holds::seat_counts;
 use crate::raft::bench_dir;
 use seatfence_testkit::cluster::LocalCluster;
 use seatfence_testkit::http_client::HttpClient;
+use seatfence_testkit::progress::Ticker;
 
 #[derive(Debug, Clone)]
 pub struct MoveBenchArgs {
@@ -92,6 +93,9 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
     let (_guard, dir) = bench_dir()?;
     let s = setup(bin, &dir, args.seats).await?;
     let load = Arc::new(Load::new(s.http.clone(), s.edges.clone(), &s.secret));
+    // The load runs before + the move + after; the bar counts the first two.
+    let planned = (args.before + args.after).as_secs();
+    let _progress = Ticker::start("bench move", planned, String::new);
     let tasks: Vec<_> = (0..args.inflight.max(1))
         .map(|t| tokio::spawn(hold_worker(load.clone(), t)))
         .collect();

@@ -6,6 +6,8 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use seatfence_testkit::progress::Ticker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -189,6 +191,10 @@ pub async fn run_payments_bench(
     let capacity = created.body["capacity"].as_u64().context("capacity")?;
     let errors = Arc::new(AtomicU64::new(0));
     let confirmed = Arc::new(AtomicU64::new(0));
+    let _progress = Ticker::start("bench payments", args.duration.as_secs(), {
+        let confirmed = confirmed.clone();
+        move || format!("confirmed {}", confirmed.load(Ordering::Relaxed))
+    });
     let start = Instant::now();
     let deadline = start + args.duration;
     let mut tasks = Vec::new();

@@ -14,6 +14,7 @@ use seatfence_raft::RaftTuning;
 use serde::Serialize;
 
 use seatfence_testkit::cluster::LocalCluster;
+use seatfence_testkit::progress::Ticker;
 
 #[derive(Debug, Clone)]
 pub struct RaftBenchArgs {
@@ -94,6 +95,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
 
     let groups = Arc::new(groups);
     let value = vec![7u8; args.value_bytes];
+    let _progress = Ticker::start("bench raft", args.duration.as_secs(), String::new);
     let start = Instant::now();
     let deadline = start + args.duration;
     let mut tasks = Vec::new();

@@ -9,6 +9,8 @@
 //!   gateway`): approvals, captures at most once, fencing tokens, signed
 //!   webhooks, fault switches.
 //! - [`http_client`]: a JSON client for the edge's API.
+//! - [`progress`]: a long operation's progress on stderr (`indicatif` on a
+//!   terminal, a line every few seconds otherwise).
 //!
 //! No product crate depends on this one.
 
@@ -16,6 +18,7 @@ pub mod cluster;
 pub mod gateway_proc;
 pub mod http_client;
 pub mod mock_gateway;
+pub mod progress;
 
 pub use cluster::{reap_all, ClusterBuilder, LocalCluster, NodeProc, REGIONS};
 pub use gateway_proc::GatewayProc;

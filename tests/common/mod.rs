@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod moves;
+pub mod payments;
 
 use std::future::Future;
 use std::path::Path;

@@ -27,6 +27,8 @@ mod buyer;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use seatfence_testkit::progress::Ticker;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -326,6 +328,8 @@ fn spawn_progress(run: Arc<Run>, label: &'static str) -> Option<tokio::task::Joi
 /// flash sale), without it holds are only taken (compare).
 pub async fn run_workload(backend: Arc<Backend>, payer: Option<Payer>, w: Workload) -> RunStats {
     let start = Instant::now();
+    let progress_label = format!("{} sale", backend.name());
+    let planned_secs = w.duration.as_secs();
     let run = Arc::new(Run {
         view: Mutex::new(SeatView::new(w.capacity, w.window)),
         hist: Mutex::new(hist(3)),
@@ -345,6 +349,18 @@ pub async fn run_workload(backend: Arc<Backend>, payer: Option<Payer>, w: Worklo
         backend,
         payer,
         w,
+    });
+    let _progress = Ticker::start(&progress_label, planned_secs, {
+        let run = run.clone();
+        move || {
+            let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            format!(
+                "holds granted {}, conflicts {}, seats confirmed {}",
+                n(&run.granted_holds),
+                n(&run.conflicts),
+                n(&run.confirmed_seats)
+            )
+        }
     });
     let label = if run.payer.is_some() { "sold" } else { "held" };
     let progress = spawn_progress(run.clone(), label);

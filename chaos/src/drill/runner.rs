@@ -4,7 +4,6 @@
 //! read every replica; check; write the summary and the report.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +26,7 @@ use tokio::task::JoinHandle;
 use super::nemesis::Nemesis;
 use super::{settle, workload, DrillArgs, NetChoice, World};
 use seatfence_testkit::http_client::HttpClient;
+use seatfence_testkit::progress::Progress;
 use seatfence_testkit::{GatewayProc, LocalCluster};
 
 /// Hold TTL of the drill's events: short, so seats churn.
@@ -522,34 +522,20 @@ async fn save_node_states(w: &World, cluster: &LocalCluster, out: &Path) {
     }
 }
 
-/// A progress line on stderr: redrawn on a terminal, one line every 10 s
-/// otherwise.
+/// The drill's progress on stderr (`Progress`): a bar on a terminal, one
+/// line every 10 s otherwise.
 async fn progress(w: Arc<World>, duration: u64, faults: usize) {
-    let tty = std::io::stderr().is_terminal();
+    let mut p = Progress::new("drill", duration, Duration::from_secs(10));
     let start = Instant::now();
-    let mut last_line = 0;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let s = start.elapsed().as_secs().min(duration);
         let t = w.rec.tally();
-        let width = 30;
-        let done = (s as usize * width) / duration.max(1) as usize;
-        let line = format!(
-            "[{}{}] {s:>4}/{duration}s  ops {} (ok {}, fail {}, unknown {})  faults {}/{faults}  leaders seen {}",
-            "=".repeat(done),
-            " ".repeat(width - done),
-            t.invoked,
-            t.ok,
-            t.fail,
-            t.info,
-            t.faults,
-            t.leader_changes
+        p.update(
+            start.elapsed().as_secs(),
+            format!(
+                "ops {} (ok {}, fail {}, unknown {})  faults {}/{faults}  leaders seen {}",
+                t.invoked, t.ok, t.fail, t.info, t.faults, t.leader_changes
+            ),
         );
-        if tty {
-            eprint!("\r{line}");
-        } else if s >= last_line + 10 || s == duration {
-            eprintln!("{line}");
-            last_line = s;
-        }
     }
 }

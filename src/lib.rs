@@ -5,7 +5,7 @@
 //! - [`ctl`]: `seatfence ctl` (node commands over gRPC, event and operator
 //!   commands through an edge).
 //!
-//! Everything else is a crate: `seatfence node` is `seatfence-node`,
+//! It must never do work a library crate owns. Everything else is a crate: `seatfence node` is `seatfence-node`,
 //! `seatfence bench` is `seatfence-bench`, `seatfence chaos` is
 //! `seatfence-chaos`, `seatfence gateway` is the mock in `seatfence-testkit`.
 

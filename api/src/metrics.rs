@@ -1,12 +1,13 @@
 //! The edge's metrics: handles into the process's recorder
 //! (`seatfence_raft::metrics`, the `metrics` facade with the Prometheus
 //! exporter), rendered by `GET /metrics` together with the consensus
-//! layer's series. The names, labels and help texts are listed once, in
-//! `seatfence_raft::metrics`; this file only holds the edge's handles.
+//! layer's series. The edge's families are listed once, in `FAMILIES`
+//! (name, type, help); the handles below record into them.
 
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use seatfence_raft::metrics::Kind;
 
 /// The routes whose latency is tracked separately (`route` label of
 /// `seatfence_http_request_duration_seconds`; `routes::ROUTES` names one
@@ -18,6 +19,115 @@ pub const LABELS: [&str; 6] = [
     "bookings",
     "admin",
     "other",
+];
+
+/// The edge's families: (kind, name, help).
+const FAMILIES: &[(Kind, &str, &str)] = &[
+    (
+        Kind::Counter,
+        "seatfence_http_responses_total",
+        "HTTP responses by status class.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_holds_created_total",
+        "Holds granted.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_hold_conflicts_total",
+        "Hold requests refused because seats were taken (409 seats_unavailable).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_admission_rejections_total",
+        "Requests answered 429, by reason.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_no_leader_total",
+        "Requests answered 503 because no leader was found in time.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_bookings_created_total",
+        "Bookings created (payment created at the gateway and recorded).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_payments_confirmed_total",
+        "Bookings confirmed (HELD -> PAID), by the path that confirmed them.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_late_success_total",
+        "Payments that completed after their seats were released (refund queued).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_reconciler_releases_total",
+        "Holds with a payment released by the reconciler, by reason.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_reconciler_extensions_total",
+        "Deadlines pushed back because the gateway could not be asked.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_reconciler_alerts_total",
+        "Holds whose payment stayed unknown after every extension (operator attention).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_payment_signals_rejected_total",
+        "Callbacks and webhooks refused (bad signature, unknown payment).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_webhooks_duplicate_total",
+        "Webhooks already in the inbox (ignored).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_gateway_errors_total",
+        "Gateway calls that failed or timed out.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_gateway_token_grants_total",
+        "Gateway token grants by this node, by result.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_outbox_delivered_total",
+        "Outbox items delivered and recorded, by kind.",
+    ),
+    (
+        Kind::Gauge,
+        "seatfence_reconciliation_backlog",
+        "Holds with a payment due for reconciliation at the last sweep.",
+    ),
+    (
+        Kind::Gauge,
+        "seatfence_outbox_backlog",
+        "Undelivered outbox items at the last scan.",
+    ),
+    (
+        Kind::Gauge,
+        "seatfence_unknown_payment_age_seconds",
+        "How long past its deadline the oldest undecided payment was at the last sweep.",
+    ),
+    (
+        Kind::Gauge,
+        "seatfence_refund_pending_age_seconds",
+        "Age of the oldest undelivered refund at the last outbox scan.",
+    ),
+    (
+        Kind::Histogram,
+        "seatfence_http_request_duration_seconds",
+        "Request latency by route.",
+    ),
 ];
 
 pub struct EdgeMetrics {
@@ -62,6 +172,7 @@ pub struct EdgeMetrics {
 impl Default for EdgeMetrics {
     fn default() -> EdgeMetrics {
         seatfence_raft::metrics::install();
+        seatfence_raft::metrics::describe(FAMILIES);
         let responses =
             |class: &'static str| counter!("seatfence_http_responses_total", "class" => class);
         let confirmed =
@@ -133,5 +244,35 @@ impl EdgeMetrics {
     /// Prometheus text exposition of this process's series.
     pub fn render(&self) -> String {
         seatfence_raft::metrics::render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_is_a_histogram_with_the_edge_buckets_and_help() {
+        let m = EdgeMetrics::default();
+        m.observe("holds", 201, Duration::from_millis(3));
+        m.observe("nope", 500, Duration::from_millis(3));
+        let text = m.render();
+        let bucket = |route: &str, le: &str| {
+            format!(
+                "seatfence_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{le}\"}} "
+            )
+        };
+        assert!(text.contains(&(bucket("holds", "0.002") + "0")), "{text}");
+        assert!(text.contains(&(bucket("holds", "0.005") + "1")), "{text}");
+        assert!(
+            text.contains(&(bucket("other", "0.005") + "1")),
+            "unknown routes count as other"
+        );
+        assert!(text.contains("seatfence_http_responses_total{class=\"5xx\"} 1"));
+        assert!(text.contains("# HELP seatfence_holds_created_total Holds granted."));
+        assert!(
+            text.contains("seatfence_hold_conflicts_total 0"),
+            "every series from zero"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! seatfence-bench: the benchmarks behind `seatfence bench …`, apart from
-//! the product (no product crate depends on this one, so the product never
-//! links the peer databases' clients). Every benchmark starts real node
+//! the product: no product crate depends on this one, so no product library
+//! links the peer databases' clients (the `seatfence` binary does, for its
+//! `bench` subcommand). Every benchmark starts real node
 //! processes with `seatfence_testkit::LocalCluster`, drives them the way
 //! users do, and fails when the sale was not exact: a figure from a broken
 //! run is never reported as a result.

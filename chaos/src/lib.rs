@@ -14,7 +14,7 @@
 //! `final.json`), so a recorded run can be checked again, and each is
 //! tested against planted bad histories. Nothing here may weaken what it
 //! checks to make a drill pass: an unknown outcome is "may or may not have
-//! happened", never "did not".
+//! happened", never "did not". No product crate depends on this one.
 
 pub mod check;
 pub mod drill;

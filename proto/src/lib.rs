@@ -1,6 +1,7 @@
 //! seatfence-proto: the gRPC contract between nodes (`RaftService`) and the
 //! node's own API (`NodeService`), generated from `proto/seatfence.proto`
-//! with a vendored `protoc`. No logic lives here.
+//! with a vendored `protoc`. It must never hold logic: every message is
+//! decoded and checked by the crate that serves it.
 
 #![allow(clippy::all)]
 

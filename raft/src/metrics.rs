@@ -3,9 +3,9 @@
 //! edge's `GET /metrics`). Every crate records into the same families (the
 //! consensus layer, the edge, the move coordinator), so a family such as
 //! `seatfence_stale_epoch_rejections_total{layer}` has all its layers in
-//! one place. [`install`] sets the recorder up once per process, names and
-//! describes every family and creates each fixed label set at zero, so a
-//! scrape shows every series from the start.
+//! one place. [`install`] sets the recorder up once per process; each crate
+//! describes its families ([`describe`]) and creates its fixed label sets
+//! when it makes its handles, so a scrape shows every series from zero.
 //!
 //! Recording never blocks a proposal or an apply: handles are atomics.
 
@@ -14,49 +14,30 @@ use std::sync::{LazyLock, OnceLock};
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, Counter, Gauge,
 };
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-/// Upper bounds of the request latency buckets, in seconds.
+/// Upper bounds of the histogram buckets, in seconds: every histogram here
+/// is a latency.
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
 ];
 
-/// Every family: (kind, name, help). The one list the recorder is
-/// described from.
+/// The families this crate records into: (kind, name, help). The edge's
+/// own families are described by `seatfence-api` (`EdgeMetrics`).
 const FAMILIES: &[(Kind, &str, &str)] = &[
-    (Kind::Counter, "seatfence_http_responses_total", "HTTP responses by status class."),
-    (Kind::Counter, "seatfence_holds_created_total", "Holds granted."),
-    (Kind::Counter, "seatfence_hold_conflicts_total", "Hold requests refused because seats were taken (409 seats_unavailable)."),
     (Kind::Counter, "seatfence_stale_epoch_rejections_total", "Stale fences refused, by layer: edge = replies below the highest fence seen (discarded, re-routed); propose = leader check; apply = state machine."),
     (Kind::Counter, "seatfence_not_leader_redirects_total", "not_leader answers: followed by this edge, and given by this node."),
-    (Kind::Counter, "seatfence_admission_rejections_total", "Requests answered 429, by reason."),
-    (Kind::Counter, "seatfence_no_leader_total", "Requests answered 503 because no leader was found in time."),
     (Kind::Counter, "seatfence_leader_changes_total", "Times a group on this node became leader."),
     (Kind::Counter, "seatfence_group_leader_changes_total", "Times each group became leader on this node, by group id."),
-    (Kind::Counter, "seatfence_bookings_created_total", "Bookings created (payment created at the gateway and recorded)."),
-    (Kind::Counter, "seatfence_payments_confirmed_total", "Bookings confirmed (HELD -> PAID), by the path that confirmed them."),
-    (Kind::Counter, "seatfence_late_success_total", "Payments that completed after their seats were released (refund queued)."),
-    (Kind::Counter, "seatfence_reconciler_releases_total", "Holds with a payment released by the reconciler, by reason."),
-    (Kind::Counter, "seatfence_reconciler_extensions_total", "Deadlines pushed back because the gateway could not be asked."),
-    (Kind::Counter, "seatfence_reconciler_alerts_total", "Holds whose payment stayed unknown after every extension (operator attention)."),
-    (Kind::Counter, "seatfence_payment_signals_rejected_total", "Callbacks and webhooks refused (bad signature, unknown payment)."),
-    (Kind::Counter, "seatfence_webhooks_duplicate_total", "Webhooks already in the inbox (ignored)."),
-    (Kind::Counter, "seatfence_gateway_errors_total", "Gateway calls that failed or timed out."),
-    (Kind::Counter, "seatfence_gateway_token_grants_total", "Gateway token grants by this node, by result."),
-    (Kind::Counter, "seatfence_outbox_delivered_total", "Outbox items delivered and recorded, by kind."),
     (Kind::Counter, "seatfence_moves_total", "Ownership moves: started and aborted through this edge, completed by this node's coordinator."),
     (Kind::Counter, "seatfence_move_duration_ms_sum", "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, membership change committed (old leader hands over) to epoch bump committed (phase=\"pause\")."),
     (Kind::Gauge, "seatfence_move_last_duration_seconds", "Start to done of the last move this node's coordinator completed."),
     (Kind::Gauge, "seatfence_move_last_pause_seconds", "Write pause (membership change committed to epoch bump committed) of the last move this node's coordinator completed."),
-    (Kind::Gauge, "seatfence_reconciliation_backlog", "Holds with a payment due for reconciliation at the last sweep."),
-    (Kind::Gauge, "seatfence_outbox_backlog", "Undelivered outbox items at the last scan."),
-    (Kind::Gauge, "seatfence_unknown_payment_age_seconds", "How long past its deadline the oldest undecided payment was at the last sweep."),
-    (Kind::Gauge, "seatfence_refund_pending_age_seconds", "Age of the oldest undelivered refund at the last outbox scan."),
-    (Kind::Histogram, "seatfence_http_request_duration_seconds", "Request latency by route."),
 ];
 
+/// What a family is, for its `# TYPE` line.
 #[derive(Clone, Copy)]
-enum Kind {
+pub enum Kind {
     Counter,
     Gauge,
     Histogram,
@@ -68,10 +49,7 @@ pub fn install() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full("seatfence_http_request_duration_seconds".into()),
-                &LATENCY_BUCKETS,
-            )
+            .set_buckets(&LATENCY_BUCKETS)
             .expect("the latency buckets are not empty")
             .build_recorder();
         let handle = recorder.handle();
@@ -80,15 +58,20 @@ pub fn install() -> &'static PrometheusHandle {
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!("a metrics recorder was already installed; /metrics shows ours only");
         }
-        for (kind, name, help) in FAMILIES {
-            match kind {
-                Kind::Counter => describe_counter!(*name, *help),
-                Kind::Gauge => describe_gauge!(*name, *help),
-                Kind::Histogram => describe_histogram!(*name, *help),
-            }
-        }
+        describe(FAMILIES);
         handle
     })
+}
+
+/// Give each family its `# HELP` text (after [`install`]).
+pub fn describe(families: &[(Kind, &'static str, &'static str)]) {
+    for (kind, name, help) in families {
+        match kind {
+            Kind::Counter => describe_counter!(*name, *help),
+            Kind::Gauge => describe_gauge!(*name, *help),
+            Kind::Histogram => describe_histogram!(*name, *help),
+        }
+    }
 }
 
 /// The Prometheus text exposition of everything this process recorded.

@@ -202,12 +202,15 @@ async fn concurrent_writes_each_get_their_own_answer() {
         }
     });
     let answers = futures::future::join_all(writes).await;
+    let mut entries = std::collections::BTreeSet::new();
     for a in answers {
-        assert!(matches!(
-            a.expect("committed").response,
-            Response::Written { existed: false }
-        ));
+        let c = a.expect("committed");
+        assert!(matches!(c.response, Response::Written { existed: false }));
+        entries.insert(c.log_index);
     }
+    // Proposals that arrive together leave together: the batcher packs
+    // them into a few log entries, not 200.
+    assert!(entries.len() < 200, "{} entries for 200 writes", entries.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,4 +242,22 @@ async fn the_client_stays_in_process_for_a_group_this_node_leads() {
     // A group it does not host goes over gRPC, where nobody answers.
     let e = client.write(GroupId(99), &create()).await.unwrap_err();
     assert!(matches!(e, ClientError::NoLeader { .. }), "{e:?}");
+}
+
+/// With time paused, a client that finds no leader gives up at its
+/// deadline with `no_leader` (the 60 s pass in virtual time).
+#[tokio::test(start_paused = true)]
+async fn a_client_with_no_reachable_node_gives_up_at_its_deadline() {
+    let client = ClusterClient::new(vec![NOWHERE.into()]).with_deadline(Duration::from_secs(60));
+    let started = tokio::time::Instant::now();
+    let e = client.write(GROUP, &create()).await.unwrap_err();
+    match e {
+        ClientError::NoLeader { group, waited, .. } => {
+            assert_eq!(group, GROUP);
+            assert!(waited >= Duration::from_secs(60), "{waited:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_secs(60));
+    assert_eq!(e.code(), "no_leader");
 }

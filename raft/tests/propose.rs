@@ -210,7 +210,11 @@ async fn concurrent_writes_each_get_their_own_answer() {
     }
     // Proposals that arrive together leave together: the batcher packs
     // them into a few log entries, not 200.
-    assert!(entries.len() < 200, "{} entries for 200 writes", entries.len());
+    assert!(
+        entries.len() < 200,
+        "{} entries for 200 writes",
+        entries.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::world::World;
 use seatfence_testkit::progress::Ticker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,12 +162,14 @@ struct Setup {
 async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
     // One region of three nodes: the event's group has its 3 voters there,
     // and every node is an edge.
-    let cluster = LocalCluster::builder(dir).regions(1, 3).start(bin)?;
-    cluster.wait_ready(Duration::from_secs(30)).await?;
-    let secret = cluster.jwt_secret().context("no edge secret")?;
-    let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
-    let http = HttpClient::default();
-    let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+    let builder = LocalCluster::builder(dir).regions(1, 3);
+    let World {
+        cluster,
+        secret,
+        edges,
+        http,
+        op,
+    } = World::start(builder, bin, Duration::from_secs(30)).await?;
     let (capacity, group) = create_event(
         &cluster,
         &http,

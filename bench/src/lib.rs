@@ -13,6 +13,7 @@
 //! - [`flash`]: `bench flash-sale` and `bench compare` (PostgreSQL, etcd;
 //!   `bench/compare.sh` starts those servers).
 //! - [`cli`]: the subcommands' flags; each report renders itself (`Display`).
+//! - [`world`]: a benchmark's cluster, started and ready.
 
 pub mod cli;
 pub mod flash;
@@ -20,5 +21,6 @@ pub mod holds;
 pub mod moves;
 pub mod payments;
 pub mod raft;
+pub mod world;
 
 pub use cli::{run, BenchCmd};

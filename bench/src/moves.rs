@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::holds::seat_counts;
 use crate::raft::bench_dir;
+use crate::world::World;
 use seatfence_testkit::cluster::LocalCluster;
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::progress::Ticker;
@@ -127,12 +128,14 @@ struct Setup {
 /// Start the cluster in `dir` and create the event, owned by us-east: rows
 /// of 200 seats, at least one (`seats` rounded down to whole rows).
 async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
-    let cluster = LocalCluster::builder(dir).regions(3, 3).start(bin)?;
-    cluster.wait_ready(Duration::from_secs(60)).await?;
-    let secret = cluster.jwt_secret().context("no edge secret")?;
-    let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
-    let http = HttpClient::default();
-    let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+    let builder = LocalCluster::builder(dir).regions(3, 3);
+    let World {
+        cluster,
+        secret,
+        edges,
+        http,
+        op,
+    } = World::start(builder, bin, Duration::from_secs(60)).await?;
     let seats = seats.max(200);
     let created = http
         .post(

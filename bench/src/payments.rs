@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::world::World;
 use seatfence_testkit::progress::Ticker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -166,15 +167,17 @@ pub async fn run_payments_bench(
 ) -> anyhow::Result<PaymentsBenchReport> {
     let (_guard, dir) = bench_dir()?;
     let gateway = GatewayProc::start(bin, &dir.join("gateway"), 5)?;
-    let cluster = LocalCluster::builder(&dir)
+    let builder = LocalCluster::builder(&dir)
         .regions(1, 3)
-        .payments(gateway.payments_config())
-        .start(bin)?;
-    cluster.wait_ready(Duration::from_secs(30)).await?;
-    let secret = cluster.jwt_secret().context("no edge secret")?;
-    let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
-    let http = HttpClient::default();
-    let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+        .payments(gateway.payments_config());
+    // `_cluster` keeps the nodes running until the report is made.
+    let World {
+        cluster: _cluster,
+        secret,
+        edges,
+        http,
+        op,
+    } = World::start(builder, bin, Duration::from_secs(30)).await?;
     let seats: Vec<String> = (1..=args.seats.max(1)).map(|i| format!("S{i}")).collect();
     let created = http
         .post(

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::backend::{http_counts, Backend, Counts, HttpBackend};
 use super::{run_workload, Payer, RunStats, Workload};
-use seatfence_testkit::http_client::HttpClient;
+use crate::world::World;
 use seatfence_testkit::{GatewayProc, LocalCluster};
 
 pub const EVENT: &str = "flash-sale";
@@ -46,12 +46,13 @@ impl Seatfence {
         if let Some(g) = &gateway {
             builder = builder.payments(g.payments_config());
         }
-        let cluster = builder.start(bin)?;
-        cluster.wait_ready(Duration::from_secs(30)).await?;
-        let secret = cluster.jwt_secret().context("no edge secret")?;
-        let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
-        let http = HttpClient::default();
-        let operator = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+        let World {
+            cluster,
+            secret,
+            edges,
+            http,
+            op: operator,
+        } = World::start(builder, bin, Duration::from_secs(30)).await?;
         let seats: Vec<String> = (0..capacity.max(1))
             .map(super::backend::seat_name)
             .collect();

@@ -202,6 +202,16 @@ impl Edge {
             });
         }
         if directory.drained.contains(&seatfence_core::NodeId(to)) {
+            // Already the leader: nothing to hand over, drained or not.
+            let st = self
+                .client
+                .membership(group, &seatfence_raft::membership::MembershipOp::Status)
+                .await
+                .ok()
+                .filter(|st| st.leader == to);
+            if let Some(st) = st {
+                return Ok((to, st.term));
+            }
             return Err(ApiError::Conflict {
                 code: "node_drained",
                 message: format!("node {to} is drained; undrain it first"),

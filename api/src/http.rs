@@ -323,7 +323,7 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         )),
         Route::Metrics => Ok(Reply::text(
             StatusCode::OK,
-            edge.metrics.render() + &moves::progress_metrics(edge),
+            edge.metrics.render(edge.client.redirects()) + &moves::progress_metrics(edge),
             "text/plain; version=0.0.4",
         )),
         Route::CreateEvent => events::create(edge, req).await,

@@ -138,6 +138,9 @@ pub struct EdgeMetrics {
     pub holds_created: Counter,
     pub hold_conflicts: Counter,
     pub stale_epoch_edge: Counter,
+    /// `not_leader` answers the edge's client followed (set from the
+    /// client's own count at each scrape).
+    redirects_followed: Counter,
     pub rejected_inflight: Counter,
     pub rejected_rate: Counter,
     pub no_leader: Counter,
@@ -172,6 +175,7 @@ pub struct EdgeMetrics {
 impl Default for EdgeMetrics {
     fn default() -> EdgeMetrics {
         seatfence_raft::metrics::install();
+        std::sync::LazyLock::force(&seatfence_raft::metrics::METRICS);
         seatfence_raft::metrics::describe(FAMILIES);
         let responses =
             |class: &'static str| counter!("seatfence_http_responses_total", "class" => class);
@@ -193,6 +197,7 @@ impl Default for EdgeMetrics {
             holds_created: counter!("seatfence_holds_created_total"),
             hold_conflicts: counter!("seatfence_hold_conflicts_total"),
             stale_epoch_edge: counter!("seatfence_stale_epoch_rejections_total", "layer" => "edge"),
+            redirects_followed: counter!("seatfence_not_leader_redirects_total", "side" => "edge"),
             rejected_inflight: refused("inflight"),
             rejected_rate: refused("rate"),
             no_leader: counter!("seatfence_no_leader_total"),
@@ -241,8 +246,10 @@ impl EdgeMetrics {
         }
     }
 
-    /// Prometheus text exposition of this process's series.
-    pub fn render(&self) -> String {
+    /// Prometheus text exposition of this process's series; `redirects`
+    /// is how many `not_leader` answers the edge's client has followed.
+    pub fn render(&self, redirects: u64) -> String {
+        self.redirects_followed.absolute(redirects);
         seatfence_raft::metrics::render()
     }
 }
@@ -256,7 +263,7 @@ mod tests {
         let m = EdgeMetrics::default();
         m.observe("holds", 201, Duration::from_millis(3));
         m.observe("nope", 500, Duration::from_millis(3));
-        let text = m.render();
+        let text = m.render(0);
         let bucket = |route: &str, le: &str| {
             format!(
                 "seatfence_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{le}\"}} "

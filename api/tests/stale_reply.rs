@@ -170,6 +170,6 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
     );
     assert!(edge
         .metrics
-        .render()
+        .render(0)
         .contains("seatfence_stale_epoch_rejections_total{layer=\"edge\"} 1"));
 }

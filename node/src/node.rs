@@ -41,7 +41,9 @@ pub struct Node {
     pub clock: Arc<SystemClock>,
     /// The HTTP edge, when the config has `[edge]`.
     pub edge: Option<Arc<Edge>>,
-    /// Where gRPC and HTTP listen (ports resolved when the config said `:0`).
+    /// Where gRPC and HTTP listen, as bound. (The directory records the
+    /// configured `grpc_addr`, which peers dial: `:0` suits a lone node in
+    /// a test only.)
     pub grpc_addr: SocketAddr,
     pub http_addr: Option<SocketAddr>,
     /// Turns `true` when the node is stopping.
@@ -64,6 +66,8 @@ impl Node {
             config.openraft_config(),
         ));
         let clock = Arc::new(SystemClock::default());
+        // Every consensus-layer series shows on /metrics from zero.
+        std::sync::LazyLock::force(&seatfence_raft::metrics::METRICS);
         if let Some(hooks) = &config.chaos {
             seatfence_raft::network::via::install(hooks.via.clone(), hooks.source_ip);
         }

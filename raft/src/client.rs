@@ -173,7 +173,7 @@ impl ClusterClient {
     /// Propose `cmd` to `group` and wait until it is committed and applied.
     pub async fn write(&self, group: GroupId, cmd: &Command) -> Result<Committed, ClientError> {
         if let Some(p) = self.local_leader(group) {
-            if let Some(r) = settled(p.write(group, cmd.clone(), None).await) {
+            if let Some(r) = self.local(group, p.write(group, cmd.clone(), None)).await {
                 return r;
             }
         }
@@ -218,7 +218,7 @@ impl ClusterClient {
         linearizable: bool,
     ) -> Result<(QueryResult, u64), ClientError> {
         if let Some(p) = self.local_leader(group) {
-            if let Some(r) = settled(p.query(group, q, linearizable).await) {
+            if let Some(r) = self.local(group, p.query(group, q, linearizable)).await {
                 return r.map(|a| (a.result, a.term));
             }
         }
@@ -279,7 +279,7 @@ impl ClusterClient {
     ) -> Result<crate::membership::MembershipStatus, ClientError> {
         use seatfence_proto::v1::{membership_reply, MembershipRequest};
         if let Some(p) = self.local_leader(group) {
-            if let Some(r) = settled(p.membership(group, op.clone()).await) {
+            if let Some(r) = self.local(group, p.membership(group, op.clone())).await {
                 return r;
             }
         }
@@ -315,7 +315,7 @@ impl ClusterClient {
     pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(), ClientError> {
         use seatfence_proto::v1::TransferLeaderRequest;
         if let Some(p) = self.local_leader(group) {
-            if let Some(r) = settled(p.transfer_leader(group, to).await) {
+            if let Some(r) = self.local(group, p.transfer_leader(group, to)).await {
                 return r;
             }
         }
@@ -345,6 +345,26 @@ impl ClusterClient {
             .await
             .map_err(|s| ClientError::Rejected(from_status(GroupId::DIRECTORY, &s)))?
             .into_inner())
+    }
+}
+
+impl ClusterClient {
+    /// An in-process call at this node's leader, bounded by the client's
+    /// deadline like any remote attempt (a leader that lost its quorum
+    /// answers nothing); what it settles, as [`settled`] says.
+    async fn local<T>(
+        &self,
+        group: GroupId,
+        call: impl std::future::Future<Output = Result<T, ProposeError>>,
+    ) -> Option<Result<T, ClientError>> {
+        match tokio::time::timeout(self.deadline, call).await {
+            Ok(r) => settled(r),
+            Err(_) => Some(Err(ClientError::NoLeader {
+                group,
+                waited: self.deadline,
+                last: "this node's own leader did not answer in time".into(),
+            })),
+        }
     }
 }
 
@@ -436,7 +456,6 @@ impl Inner {
         nl: seatfence_proto::v1::NotLeader,
     ) -> (bool, String) {
         self.redirects.fetch_add(1, Ordering::Relaxed);
-        crate::metrics::METRICS.redirects_followed.increment(1);
         match nl.leader {
             Some(h) if h.grpc_addr != addr => {
                 let why = format!("{addr}: not leader, try {}", h.grpc_addr);

@@ -53,6 +53,16 @@ pub fn install() -> &'static PrometheusHandle {
             .expect("the latency buckets are not empty")
             .build_recorder();
         let handle = recorder.handle();
+        // Histogram samples are kept until upkeep folds them in (or a
+        // scrape does): without it a node nobody scrapes grows without end.
+        let upkeep = handle.clone();
+        std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                upkeep.run_upkeep();
+            })
+            .expect("spawn the metrics upkeep thread");
         // Another recorder already installed (a test embedding a node in a
         // process that set its own): keep recording into ours regardless.
         if metrics::set_global_recorder(recorder).is_err() {
@@ -87,8 +97,6 @@ pub struct RaftMetrics {
     pub stale_epoch_apply: Counter,
     /// Writes answered `not_leader` by this node.
     pub not_leader_answers: Counter,
-    /// `not_leader` answers followed by this process's cluster clients.
-    pub redirects_followed: Counter,
     /// Leadership gained by a group on this node.
     pub leader_changes: Counter,
     /// Ownership moves started / aborted through this node's edge, and
@@ -103,6 +111,7 @@ pub struct RaftMetrics {
 }
 
 /// This process's consensus-layer series (the recorder is installed first).
+/// A node forces it at start, so every series shows from zero.
 pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
     install();
     let moves = |result: &'static str| counter!("seatfence_moves_total", "result" => result);
@@ -110,7 +119,6 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
         stale_epoch_propose: counter!("seatfence_stale_epoch_rejections_total", "layer" => "propose"),
         stale_epoch_apply: counter!("seatfence_stale_epoch_rejections_total", "layer" => "apply"),
         not_leader_answers: counter!("seatfence_not_leader_redirects_total", "side" => "node"),
-        redirects_followed: counter!("seatfence_not_leader_redirects_total", "side" => "edge"),
         leader_changes: counter!("seatfence_leader_changes_total"),
         moves_started: moves("started"),
         moves_aborted: moves("aborted"),

@@ -195,9 +195,13 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 
 async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let start = Instant::now();
-    let label = routes::label(req.method(), req.uri().path());
+    let matched = routes::find(req.method(), req.uri().path());
+    let label = match &matched {
+        Matched::Route(def) => def.label,
+        _ => "other",
+    };
     let result = match read_request(req).await {
-        Ok(r) => dispatch(&edge, r).await,
+        Ok(r) => dispatch(&edge, matched, r).await,
         Err(e) => Err(e),
     };
     let (status, body, content_type, headers) = match result {
@@ -278,13 +282,13 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, ApiError> {
 /// Route the request through [`routes::ROUTES`]: admission for buyer
 /// mutations, the handler, and an audit record for operator actions (who,
 /// what, on what, with what result), refused ones included.
-async fn dispatch(edge: &Edge, mut req: Req) -> Result<Reply, ApiError> {
-    let path = req.path.clone();
-    let (def, params) = match routes::find(&req.method, &path) {
-        Matched::Route(def, params) => (def, params),
+async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, ApiError> {
+    let def = match matched {
+        Matched::Route(def) => def,
         Matched::WrongMethod => return Err(ApiError::MethodNotAllowed),
-        Matched::NoRoute => return Err(ApiError::NoRoute(path.clone())),
+        Matched::NoRoute => return Err(ApiError::NoRoute(req.path.clone())),
     };
+    let params = routes::params(def, &req.path);
     let _permit = if def.admitted {
         let caller = req.caller(edge)?;
         let permit = edge.admit(&caller.user)?;

@@ -5,6 +5,8 @@
 //! metric's label (`label`) and the OpenAPI test (every row is documented
 //! in docs/openapi.json, and nothing else is).
 
+use std::sync::LazyLock;
+
 use hyper::Method;
 use serde_json::Value;
 
@@ -218,25 +220,36 @@ pub const ROUTES: &[RouteDef] = &[
 
 /// A request matched against [`ROUTES`].
 #[derive(Debug)]
-pub enum Matched<'a> {
-    /// The route and its path parameters, in order.
-    Route(&'static RouteDef, Vec<&'a str>),
+pub enum Matched {
+    Route(&'static RouteDef),
     /// The path is served, not with this method (405).
     WrongMethod,
     /// No route has this path (404).
     NoRoute,
 }
 
-/// Match `method` and `path` (surrounding slashes ignored).
-pub fn find<'a>(method: &Method, path: &'a str) -> Matched<'a> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+/// Each route's path, split into segments once.
+static SEGMENTS: LazyLock<Vec<Vec<&'static str>>> = LazyLock::new(|| {
+    ROUTES
+        .iter()
+        .map(|d| d.path.trim_matches('/').split('/').collect())
+        .collect()
+});
+
+fn segments(path: &str) -> impl Iterator<Item = &str> {
+    path.trim_matches('/').split('/')
+}
+
+/// Match `method` and `path` (surrounding slashes ignored). Allocates
+/// nothing: it runs on every request.
+pub fn find(method: &Method, path: &str) -> Matched {
     let mut path_known = false;
-    for def in ROUTES {
-        let Some(params) = match_path(def.path, &segs) else {
+    for (def, pattern) in ROUTES.iter().zip(SEGMENTS.iter()) {
+        if !matches_path(pattern, path) {
             continue;
-        };
+        }
         if def.method == *method {
-            return Matched::Route(def, params);
+            return Matched::Route(def);
         }
         path_known = true;
     }
@@ -247,28 +260,34 @@ pub fn find<'a>(method: &Method, path: &'a str) -> Matched<'a> {
     }
 }
 
+/// The path parameters of `path` (which matched `def`), in order.
+pub fn params<'a>(def: &RouteDef, path: &'a str) -> Vec<&'a str> {
+    def.path
+        .trim_matches('/')
+        .split('/')
+        .zip(segments(path))
+        .filter(|(p, _)| p.starts_with('{'))
+        .map(|(_, s)| s)
+        .collect()
+}
+
 /// The latency label of a request for `path` (`other` when unknown).
 pub fn label(method: &Method, path: &str) -> &'static str {
     match find(method, path) {
-        Matched::Route(def, _) => def.label,
+        Matched::Route(def) => def.label,
         _ => "other",
     }
 }
 
-fn match_path<'a>(pattern: &str, segs: &[&'a str]) -> Option<Vec<&'a str>> {
-    let pat: Vec<&str> = pattern.trim_matches('/').split('/').collect();
-    if pat.len() != segs.len() {
-        return None;
-    }
-    let mut params = Vec::new();
-    for (p, s) in pat.iter().zip(segs) {
-        if p.starts_with('{') {
-            params.push(*s);
-        } else if p != s {
-            return None;
+fn matches_path(pattern: &[&str], path: &str) -> bool {
+    let mut segs = segments(path);
+    for p in pattern {
+        match segs.next() {
+            Some(s) if p.starts_with('{') || p == &s => {}
+            _ => return false,
         }
     }
-    Some(params)
+    segs.next().is_none()
 }
 
 impl Audited {
@@ -344,9 +363,9 @@ mod tests {
     #[test]
     fn requests_match_by_path_then_method() {
         match find(&Method::DELETE, "/v1/holds/h1-2") {
-            Matched::Route(d, params) => {
+            Matched::Route(d) => {
                 assert_eq!(d.route, Route::CancelHold);
-                assert_eq!(params, ["h1-2"]);
+                assert_eq!(params(d, "/v1/holds/h1-2"), ["h1-2"]);
             }
             other => panic!("{other:?}"),
         }
@@ -368,15 +387,18 @@ mod tests {
 
     #[test]
     fn audit_targets_read_params_and_body() {
-        let Matched::Route(d, p) = find(&Method::POST, "/v1/admin/groups/7/transfer-leader") else {
+        let path = "/v1/admin/groups/7/transfer-leader";
+        let Matched::Route(d) = find(&Method::POST, path) else {
             panic!("transfer-leader is a route")
         };
+        let p = params(d, path);
         let a = d.audit.expect("audited");
         assert_eq!(a.target(d, &p, br#"{"to": 3}"#), "group 7 to node 3");
         assert_eq!(a.target(d, &p, b"not json"), "group 7 to node ?");
-        let Matched::Route(d, p) = find(&Method::POST, "/v1/events") else {
+        let Matched::Route(d) = find(&Method::POST, "/v1/events") else {
             panic!("create is a route")
         };
+        let p = params(d, "/v1/events");
         let a = d.audit.expect("audited");
         assert_eq!(a.target(d, &p, br#"{"event_id":"gig"}"#), "event gig");
         assert!(ROUTES

@@ -1,0 +1,278 @@
+//! The client's side that finds a group's leader: cached channels and
+//! leaders, the per-group write queues, and `at_leader`, which follows
+//! hints, probes members and seeds, and backs off until a deadline.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seatfence_core::GroupId;
+use seatfence_proto::v1::node_service_client::NodeServiceClient;
+use seatfence_proto::v1::{write_batch_reply, WriteBatchRequest};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{ClientError, MemberResolver};
+use crate::codec;
+use crate::network::MAX_MESSAGE_BYTES;
+use crate::propose::{Committed, ProposeError};
+use crate::status::from_status;
+
+pub(super) struct Inner {
+    pub(super) seeds: Vec<String>,
+    pub(super) members: Option<MemberResolver>,
+    pub(super) channels: Mutex<HashMap<String, Channel>>,
+    pub(super) leaders: Mutex<HashMap<GroupId, String>>,
+    /// `not_leader` answers followed (for the edge's metrics).
+    pub(super) redirects: AtomicU64,
+    /// Rotates the first node asked when no leader is known, across calls,
+    /// so one unresponsive candidate cannot fail every call.
+    pub(super) rotation: std::sync::atomic::AtomicUsize,
+}
+
+pub(super) struct Queued {
+    pub(super) cmd: Vec<u8>,
+    pub(super) tx: oneshot::Sender<Result<Committed, ClientError>>,
+}
+
+/// One try of a call at a group's leader.
+pub(super) enum Attempt<T> {
+    Done(T),
+    NotLeader(seatfence_proto::v1::NotLeader),
+    Failed(ProposeError),
+}
+
+/// How long a node asked only to find a group's leader may take to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most commands one `WriteBatch` carries.
+const MAX_CLIENT_BATCH: usize = 512;
+
+/// `WriteBatch` RPCs of one group in flight at once; further writes wait
+/// in the queue and leave together.
+const MAX_CLIENT_INFLIGHT: usize = 4;
+
+/// The queue task of one group: take what is queued, send it as one batch.
+pub(super) async fn run_queue(
+    inner: Arc<Inner>,
+    deadline: Duration,
+    group: GroupId,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+) {
+    let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENT_INFLIGHT));
+    let mut buf = Vec::with_capacity(MAX_CLIENT_BATCH);
+    loop {
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut buf, MAX_CLIENT_BATCH).await == 0 {
+            return;
+        }
+        let batch: Vec<Queued> = std::mem::take(&mut buf);
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let (cmds, txs): (Vec<_>, Vec<_>) = batch.into_iter().map(|q| (q.cmd, q.tx)).unzip();
+            match inner.write_batch(group, cmds, deadline).await {
+                Ok(outcomes) => {
+                    for (tx, o) in txs.into_iter().zip(outcomes) {
+                        let _ = tx.send(Ok(o));
+                    }
+                }
+                Err(e) => {
+                    for tx in txs {
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Inner {
+    pub(super) fn node(&self, addr: &str) -> Result<NodeServiceClient<Channel>, ClientError> {
+        let mut channels = self.channels.lock().expect("channel lock poisoned");
+        let ch = match channels.get(addr) {
+            Some(ch) => ch.clone(),
+            None => {
+                let ch =
+                    Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
+                        .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
+                        .local_address(crate::network::via::source_ip())
+                        .connect_timeout(Duration::from_millis(500))
+                        .tcp_nodelay(true)
+                        .connect_lazy();
+                channels.insert(addr.to_string(), ch.clone());
+                ch
+            }
+        };
+        Ok(NodeServiceClient::new(ch)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// The `n`th node to ask about `group` when its leader is unknown: its
+    /// members (if a resolver knows them), then the seeds.
+    pub(super) fn candidate(&self, group: GroupId, n: usize) -> String {
+        let mut all = self.members.as_ref().map(|r| r(group)).unwrap_or_default();
+        all.extend(self.seeds.iter().cloned());
+        all[n % all.len()].clone()
+    }
+
+    /// A `not_leader` answer from `addr`: remember the hinted leader (retry
+    /// at once) or forget the leader (pause first). Returns whether to retry
+    /// now, and why, for the error if the deadline passes.
+    pub(super) fn follow_hint(
+        &self,
+        group: GroupId,
+        addr: &str,
+        nl: seatfence_proto::v1::NotLeader,
+    ) -> (bool, String) {
+        self.redirects.fetch_add(1, Ordering::Relaxed);
+        match nl.leader {
+            Some(h) if h.grpc_addr != addr => {
+                let why = format!("{addr}: not leader, try {}", h.grpc_addr);
+                self.set_leader(group, Some(h.grpc_addr));
+                (true, why)
+            }
+            _ => {
+                self.set_leader(group, None);
+                (false, format!("{addr}: not leader, no leader known"))
+            }
+        }
+    }
+
+    pub(super) fn leader(&self, group: GroupId) -> Option<String> {
+        self.leaders
+            .lock()
+            .expect("leader lock poisoned")
+            .get(&group)
+            .cloned()
+    }
+
+    pub(super) fn set_leader(&self, group: GroupId, addr: Option<String>) {
+        let mut leaders = self.leaders.lock().expect("leader lock poisoned");
+        match addr {
+            Some(a) => leaders.insert(group, a),
+            None => leaders.remove(&group),
+        };
+    }
+
+    /// Send `cmds` to the leader of `group`, following hints, until
+    /// committed or `deadline` passes.
+    pub(super) async fn write_batch(
+        &self,
+        group: GroupId,
+        cmds: Vec<Vec<u8>>,
+        deadline: Duration,
+    ) -> Result<Vec<Committed>, ClientError> {
+        let n = cmds.len();
+        self.at_leader(group, deadline, |addr| {
+            let cmds = cmds.clone();
+            async move {
+                let mut req = tonic::Request::new(WriteBatchRequest {
+                    group_id: group.0,
+                    commands: cmds,
+                    expected_term: None,
+                });
+                req.set_timeout(Duration::from_secs(5));
+                let reply = self.node(&addr)?.write_batch(req).await;
+                Ok(match reply.map(|r| r.into_inner().result) {
+                    Ok(Some(write_batch_reply::Result::Committed(c))) => {
+                        if c.responses.len() != n {
+                            return Err(ClientError::BadReply(format!(
+                                "{} responses for {n} commands",
+                                c.responses.len()
+                            )));
+                        }
+                        let outcomes = c
+                            .responses
+                            .iter()
+                            .map(|r| {
+                                Ok(Committed {
+                                    response: codec::decode(r)
+                                        .map_err(|e| ClientError::BadReply(e.to_string()))?,
+                                    log_index: c.log_index,
+                                    term: c.term,
+                                })
+                            })
+                            .collect::<Result<Vec<_>, ClientError>>()?;
+                        Attempt::Done(outcomes)
+                    }
+                    Ok(Some(write_batch_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
+                    Ok(None) => return Err(ClientError::BadReply("empty write reply".into())),
+                    Err(s) => Attempt::Failed(from_status(group, &s)),
+                })
+            }
+        })
+        .await
+    }
+
+    /// Run `call` against the leader of `group` until it answers or
+    /// `deadline` passes: follow `not_leader` hints, try members and seeds
+    /// when no leader is known, back off (20 ms doubling to 300 ms) between
+    /// failures. An error no retry can fix ([`ProposeError::is_final`]) is
+    /// returned at once.
+    pub(super) async fn at_leader<T, F, Fut>(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+        mut call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Attempt<T>, ClientError>>,
+    {
+        let start = Instant::now();
+        let mut last = String::from("no attempt");
+        let mut pause = Duration::from_millis(20);
+        while start.elapsed() < deadline {
+            let known = self.leader(group);
+            let probing = known.is_none();
+            let addr = known.unwrap_or_else(|| {
+                let n = self.rotation.fetch_add(1, Ordering::Relaxed);
+                self.candidate(group, n)
+            });
+            // No single attempt may outlive the deadline (a paused node
+            // never answers; its RPC deadline may be longer than ours), and
+            // a node merely probed for the leader gets a short one.
+            let mut remaining = deadline.saturating_sub(start.elapsed());
+            if probing {
+                remaining = remaining.min(PROBE_TIMEOUT);
+            }
+            let attempt = match tokio::time::timeout(remaining, call(addr.clone())).await {
+                Ok(a) => a?,
+                Err(_) => Attempt::Failed(ProposeError::Unavailable(format!(
+                    "no answer within {remaining:?}"
+                ))),
+            };
+            match attempt {
+                Attempt::Done(v) => {
+                    self.set_leader(group, Some(addr));
+                    return Ok(v);
+                }
+                Attempt::NotLeader(nl) => {
+                    let (retry_now, why) = self.follow_hint(group, &addr, nl);
+                    last = why;
+                    if retry_now {
+                        continue;
+                    }
+                }
+                Attempt::Failed(e) if e.is_final() => return Err(ClientError::Rejected(e)),
+                Attempt::Failed(e) => {
+                    last = format!("{addr}: {}: {e}", e.code());
+                    self.set_leader(group, None);
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(300));
+        }
+        Err(ClientError::NoLeader {
+            group,
+            waited: start.elapsed(),
+            last,
+        })
+    }
+}

@@ -6,7 +6,7 @@
 #   bench/compare.sh --inflight 64 --grpc  # any `bench compare` flag passes through
 #   bench/compare.sh --rate 5000           # open loop: 5,000 buyers/s offered
 #
-# Installs what is missing (Debian packages postgresql, etcd-server,
+# Installs what is missing (Debian packages postgresql, etcd-server, etcd-client,
 # protobuf-compiler), starts PostgreSQL and etcd on 127.0.0.1 with their own
 # data dirs under a temporary directory, durability on for both (PostgreSQL
 # fsync = on, synchronous_commit = on; etcd fsyncs its WAL, as always),
@@ -22,6 +22,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
+command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then

@@ -13,4 +13,3 @@ pub mod ctl;
 pub mod demo;
 
 pub use seatfence_chaos::drill as chaos;
-pub use seatfence_testkit::{cluster, http_client};

@@ -201,39 +201,35 @@ impl Edge {
                 what: format!("group {}", group.0),
             });
         }
-        if directory.drained.contains(&seatfence_core::NodeId(to)) {
-            // Already the leader: nothing to hand over, drained or not.
-            let st = self
-                .client
-                .membership(group, &seatfence_raft::membership::MembershipOp::Status)
-                .await
-                .ok()
-                .filter(|st| st.leader == to);
-            if let Some(st) = st {
-                return Ok((to, st.term));
-            }
-            return Err(ApiError::Conflict {
-                code: "node_drained",
-                message: format!("node {to} is drained; undrain it first"),
-                extra: json!({}),
-            });
-        }
-        let t = self.transfer_to(group, &[to]).await?;
+        let drained = directory.drained.contains(&seatfence_core::NodeId(to));
+        let avoid = if drained { vec![to] } else { vec![] };
+        let t = self.transfer_to(group, &[to], &avoid).await?;
         Ok((t.previous, t.term))
     }
 
     /// Hand `group`'s leadership to the first caught-up voter of `targets`
     /// (`seatfence_regions::transfer`), with the answers operators see.
-    async fn transfer_to(&self, group: GroupId, targets: &[u64]) -> Result<Transferred, ApiError> {
+    async fn transfer_to(
+        &self,
+        group: GroupId,
+        targets: &[u64],
+        avoid: &[u64],
+    ) -> Result<Transferred, ApiError> {
         let r = transfer::transfer_leader(
             &self.client,
             group,
             targets,
+            avoid,
             self.catch_up_slack,
             TRANSFER_WAIT,
         )
         .await;
         r.map_err(|e| match e {
+            TransferError::Avoided { .. } => ApiError::Conflict {
+                code: "node_drained",
+                message: format!("node {targets:?} is drained; undrain it first"),
+                extra: json!({}),
+            },
             TransferError::NotAVoter { voters, .. } => ApiError::Conflict {
                 code: "not_a_voter",
                 message: format!("node {targets:?} is not a voter of group {}", group.0),
@@ -293,7 +289,7 @@ pub async fn audit(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             true,
         )
         .await
-        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+        .map_err(|e| edge.client_error(e))?;
     let seatfence_core::QueryResult::Audit(entries) = answer else {
         return Err(ApiError::Internal("directory answered oddly".into()));
     };
@@ -373,7 +369,7 @@ async fn set_drained(edge: &Edge, node: u64, drained: bool) -> Result<(), ApiErr
             "directory answered {:?}",
             w.response
         ))),
-        Err(e) => Err(ApiError::unavailable("no_leader", e.to_string())),
+        Err(e) => Err(edge.client_error(e)),
     }
 }
 
@@ -449,7 +445,7 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
                     .is_some_and(|n| n.region == info.region);
                 (!same_region, load.get(v).copied().unwrap_or(0), *v)
             });
-            match edge.transfer_to(g, &targets).await {
+            match edge.transfer_to(g, &targets, &[]).await {
                 Ok(t) => {
                     *load.entry(t.leader).or_default() += 1;
                     moved.push(json!({"group_id": g.0, "to": t.leader}));

@@ -151,7 +151,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             },
         )
         .await
-        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+        .map_err(|e| edge.client_error(e))?;
     let route = match registered.response {
         Response::EventRegistered(r) => r,
         Response::PlacementFailed { reason } => {
@@ -216,7 +216,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
         .client
         .query(route.group, &Query::Event, false)
         .await
-        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+        .map_err(|e| edge.client_error(e))?;
     let QueryResult::Event(Some(ev)) = answer else {
         return Err(ApiError::NotFound {
             code: "event_not_found",
@@ -280,7 +280,7 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                     false,
                 )
                 .await
-                .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+                .map_err(|e| edge.client_error(e))?;
             let QueryResult::Availability {
                 event: Some(ev),
                 free_seats,

@@ -196,10 +196,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let start = Instant::now();
     let matched = routes::find(req.method(), req.uri().path());
-    let label = match &matched {
-        Matched::Route(def) => def.label,
-        _ => "other",
-    };
+    let label = matched.label();
     let result = match read_request(req).await {
         Ok(r) => dispatch(&edge, matched, r).await,
         Err(e) => Err(e),
@@ -289,17 +286,22 @@ async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, 
         Matched::NoRoute => return Err(ApiError::NoRoute(req.path.clone())),
     };
     let params = routes::params(def, &req.path);
+    // The caller is verified once, here, for routes that need it before
+    // the handler (admission, the audit); handlers reuse it.
     let _permit = if def.admitted {
         let caller = req.caller(edge)?;
         let permit = edge.admit(&caller.user)?;
         req.verified = Some(caller);
         Some(permit)
     } else {
+        if def.audit.is_some() {
+            req.verified = req.caller(edge).ok();
+        }
         None
     };
     let result = call(edge, &req, def.route, &params).await;
     if let Some(audit) = def.audit {
-        if let Some(actor) = req.caller(edge).ok().filter(|c| c.operator) {
+        if let Some(actor) = req.verified.as_ref().filter(|c| c.operator) {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
                 Err(e) => format!("{}: {}", e.code(), e),

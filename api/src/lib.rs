@@ -183,7 +183,9 @@ impl Edge {
         }
     }
 
-    fn client_error(&self, e: ClientError) -> ApiError {
+    /// The answer for a failed cluster call: 503 `no_leader` when no leader
+    /// answered in time (counted), 503 `group_unavailable` otherwise.
+    pub(crate) fn client_error(&self, e: ClientError) -> ApiError {
         match e {
             ClientError::NoLeader { .. } => {
                 self.metrics.inc(|m| &m.no_leader);

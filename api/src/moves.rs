@@ -89,7 +89,7 @@ fn refused(r: MoveRefused) -> ApiError {
 async fn propose(edge: &Edge, op: MoveOp) -> Result<MoveRecord, ApiError> {
     seatfence_regions::moves::propose(&edge.client, edge.clock.now_ms(), op)
         .await
-        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?
+        .map_err(|e| edge.client_error(e))?
         .map_err(refused)
 }
 

@@ -271,11 +271,13 @@ pub fn params<'a>(def: &RouteDef, path: &'a str) -> Vec<&'a str> {
         .collect()
 }
 
-/// The latency label of a request for `path` (`other` when unknown).
-pub fn label(method: &Method, path: &str) -> &'static str {
-    match find(method, path) {
-        Matched::Route(def) => def.label,
-        _ => "other",
+impl Matched {
+    /// The latency label of the request (`other` when no route matched).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Matched::Route(def) => def.label,
+            _ => "other",
+        }
     }
 }
 
@@ -289,6 +291,9 @@ fn matches_path(pattern: &[&str], path: &str) -> bool {
     }
     segs.next().is_none()
 }
+
+/// Characters of one body value an audit target keeps.
+const MAX_TARGET_VALUE: usize = 128;
 
 impl Audited {
     /// The audit target of a request with `params` and `body`.
@@ -309,11 +314,14 @@ impl Audited {
                 Some(field) => {
                     let body = parsed
                         .get_or_insert_with(|| serde_json::from_slice(body).unwrap_or(Value::Null));
-                    match &body[field] {
+                    let v = match &body[field] {
                         Value::Null => "?".to_string(),
                         Value::String(s) => s.clone(),
                         other => other.to_string(),
-                    }
+                    };
+                    // A body is up to 1 MiB: the audit trail keeps a bounded
+                    // excerpt of what it names.
+                    v.chars().take(MAX_TARGET_VALUE).collect()
                 }
                 None => names
                     .iter()
@@ -379,10 +387,10 @@ mod tests {
             Matched::NoRoute
         ));
         assert_eq!(
-            label(&Method::GET, "/v1/events/e/availability"),
+            find(&Method::GET, "/v1/events/e/availability").label(),
             "availability"
         );
-        assert_eq!(label(&Method::GET, "/elsewhere"), "other");
+        assert_eq!(find(&Method::GET, "/elsewhere").label(), "other");
     }
 
     #[test]
@@ -401,6 +409,9 @@ mod tests {
         let p = params(d, "/v1/events");
         let a = d.audit.expect("audited");
         assert_eq!(a.target(d, &p, br#"{"event_id":"gig"}"#), "event gig");
+        let long = format!(r#"{{"event_id":"{}"}}"#, "x".repeat(5000));
+        let target = a.target(d, &p, long.as_bytes());
+        assert_eq!(target.len(), "event ".len() + MAX_TARGET_VALUE, "bounded");
         assert!(ROUTES
             .iter()
             .filter(|d| d.audit.is_some())

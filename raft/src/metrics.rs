@@ -63,10 +63,11 @@ pub fn install() -> &'static PrometheusHandle {
                 upkeep.run_upkeep();
             })
             .expect("spawn the metrics upkeep thread");
-        // Another recorder already installed (a test embedding a node in a
-        // process that set its own): keep recording into ours regardless.
+        // Another recorder already installed (a process embedding a node
+        // that set its own): the handles record into that one, and our
+        // /metrics shows nothing. Say so.
         if metrics::set_global_recorder(recorder).is_err() {
-            tracing::warn!("a metrics recorder was already installed; /metrics shows ours only");
+            tracing::warn!("a metrics recorder was already installed: /metrics will be empty");
         }
         describe(FAMILIES);
         handle

@@ -364,8 +364,6 @@ impl Proposer {
     pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(), ProposeError> {
         let g = self.group(group)?;
         if !g.leads() {
-            // The leader hint, as the membership status knows it.
-            self.membership(group, MembershipOp::Status).await?;
             return Err(removed(group));
         }
         if !g.raft.voter_ids().any(|v| v == to) {

@@ -338,19 +338,15 @@ impl Coordinator {
     /// Step 4: make one of `to` (target voters in the target region) the
     /// leader. `true` once one leads.
     async fn transfer_into(&self, m: &MoveRecord, to: &[u64]) -> anyhow::Result<bool> {
-        let drained = self.read_directory(|d| d.drained.clone());
-        let targets: Vec<u64> = to
-            .iter()
-            .copied()
-            .filter(|n| !drained.contains(&seatfence_core::NodeId(*n)))
-            .collect();
+        let drained: Vec<u64> = self.read_directory(|d| d.drained.iter().map(|n| n.0).collect());
         // A failed transfer can leave the group leaderless for an election
         // timeout: wait a while, then the step is tried again.
         let wait = Duration::from_secs(3);
         match transfer::transfer_leader(
             &self.client,
             m.group,
-            &targets,
+            to,
+            &drained,
             self.config.catch_up_slack,
             wait,
         )
@@ -360,6 +356,9 @@ impl Coordinator {
             Err(TransferError::TimedOut { .. } | TransferError::LeaderChanged { .. }) => Ok(false),
             Err(TransferError::NotCaughtUp { .. }) => {
                 anyhow::bail!("no caught-up target voter to lead yet")
+            }
+            Err(TransferError::Avoided { .. }) => {
+                anyhow::bail!("every target voter is drained; undrain one to finish the move")
             }
             Err(e) => Err(e.into()),
         }

@@ -45,6 +45,9 @@ pub enum TransferError {
         leader: u64,
         term: u64,
     },
+    /// Every target is one to avoid (drained) and none leads already.
+    #[error("every target for group {group} is drained")]
+    Avoided { group: GroupId },
     #[error("no target became leader of group {group} within {waited:?}")]
     TimedOut { group: GroupId, waited: Duration },
     #[error(transparent)]
@@ -60,12 +63,14 @@ pub fn first_caught_up(st: &MembershipStatus, targets: &[u64], slack: u64) -> Op
 }
 
 /// Hand `group`'s leadership to the first of `targets` (in preference
-/// order) that is a caught-up voter, through the group's leader, and wait
-/// up to `wait` until one of `targets` leads.
+/// order) that is a caught-up voter and not in `avoid` (drained nodes),
+/// through the group's leader, and wait up to `wait` until one of
+/// `targets` leads. A target that already leads is success, avoided or not.
 pub async fn transfer_leader(
     client: &ClusterClient,
     group: GroupId,
     targets: &[u64],
+    avoid: &[u64],
     slack: u64,
     wait: Duration,
 ) -> Result<Transferred, TransferError> {
@@ -77,8 +82,16 @@ pub async fn transfer_leader(
             term: st.term,
         });
     }
-    let Some(to) = first_caught_up(&st, targets, slack) else {
-        let Some(first) = targets.iter().find(|t| st.voters.contains(t)) else {
+    let candidates: Vec<u64> = targets
+        .iter()
+        .copied()
+        .filter(|t| !avoid.contains(t))
+        .collect();
+    if candidates.is_empty() {
+        return Err(TransferError::Avoided { group });
+    }
+    let Some(to) = first_caught_up(&st, &candidates, slack) else {
+        let Some(first) = candidates.iter().find(|t| st.voters.contains(t)) else {
             return Err(TransferError::NotAVoter {
                 group,
                 targets: targets.to_vec(),

@@ -12,15 +12,18 @@ pub struct Progress {
     bar: Option<ProgressBar>,
     label: String,
     len: u64,
+    unit: String,
     every: Duration,
     last_line: Option<Instant>,
 }
 
 impl Progress {
-    /// Progress over `len` units (seconds of a timed run), called `label`.
-    pub fn new(label: &str, len: u64, every: Duration) -> Progress {
+    /// Progress over `len` of `unit` (`"s"` for a timed run), called
+    /// `label`.
+    pub fn new(label: &str, len: u64, unit: &str, every: Duration) -> Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
-            let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos:>4}/{len}s  {msg}")
+            let template = format!("{{prefix}} [{{bar:30}}] {{pos:>4}}/{{len}}{unit}  {{msg}}");
+            let style = ProgressStyle::with_template(&template)
                 .expect("a valid template")
                 .progress_chars("=> ");
             ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr())
@@ -31,6 +34,7 @@ impl Progress {
             bar,
             label: label.to_string(),
             len,
+            unit: unit.to_string(),
             every,
             last_line: None,
         }
@@ -47,7 +51,7 @@ impl Progress {
             None => {
                 let due = self.last_line.is_none_or(|t| t.elapsed() >= self.every);
                 if due || pos == self.len {
-                    eprintln!("{} {pos:>4}/{}s  {msg}", self.label, self.len);
+                    eprintln!("{} {pos:>4}/{}{}  {msg}", self.label, self.len, self.unit);
                     self.last_line = Some(Instant::now());
                 }
             }
@@ -74,7 +78,7 @@ pub struct Ticker(tokio::task::JoinHandle<()>);
 
 impl Ticker {
     pub fn start(label: &str, secs: u64, msg: impl Fn() -> String + Send + 'static) -> Ticker {
-        let mut p = Progress::new(label, secs, Duration::from_secs(10));
+        let mut p = Progress::new(label, secs, "s", Duration::from_secs(10));
         let start = Instant::now();
         Ticker(tokio::spawn(async move {
             loop {

@@ -103,7 +103,7 @@ impl Edge {
             .client
             .query(id.group, &Query::Booking(id.seq), true)
             .await
-            .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+            .map_err(|e| self.client_error(e))?;
         Ok(match answer {
             QueryResult::Booking {
                 event_id: Some(event_id),

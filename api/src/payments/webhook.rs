@@ -62,7 +62,7 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         .client
         .query(id.group, &Query::Inbox(n.id.clone()), true)
         .await
-        .map_err(|e| ApiError::unavailable("no_leader", e.to_string()))?;
+        .map_err(|e| edge.client_error(e))?;
     if seen == QueryResult::Inbox(true) {
         edge.metrics.inc(|m| &m.webhooks_duplicate);
         return ok("duplicate");

@@ -25,10 +25,9 @@ pub mod view;
 mod buyer;
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use seatfence_testkit::progress::Ticker;
+use seatfence_testkit::progress::Progress;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -280,17 +279,19 @@ impl Run {
     }
 }
 
+/// The sale's progress on stderr (`Progress`: a bar on a terminal, a line
+/// every 2 s otherwise): seats taken (or confirmed, when buyers pay) of the
+/// capacity, the hold rate and the buyers arrived.
 fn spawn_progress(run: Arc<Run>, label: &'static str) -> Option<tokio::task::JoinHandle<()>> {
     if !run.w.progress {
         return None;
     }
-    let tty = std::io::stderr().is_terminal();
+    let cap = u64::from(run.w.capacity).max(1);
+    let mut p = Progress::new(label, cap, " seats", Duration::from_secs(2));
     Some(tokio::spawn(async move {
-        let every = if tty { 250 } else { 2000 };
         let mut last = (Instant::now(), 0u64);
         loop {
-            tokio::time::sleep(Duration::from_millis(every)).await;
-            let cap = u64::from(run.w.capacity).max(1);
+            tokio::time::sleep(Duration::from_millis(250)).await;
             let done_seats = if run.payer.is_some() {
                 run.confirmed_seats.load(Ordering::Relaxed)
             } else {
@@ -299,25 +300,15 @@ fn spawn_progress(run: Arc<Run>, label: &'static str) -> Option<tokio::task::Joi
             let holds = run.granted_holds.load(Ordering::Relaxed);
             let rate = (holds - last.1) as f64 / last.0.elapsed().as_secs_f64();
             last = (Instant::now(), holds);
-            let filled = (done_seats * 30 / cap) as usize;
-            let line = format!(
-                "[{}{}] {done_seats}/{cap} seats {label} · {rate:.0} holds/s · {} buyers · {:.1} s",
-                "#".repeat(filled.min(30)),
-                "-".repeat(30 - filled.min(30)),
-                run.arrived.load(Ordering::Relaxed),
-                run.start.elapsed().as_secs_f64()
+            p.update(
+                done_seats,
+                format!(
+                    "{rate:.0} holds/s · {} buyers · {:.1} s",
+                    run.arrived.load(Ordering::Relaxed),
+                    run.start.elapsed().as_secs_f64()
+                ),
             );
-            let mut err = std::io::stderr();
-            if tty {
-                let _ = write!(err, "\r{line}   ");
-            } else {
-                let _ = writeln!(err, "{line}");
-            }
-            let _ = err.flush();
             if run.over() {
-                if tty {
-                    let _ = writeln!(err);
-                }
                 return;
             }
         }
@@ -328,8 +319,6 @@ fn spawn_progress(run: Arc<Run>, label: &'static str) -> Option<tokio::task::Joi
 /// flash sale), without it holds are only taken (compare).
 pub async fn run_workload(backend: Arc<Backend>, payer: Option<Payer>, w: Workload) -> RunStats {
     let start = Instant::now();
-    let progress_label = format!("{} sale", backend.name());
-    let planned_secs = w.duration.as_secs();
     let run = Arc::new(Run {
         view: Mutex::new(SeatView::new(w.capacity, w.window)),
         hist: Mutex::new(hist(3)),
@@ -349,18 +338,6 @@ pub async fn run_workload(backend: Arc<Backend>, payer: Option<Payer>, w: Worklo
         backend,
         payer,
         w,
-    });
-    let _progress = Ticker::start(&progress_label, planned_secs, {
-        let run = run.clone();
-        move || {
-            let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            format!(
-                "holds granted {}, conflicts {}, seats confirmed {}",
-                n(&run.granted_holds),
-                n(&run.conflicts),
-                n(&run.confirmed_seats)
-            )
-        }
     });
     let label = if run.payer.is_some() { "sold" } else { "held" };
     let progress = spawn_progress(run.clone(), label);

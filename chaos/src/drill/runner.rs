@@ -525,7 +525,7 @@ async fn save_node_states(w: &World, cluster: &LocalCluster, out: &Path) {
 /// The drill's progress on stderr (`Progress`): a bar on a terminal, one
 /// line every 10 s otherwise.
 async fn progress(w: Arc<World>, duration: u64, faults: usize) {
-    let mut p = Progress::new("drill", duration, Duration::from_secs(10));
+    let mut p = Progress::new("drill", duration, "s", Duration::from_secs(10));
     let start = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;

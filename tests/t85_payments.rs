@@ -93,7 +93,17 @@ async fn t85_an_unknown_payment_at_its_deadline_is_extended_never_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t85_a_late_success_after_resale_is_refunded() {
+async fn t85_an_execute_held_past_the_deadline_is_voided_before_any_release() {
+    held_execute_voided(&scenario(&[("pay-void", &["V1"], 4)]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_capture_that_beats_the_void_confirms_the_held_seat() {
+    capture_beats_void(&scenario(&[("pay-race", &["C1"], 4)]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_capture_after_the_release_is_refunded_with_every_webhook_lost() {
     late_success_refunded(&scenario(&[("pay-late", &["L1"], 4)]).await.env).await;
 }
 
@@ -475,12 +485,18 @@ async fn unknown_at_deadline(env: &Env) {
     env.wait_status("hank", &id, "expired").await;
 }
 
-async fn late_success_refunded(env: &Env) {
-    tracing::info!("--- late success after the seat was resold: refund_pending, then refunded");
-    env.faults(json!({"execute": "hold"})).await;
-    let hold = env.hold("ivy", "pay-late", &["L1"]).await;
-    let b = env.book("ivy", s(&hold["hold_id"])).await;
-    let id = s(&b["booking_id"]).to_string();
+/// ivy books and approves; the gateway's execute hangs and every webhook
+/// is lost; the callback answers `pending`. Returns (booking id, payment id).
+async fn approved_with_a_hanging_capture(
+    env: &Env,
+    user: &str,
+    event: &str,
+    seat: &str,
+) -> (String, String) {
+    env.faults(json!({"execute": "hold", "webhook": "drop"}))
+        .await;
+    let hold = env.hold(user, event, &[seat]).await;
+    let b = env.book(user, s(&hold["hold_id"])).await;
     let redirect = env.browser(s(&b["approve_url"]), true).await;
     let a = env.get(&redirect).await;
     assert_eq!(
@@ -488,22 +504,88 @@ async fn late_success_refunded(env: &Env) {
         "capture still hanging: {}",
         a.body
     );
+    (
+        s(&b["booking_id"]).to_string(),
+        s(&b["payment_id"]).to_string(),
+    )
+}
+
+async fn held_execute_voided(env: &Env) {
+    tracing::info!("--- execute held past the deadline, webhooks lost, void failing: seats kept");
+    env.faults(json!({"void": "error"})).await;
+    let (id, pid) = approved_with_a_hanging_capture(env, "ivy", "pay-void", "V1").await;
+    eventually("an extension while the void fails", || async {
+        let got = env.booking("ivy", &id).await.body;
+        (got["extensions"].as_u64()? >= 1).then_some(())
+    })
+    .await;
+    let got = env.booking("ivy", &id).await.body;
+    assert_eq!(got["status"], "pending", "never released unsure: {got}");
+    assert_eq!(env.available("pay-void").await["held"], 1);
+    tracing::info!("--- the void answers: voided, then released; the held capture never lands");
+    env.faults(json!({"void": "ok"})).await;
+    env.wait_status("ivy", &id, "expired").await;
+    let p = env.payment(&pid).await;
+    assert_eq!(p["status"], "voided", "{p}");
+    env.faults(json!({"execute": "ok"})).await;
+    let resold = env.hold("jack", "pay-void", &["V1"]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let p = env.payment(&pid).await;
+    assert_eq!(
+        (
+            p["captures"].clone(),
+            p["refunds"].clone(),
+            p["status"].clone()
+        ),
+        (json!(0), json!(0), json!("voided")),
+        "no money taken: {p}"
+    );
+    assert_eq!(
+        env.hold_of("jack", s(&resold["hold_id"])).await.body["status"],
+        "held"
+    );
+    env.faults(json!({"webhook": "deliver"})).await;
+}
+
+async fn capture_beats_void(env: &Env) {
+    tracing::info!("--- the held capture lands as the void arrives: already_captured, confirmed");
+    env.faults(json!({"void": "lose"})).await;
+    let (id, pid) = approved_with_a_hanging_capture(env, "ivy", "pay-race", "C1").await;
+    let got = env.wait_status("ivy", &id, "confirmed").await;
+    assert_eq!(got["confirmed_via"], "reconciler");
+    env.faults(json!({"execute": "ok", "webhook": "deliver", "void": "ok"}))
+        .await;
+    let p = env.payment(&pid).await;
+    assert_eq!(
+        (p["captures"].clone(), p["refunds"].clone()),
+        (json!(1), json!(0)),
+        "{p}"
+    );
+    assert_eq!(env.available("pay-race").await["sold"], 1);
+}
+
+async fn late_success_refunded(env: &Env) {
+    tracing::info!("--- the gateway says voided but captures later: the watch refunds it");
+    env.faults(json!({"void": "ignore"})).await;
+    let (id, pid) = approved_with_a_hanging_capture(env, "ivy", "pay-late", "L1").await;
     env.wait_status("ivy", &id, "expired").await;
     let resold = env.hold("jack", "pay-late", &["L1"]).await;
     env.faults(json!({"execute": "ok"})).await;
     let got = env.wait_status("ivy", &id, "refunded").await;
     assert!(got["refund_id"].is_string());
-    let p = env.payment(s(&b["payment_id"])).await;
+    let p = env.payment(&pid).await;
     assert_eq!(
         (p["captures"].clone(), p["refunds"].clone()),
         (json!(1), json!(1)),
-        "{p}"
+        "exactly one refund: {p}"
     );
     let h = env.hold_of("jack", s(&resold["hold_id"])).await;
     assert_eq!(
         h.body["status"], "held",
         "the resold seat stays with its new buyer"
     );
+    env.faults(json!({"void": "ok", "webhook": "deliver"}))
+        .await;
 }
 
 async fn leader_killed_between_intent_and_confirm(env: &mut Env) {

@@ -267,6 +267,7 @@ impl Edge {
             action: action.to_string(),
             target,
             result,
+            id: format!("{:032x}", rand::random::<u128>()),
         };
         if let Err(e) = self
             .write(GroupId::DIRECTORY, seatfence_core::Command::Audit(entry))

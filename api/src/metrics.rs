@@ -70,6 +70,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Counter,
+        "seatfence_payments_voided_total",
+        "Payments voided at the gateway by the reconciler before their seats went back on sale.",
+    ),
+    (
+        Kind::Counter,
         "seatfence_reconciler_extensions_total",
         "Deadlines pushed back because the gateway could not be asked.",
     ),
@@ -120,6 +125,16 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Gauge,
+        "seatfence_payments_unsettled",
+        "Released bookings whose payment the gateway has not yet called terminal (the reconciler keeps asking).",
+    ),
+    (
+        Kind::Gauge,
+        "seatfence_money_captured_unbooked",
+        "Payments captured whose booking is neither confirmed nor refunded yet (refund pending). Alert while above 0 for minutes.",
+    ),
+    (
+        Kind::Gauge,
         "seatfence_refund_pending_age_seconds",
         "Age of the oldest undelivered refund at the last outbox scan.",
     ),
@@ -151,6 +166,7 @@ pub struct EdgeMetrics {
     pub late_success: Counter,
     pub released_failed: Counter,
     pub released_unpaid: Counter,
+    pub voided: Counter,
     pub extensions: Counter,
     pub reconcile_alerts: Counter,
     pub callbacks_rejected: Counter,
@@ -170,6 +186,12 @@ pub struct EdgeMetrics {
     /// Seconds since the oldest undelivered refund was queued, at the last
     /// outbox scan.
     pub refund_pending_age: Gauge,
+    /// Released bookings not yet known to be terminal at the gateway, in
+    /// the groups this node leads (last sweep).
+    pub unsettled: Gauge,
+    /// Captured payments with neither a confirmed booking nor a refund yet
+    /// (refund pending), in the groups this node leads (last sweep).
+    pub captured_unbooked: Gauge,
 }
 
 impl Default for EdgeMetrics {
@@ -208,6 +230,7 @@ impl Default for EdgeMetrics {
             late_success: counter!("seatfence_late_success_total"),
             released_failed: released("payment_failed"),
             released_unpaid: released("unpaid"),
+            voided: counter!("seatfence_payments_voided_total"),
             extensions: counter!("seatfence_reconciler_extensions_total"),
             reconcile_alerts: counter!("seatfence_reconciler_alerts_total"),
             callbacks_rejected: signals("callback"),
@@ -222,6 +245,8 @@ impl Default for EdgeMetrics {
             outbox_backlog: gauge!("seatfence_outbox_backlog"),
             unknown_payment_age: gauge!("seatfence_unknown_payment_age_seconds"),
             refund_pending_age: gauge!("seatfence_refund_pending_age_seconds"),
+            unsettled: gauge!("seatfence_payments_unsettled"),
+            captured_unbooked: gauge!("seatfence_money_captured_unbooked"),
         }
     }
 }

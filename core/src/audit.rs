@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 /// Entries kept; older ones are forgotten.
 pub const AUDIT_KEEP: usize = 10_000;
 
+/// A re-sent entry (same `id`) among this many newest is not appended
+/// again. Re-sends come within a client's deadline, seconds apart.
+pub const AUDIT_DEDUP_WINDOW: usize = 1_000;
+
 /// One operator action.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
@@ -22,4 +26,8 @@ pub struct AuditEntry {
     pub target: String,
     /// `ok` or the error.
     pub result: String,
+    /// Unique per action (chosen by the edge): a re-sent entry with an id
+    /// among the newest [`AUDIT_DEDUP_WINDOW`] is recorded once.
+    #[serde(default)]
+    pub id: String,
 }

@@ -52,6 +52,14 @@ pub enum Command {
     },
     /// Event groups: a seat inventory command.
     Event(EventCommand),
+    /// Directory: set a fleet-wide value only if it is `expected` now
+    /// (`None`: absent). A compare-and-set: of two writers that read the
+    /// same value, one wins and the other is told [`Response::Changed`].
+    PutSharedIf {
+        key: String,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+    },
 }
 
 /// The outcome of applying one [`Command`].
@@ -89,6 +97,8 @@ pub enum Response {
     /// A move as it stands after a [`Command::Move`], or why it was refused.
     Move(Result<Box<crate::moves::MoveRecord>, crate::moves::MoveRefused>),
     Event(EventReply),
+    /// A [`Command::PutSharedIf`] found another value: nothing written.
+    Changed,
 }
 
 impl fmt::Display for Command {
@@ -98,6 +108,7 @@ impl fmt::Display for Command {
             Command::Delete { key } => write!(f, "delete {key}"),
             Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
             Command::PutShared { key, .. } => write!(f, "put shared {key}"),
+            Command::PutSharedIf { key, .. } => write!(f, "put shared {key} if unchanged"),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),

@@ -33,6 +33,10 @@ pub enum Query {
     /// Event group: this replica's seats, holds and bookings (the chaos
     /// harness compares replicas with it; fine for drill-sized events).
     Replica,
+    /// Event group: released bookings whose payment is not known to be
+    /// terminal yet (answered as [`QueryResult::DuePayments`]), at most
+    /// `limit`.
+    Unsettled { limit: u32 },
 }
 
 /// One replica's records of an event, as [`Query::Replica`] answers them.
@@ -99,6 +103,16 @@ impl State {
                     .take_while(|(deadline, _)| deadline <= until_ms)
                     .take(*limit as usize)
                     .filter_map(|(_, seq)| {
+                        Some((inv.holds.get(seq)?.clone(), inv.bookings.get(seq)?.clone()))
+                    })
+                    .collect(),
+            ),
+            Query::Unsettled { limit } => QueryResult::DuePayments(
+                inv.index
+                    .unsettled
+                    .iter()
+                    .take(*limit as usize)
+                    .filter_map(|seq| {
                         Some((inv.holds.get(seq)?.clone(), inv.bookings.get(seq)?.clone()))
                     })
                     .collect(),

@@ -43,10 +43,12 @@ enum Step {
 fn pay_step() -> impl Strategy<Value = PayStep> {
     prop_oneof![
         3 => Just(PayStep::Attach),
-        1 => any::<bool>().prop_map(|takeover| PayStep::Intent { takeover }),
+        1 => (any::<bool>(), 0u8..2).prop_map(|(takeover, requester)| PayStep::Intent { takeover, requester }),
         2 => Just(PayStep::Confirm),
         2 => any::<bool>().prop_map(|unpaid| PayStep::Release { unpaid }),
-        1 => Just(PayStep::Extend),
+        1 => any::<bool>().prop_map(|resend| PayStep::Extend { resend }),
+        1 => Just(PayStep::Void),
+        1 => Just(PayStep::Settle),
         1 => (1u64..6).prop_map(|id| PayStep::OutboxDone { id }),
     ]
 }
@@ -142,10 +144,25 @@ proptest! {
                         prop_assert!(got.error_code().is_some() || was.is_none() || was == is, "{:?}", got);
                         prop_assert_eq!(&before.inventory.seats, &s.inventory.seats, "another payment id moved seats");
                     }
-                    if let (PayStep::Release { unpaid: true }, Some(h)) = (what, before.inventory.holds.get(&hold)) {
-                        if now < h.expires_at_ms {
-                            prop_assert_eq!(&before.inventory.seats, &s.inventory.seats, "unpaid released early");
+                    let voiding = before.inventory.bookings.get(&hold).is_some_and(|b| b.voiding);
+                    if let PayStep::Release { unpaid: true } = what {
+                        // An unpaid payment is released only after a void
+                        // intent, which is committed only past the deadline.
+                        if !voiding {
+                            prop_assert_eq!(&before.inventory.seats, &s.inventory.seats, "unpaid released without a void");
                         }
+                    }
+                    if let (PayStep::Void, Some(h)) = (what, before.inventory.holds.get(&hold)) {
+                        if now < h.expires_at_ms && was == Some(BookingStatus::Pending) {
+                            prop_assert!(!s.inventory.bookings[&hold].voiding, "voided before the deadline");
+                        }
+                    }
+                    if let (PayStep::Intent { .. }, Outcome::ExecuteIntent { granted: true, .. }) = (what, &got) {
+                        prop_assert!(!voiding, "execute granted after a void intent");
+                    }
+                    if let PayStep::Extend { .. } = what {
+                        let ext = |st: &State| st.inventory.holds.get(&hold).map_or(0, |h| h.extensions);
+                        prop_assert!(ext(&s) <= ext(&before) + 1, "one extend counted twice");
                     }
                     check(&s);
                     continue;
@@ -338,9 +355,24 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
     );
     s.apply(g, &cmd(TTL_MS + 5, 1, None, EventAction::Tick));
     assert_eq!(s.inventory.seats["A1"].state, SeatState::Held(1));
-    // Released by the reconciler after the deadline; resold to bob.
+    // Not released unpaid without a void intent.
     let release = pay_action(&s, 1, 0, PayStep::Release { unpaid: true });
+    assert_eq!(
+        outcome(
+            s.apply(g, &cmd(TTL_MS + 6, 1, None, release.clone()))
+                .response
+        )
+        .error_code(),
+        Some("release_refused")
+    );
+    // Voided past the deadline, released by the reconciler; resold to bob.
+    let void = pay_action(&s, 1, 0, PayStep::Void);
+    s.apply(g, &cmd(TTL_MS + 6, 1, None, void));
     s.apply(g, &cmd(TTL_MS + 6, 1, None, release));
+    assert!(
+        s.inventory.bookings[&1].unsettled(),
+        "watched after release"
+    );
     assert!(matches!(
         outcome(s.apply(g, &cmd(TTL_MS + 7, 1, None, hold("bob"))).response),
         Outcome::Held(_)
@@ -355,6 +387,10 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
         panic!("a late confirm changes the booking")
     };
     assert_eq!(b.status, BookingStatus::RefundPending);
+    assert!(
+        s.inventory.index.unsettled.is_empty(),
+        "a refund settles it"
+    );
     assert_eq!(s.inventory.seats["A1"].state, SeatState::Held(2));
     let item = *s
         .inventory

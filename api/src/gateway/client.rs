@@ -66,8 +66,10 @@ impl HttpGateway {
         }
         let err: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let code = err["error"]["code"].as_str().unwrap_or("").to_string();
-        if code == "stale_fencing_token" {
-            return Err(GatewayError::StaleFence);
+        match code.as_str() {
+            "stale_fencing_token" => return Err(GatewayError::StaleFence),
+            "already_captured" => return Err(GatewayError::AlreadyCaptured),
+            _ => {}
         }
         if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 401 {
             return Err(GatewayError::Unavailable(format!(
@@ -116,6 +118,19 @@ impl Gateway for HttpGateway {
     ) -> BoxFuture<'a, Result<PaymentState, GatewayError>> {
         let path = format!("/v1/payments/{payment_id}");
         async move { self.call(reqwest::Method::GET, &path, None, None).await }.boxed()
+    }
+
+    fn void<'a>(
+        &'a self,
+        payment_id: &'a str,
+        fence: Fence,
+    ) -> BoxFuture<'a, Result<PaymentState, GatewayError>> {
+        let path = format!("/v1/payments/{payment_id}/void");
+        async move {
+            self.call(reqwest::Method::POST, &path, Some(json!({})), Some(fence))
+                .await
+        }
+        .boxed()
     }
 
     fn refund<'a>(

@@ -3,7 +3,7 @@
 //! signatures ([`sign`]). The mock provider (`seatfence gateway`) lives in
 //! `seatfence-testkit`.
 //!
-//! Every side effect (execute, refund) carries `X-Fencing-Token:
+//! Every side effect (execute, void, refund) carries `X-Fencing-Token:
 //! {epoch}.{term}`; the gateway refuses a token lower than the highest it
 //! has seen for that payment, so a deposed leader cannot capture or refund.
 
@@ -42,12 +42,18 @@ pub enum PaymentStatus {
     Completed,
     Failed,
     Cancelled,
+    /// Voided by seatfence (`POST /v1/payments/{id}/void`): it can no
+    /// longer be executed or captured.
+    Voided,
 }
 
 impl PaymentStatus {
-    /// Failed or cancelled: it will never complete.
+    /// Failed, cancelled or voided: it will never complete.
     pub fn is_dead(self) -> bool {
-        matches!(self, PaymentStatus::Failed | PaymentStatus::Cancelled)
+        matches!(
+            self,
+            PaymentStatus::Failed | PaymentStatus::Cancelled | PaymentStatus::Voided
+        )
     }
 }
 
@@ -79,6 +85,9 @@ pub enum GatewayError {
     StaleFence,
     #[error("gateway has no access token yet")]
     NoToken,
+    /// A void came too late: the payment was captured.
+    #[error("the payment was captured before it could be voided")]
+    AlreadyCaptured,
     #[error("gateway refused ({status} {code}): {message}")]
     Rejected {
         status: u16,
@@ -96,6 +105,7 @@ impl GatewayError {
             GatewayError::Unavailable(_) => "gateway_unavailable",
             GatewayError::StaleFence => "stale_fencing_token",
             GatewayError::NoToken => "gateway_no_token",
+            GatewayError::AlreadyCaptured => "already_captured",
             GatewayError::Rejected { .. } => "gateway_rejected",
             GatewayError::BadAnswer(_) => "gateway_bad_answer",
         }
@@ -114,6 +124,14 @@ pub trait Gateway: Send + Sync {
     fn query<'a>(
         &'a self,
         payment_id: &'a str,
+    ) -> BoxFuture<'a, Result<PaymentState, GatewayError>>;
+    /// Make sure a payment is never captured: `voided` (or `failed` /
+    /// `cancelled`) when it was not, [`GatewayError::AlreadyCaptured`]
+    /// when it was. Repeating it returns the same answer.
+    fn void<'a>(
+        &'a self,
+        payment_id: &'a str,
+        fence: Fence,
     ) -> BoxFuture<'a, Result<PaymentState, GatewayError>>;
     fn refund<'a>(
         &'a self,

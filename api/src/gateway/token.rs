@@ -34,11 +34,22 @@ impl TokenSource for StaticToken {
 }
 
 /// The token as stored in the directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedToken {
     pub access_token: String,
     pub granted_at_ms: u64,
     pub expires_at_ms: u64,
+    /// A refresher is asking the provider for the next token (claimed by
+    /// a compare-and-set, so two refreshers never both ask).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<Claim>,
+}
+
+/// Who claimed the next grant, and when (their clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub by: String,
+    pub at_ms: u64,
 }
 
 /// Reads the shared token from this node's directory replica, and notes
@@ -63,7 +74,8 @@ impl DirectoryToken {
         }
     }
 
-    fn kv(&self, key: &str) -> Option<Vec<u8>> {
+    /// `key`'s value in this node's directory replica (it may lag).
+    pub fn kv(&self, key: &str) -> Option<Vec<u8>> {
         let dir = self.registry.get(seatfence_core::GroupId::DIRECTORY)?;
         dir.sm.read(|s| s.state.kv.get(key).cloned())
     }

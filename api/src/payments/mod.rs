@@ -5,12 +5,16 @@
 //!  callback (browser) ─┐
 //!  webhook (gateway)  ─┼▶ ExecuteIntent committed ─▶ execute(X-Fencing-Token) ─▶ Confirm HELD → PAID
 //!  reconciler (leader)─┘      (webhook and reconciler first ask the gateway)
-//!  reconciler only: failed/cancelled, or unpaid past the deadline ─▶ Release (guarded by payment id)
+//!  reconciler only, past the deadline: VoidIntent committed ─▶ void(X-Fencing-Token)
+//!      voided / failed / cancelled ─▶ Release (guarded by payment id) ─▶ watched until settled
+//!      already_captured ─▶ Confirm;   no answer ─▶ Extend (≤ 3), then alert and keep
+//!  reconciler, after a release: completed ─▶ Confirm → refund_pending;  terminal ─▶ Settle
 //!  outbox (leader): confirmation email, refunds ─▶ OutboxDone
 //! ```
 //!
 //! Every external signal is a hint until the gateway confirms it; a
-//! release never happens when the gateway's answer is unknown.
+//! release never happens while the payment could still be captured, and a
+//! capture that lands after a release always becomes a refund.
 
 pub mod bookings;
 pub mod callback;
@@ -124,7 +128,8 @@ impl Edge {
     }
 
     /// Run a payment action on `event`'s group (no idempotency key: every
-    /// payment action is conditional on the state it expects).
+    /// payment action is conditional on the state it expects or keyed by
+    /// its requester, so a re-sent one applies once).
     pub async fn payment_command(
         &self,
         event: &EventId,
@@ -194,6 +199,8 @@ impl Edge {
             hold: l.id.seq,
             payment_id: payment_id.clone(),
             takeover,
+            // This call's own id: a re-sent intent gets the same grant.
+            requester: format!("{}-{:016x}", via.as_str(), rand::random::<u64>()),
         };
         let (reply, fence) = self.payment_command(&l.event_id, intent).await?;
         match reply.outcome {

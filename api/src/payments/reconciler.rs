@@ -3,16 +3,25 @@
 //! It runs on every node and acts only for the event groups this node
 //! leads (checked before each batch, so it stops when leadership moves).
 //! Each sweep takes the holds whose deadline is within the margin or past,
-//! most overdue first, in small concurrent batches under a time budget,
-//! and asks the gateway about each:
+//! most overdue first, then the released bookings still unsettled, in
+//! small concurrent batches under a time budget, and asks the gateway
+//! about each:
 //!
 //! | gateway says                  | before the deadline    | at/after the deadline |
 //! |-------------------------------|------------------------|-----------------------|
 //! | completed                     | confirm                | confirm               |
-//! | failed / cancelled            | release                | release               |
-//! | approved (callback never came)| intent + execute       | release (no charge)   |
-//! | created                       | leave                  | release               |
-//! | (no answer)                   | leave                  | extend (≤ 3), then alert |
+//! | failed / cancelled / voided   | release                | release               |
+//! | approved (callback never came)| intent + execute       | void, then release    |
+//! | created                       | leave                  | void, then release    |
+//! | (no answer)                   | leave                  | extend (≤ 3), then alert and keep |
+//!
+//! "Void" commits a void intent (no execute is granted after it) and asks
+//! the gateway to void the payment with that commit's fence: only
+//! `voided` (or failed / cancelled) releases the seats; `already_captured`
+//! confirms; no answer extends, then alerts and keeps the seats. A
+//! released booking stays *unsettled* and is asked about again until the
+//! gateway calls it terminal (`Settle`) or reports a capture, which
+//! confirms into `refund_pending` and the outbox refunds it.
 //!
 //! A hold that never got a payment is expired by `apply` at its deadline.
 
@@ -21,18 +30,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seatfence_core::inventory::{
-    Booking, ConfirmPath, Hold, Outcome, PaymentAction, ReleaseReason,
+    Booking, BookingStatus, ConfirmPath, Hold, OutboxKind, Outcome, PaymentAction, ReleaseReason,
 };
 use seatfence_core::{BookingId, EventId, GroupId, Query, QueryResult};
 use tokio::sync::watch;
 
 use super::{Loaded, Payments};
 use crate::error::ApiError;
-use crate::gateway::PaymentStatus;
+use crate::gateway::{GatewayError, PaymentState, PaymentStatus};
 use crate::Edge;
 
 /// Holds looked at per sweep and group, at most.
 const SWEEP_LIMIT: u32 = 4096;
+
+/// Holds remembered as alerted on (one alert each); past this many the
+/// memory starts over, so a long outage cannot grow it without bound.
+const ALERTED_MAX: usize = 10_000;
 
 pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let Some(p) = edge.payments.clone() else {
@@ -48,10 +61,14 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(interval) => {}
         }
         let mut backlog = 0;
+        // (unsettled bookings, captured payments neither booked nor refunded)
+        let mut totals = (0, 0);
         for (gid, g) in edge.led_event_groups() {
-            backlog += sweep(&edge, &p, gid, &g, &mut alerted).await;
+            backlog += sweep(&edge, &p, gid, &g, &mut alerted, &mut totals).await;
         }
         edge.metrics.reconcile_backlog.set(backlog as f64);
+        edge.metrics.unsettled.set(totals.0 as f64);
+        edge.metrics.captured_unbooked.set(totals.1 as f64);
     }
 }
 
@@ -62,21 +79,39 @@ async fn sweep(
     gid: GroupId,
     g: &seatfence_raft::registry::GroupHandle,
     alerted: &mut HashSet<(GroupId, u64)>,
+    totals: &mut (usize, usize),
 ) -> u64 {
     let started = Instant::now();
     let budget = Duration::from_millis(p.config.reconcile_budget_ms);
     let now = edge.clock.now_ms();
     let (event_id, due) = g.sm.read(|s| {
         let event = s.state.inventory.event.as_ref().map(|e| e.event_id.clone());
-        let due = match s.state.query(&Query::DuePayments {
-            until_ms: now.saturating_add(p.config.reconcile_margin_ms),
-            limit: SWEEP_LIMIT,
-        }) {
+        let list = |q| match s.state.query(&q) {
             QueryResult::DuePayments(d) => d,
             _ => Vec::new(),
         };
+        let mut due = list(Query::DuePayments {
+            until_ms: now.saturating_add(p.config.reconcile_margin_ms),
+            limit: SWEEP_LIMIT,
+        });
+        due.extend(list(Query::Unsettled { limit: SWEEP_LIMIT }));
         (event, due)
     });
+    let (unsettled, captured) = g.sm.read(|s| {
+        let inv = &s.state.inventory;
+        let refunds = inv
+            .index
+            .outbox_pending
+            .iter()
+            .filter(|id| {
+                inv.outbox
+                    .get(id)
+                    .is_some_and(|i| i.kind == OutboxKind::Refund)
+            })
+            .count();
+        (inv.index.unsettled.len(), refunds)
+    });
+    *totals = (totals.0 + unsettled, totals.1 + captured);
     let Some(event_id) = event_id else {
         return 0;
     };
@@ -95,6 +130,9 @@ async fn sweep(
                 Ok(Verdict::Done) | Ok(Verdict::Left) => {}
                 Ok(Verdict::Unknown { exhausted }) => {
                     oldest_unknown = oldest_unknown.max(now.saturating_sub(hold.expires_at_ms));
+                    if exhausted && alerted.len() >= ALERTED_MAX {
+                        alerted.clear();
+                    }
                     if exhausted && alerted.insert((gid, hold.seq)) {
                         edge.metrics.inc(|m| &m.reconcile_alerts);
                         tracing::error!(
@@ -146,55 +184,80 @@ async fn reconcile_one(
     let b = l.booking.as_ref().expect("due payments have a booking");
     let payment_id = b.payment.payment_id.clone();
     let past = now >= l.hold.expires_at_ms;
-    let release = |reason| PaymentAction::Release {
-        hold: l.id.seq,
-        payment_id: payment_id.clone(),
-        reason,
-    };
     let state = match p.gateway.query(&payment_id).await {
         Ok(s) => s,
         Err(e) => {
             edge.metrics.inc(|m| &m.gateway_errors);
+            if b.unsettled() {
+                return Ok(Verdict::Unknown { exhausted: false });
+            }
             if !past {
                 return Ok(Verdict::Left);
             }
             tracing::warn!(booking = %l.id, "gateway query failed at the deadline ({e}): extending, not releasing");
-            let extend = PaymentAction::Extend {
-                hold: l.id.seq,
-                payment_id,
-                by_ms: p.config.extension_ms,
-            };
-            let (reply, _) = edge.payment_command(&l.event_id, extend).await?;
-            return Ok(match reply.outcome {
-                Outcome::Extended { .. } => {
-                    edge.metrics.inc(|m| &m.extensions);
-                    Verdict::Unknown { exhausted: false }
-                }
-                Outcome::ExtensionsExhausted { .. } => Verdict::Unknown { exhausted: true },
-                _ => Verdict::Left,
-            });
+            return extend(edge, p, &l).await;
         }
     };
-    let reason = match state.status {
-        PaymentStatus::Completed => {
-            let txn = state.txn_id.unwrap_or_default();
-            edge.confirm(&l, &payment_id, &txn, ConfirmPath::Reconciler, None)
-                .await?;
-            return Ok(Verdict::Done);
-        }
-        PaymentStatus::Approved if !past => {
+    match state.status {
+        PaymentStatus::Completed => confirm_captured(edge, &l, state).await,
+        s if s.is_dead() => terminal(edge, &l, s).await,
+        PaymentStatus::Approved if !past && !b.voiding && !b.unsettled() => {
             // The buyer approved but the callback never came: finish it.
             edge.execute_and_confirm(&l, true, ConfirmPath::Reconciler)
                 .await?;
-            return Ok(Verdict::Done);
+            Ok(Verdict::Done)
         }
-        s if s.is_dead() => ReleaseReason::PaymentFailed,
-        _ if past => ReleaseReason::Unpaid,
-        _ => return Ok(Verdict::Left),
+        _ if past || b.unsettled() => void(edge, p, &l).await,
+        _ => Ok(Verdict::Left),
+    }
+}
+
+/// The gateway captured the payment: confirm (a released booking becomes
+/// `refund_pending`, and the outbox refunds it).
+async fn confirm_captured(
+    edge: &Edge,
+    l: &Loaded,
+    state: PaymentState,
+) -> Result<Verdict, ApiError> {
+    let b = l.booking.as_ref().expect("due payments have a booking");
+    let txn = state.txn_id.unwrap_or_default();
+    edge.confirm(
+        l,
+        &b.payment.payment_id,
+        &txn,
+        ConfirmPath::Reconciler,
+        None,
+    )
+    .await?;
+    Ok(Verdict::Done)
+}
+
+/// The gateway says the payment can never be captured: release a pending
+/// booking's seats, or settle a released one.
+async fn terminal(edge: &Edge, l: &Loaded, status: PaymentStatus) -> Result<Verdict, ApiError> {
+    let b = l.booking.as_ref().expect("due payments have a booking");
+    let (hold, payment_id) = (l.id.seq, b.payment.payment_id.clone());
+    if b.unsettled() {
+        edge.payment_command(&l.event_id, PaymentAction::Settle { hold, payment_id })
+            .await?;
+        tracing::info!(booking = %l.id, status = ?status, "released booking settled: the payment can never be captured");
+        return Ok(Verdict::Done);
+    }
+    // `Unpaid` needs the void intent this reconciler committed; a payment
+    // that failed or was cancelled by the buyer needs none.
+    let reason = if status == PaymentStatus::Voided && b.voiding {
+        ReleaseReason::Unpaid
+    } else {
+        ReleaseReason::PaymentFailed
     };
-    let (reply, _) = edge.payment_command(&l.event_id, release(reason)).await?;
+    let release = PaymentAction::Release {
+        hold,
+        payment_id,
+        reason,
+    };
+    let (reply, _) = edge.payment_command(&l.event_id, release).await?;
     if let Outcome::Booking(b) = &reply.outcome {
-        if b.status == seatfence_core::inventory::BookingStatus::Expired {
+        if b.status == BookingStatus::Expired {
             edge.metrics.inc(|m| match reason {
                 ReleaseReason::PaymentFailed => &m.released_failed,
                 ReleaseReason::Unpaid => &m.released_unpaid,
@@ -203,4 +266,90 @@ async fn reconcile_one(
         }
     }
     Ok(Verdict::Done)
+}
+
+/// Past the deadline (or released and still unsettled) and not terminal:
+/// commit a void intent, then void at the gateway with its fence.
+async fn void(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError> {
+    let b = l.booking.as_ref().expect("due payments have a booking");
+    let payment_id = b.payment.payment_id.clone();
+    let intent = PaymentAction::VoidIntent {
+        hold: l.id.seq,
+        payment_id: payment_id.clone(),
+    };
+    let watched = b.unsettled();
+    let (reply, fence) = edge.payment_command(&l.event_id, intent).await?;
+    let l = match reply.outcome {
+        Outcome::Booking(b)
+            if b.voiding && (b.status == BookingStatus::Pending || b.unsettled()) =>
+        {
+            Loaded {
+                booking: Some(*b),
+                ..l.clone()
+            }
+        }
+        // Decided meanwhile (confirmed, settled): nothing to void.
+        Outcome::Booking(_) => return Ok(Verdict::Done),
+        // Extended meanwhile: not past the deadline any more.
+        Outcome::ReleaseRefused { .. } => return Ok(Verdict::Left),
+        other => return Err(ApiError::from_outcome(other, &l.event_id)),
+    };
+    match p.gateway.void(&payment_id, fence).await {
+        Ok(s) if s.status == PaymentStatus::Completed => confirm_captured(edge, &l, s).await,
+        Ok(s) if s.status.is_dead() => {
+            if s.status == PaymentStatus::Voided {
+                edge.metrics.inc(|m| &m.voided);
+            }
+            if watched {
+                // Settled only on a query's answer at a later sweep: a
+                // void's answer alone does not end the watch.
+                return Ok(Verdict::Unknown { exhausted: false });
+            }
+            terminal(edge, &l, s.status).await
+        }
+        Err(GatewayError::AlreadyCaptured) => {
+            tracing::warn!(booking = %l.id, "void came after the capture: confirming");
+            match p.gateway.query(&payment_id).await {
+                Ok(s) if s.status == PaymentStatus::Completed => {
+                    confirm_captured(edge, &l, s).await
+                }
+                // Asked again at the next sweep.
+                _ => Ok(Verdict::Unknown { exhausted: false }),
+            }
+        }
+        Err(GatewayError::StaleFence) => {
+            tracing::info!(booking = %l.id, "void: a newer leader acts on this payment");
+            Ok(Verdict::Left)
+        }
+        other => {
+            edge.metrics.inc(|m| &m.gateway_errors);
+            tracing::warn!(booking = %l.id, fence = %fence, "void did not answer terminal ({other:?}): keeping the seats");
+            if watched {
+                return Ok(Verdict::Unknown { exhausted: false });
+            }
+            extend(edge, p, &l).await
+        }
+    }
+}
+
+/// The payment's fate is unknown past the deadline: push the deadline back
+/// (keyed by the extension count seen, so a re-sent extend counts once),
+/// or report that none is left.
+async fn extend(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError> {
+    let b = l.booking.as_ref().expect("due payments have a booking");
+    let extend = PaymentAction::Extend {
+        hold: l.id.seq,
+        payment_id: b.payment.payment_id.clone(),
+        by_ms: p.config.extension_ms,
+        attempt: l.hold.extensions,
+    };
+    let (reply, _) = edge.payment_command(&l.event_id, extend).await?;
+    Ok(match reply.outcome {
+        Outcome::Extended { .. } => {
+            edge.metrics.inc(|m| &m.extensions);
+            Verdict::Unknown { exhausted: false }
+        }
+        Outcome::ExtensionsExhausted { .. } => Verdict::Unknown { exhausted: true },
+        _ => Verdict::Left,
+    })
 }

@@ -5,18 +5,157 @@
 //! calls see the token refused (401, e.g. the provider restarted) reports
 //! it in the directory, and the refresher replaces it at once (at most once
 //! per `FORCED_EVERY`).
+//!
+//! A leader's replica may lag behind what an earlier leader committed, so
+//! "is a refresh due?" read locally can be stale. The refresher therefore
+//! claims the grant with a compare-and-set on the stored value before it
+//! asks the provider, and stores the new token with another against its
+//! claim: two leaders in a row that both think a refresh is due spend one
+//! of the provider's few grants, not two.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seatfence_core::{Command, GroupId};
+use futures::future::BoxFuture;
+use seatfence_core::{Command, GroupId, Response};
 use tokio::sync::watch;
 
-use crate::gateway::token::{self, Backoff, SharedToken, REJECTED_KEY, TOKEN_KEY};
+use crate::gateway::token::{self, Backoff, Claim, SharedToken, REJECTED_KEY, TOKEN_KEY};
+use crate::Edge;
 
 /// Refreshes forced by a refusal are at least this far apart.
 const FORCED_EVERY: Duration = Duration::from_secs(30);
-use crate::Edge;
+
+/// A claim older than this is abandoned (its refresher died mid-grant):
+/// another may take over.
+const CLAIM_TTL_MS: u64 = 30_000;
+
+/// The shared token's slot in the directory, as a refresher sees it.
+pub trait TokenStore: Send + Sync {
+    /// The stored value (this node's replica: it may lag).
+    fn read(&self) -> Option<Vec<u8>>;
+    /// Write `value` if the committed value is `expected`; `Ok(false)` when
+    /// it was not (nothing written).
+    fn put_if(
+        &self,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+    ) -> BoxFuture<'_, anyhow::Result<bool>>;
+}
+
+struct Directory<'a>(&'a Edge);
+
+impl TokenStore for Directory<'_> {
+    fn read(&self) -> Option<Vec<u8>> {
+        self.0.payments.as_ref()?.tokens.kv(TOKEN_KEY)
+    }
+
+    fn put_if(
+        &self,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+    ) -> BoxFuture<'_, anyhow::Result<bool>> {
+        let cmd = Command::PutSharedIf {
+            key: TOKEN_KEY.into(),
+            expected,
+            value,
+        };
+        Box::pin(async move {
+            match self.0.write(GroupId::DIRECTORY, cmd).await?.response {
+                Response::Written { .. } => Ok(true),
+                Response::Changed => Ok(false),
+                other => anyhow::bail!("the directory answered {other:?}"),
+            }
+        })
+    }
+}
+
+/// What one refresh did.
+#[derive(Debug)]
+pub enum Refresh {
+    /// The stored token has time left.
+    NotDue,
+    /// Another refresher holds a fresh claim.
+    Busy,
+    /// The stored value changed under us (another refresher): nothing
+    /// granted, or (`granted`) a grant made but not stored.
+    Lost {
+        granted: bool,
+    },
+    Granted(Duration),
+    GrantFailed(anyhow::Error),
+    StoreFailed(anyhow::Error),
+}
+
+fn json(t: &SharedToken) -> Vec<u8> {
+    serde_json::to_vec(t).expect("tokens serialize")
+}
+
+/// One refresh at `now_ms`: claim with a compare-and-set, grant, store the
+/// token with a compare-and-set against the claim.
+pub async fn refresh_once<G, F>(
+    store: &dyn TokenStore,
+    me: &str,
+    now_ms: u64,
+    forced: bool,
+    grant: G,
+) -> Refresh
+where
+    G: FnOnce() -> F,
+    F: Future<Output = anyhow::Result<(String, Duration)>>,
+{
+    let raw = store.read();
+    let stored: Option<SharedToken> = raw.as_ref().and_then(|v| serde_json::from_slice(v).ok());
+    if let Some(t) = &stored {
+        if t.claim
+            .as_ref()
+            .is_some_and(|c| now_ms.saturating_sub(c.at_ms) < CLAIM_TTL_MS)
+        {
+            return Refresh::Busy;
+        }
+        let lifetime = t.expires_at_ms.saturating_sub(t.granted_at_ms);
+        if !forced && !token::refresh_due(now_ms, t.expires_at_ms, lifetime) {
+            return Refresh::NotDue;
+        }
+    }
+    let claimed = SharedToken {
+        claim: Some(Claim {
+            by: me.to_string(),
+            at_ms: now_ms,
+        }),
+        ..stored.unwrap_or_default()
+    };
+    let claim = json(&claimed);
+    match store.put_if(raw, claim.clone()).await {
+        Ok(true) => {}
+        Ok(false) => return Refresh::Lost { granted: false },
+        Err(e) => return Refresh::StoreFailed(e),
+    }
+    let (access_token, ttl) = match grant().await {
+        Ok(t) => t,
+        Err(e) => {
+            // Give the slot back so the next try need not wait the claim out.
+            let back = SharedToken {
+                claim: None,
+                ..claimed
+            };
+            let _ = store.put_if(Some(claim), json(&back)).await;
+            return Refresh::GrantFailed(e);
+        }
+    };
+    let fresh = SharedToken {
+        access_token,
+        granted_at_ms: now_ms,
+        expires_at_ms: now_ms + ttl.as_millis() as u64,
+        claim: None,
+    };
+    match store.put_if(Some(claim), json(&fresh)).await {
+        Ok(true) => Refresh::Granted(ttl),
+        Ok(false) => Refresh::Lost { granted: true },
+        Err(e) => Refresh::StoreFailed(e),
+    }
+}
 
 pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let Some(p) = edge.payments.clone() else {
@@ -26,6 +165,8 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let backoff = Backoff::default();
     let tokens = p.tokens.clone();
     let mut last_forced: Option<Instant> = None;
+    // This refresher's name in its claims.
+    let me = format!("{:016x}", rand::random::<u64>());
     let mut wait = Duration::from_millis(200);
     loop {
         tokio::select! {
@@ -58,52 +199,124 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         let refused =
             current.is_some() && (seen == current || tokens.rejected_in_directory() == current);
         let forced = refused && last_forced.is_none_or(|at| at.elapsed() >= FORCED_EVERY);
-        if let Some(t) = &stored {
-            let lifetime = t.expires_at_ms.saturating_sub(t.granted_at_ms);
-            if !token::refresh_due(now, t.expires_at_ms, lifetime) && !forced {
-                continue;
-            }
-        }
         if forced {
             last_forced = Some(Instant::now());
             tracing::warn!("the gateway refused the fleet's token: replacing it now");
         }
-        let granted = token::grant(
-            &http,
-            &p.config.gateway_url,
-            &p.config.client_id,
-            &p.config.client_secret,
-        )
-        .await;
-        let (access_token, ttl) = match granted {
-            Ok(t) => t,
-            Err(e) => {
+        let grant = || {
+            token::grant(
+                &http,
+                &p.config.gateway_url,
+                &p.config.client_id,
+                &p.config.client_secret,
+            )
+        };
+        match refresh_once(&Directory(&edge), &me, now, forced, grant).await {
+            Refresh::NotDue | Refresh::Busy => {}
+            Refresh::Granted(ttl) => {
+                backoff.succeeded();
+                edge.metrics.inc(|m| &m.token_grants);
+                tracing::info!("gateway token granted, valid {ttl:?}");
+            }
+            Refresh::Lost { granted } => {
+                if granted {
+                    edge.metrics.inc(|m| &m.token_grants);
+                }
+                tracing::warn!(granted, "another refresher changed the gateway token first");
+            }
+            Refresh::GrantFailed(e) => {
                 edge.metrics.inc(|m| &m.token_grant_failures);
                 wait = backoff.failed();
                 tracing::warn!("gateway token grant failed ({e}); next try in {wait:?}");
-                continue;
             }
-        };
-        backoff.succeeded();
-        edge.metrics.inc(|m| &m.token_grants);
-        let shared = SharedToken {
-            access_token,
-            granted_at_ms: now,
-            expires_at_ms: now + ttl.as_millis() as u64,
-        };
-        let put = Command::PutShared {
-            key: TOKEN_KEY.into(),
-            value: serde_json::to_vec(&shared).expect("tokens serialize"),
-        };
-        match edge.write(GroupId::DIRECTORY, put).await {
-            Ok(w)
-                if w.response == seatfence_core::Response::Written { existed: true }
-                    || w.response == seatfence_core::Response::Written { existed: false } =>
-            {
-                tracing::info!("gateway token granted, valid {ttl:?}")
-            }
-            Ok(w) => tracing::error!("the directory refused the gateway token: {:?}", w.response),
-            Err(e) => tracing::warn!("storing the gateway token failed: {e}"),
+            Refresh::StoreFailed(e) => tracing::warn!("storing the gateway token failed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+
+    /// The directory's committed value, read through a replica that may
+    /// show an older one.
+    struct Fake {
+        committed: Mutex<Option<Vec<u8>>>,
+        replica: Mutex<Option<Option<Vec<u8>>>>,
+    }
+
+    impl TokenStore for Fake {
+        fn read(&self) -> Option<Vec<u8>> {
+            match self.replica.lock().unwrap().clone() {
+                Some(stale) => stale,
+                None => self.committed.lock().unwrap().clone(),
+            }
+        }
+
+        fn put_if(
+            &self,
+            expected: Option<Vec<u8>>,
+            value: Vec<u8>,
+        ) -> BoxFuture<'_, anyhow::Result<bool>> {
+            let mut c = self.committed.lock().unwrap();
+            let ok = *c == expected;
+            if ok {
+                *c = Some(value);
+            }
+            Box::pin(async move { Ok(ok) })
+        }
+    }
+
+    #[tokio::test]
+    async fn two_directory_leaders_in_a_row_refresh_the_token_once() {
+        let due = json(&SharedToken {
+            access_token: "old".into(),
+            granted_at_ms: 0,
+            expires_at_ms: 3_600_000,
+            claim: None,
+        });
+        let store = Fake {
+            committed: Mutex::new(Some(due.clone())),
+            replica: Mutex::new(None),
+        };
+        let grants = AtomicU32::new(0);
+        let grant = || async {
+            grants.fetch_add(1, Ordering::SeqCst);
+            Ok(("new".to_string(), Duration::from_secs(3600)))
+        };
+        let now = 3_000_000;
+        let a = refresh_once(&store, "a", now, false, grant).await;
+        assert!(matches!(a, Refresh::Granted(_)), "{a:?}");
+        // The next leader's replica has not applied a's token yet.
+        *store.replica.lock().unwrap() = Some(Some(due));
+        let b = refresh_once(&store, "b", now + 10, false, grant).await;
+        assert!(matches!(b, Refresh::Lost { granted: false }), "{b:?}");
+        assert_eq!(grants.load(Ordering::SeqCst), 1);
+        // Caught up, it sees a fresh token and leaves it.
+        *store.replica.lock().unwrap() = None;
+        let c = refresh_once(&store, "b", now + 20, false, grant).await;
+        assert!(matches!(c, Refresh::NotDue), "{c:?}");
+        let t: SharedToken =
+            serde_json::from_slice(&store.committed.lock().unwrap().clone().unwrap()).unwrap();
+        assert_eq!((t.access_token.as_str(), t.claim), ("new", None));
+    }
+
+    #[tokio::test]
+    async fn a_failed_grant_gives_the_claim_back() {
+        let store = Fake {
+            committed: Mutex::new(None),
+            replica: Mutex::new(None),
+        };
+        let failing = || async { anyhow::bail!("429 grant_rate_limited") };
+        let r = refresh_once(&store, "a", 1_000, false, failing).await;
+        assert!(matches!(r, Refresh::GrantFailed(_)), "{r:?}");
+        let ok = || async { Ok(("t".to_string(), Duration::from_secs(60))) };
+        let r = refresh_once(&store, "a", 2_000, false, ok).await;
+        assert!(
+            matches!(r, Refresh::Granted(_)),
+            "not blocked by its own claim: {r:?}"
+        );
     }
 }

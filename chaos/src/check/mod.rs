@@ -342,6 +342,9 @@ pub(crate) mod fixtures {
             txn_id: None,
             confirmed_via: None,
             refund_id: None,
+            intent_by: None,
+            voiding: false,
+            settled: false,
         }
     }
 

@@ -2,16 +2,22 @@
 //!
 //! ```text
 //!  hold HELD ─AttachPayment─▶ booking pending (the hold no longer expires by itself)
-//!     ─ExecuteIntent (at most once; a new leader may take over)─▶ gateway execute
+//!     ─ExecuteIntent (once per requester; a new leader may take over)─▶ gateway execute
 //!     ─Confirm(payment id, txn id)─▶ seats SOLD, hold BOOKED, booking confirmed, email queued
-//!     ─Release(payment id, reason)─▶ seats free, booking expired   (the reconciler only)
+//!     ─VoidIntent (past the deadline)─▶ no execute is granted again ─▶ gateway void
+//!     ─Release(payment id, reason)─▶ seats free, booking expired, unsettled (the reconciler only)
+//!  expired, unsettled ─Settle─▶ settled (the gateway says it can never be captured)
 //!  Confirm after a release ─▶ booking refund_pending, refund queued ─OutboxDone─▶ refunded
 //! ```
 //!
 //! The rule is one-sided: several paths may confirm, only `Release` frees
 //! a seat that has a payment, and it is guarded by the payment id and, for
-//! an unpaid payment, by the deadline. Every transition is conditional on
-//! the state it expects, so a repeated or late signal changes nothing.
+//! an unpaid payment, by the deadline and a committed void intent (the
+//! gateway is asked to void before the seats go back on sale). A released
+//! booking stays *unsettled*, watched by the reconciler, until the gateway
+//! says its payment is terminal; a capture that lands meanwhile becomes a
+//! refund. Every transition is conditional on the state it expects or is
+//! keyed by its requester, so a repeated or late command changes nothing.
 
 use serde::{Deserialize, Serialize};
 
@@ -81,7 +87,8 @@ impl ConfirmPath {
 pub enum ReleaseReason {
     /// The gateway says the payment failed or was cancelled.
     PaymentFailed,
-    /// The deadline passed and the gateway says the payment is not completed.
+    /// The deadline passed, a void intent was committed, and the gateway
+    /// voided the payment (it can no longer be captured).
     Unpaid,
 }
 
@@ -99,6 +106,23 @@ pub struct Booking {
     pub txn_id: Option<String>,
     pub confirmed_via: Option<ConfirmPath>,
     pub refund_id: Option<String>,
+    /// Who was granted the last execute intent: the same requester asking
+    /// again (a re-sent command) gets the same grant, not a refusal.
+    pub intent_by: Option<String>,
+    /// A void intent was committed: no execute intent is granted any more
+    /// and the reconciler asks the gateway to void the payment.
+    pub voiding: bool,
+    /// For an expired booking: the gateway has said its payment can never
+    /// be captured (voided, failed, cancelled). Until then the reconciler
+    /// keeps asking, and a capture it finds becomes a refund.
+    pub settled: bool,
+}
+
+impl Booking {
+    /// Released, but the payment's fate is not known yet.
+    pub fn unsettled(&self) -> bool {
+        self.status == BookingStatus::Expired && !self.settled
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -138,11 +162,14 @@ pub enum PaymentAction {
         payment: PaymentAttempt,
     },
     /// Commit the intent to execute (capture) the payment. Granted once;
-    /// `takeover` grants it again (a new leader finishing a payment).
+    /// `takeover` grants it again (a new leader finishing a payment); the
+    /// same `requester` asking again gets its grant again. Never granted
+    /// after a void intent.
     ExecuteIntent {
         hold: u64,
         payment_id: String,
         takeover: bool,
+        requester: String,
     },
     /// The gateway says the payment completed: HELD → PAID, or
     /// refund_pending when the seats were already released.
@@ -161,14 +188,24 @@ pub enum PaymentAction {
         reason: ReleaseReason,
     },
     /// The reconciler could not learn the payment's state: push the
-    /// deadline back (at most [`MAX_EXTENSIONS`] times).
+    /// deadline back (at most [`MAX_EXTENSIONS`] times). `attempt` is the
+    /// extension count the reconciler saw: only that extension is applied,
+    /// so a re-sent command counts once.
     Extend {
         hold: u64,
         payment_id: String,
         by_ms: u64,
+        attempt: u32,
     },
     /// An outbox item was delivered (`refund_id` for refunds).
     OutboxDone { id: u64, refund_id: Option<String> },
+    /// The reconciler is about to ask the gateway to void the payment
+    /// (past the deadline, or a released booking still unsettled): from
+    /// here on no execute intent is granted. The reply's fence goes with
+    /// the void.
+    VoidIntent { hold: u64, payment_id: String },
+    /// The gateway says a released booking's payment can never be captured.
+    Settle { hold: u64, payment_id: String },
 }
 
 impl Inventory {
@@ -188,7 +225,8 @@ impl Inventory {
                 hold,
                 payment_id,
                 takeover,
-            } => self.execute_intent(*hold, payment_id, *takeover, now, changed),
+                requester,
+            } => self.execute_intent(*hold, payment_id, *takeover, requester, now, changed),
             PaymentAction::Confirm {
                 hold,
                 payment_id,
@@ -213,9 +251,16 @@ impl Inventory {
                 hold,
                 payment_id,
                 by_ms,
-            } => self.extend(*hold, payment_id, *by_ms, changed),
+                attempt,
+            } => self.extend(*hold, payment_id, *by_ms, *attempt, changed),
             PaymentAction::OutboxDone { id, refund_id } => {
                 self.outbox_done(*id, refund_id.as_deref(), now, changed)
+            }
+            PaymentAction::VoidIntent { hold, payment_id } => {
+                self.void_intent(*hold, payment_id, now, changed)
+            }
+            PaymentAction::Settle { hold, payment_id } => {
+                self.settle(*hold, payment_id, now, changed)
             }
         }
     }
@@ -286,6 +331,9 @@ impl Inventory {
                 txn_id: None,
                 confirmed_via: None,
                 refund_id: None,
+                intent_by: None,
+                voiding: false,
+                settled: false,
             },
         );
         changed.push(RecordKey::Booking(seq));
@@ -297,6 +345,7 @@ impl Inventory {
         seq: u64,
         payment_id: &str,
         takeover: bool,
+        requester: &str,
         now: u64,
         changed: &mut Vec<RecordKey>,
     ) -> Outcome {
@@ -304,9 +353,16 @@ impl Inventory {
             Ok(b) => b,
             Err(o) => return o,
         };
-        if b.status != BookingStatus::Pending {
+        if b.status != BookingStatus::Pending || b.voiding {
             return Outcome::ExecuteIntent {
                 granted: false,
+                booking: Box::new(b.clone()),
+            };
+        }
+        if b.intent_by.as_deref() == Some(requester) {
+            // The same request again (a re-sent command): the same grant.
+            return Outcome::ExecuteIntent {
+                granted: true,
                 booking: Box::new(b.clone()),
             };
         }
@@ -317,6 +373,7 @@ impl Inventory {
         if granted {
             let b = self.bookings.get_mut(&seq).expect("checked above");
             b.intents += 1;
+            b.intent_by = Some(requester.to_string());
             b.updated_ms = now;
             changed.push(RecordKey::Booking(seq));
         }
@@ -372,6 +429,7 @@ impl Inventory {
             BookingStatus::Expired => {
                 // Late success: the seats may be sold again; give the money back.
                 self.set_paid(seq, txn_id, via, BookingStatus::RefundPending, now, changed);
+                self.settle_index(seq);
                 self.queue(seq, super::OutboxKind::Refund, now, changed);
             }
             BookingStatus::Confirmed | BookingStatus::RefundPending | BookingStatus::Refunded => {}
@@ -440,10 +498,73 @@ impl Inventory {
                 reason: "an unpaid payment is released only after its deadline".into(),
             };
         }
+        if reason == ReleaseReason::Unpaid && !self.bookings[&seq].voiding {
+            return Outcome::ReleaseRefused {
+                reason: "an unpaid payment is released only after a void intent".into(),
+            };
+        }
         self.index.pay_deadlines.remove(&(deadline, seq));
         self.release(seq, HoldStatus::Expired, changed);
         let b = self.bookings.get_mut(&seq).expect("checked above");
         b.status = BookingStatus::Expired;
+        b.settled = false;
+        b.updated_ms = now;
+        changed.push(RecordKey::Booking(seq));
+        self.index.unsettled.insert(seq);
+        self.booking_outcome(seq)
+    }
+
+    /// The booking no longer needs watching.
+    fn settle_index(&mut self, seq: u64) {
+        self.index.unsettled.remove(&seq);
+        if let Some(b) = self.bookings.get_mut(&seq) {
+            b.settled = true;
+        }
+    }
+
+    fn void_intent(
+        &mut self,
+        seq: u64,
+        payment_id: &str,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        let b = match self.booking_for(seq, payment_id) {
+            Ok(b) => b,
+            Err(o) => return o,
+        };
+        let pending = b.status == BookingStatus::Pending;
+        if !pending && !b.unsettled() {
+            return self.booking_outcome(seq);
+        }
+        if pending && now < self.holds[&seq].expires_at_ms {
+            return Outcome::ReleaseRefused {
+                reason: "a pending payment is voided only after its deadline".into(),
+            };
+        }
+        if !b.voiding {
+            let b = self.bookings.get_mut(&seq).expect("checked above");
+            b.voiding = true;
+            b.updated_ms = now;
+            changed.push(RecordKey::Booking(seq));
+        }
+        self.booking_outcome(seq)
+    }
+
+    fn settle(
+        &mut self,
+        seq: u64,
+        payment_id: &str,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        match self.booking_for(seq, payment_id) {
+            Ok(b) if b.unsettled() => {}
+            Ok(_) => return self.booking_outcome(seq),
+            Err(o) => return o,
+        }
+        self.settle_index(seq);
+        let b = self.bookings.get_mut(&seq).expect("checked above");
         b.updated_ms = now;
         changed.push(RecordKey::Booking(seq));
         self.booking_outcome(seq)
@@ -454,12 +575,20 @@ impl Inventory {
         seq: u64,
         payment_id: &str,
         by_ms: u64,
+        attempt: u32,
         changed: &mut Vec<RecordKey>,
     ) -> Outcome {
         if let Err(o) = self.pending(seq, payment_id) {
             return o;
         }
         let hold = self.holds.get_mut(&seq).expect("a booking's hold exists");
+        if hold.extensions > attempt {
+            // This extension was applied already (a re-sent command).
+            return Outcome::Extended {
+                extensions: hold.extensions,
+                expires_at_ms: hold.expires_at_ms,
+            };
+        }
         if hold.extensions >= MAX_EXTENSIONS {
             return Outcome::ExtensionsExhausted {
                 extensions: hold.extensions,

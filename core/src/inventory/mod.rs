@@ -387,6 +387,9 @@ pub struct Indexes {
     /// Deadlines of held holds with a pending payment, which only the
     /// reconciler ends.
     pub pay_deadlines: imbl::OrdSet<(u64, u64)>,
+    /// Released bookings whose payment is not known to be terminal yet
+    /// (the reconciler watches them).
+    pub unsettled: imbl::OrdSet<u64>,
     /// Outbox items not yet delivered.
     pub outbox_pending: imbl::OrdSet<u64>,
     /// When each idempotency record lapses: `(forget_at_ms, key)`.
@@ -437,6 +440,11 @@ impl Inventory {
             }
             if h.status.is_live() && self.counts_buyers() {
                 *ix.buyer_seats.entry(h.owner.clone()).or_default() += h.seats.len() as u32;
+            }
+        }
+        for b in self.bookings.values() {
+            if b.unsettled() {
+                ix.unsettled.insert(b.seq);
             }
         }
         for item in self.outbox.values() {

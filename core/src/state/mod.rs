@@ -49,6 +49,7 @@ fn is_directory_command(cmd: &Command) -> bool {
             | Command::CreateGroup { .. }
             | Command::RegisterEvent { .. }
             | Command::PutShared { .. }
+            | Command::PutSharedIf { .. }
             | Command::Audit(_)
             | Command::SetDrained { .. }
             | Command::Move { .. }
@@ -79,6 +80,16 @@ impl State {
         match cmd {
             // The key→value table (`PutShared`: the directory's).
             Command::Put { key, value } | Command::PutShared { key, value } => {
+                self.put(key, value, changed)
+            }
+            Command::PutSharedIf {
+                key,
+                expected,
+                value,
+            } => {
+                if self.kv.get(key) != expected.as_ref() {
+                    return Response::Changed;
+                }
                 self.put(key, value, changed)
             }
             Command::Delete { key } => self.delete(key, changed),
@@ -235,6 +246,17 @@ impl State {
     /// `Audit`: append an entry with the next `seq` (the one given is
     /// ignored), then drop the oldest beyond [`AUDIT_KEEP`].
     fn append_audit(&mut self, entry: &AuditEntry, changed: &mut Vec<RecordKey>) -> Response {
+        if !entry.id.is_empty() {
+            let seen = self
+                .audit
+                .values()
+                .rev()
+                .take(crate::audit::AUDIT_DEDUP_WINDOW)
+                .find(|a| a.id == entry.id);
+            if let Some(a) = seen {
+                return Response::Audited { seq: a.seq };
+            }
+        }
         let seq = self.audit.keys().next_back().map_or(1, |s| s + 1);
         self.audit.insert(
             seq,
@@ -299,6 +321,7 @@ mod tests {
                 action: "drain".into(),
                 target: format!("node {n}"),
                 result: "ok".into(),
+                id: format!("a{n}"),
             })
         };
         let mut s = State::default();
@@ -312,6 +335,11 @@ mod tests {
             assert_eq!(a.response, Response::Audited { seq: n });
         }
         assert_eq!(s.audit.len(), AUDIT_KEEP);
+        // A re-sent entry (a transport error after the commit) counts once.
+        let last = AUDIT_KEEP as u64 + extra;
+        let again = s.apply(GroupId::DIRECTORY, &entry(last));
+        assert_eq!(again.response, Response::Audited { seq: last });
+        assert_eq!(s.audit.keys().next_back(), Some(&last));
         assert_eq!(
             s.audit.keys().next(),
             Some(&(extra + 1)),

@@ -18,11 +18,25 @@ pub const TTL_MS: u64 = 10_000;
 #[derive(Debug, Clone, Copy)]
 pub enum PayStep {
     Attach,
-    Intent { takeover: bool },
+    /// `requester` picks one of a few requesters (the same one again is a
+    /// re-sent intent).
+    Intent {
+        takeover: bool,
+        requester: u8,
+    },
     Confirm,
-    Release { unpaid: bool },
-    Extend,
-    OutboxDone { id: u64 },
+    Release {
+        unpaid: bool,
+    },
+    /// `resend`: the extension count before the last one (a re-sent extend).
+    Extend {
+        resend: bool,
+    },
+    OutboxDone {
+        id: u64,
+    },
+    Void,
+    Settle,
 }
 
 pub fn spec() -> EventSpec {
@@ -72,10 +86,14 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
                 currency: "EUR".into(),
             },
         },
-        PayStep::Intent { takeover } => PaymentAction::ExecuteIntent {
+        PayStep::Intent {
+            takeover,
+            requester,
+        } => PaymentAction::ExecuteIntent {
             hold,
             payment_id,
             takeover,
+            requester: format!("r{requester}"),
         },
         PayStep::Confirm => PaymentAction::Confirm {
             hold,
@@ -93,11 +111,17 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
                 ReleaseReason::PaymentFailed
             },
         },
-        PayStep::Extend => PaymentAction::Extend {
-            hold,
-            payment_id,
-            by_ms: 1_000,
-        },
+        PayStep::Extend { resend } => {
+            let seen = s.inventory.holds.get(&hold).map_or(0, |h| h.extensions);
+            PaymentAction::Extend {
+                hold,
+                payment_id,
+                by_ms: 1_000,
+                attempt: if resend { seen.saturating_sub(1) } else { seen },
+            }
+        }
+        PayStep::Void => PaymentAction::VoidIntent { hold, payment_id },
+        PayStep::Settle => PaymentAction::Settle { hold, payment_id },
         PayStep::OutboxDone { id } => PaymentAction::OutboxDone {
             id,
             refund_id: Some(format!("r{id}")),

@@ -4,7 +4,9 @@
 //!
 //! It keeps the promises a real provider keeps and the ones seatfence
 //! relies on: the same idempotency key gives the same payment; a payment
-//! is captured at most once; an execute or refund with a fencing token
+//! is captured at most once; a voided payment is never captured, and a
+//! void after a capture answers `already_captured`; an execute, void or
+//! refund with a fencing token
 //! lower than the highest seen for that payment is refused (409
 //! `stale_fencing_token`); webhooks are signed; tokens are granted only a
 //! few times per hour. State is in memory: restarting the mock forgets it.
@@ -54,6 +56,11 @@ pub struct Faults {
     pub query: String,
     /// `ok` | `error` (500).
     pub refund: String,
+    /// `ok` | `error` (500) | `lose` (a capture still held in `execute`
+    /// lands first: 409 `already_captured`) | `ignore` (answers `voided`
+    /// but leaves the payment capturable: a provider whose void lost a
+    /// race it did not report).
+    pub void: String,
     /// `deliver` | `drop` | `duplicate` | `delay` (by `webhook_delay_ms`).
     pub webhook: String,
     pub timeout_ms: u64,
@@ -69,6 +76,7 @@ impl Default for Faults {
             execute: "ok".into(),
             query: "ok".into(),
             refund: "ok".into(),
+            void: "ok".into(),
             webhook: "deliver".into(),
             timeout_ms: 30_000,
             webhook_delay_ms: 2_000,
@@ -95,6 +103,7 @@ struct Payment {
     execute_calls: u32,
     refund_id: Option<String>,
     refunds: u32,
+    voids: u32,
 }
 
 #[derive(Default)]
@@ -214,6 +223,7 @@ impl Mock {
             execute_calls: 0,
             refund_id: None,
             refunds: 0,
+            voids: 0,
         };
         let answer = self.created(&p);
         inner.by_key.insert(req.idempotency_key, payment_id.clone());
@@ -292,6 +302,13 @@ impl Mock {
             p.execute_calls += 1;
             match p.status {
                 "approved" => {}
+                "voided" => {
+                    return err(
+                        StatusCode::CONFLICT,
+                        "payment_voided",
+                        "the payment was voided: it can no longer be captured",
+                    )
+                }
                 "completed" | "failed" | "cancelled" => return (StatusCode::OK, state(p)),
                 s => {
                     return err(
@@ -365,6 +382,53 @@ impl Mock {
             Some(p) => (StatusCode::OK, state(p)),
             None => no_payment(),
         }
+    }
+
+    /// Void: an uncaptured payment can never be captured from here on (a
+    /// capture still held in `execute` finds it voided); a captured one
+    /// answers 409 `already_captured`.
+    fn void(&self, id: &str, token: Option<&str>) -> Answer {
+        let mode = self.faults().void;
+        if let Some(a) = injected(&mode, "void") {
+            return a;
+        }
+        let mut inner = self.inner.lock().expect("mock lock poisoned");
+        let Some(p) = inner.payments.get_mut(id) else {
+            return no_payment();
+        };
+        if let Err(a) = Self::fence(p, token) {
+            return a;
+        }
+        match (p.status, mode.as_str()) {
+            ("approved", "lose") if p.execute_calls > 0 => {
+                p.status = "completed";
+                p.captures += 1;
+                p.txn_id = Some(format!("TXN-{:016x}", rand::random::<u64>()));
+                return err(
+                    StatusCode::CONFLICT,
+                    "already_captured",
+                    "the payment was captured: refund it instead",
+                );
+            }
+            ("created" | "approved", "ignore") => {
+                let mut answer = state(p);
+                answer["status"] = json!("voided");
+                return (StatusCode::OK, answer);
+            }
+            ("created" | "approved", _) => {
+                p.status = "voided";
+                p.voids += 1;
+            }
+            ("completed", _) => {
+                return err(
+                    StatusCode::CONFLICT,
+                    "already_captured",
+                    "the payment was captured: refund it instead",
+                )
+            }
+            _ => {}
+        }
+        (StatusCode::OK, state(p))
     }
 
     fn refund(&self, body: &Bytes, token: Option<&str>) -> Answer {
@@ -456,6 +520,7 @@ impl Mock {
             .map(|p| u64::from(p.execute_calls))
             .sum();
         let refunds: u64 = inner.payments.values().map(|p| u64::from(p.refunds)).sum();
+        let voids: u64 = inner.payments.values().map(|p| u64::from(p.voids)).sum();
         (
             StatusCode::OK,
             json!({
@@ -463,6 +528,7 @@ impl Mock {
                 "captures": captures,
                 "execute_calls": executes,
                 "refunds": refunds,
+                "voids": voids,
                 "token_grants": inner.grants_total,
                 "webhooks_sent": inner.webhooks_sent,
             }),

@@ -68,6 +68,7 @@ impl Mock {
             (&Method::POST, ["v1", "payments", id, "execute"]) => {
                 self.clone().execute(id, fence.as_deref()).await
             }
+            (&Method::POST, ["v1", "payments", id, "void"]) => self.void(id, fence.as_deref()),
             (&Method::GET, ["v1", "payments", id]) => self.query(id),
             (&Method::POST, ["v1", "refunds"]) => self.refund(&body, fence.as_deref()),
             (&Method::PUT, ["_faults"]) => self.set_faults(&body),

@@ -68,6 +68,11 @@ async fn t85_the_webhook_alone_confirms_and_forged_ones_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_keyed_booking_answers_once_and_refuses_another_hold() {
+    keyed_booking(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_gateway_error_on_create_books_nothing() {
     create_fails(&scenario(&[PAY_CB]).await.env).await;
 }
@@ -380,6 +385,42 @@ async fn webhook_path(env: &Env) {
         "a correctly signed message is always answered 200"
     );
     assert_eq!(env.payment(&pid).await["captures"], 1);
+}
+
+async fn keyed_booking(env: &Env) {
+    tracing::info!("--- the same booking twice under one key: the first answer; another hold: 422");
+    let h1 = env.hold("kate", "pay-cb", &["A5"]).await;
+    let h2 = env.hold("kate", "pay-cb", &["A6"]).await;
+    // The first may meet the fleet's first token grant (503): retried.
+    let first = eventually("the keyed booking", || async {
+        let a = env
+            .book_keyed("kate", s(&h1["hold_id"]), Some("book-1"))
+            .await;
+        (a.status.as_u16() == 201).then_some(a)
+    })
+    .await;
+    let again = env
+        .book_keyed("kate", s(&h1["hold_id"]), Some("book-1"))
+        .await;
+    assert_eq!((again.status, &again.body), (first.status, &first.body));
+    let other = env
+        .book_keyed("kate", s(&h2["hold_id"]), Some("book-1"))
+        .await;
+    assert_eq!(
+        (other.status.as_u16(), other.body["error"]["code"].clone()),
+        (422, json!("idempotency_key_reused")),
+        "{}",
+        other.body
+    );
+    let none = env.booking("kate", s(&h2["hold_id"])).await;
+    assert_eq!(
+        none.status.as_u16(),
+        404,
+        "no booking for the other hold: {}",
+        none.body
+    );
+    let unkeyed = env.book("kate", s(&h2["hold_id"])).await;
+    assert_eq!(unkeyed["status"], "pending");
 }
 
 async fn create_fails(env: &Env) {

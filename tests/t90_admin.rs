@@ -314,3 +314,105 @@ async fn t90_a_drain_moves_every_leader_off_while_buyers_hold_seats() {
         "every granted hold is held, none twice"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t90_keyed_event_creates_and_moves_answer_once() {
+    let a = Admin::start().await;
+    let url = |path: &str| format!("{}{path}", a.edge);
+    let spec = |id: &str| {
+        json!({"event_id": id, "name": id, "home_region": "us-east", "survival": "region",
+               "seats": ["S1", "S2"]})
+    };
+    tracing::info!("--- the same create twice under one key: one event, the first answer");
+    let first = a
+        .http
+        .post(
+            &url("/v1/events"),
+            Some(&a.op),
+            Some("create-k1"),
+            &spec("kev"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.status.as_u16(), 201, "{}", first.body);
+    let again = a
+        .http
+        .post(
+            &url("/v1/events"),
+            Some(&a.op),
+            Some("create-k1"),
+            &spec("kev"),
+        )
+        .await
+        .unwrap();
+    assert_eq!((again.status, &again.body), (first.status, &first.body));
+    tracing::info!("--- another body under the key: 422, nothing created");
+    let other = a
+        .http
+        .post(
+            &url("/v1/events"),
+            Some(&a.op),
+            Some("create-k1"),
+            &spec("kev2"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (other.status.as_u16(), other.body["error"]["code"].clone()),
+        (422, json!("idempotency_key_reused"))
+    );
+    let missing = a
+        .http
+        .get(&url("/v1/events/kev2"), Some(&a.op))
+        .await
+        .unwrap();
+    assert_eq!(missing.status.as_u16(), 404, "{}", missing.body);
+
+    tracing::info!("--- a move requested twice under one key: one move");
+    let to = |region: &str| json!({"to_region": region});
+    let m1 = a
+        .http
+        .post(
+            &url("/v1/admin/events/kev/move"),
+            Some(&a.op),
+            Some("move-k1"),
+            &to("eu-west"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(m1.status.as_u16(), 202, "{}", m1.body);
+    let m2 = a
+        .http
+        .post(
+            &url("/v1/admin/events/kev/move"),
+            Some(&a.op),
+            Some("move-k1"),
+            &to("eu-west"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (m2.status, &m2.body["move_id"]),
+        (m1.status, &m1.body["move_id"])
+    );
+    let m3 = a
+        .http
+        .post(
+            &url("/v1/admin/events/kev/move"),
+            Some(&a.op),
+            Some("move-k1"),
+            &to("ap-south"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(m3.status.as_u16(), 422, "{}", m3.body);
+    let moves = a
+        .http
+        .get(&url("/v1/admin/moves"), Some(&a.op))
+        .await
+        .unwrap();
+    let for_kev = moves.body["moves"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["event_id"] == "kev").count());
+    assert_eq!(for_kev, Some(1), "{}", moves.body);
+}

@@ -130,9 +130,14 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
 
 /// `POST /v1/events` (operator): register the event in the directory
 /// (which places its group), then create its seats in the group.
-/// Repeating a create with the same body answers 201 again.
+/// Repeating a create with the same body answers 201 again; with an
+/// Idempotency-Key, the first answer (see `keyed`).
 pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
-    req.operator(edge)?;
+    let caller = req.operator(edge)?;
+    crate::keyed::once(edge, req, &caller.user.0, || create_event(edge, req)).await
+}
+
+async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let spec = spec_from(req.json()?)?;
     if !edge.region_exists(&spec.home_region).await? {
         return Err(ApiError::bad(

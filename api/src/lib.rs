@@ -35,6 +35,7 @@ pub mod events;
 pub mod gateway;
 pub mod holds;
 pub mod http;
+pub mod keyed;
 pub mod metrics;
 pub mod moves;
 pub mod payments;

@@ -93,9 +93,20 @@ async fn propose(edge: &Edge, op: MoveOp) -> Result<MoveRecord, ApiError> {
         .map_err(refused)
 }
 
-/// `POST /v1/admin/events/{id}/move {"to_region"}` → 202 `{move_id, ...}`.
+/// `POST /v1/admin/events/{id}/move {"to_region"}` → 202 `{move_id, ...}`
+/// (with an Idempotency-Key, the first answer: see `keyed`).
 pub async fn start(edge: &Edge, req: &Req, event: &str) -> Result<Reply, ApiError> {
     let caller = req.operator(edge)?;
+    let owner = caller.user.0.clone();
+    crate::keyed::once(edge, req, &owner, || start_move(edge, req, event, caller)).await
+}
+
+async fn start_move(
+    edge: &Edge,
+    req: &Req,
+    event: &str,
+    caller: crate::auth::Caller,
+) -> Result<Reply, ApiError> {
     let body: MoveBody = req.json()?;
     let m = propose(
         edge,
@@ -112,9 +123,15 @@ pub async fn start(edge: &Edge, req: &Req, event: &str) -> Result<Reply, ApiErro
         .header("location", format!("/v1/admin/moves/{}", m.move_id)))
 }
 
-/// `POST /v1/admin/moves/{id}/abort`: only before the membership change.
+/// `POST /v1/admin/moves/{id}/abort`: only before the membership change
+/// (with an Idempotency-Key, the first answer: see `keyed`).
 pub async fn abort(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let caller = req.operator(edge)?;
+    let owner = caller.user.0.clone();
+    crate::keyed::once(edge, req, &owner, || abort_move(edge, id, caller)).await
+}
+
+async fn abort_move(edge: &Edge, id: &str, caller: crate::auth::Caller) -> Result<Reply, ApiError> {
     let move_id = crate::admin::parse_id(id, "move_not_found")?;
     let m = propose(
         edge,

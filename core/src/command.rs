@@ -60,6 +60,14 @@ pub enum Command {
         expected: Option<Vec<u8>>,
         value: Vec<u8>,
     },
+    /// Directory: record the first answer to `owner`'s request made with
+    /// Idempotency-Key `key` (a recorded one stays; answers older than a
+    /// day are forgotten, by `answer.at_ms`).
+    RememberAnswer {
+        owner: String,
+        key: String,
+        answer: crate::answers::KeyedAnswer,
+    },
 }
 
 /// The outcome of applying one [`Command`].
@@ -99,6 +107,8 @@ pub enum Response {
     Event(EventReply),
     /// A [`Command::PutSharedIf`] found another value: nothing written.
     Changed,
+    /// The answer recorded under a key (the first one).
+    Answer(crate::answers::KeyedAnswer),
 }
 
 impl fmt::Display for Command {
@@ -109,6 +119,7 @@ impl fmt::Display for Command {
             Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
             Command::PutShared { key, .. } => write!(f, "put shared {key}"),
             Command::PutSharedIf { key, .. } => write!(f, "put shared {key} if unchanged"),
+            Command::RememberAnswer { owner, key, .. } => write!(f, "remember {owner}/{key}"),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),

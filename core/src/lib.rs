@@ -17,10 +17,12 @@
 //! - [`moves`]: ownership moves as the directory records them (steps,
 //!   compare-and-set advances, abort before the membership change).
 //! - [`query`]: reads of a group's state.
+//! - [`answers`]: the directory's record of keyed operator requests.
 //!
 //! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
 //! executes it, and every replica must compute the same result.
 
+pub mod answers;
 pub mod audit;
 pub mod command;
 pub mod directory;
@@ -30,6 +32,7 @@ pub mod moves;
 pub mod query;
 pub mod state;
 
+pub use answers::KeyedAnswer;
 pub use audit::AuditEntry;
 pub use command::{Command, Response};
 pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement, RouteState};

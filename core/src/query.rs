@@ -37,6 +37,8 @@ pub enum Query {
     /// terminal yet (answered as [`QueryResult::DuePayments`]), at most
     /// `limit`.
     Unsettled { limit: u32 },
+    /// Directory: the first answer to `owner`'s request with key `key`.
+    Answer { owner: String, key: String },
 }
 
 /// One replica's records of an event, as [`Query::Replica`] answers them.
@@ -75,6 +77,7 @@ pub enum QueryResult {
     },
     Inbox(bool),
     Replica(Box<ReplicaDump>),
+    Answer(Option<crate::answers::KeyedAnswer>),
 }
 
 impl State {
@@ -131,6 +134,9 @@ impl State {
                     .collect(),
             },
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
+            Query::Answer { owner, key } => {
+                QueryResult::Answer(self.answers.get(&(owner.clone(), key.clone())).cloned())
+            }
             Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory.clone()),
             Query::Replica => QueryResult::Replica(Box::new(ReplicaDump {

@@ -121,11 +121,16 @@ impl Env {
     }
 
     pub async fn book_raw(&self, user: &str, hold_id: &str) -> HttpAnswer {
+        self.book_keyed(user, hold_id, None).await
+    }
+
+    /// `POST /v1/bookings` with an optional Idempotency-Key.
+    pub async fn book_keyed(&self, user: &str, hold_id: &str, key: Option<&str>) -> HttpAnswer {
         self.http
             .post(
                 &format!("{}/v1/bookings", self.edge(2)),
                 Some(&self.token(user)),
-                None,
+                key,
                 &json!({"hold_id": hold_id}),
             )
             .await

@@ -3,6 +3,10 @@
 //! A booking is created by creating the payment at the gateway first, with
 //! a key stable per hold, and then committing it; a failed create leaves no
 //! booking and the hold unchanged, and a retry reuses the same payment.
+//! With an `Idempotency-Key` the commit is keyed in the event's group: the
+//! same key and body answer the first answer, another hold under the key
+//! of the same event is 422 `idempotency_key_reused` (keys are scoped to
+//! the event, like holds').
 
 use hyper::StatusCode;
 use seatfence_core::inventory::{Booking, HoldStatus, Outcome, PaymentAction, PaymentAttempt};
@@ -66,6 +70,7 @@ fn gateway_error(e: GatewayError) -> ApiError {
 pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
     let payments = edge.payments()?;
+    let idem = req.idempotency()?.map(|k| (caller.user.clone(), k));
     let body: BookingBody = req.json()?;
     let hold_not_found = || ApiError::NotFound {
         code: "hold_not_found",
@@ -82,8 +87,17 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         .filter(|l| l.hold.owner == caller.user)
         .ok_or_else(hold_not_found)?;
     if let Some(b) = &l.booking {
-        // One booking per hold: a repeated request gets the same booking.
-        return Ok(l.fenced(reply(&l, b, StatusCode::CREATED)));
+        if idem.is_none() {
+            // One booking per hold: a repeated request gets the same booking.
+            return Ok(l.fenced(reply(&l, b, StatusCode::CREATED)));
+        }
+        // Keyed: the same attach again (a no-op) answers from the key's record.
+        let attach = PaymentAction::Attach {
+            owner: caller.user,
+            hold: id.seq,
+            payment: b.payment.clone(),
+        };
+        return attached(edge, &l, idem, attach).await;
     }
     if l.hold.status != HoldStatus::Held {
         return Err(ApiError::from_outcome(
@@ -132,14 +146,25 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             currency,
         },
     };
-    let (r, _) = edge.payment_command(&l.event_id, attach).await?;
+    let answer = attached(edge, &l, idem, attach).await;
+    if answer.is_ok() {
+        edge.metrics.inc(|m| &m.bookings_created);
+    }
+    answer
+}
+
+/// Commit `attach` (under the request's key, if any) and answer it.
+async fn attached(
+    edge: &Edge,
+    l: &Loaded,
+    key: Option<(seatfence_core::UserId, String)>,
+    attach: PaymentAction,
+) -> Result<Reply, ApiError> {
+    let (r, _) = edge.keyed_payment_command(&l.event_id, key, attach).await?;
     match r.outcome {
-        Outcome::Booking(b) => {
-            edge.metrics.inc(|m| &m.bookings_created);
-            Ok(reply(&l, &b, StatusCode::CREATED)
-                .header("x-seatfence-epoch", r.epoch.0)
-                .header("x-seatfence-owner-region", &r.owner.0))
-        }
+        Outcome::Booking(b) => Ok(reply(l, &b, StatusCode::CREATED)
+            .header("x-seatfence-epoch", r.epoch.0)
+            .header("x-seatfence-owner-region", &r.owner.0)),
         other => Err(ApiError::from_outcome(other, &l.event_id).fenced(r.epoch.0, &r.owner.0)),
     }
 }

@@ -135,8 +135,20 @@ impl Edge {
         event: &EventId,
         action: PaymentAction,
     ) -> Result<(EventReply, Fence), ApiError> {
+        self.keyed_payment_command(event, None, action).await
+    }
+
+    /// A payment action under a buyer's Idempotency-Key (`Attach`: a
+    /// replay answers the first outcome, another request under the key
+    /// `IdempotencyKeyReused`).
+    pub async fn keyed_payment_command(
+        &self,
+        event: &EventId,
+        key: Option<(seatfence_core::UserId, String)>,
+        action: PaymentAction,
+    ) -> Result<(EventReply, Fence), ApiError> {
         let route = self.route(event).await?;
-        let cmd = Edge::command(&route, None, EventAction::Payment(action));
+        let cmd = Edge::command(&route, key, EventAction::Payment(action));
         self.execute(&route, cmd).await
     }
 

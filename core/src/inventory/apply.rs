@@ -15,7 +15,8 @@ pub fn request_hash(action: &EventAction) -> u64 {
     fnv(&bytes)
 }
 
-pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+/// FNV-1a: a stable 64-bit hash (the same on every replica and version).
+pub fn fnv(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
@@ -65,9 +66,12 @@ impl Inventory {
         self.forget_old_operations(now, changed);
 
         let op_key = match (&cmd.idempotency, &cmd.action) {
-            (Some((owner, key)), EventAction::Hold { .. } | EventAction::Cancel { .. }) => {
-                Some(OpKey::new(owner.clone(), key.clone()))
-            }
+            (
+                Some((owner, key)),
+                EventAction::Hold { .. }
+                | EventAction::Cancel { .. }
+                | EventAction::Payment(super::PaymentAction::Attach { .. }),
+            ) => Some(OpKey::new(owner.clone(), key.clone())),
             _ => None,
         };
         // Only keyed commands are hashed (the hash is recorded with them).

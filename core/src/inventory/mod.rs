@@ -21,7 +21,7 @@ mod apply;
 mod booking;
 mod spec;
 
-pub use apply::request_hash;
+pub use apply::{fnv as apply_fnv, request_hash};
 pub use booking::{
     Booking, BookingStatus, ConfirmPath, OutboxItem, OutboxKind, PaymentAction, PaymentAttempt,
     ReleaseReason, MAX_EXTENSIONS,

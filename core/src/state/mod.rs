@@ -30,6 +30,8 @@ pub struct State {
     pub inventory: Inventory,
     /// Group 0 only: the operators' audit trail, by `seq`.
     pub audit: imbl::OrdMap<u64, crate::audit::AuditEntry>,
+    /// Group 0 only: first answers to keyed requests, by `(owner, key)`.
+    pub answers: imbl::OrdMap<(String, String), crate::answers::KeyedAnswer>,
 }
 
 /// The result of one `apply`.
@@ -50,6 +52,7 @@ fn is_directory_command(cmd: &Command) -> bool {
             | Command::RegisterEvent { .. }
             | Command::PutShared { .. }
             | Command::PutSharedIf { .. }
+            | Command::RememberAnswer { .. }
             | Command::Audit(_)
             | Command::SetDrained { .. }
             | Command::Move { .. }
@@ -115,6 +118,9 @@ impl State {
             }
             // The directory's audit trail.
             Command::Audit(entry) => self.append_audit(entry, changed),
+            Command::RememberAnswer { owner, key, answer } => {
+                self.remember_answer(owner, key, answer, changed)
+            }
             // An event group's inventory.
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
         }
@@ -241,6 +247,34 @@ impl State {
             changed.push(RecordKey::Drained(node));
         }
         Response::DrainedSet { was }
+    }
+
+    /// `RememberAnswer`: forget answers a day old, then keep the first
+    /// answer under `(owner, key)`.
+    fn remember_answer(
+        &mut self,
+        owner: &str,
+        key: &str,
+        answer: &crate::answers::KeyedAnswer,
+        changed: &mut Vec<RecordKey>,
+    ) -> Response {
+        let lapsed: Vec<(String, String)> = self
+            .answers
+            .iter()
+            .filter(|(_, a)| a.at_ms.saturating_add(crate::answers::ANSWER_TTL_MS) <= answer.at_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in lapsed {
+            self.answers.remove(&k);
+            changed.push(RecordKey::Answer(k.0, k.1));
+        }
+        let k = (owner.to_string(), key.to_string());
+        if let Some(first) = self.answers.get(&k) {
+            return Response::Answer(first.clone());
+        }
+        self.answers.insert(k, answer.clone());
+        changed.push(RecordKey::Answer(owner.to_string(), key.to_string()));
+        Response::Answer(answer.clone())
     }
 
     /// `Audit`: append an entry with the next `seq` (the one given is
@@ -464,5 +498,46 @@ mod tests {
         let second = s.apply(g0, &create).response;
         assert_eq!(first, second);
         assert_eq!(s.directory.next_group_id, 8);
+    }
+
+    #[test]
+    fn a_keyed_answer_is_kept_first_for_a_day_and_reloads() {
+        use crate::answers::{KeyedAnswer, ANSWER_TTL_MS};
+        let answer = |at_ms: u64, status: u16| KeyedAnswer {
+            request_hash: 7,
+            at_ms,
+            status,
+            body: format!("{{\"n\":{status}}}"),
+            headers: vec![("location".into(), "/v1/x".into())],
+        };
+        let remember = |key: &str, a: KeyedAnswer| Command::RememberAnswer {
+            owner: "ops".into(),
+            key: key.into(),
+            answer: a,
+        };
+        let mut s = State::default();
+        let g0 = GroupId::DIRECTORY;
+        let first = s.apply(g0, &remember("k1", answer(10, 201))).response;
+        assert_eq!(first, Response::Answer(answer(10, 201)));
+        let again = s.apply(g0, &remember("k1", answer(20, 409))).response;
+        assert_eq!(again, Response::Answer(answer(10, 201)), "the first stays");
+        let mut loaded = State::default();
+        for (k, v) in s.records() {
+            loaded.load_record(&k, &v).unwrap();
+        }
+        assert_eq!(loaded.answers, s.answers);
+        // A day later, k1 is forgotten when the next answer is recorded.
+        let later = answer(10 + ANSWER_TTL_MS, 202);
+        let applied = s.apply(g0, &remember("k2", later));
+        assert!(applied
+            .changed
+            .contains(&RecordKey::Answer("ops".into(), "k1".into())));
+        assert_eq!(
+            s.query(&crate::Query::Answer {
+                owner: "ops".into(),
+                key: "k1".into()
+            }),
+            crate::QueryResult::Answer(None)
+        );
     }
 }

@@ -38,6 +38,8 @@ pub enum RecordKey {
     /// Directory: an ownership move.
     Move(u64),
     NextMoveId,
+    /// Directory: a keyed request's first answer, `(owner, key)`.
+    Answer(String, String),
 }
 
 /// A stored record that cannot be decoded: the storage is corrupt.
@@ -74,17 +76,8 @@ impl RecordKey {
             RecordKey::Drained(n) => [b"d/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Move(m) => [b"v/".as_slice(), &m.to_be_bytes()].concat(),
             RecordKey::NextMoveId => b"m/next_move_id".to_vec(),
-            RecordKey::Op(owner, key) => {
-                // The owner's length first, so owner and key cannot run together.
-                let len = u16::try_from(owner.0.len()).expect("user ids are short");
-                [
-                    b"o/".as_slice(),
-                    &len.to_be_bytes(),
-                    owner.0.as_bytes(),
-                    key.as_bytes(),
-                ]
-                .concat()
-            }
+            RecordKey::Op(owner, key) => owner_key(b"o/", &owner.0, key),
+            RecordKey::Answer(owner, key) => owner_key(b"q/", owner, key),
         }
     }
 
@@ -109,17 +102,33 @@ impl RecordKey {
             (b"a/", a) => num(a).map(RecordKey::Audit),
             (b"d/", n) => num(n).map(|n| RecordKey::Drained(NodeId(n))),
             (b"o/", rest) => {
-                let (len, rest) = rest.split_at_checked(2)?;
-                let len = usize::from(u16::from_be_bytes(len.try_into().ok()?));
-                let (owner, key) = rest.split_at_checked(len)?;
-                Some(RecordKey::Op(
-                    UserId(String::from_utf8(owner.to_vec()).ok()?),
-                    String::from_utf8(key.to_vec()).ok()?,
-                ))
+                let (owner, key) = split_owner_key(rest)?;
+                Some(RecordKey::Op(UserId(owner), key))
+            }
+            (b"q/", rest) => {
+                let (owner, key) = split_owner_key(rest)?;
+                Some(RecordKey::Answer(owner, key))
             }
             _ => None,
         }
     }
+}
+
+/// `prefix`, the owner's length, the owner, the key: the length first, so
+/// owner and key cannot run together.
+fn owner_key(prefix: &[u8], owner: &str, key: &str) -> Vec<u8> {
+    let len = u16::try_from(owner.len()).expect("user ids are short");
+    [prefix, &len.to_be_bytes(), owner.as_bytes(), key.as_bytes()].concat()
+}
+
+fn split_owner_key(rest: &[u8]) -> Option<(String, String)> {
+    let (len, rest) = rest.split_at_checked(2)?;
+    let len = usize::from(u16::from_be_bytes(len.try_into().ok()?));
+    let (owner, key) = rest.split_at_checked(len)?;
+    Some((
+        String::from_utf8(owner.to_vec()).ok()?,
+        String::from_utf8(key.to_vec()).ok()?,
+    ))
 }
 
 impl State {
@@ -149,6 +158,7 @@ impl State {
             RecordKey::Drained(n) => self.directory.drained.contains(n).then(|| enc(&true)),
             RecordKey::Move(m) => self.directory.moves.get(m).map(enc),
             RecordKey::NextMoveId => Some(enc(&self.directory.next_move_id)),
+            RecordKey::Answer(o, k) => self.answers.get(&(o.clone(), k.clone())).map(enc),
         }
     }
 
@@ -206,6 +216,9 @@ impl State {
                 self.directory.moves.insert(m, dec(value).map_err(err)?);
             }
             RecordKey::NextMoveId => self.directory.next_move_id = dec(value).map_err(err)?,
+            RecordKey::Answer(o, k) => {
+                self.answers.insert((o, k), dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -258,6 +271,9 @@ impl State {
                 self.directory.moves.remove(&m);
             }
             RecordKey::NextMoveId => self.directory.next_move_id = 0,
+            RecordKey::Answer(o, k) => {
+                self.answers.remove(&(o, k));
+            }
         }
         Ok(())
     }
@@ -312,7 +328,12 @@ impl State {
                     .map(|n| RecordKey::Drained(*n)),
             )
             .chain(self.directory.moves.keys().map(|m| RecordKey::Move(*m)))
-            .chain(std::iter::once(RecordKey::NextMoveId));
+            .chain(std::iter::once(RecordKey::NextMoveId))
+            .chain(
+                self.answers
+                    .keys()
+                    .map(|(o, k)| RecordKey::Answer(o.clone(), k.clone())),
+            );
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }

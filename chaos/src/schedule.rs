@@ -40,7 +40,8 @@ pub enum Fault {
     /// Every link delays each chunk by `ms` (the proxy mechanism only).
     SlowNetwork { ms: u64 },
     /// Gateway switches: `execute-timeout`, `webhook-drop`,
-    /// `webhook-duplicate`, `query-error`, `latency`.
+    /// `webhook-duplicate`, `query-error`, `capture-held` (captures held
+    /// past the deadline, webhooks lost, released at heal).
     Gateway { mode: String },
 }
 
@@ -120,6 +121,7 @@ pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
         "webhook-drop",
         "webhook-duplicate",
         "query-error",
+        "capture-held",
     ] {
         v.push(Fault::Gateway { mode: mode.into() });
     }

@@ -9,6 +9,7 @@
 //! | `no_stale_epoch` | was any write accepted under an epoch a finished move had replaced? |
 //! | `counters` | do every replica's counters equal its seat records? |
 //! | `captures` | at most one capture per booking, each matching a confirmed or refunded booking? |
+//! | `money` | did every captured payment end as a confirmed booking or exactly one refund (never kept for nothing)? |
 //! | `coverage` | did every scheduled fault happen, did a leader change, did a move overlap a fault? |
 
 pub mod captures;
@@ -17,6 +18,7 @@ pub mod counters;
 pub mod coverage;
 pub mod double_sale;
 pub mod linearizable;
+pub mod money;
 pub mod stale_epoch;
 
 use serde::{Deserialize, Serialize};
@@ -94,6 +96,7 @@ pub fn check_all(input: &Input<'_>) -> Vec<Verdict> {
         stale_epoch::check(input),
         counters::check(input),
         captures::check(input),
+        money::check(input),
         coverage::check(input),
     ]
 }

@@ -405,10 +405,17 @@ impl Nemesis {
             "webhook-drop" => json!({"webhook": "drop"}),
             "webhook-duplicate" => json!({"webhook": "duplicate"}),
             "query-error" => json!({"query": "error"}),
+            // Captures held past the deadline with every webhook lost,
+            // released at heal; the void wins, loses the race, or lies
+            // (answers voided and leaves the payment capturable).
+            "capture-held" => {
+                let void = self.pick(&["ok", "lose", "ignore"]).expect("modes");
+                json!({"execute": "hold", "webhook": "drop", "void": void})
+            }
             other => anyhow::bail!("unknown gateway fault {other}"),
         };
         self.put_faults(&patch).await?;
-        Ok((format!("gateway {mode}"), Undo::Gateway))
+        Ok((format!("gateway {mode} {patch}"), Undo::Gateway))
     }
 
     async fn undo(&self, undo: Undo) -> anyhow::Result<()> {
@@ -437,7 +444,7 @@ impl Nemesis {
     }
 
     async fn gateway_defaults(&self) -> anyhow::Result<()> {
-        self.put_faults(&json!({"execute": "ok", "query": "ok", "webhook": "deliver"}))
+        self.put_faults(&json!({"execute": "ok", "query": "ok", "webhook": "deliver", "void": "ok"}))
             .await
     }
 

@@ -1,7 +1,8 @@
 //! The end of a drill: with every fault healed and the clients stopped,
 //! wait until the system has settled (no move running, every replica of
 //! every event at the same applied index with the same records, no
-//! captured payment still waiting for its confirmation), then read every
+//! captured payment still waiting for its confirmation, no refund still
+//! pending, no released booking whose payment is unsettled), then read every
 //! replica and the gateway for the checkers. A system that never settles
 //! is reported (`converged: false`), not waited on forever.
 
@@ -98,6 +99,20 @@ async fn collect(w: &World) -> (FinalState, Vec<String>) {
             }
         }
         if let Some(d) = &first {
+            for b in &d.bookings {
+                if b.status == BookingStatus::RefundPending || b.unsettled() {
+                    waiting.push(format!(
+                        "{} booking {} {}",
+                        info.event_id,
+                        b.seq,
+                        if b.unsettled() {
+                            "released, its payment not yet settled"
+                        } else {
+                            "refund not yet delivered"
+                        }
+                    ));
+                }
+            }
             for b in d
                 .bookings
                 .iter()

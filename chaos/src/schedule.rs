@@ -133,7 +133,8 @@ pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
 
 /// The plan for a drill of `duration_ms`: a quiet start (`warmup_ms`) and
 /// a quiet end (`cooldown_ms`) around back-to-back rounds; each round is
-/// every kind of fault once in a seeded order, each for 2.5–5 s with 1–2.5 s
+/// every kind of fault once in a seeded order, each for 2.5–5 s (held
+/// captures 12–15 s) with 1–2.5 s
 /// of calm after it. Network faults never overlap each other; gateway faults
 /// and clock skew run alongside the next fault (so moves and payments see
 /// both at once).
@@ -160,7 +161,12 @@ pub fn plan(
             }
         }
         for fault in kinds {
-            let duration_ms = rng.gen_range(2_500..=5_000);
+            // Held captures must outlast a hold's deadline (4 s) and a
+            // reconciler sweep for the void path to run.
+            let duration_ms = match &fault {
+                Fault::Gateway { mode } if mode == "capture-held" => rng.gen_range(12_000..=15_000),
+                _ => rng.gen_range(2_500..=5_000),
+            };
             if t + duration_ms > end {
                 break 'rounds;
             }

@@ -34,7 +34,10 @@ pub fn check(input: &Input<'_>) -> Verdict {
         refunded += u32::from(p.refunds > 0);
         let statuses = booking_statuses(input, p);
         if statuses.is_empty() {
-            violations.push(violation(p, "captured, but no replica has its booking".into()));
+            violations.push(violation(
+                p,
+                "captured, but no replica has its booking".into(),
+            ));
         }
         for (node, status) in statuses {
             let fine = match status {
@@ -121,16 +124,29 @@ mod tests {
 
     #[test]
     fn a_capture_ends_as_a_seat_or_a_refund() {
-        assert_eq!(verdict(BookingStatus::Confirmed, pay("p1", 1, 0)).status, Status::Pass);
-        assert_eq!(verdict(BookingStatus::Refunded, pay("p1", 1, 1)).status, Status::Pass);
-        assert_eq!(verdict(BookingStatus::Expired, pay("p1", 0, 0)).status, Status::Pass);
+        assert_eq!(
+            verdict(BookingStatus::Confirmed, pay("p1", 1, 0)).status,
+            Status::Pass
+        );
+        assert_eq!(
+            verdict(BookingStatus::Refunded, pay("p1", 1, 1)).status,
+            Status::Pass
+        );
+        assert_eq!(
+            verdict(BookingStatus::Expired, pay("p1", 0, 0)).status,
+            Status::Pass
+        );
     }
 
     #[test]
     fn planted_money_kept_for_nothing_is_caught() {
         for (status, p, what) in [
             (BookingStatus::Expired, pay("p1", 1, 0), "expired"),
-            (BookingStatus::RefundPending, pay("p1", 1, 0), "refund_pending"),
+            (
+                BookingStatus::RefundPending,
+                pay("p1", 1, 0),
+                "refund_pending",
+            ),
             (BookingStatus::Refunded, pay("p1", 1, 2), "refunded 2 times"),
             (BookingStatus::Confirmed, pay("p1", 1, 1), "confirmed"),
         ] {

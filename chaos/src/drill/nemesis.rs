@@ -444,8 +444,10 @@ impl Nemesis {
     }
 
     async fn gateway_defaults(&self) -> anyhow::Result<()> {
-        self.put_faults(&json!({"execute": "ok", "query": "ok", "webhook": "deliver", "void": "ok"}))
-            .await
+        self.put_faults(
+            &json!({"execute": "ok", "query": "ok", "webhook": "deliver", "void": "ok"}),
+        )
+        .await
     }
 
     async fn put_faults(&self, patch: &serde_json::Value) -> anyhow::Result<()> {

@@ -570,7 +570,10 @@ async fn held_execute_voided(env: &Env) {
     assert_eq!(p["status"], "voided", "{p}");
     env.faults(json!({"execute": "ok"})).await;
     let resold = env.hold("jack", "pay-void", &["V1"]).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    eventually("the held capture has run", || async {
+        (env.gateway_stats().await["captures_held"] == 0).then_some(())
+    })
+    .await;
     let p = env.payment(&pid).await;
     assert_eq!(
         (

@@ -1,17 +1,21 @@
 //! `Idempotency-Key` on requests that are not one event's: `POST
-//! /v1/events` and move requests. The first final answer (2xx, or a 4xx
-//! other than 429) is recorded in the directory under `(caller, key)` for a
-//! day; a retry with the same key and body gets that answer again (with
-//! `Idempotent-Replayed: true`), another body under the same key gets 422
-//! `idempotency_key_reused` and changes nothing. 5xx and 429 answers are
-//! not recorded: a retry runs again. (Bookings keep their keys in their
-//! event's group with the booking itself, see `payments::bookings`.)
+//! /v1/events` and move requests. The request first reserves `(caller,
+//! key)` in the directory, runs, then records its final answer (2xx, or a
+//! 4xx other than 429) there for a day; a retry with the same key and body
+//! gets that answer again (with `Idempotent-Replayed: true`), another body
+//! under the same key gets 422 `idempotency_key_reused` and changes
+//! nothing, and a request that meets a reservation still running gets 409
+//! `idempotency_request_in_progress` (nothing done; retry later). A 5xx or
+//! 429 answer drops the reservation: a retry runs again. (Bookings keep
+//! their keys in their event's group with the booking itself, see
+//! `payments::bookings`.)
 
 use std::future::Future;
 
 use hyper::StatusCode;
 use seatfence_core::answers::{request_hash, KeyedAnswer};
-use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
+use seatfence_core::{Command, GroupId, Response};
+use serde_json::json;
 
 use crate::error::ApiError;
 use crate::http::{Body, Reply, Req};
@@ -30,16 +34,17 @@ where
         return run().await;
     };
     let hash = request_hash(req.method.as_str(), &req.path, &req.body);
-    let asked = Query::Answer {
-        owner: owner.to_string(),
-        key: key.clone(),
+    let request = format!("{:032x}", rand::random::<u128>());
+    let reservation = KeyedAnswer {
+        request_hash: hash,
+        at_ms: edge.clock.now_ms(),
+        status: 0,
+        body: String::new(),
+        headers: Vec::new(),
+        request: request.clone(),
     };
-    let (first, _) = edge
-        .client
-        .query(GroupId::DIRECTORY, &asked, true)
-        .await
-        .map_err(|e| edge.client_error(e))?;
-    if let QueryResult::Answer(Some(first)) = first {
+    let first = remember(edge, owner, &key, reservation).await?;
+    if first.request != request {
         return replay(first, hash);
     }
     let result = run().await;
@@ -49,10 +54,18 @@ where
             body: Body::Json(v),
             headers,
         }) => (*status, v.to_string(), headers.clone()),
-        Ok(_) => return result,
+        Ok(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new(), Vec::new()),
         Err(e) => (e.status(), e.body().to_string(), e.headers()),
     };
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        let forget = Command::ForgetAnswer {
+            owner: owner.to_string(),
+            key,
+            request,
+        };
+        if let Err(e) = edge.write(GroupId::DIRECTORY, forget).await {
+            tracing::warn!("dropping a keyed request's reservation failed: {e}");
+        }
         return result;
     }
     let answer = KeyedAnswer {
@@ -65,29 +78,50 @@ where
             .filter(|(n, _)| REPLAYED.contains(n))
             .map(|(n, v)| (n.to_string(), v))
             .collect(),
+        request,
     };
-    let remember = Command::RememberAnswer {
+    if let Err(e) = remember(edge, owner, &key, answer).await {
+        tracing::warn!("recording the answer to a keyed request failed: {e}");
+    }
+    result
+}
+
+/// Reserve or complete `(owner, key)`: the record as it stands after.
+async fn remember(
+    edge: &Edge,
+    owner: &str,
+    key: &str,
+    answer: KeyedAnswer,
+) -> Result<KeyedAnswer, ApiError> {
+    let cmd = Command::RememberAnswer {
         owner: owner.to_string(),
-        key,
-        answer: answer.clone(),
+        key: key.to_string(),
+        answer,
     };
-    match edge.write(GroupId::DIRECTORY, remember).await {
-        // Another request with the key answered first: its answer stands.
-        Ok(c) => match c.response {
-            Response::Answer(first) if first != answer => replay(first, hash),
-            _ => result,
-        },
-        Err(e) => {
-            tracing::warn!("recording the answer to a keyed request failed: {e}");
-            result
-        }
+    let done = edge
+        .write(GroupId::DIRECTORY, cmd)
+        .await
+        .map_err(|e| edge.client_error(e))?;
+    match done.response {
+        Response::Answer(a) => Ok(a),
+        other => Err(ApiError::Internal(format!(
+            "the directory answered {other:?}"
+        ))),
     }
 }
 
-/// The recorded answer, if it was to the same request.
+/// Another request's record of the key: its answer if it was the same
+/// request and has answered.
 fn replay(first: KeyedAnswer, hash: u64) -> Result<Reply, ApiError> {
     if first.request_hash != hash {
         return Err(ApiError::IdempotencyKeyReused);
+    }
+    if first.pending() {
+        return Err(ApiError::Conflict {
+            code: "idempotency_request_in_progress",
+            message: "a request with this Idempotency-Key is still running: retry later".into(),
+            extra: json!({}),
+        });
     }
     let status = StatusCode::from_u16(first.status).unwrap_or(StatusCode::OK);
     let body = serde_json::from_str(&first.body).unwrap_or(serde_json::Value::Null);

@@ -124,6 +124,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         "How long past its deadline the oldest undecided payment was at the last sweep.",
     ),
     (
+        Kind::Counter,
+        "seatfence_money_alerts_total",
+        "Captured payments still neither booked nor refunded 5 minutes after the capture was recorded (ALERT log line each).",
+    ),
+    (
         Kind::Gauge,
         "seatfence_payments_unsettled",
         "Released bookings whose payment the gateway has not yet called terminal (the reconciler keeps asking).",
@@ -167,6 +172,7 @@ pub struct EdgeMetrics {
     pub released_failed: Counter,
     pub released_unpaid: Counter,
     pub voided: Counter,
+    pub money_alerts: Counter,
     pub extensions: Counter,
     pub reconcile_alerts: Counter,
     pub callbacks_rejected: Counter,
@@ -231,6 +237,7 @@ impl Default for EdgeMetrics {
             released_failed: released("payment_failed"),
             released_unpaid: released("unpaid"),
             voided: counter!("seatfence_payments_voided_total"),
+            money_alerts: counter!("seatfence_money_alerts_total"),
             extensions: counter!("seatfence_reconciler_extensions_total"),
             reconcile_alerts: counter!("seatfence_reconciler_alerts_total"),
             callbacks_rejected: signals("callback"),

@@ -108,12 +108,20 @@ async fn start_move(
     caller: crate::auth::Caller,
 ) -> Result<Reply, ApiError> {
     let body: MoveBody = req.json()?;
+    // The start's request id: the operator's key (so a retry after any
+    // failure finds the move it started), else one of its own (so the
+    // client's re-send of a committed start does too).
+    let request = match req.idempotency()? {
+        Some(k) => format!("key:{}:{k}", caller.user.0),
+        None => format!("auto:{:032x}", rand::random::<u128>()),
+    };
     let m = propose(
         edge,
         MoveOp::Start {
             event_id: seatfence_core::EventId(event.to_string()),
             to_region: seatfence_core::RegionId(body.to_region),
             actor: caller.user.0.clone(),
+            request,
         },
     )
     .await?;

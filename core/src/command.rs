@@ -55,18 +55,28 @@ pub enum Command {
     /// Directory: set a fleet-wide value only if it is `expected` now
     /// (`None`: absent). A compare-and-set: of two writers that read the
     /// same value, one wins and the other is told [`Response::Changed`].
+    /// A value already equal to `value` answers `Written` (so a re-sent
+    /// command that took effect is not reported as lost).
     PutSharedIf {
         key: String,
         expected: Option<Vec<u8>>,
         value: Vec<u8>,
     },
-    /// Directory: record the first answer to `owner`'s request made with
-    /// Idempotency-Key `key` (a recorded one stays; answers older than a
-    /// day are forgotten, by `answer.at_ms`).
+    /// Directory: reserve (`answer.status == 0`) or complete the answer to
+    /// `owner`'s request with Idempotency-Key `key`. Another request's
+    /// record stays unless it lapsed (see `answers`); answers older than a
+    /// day are forgotten, by `answer.at_ms`.
     RememberAnswer {
         owner: String,
         key: String,
         answer: crate::answers::KeyedAnswer,
+    },
+    /// Directory: drop `request`'s reservation of `key` (its answer was
+    /// not final: a retry should run again).
+    ForgetAnswer {
+        owner: String,
+        key: String,
+        request: String,
     },
 }
 
@@ -120,6 +130,7 @@ impl fmt::Display for Command {
             Command::PutShared { key, .. } => write!(f, "put shared {key}"),
             Command::PutSharedIf { key, .. } => write!(f, "put shared {key} if unchanged"),
             Command::RememberAnswer { owner, key, .. } => write!(f, "remember {owner}/{key}"),
+            Command::ForgetAnswer { owner, key, .. } => write!(f, "forget {owner}/{key}"),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),

@@ -131,7 +131,7 @@ proptest! {
                     let mut before = s.clone();
                     before.apply(g, &cmd(now, 1, None, EventAction::Tick));
                     let action = pay_action(&s, hold, pay, what);
-                    let got = outcome(s.apply(g, &cmd(now, 1, None, action)).response);
+                    let got = outcome(s.apply(g, &cmd(now, 1, None, action.clone())).response);
                     let was = before.inventory.bookings.get(&hold).map(|b| b.status);
                     let is = s.inventory.bookings.get(&hold).map(|b| b.status);
                     // Paid stays paid; a release needs the booking's own payment.
@@ -160,9 +160,16 @@ proptest! {
                     if let (PayStep::Intent { .. }, Outcome::ExecuteIntent { granted: true, .. }) = (what, &got) {
                         prop_assert!(!voiding, "execute granted after a void intent");
                     }
-                    if let PayStep::Extend { .. } = what {
-                        let ext = |st: &State| st.inventory.holds.get(&hold).map_or(0, |h| h.extensions);
-                        prop_assert!(ext(&s) <= ext(&before) + 1, "one extend counted twice");
+                    if let PayStep::Extend { .. } | PayStep::Intent { .. } = what {
+                        // The same command re-sent (a transport error after
+                        // its commit) changes nothing more.
+                        let mut again = s.clone();
+                        let resent = outcome(again.apply(g, &cmd(now, 1, None, action)).response);
+                        prop_assert_eq!(&again.inventory.holds, &s.inventory.holds, "a re-sent extend counted twice");
+                        prop_assert_eq!(&again.inventory.bookings, &s.inventory.bookings);
+                        if let Outcome::ExecuteIntent { granted: true, .. } = &got {
+                            prop_assert!(matches!(resent, Outcome::ExecuteIntent { granted: true, .. }), "a re-sent intent lost its grant");
+                        }
                     }
                     check(&s);
                     continue;

@@ -80,6 +80,18 @@ impl Env {
         assert!(r.status().is_success(), "faults {f}");
     }
 
+    /// The gateway's counters (`GET /_stats`).
+    pub async fn gateway_stats(&self) -> Value {
+        self.raw
+            .get(format!("{}/_stats", self.gateway.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn payment(&self, id: &str) -> Value {
         let all: Vec<Value> = self
             .raw

@@ -7,12 +7,12 @@
 //! written to a temporary name, flushed, then renamed. An email is never
 //! proof of a booking: `GET /v1/bookings/{id}` is.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seatfence_core::inventory::{Booking, OutboxItem, OutboxKind, PaymentAction};
+use seatfence_core::inventory::{Booking, OutboxItem, OutboxKind, Outcome, PaymentAction};
 use seatfence_core::{BookingId, EventId, Fence, GroupId, Query, QueryResult};
 use tokio::sync::watch;
 
@@ -23,6 +23,10 @@ use crate::Edge;
 /// Items looked at per scan and group.
 const SCAN_LIMIT: u32 = 64;
 
+/// A refund still undelivered this long after its capture was recorded
+/// raises an alert: money kept for nothing.
+const REFUND_ALERT_MS: u64 = 5 * 60 * 1000;
+
 pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let Some(p) = edge.payments.clone() else {
         return;
@@ -31,6 +35,8 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     // Failed deliveries: (group, item) → (attempts, next try). In memory:
     // a new leader simply starts over.
     let mut retry: HashMap<(GroupId, u64), (u32, Instant)> = HashMap::new();
+    // Refunds alerted on by this node (one alert each; bounded).
+    let mut alerted: HashSet<(GroupId, u64)> = HashSet::new();
     loop {
         tokio::select! {
             biased;
@@ -57,7 +63,16 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             };
             backlog += items.len() as u64;
             for (item, _) in items.iter().filter(|(i, _)| i.kind == OutboxKind::Refund) {
-                refund_age = refund_age.max(now_ms.saturating_sub(item.created_ms));
+                let age = now_ms.saturating_sub(item.created_ms);
+                refund_age = refund_age.max(age);
+                if age >= REFUND_ALERT_MS && alerted.insert((gid, item.id)) {
+                    edge.metrics.inc(|m| &m.money_alerts);
+                    tracing::error!(
+                        group = gid.0, event = %event_id, outbox_item = item.id, booking = item.booking,
+                        "ALERT: a captured payment is neither booked nor refunded after {} s; refund still failing",
+                        age / 1000
+                    );
+                }
             }
             let fence = Fence { epoch, term };
             for (item, booking) in items {
@@ -68,6 +83,21 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 let id = BookingId {
                     group: gid,
                     seq: booking.seq,
+                };
+                let fence = match item.kind {
+                    OutboxKind::ConfirmationEmail => fence,
+                    // A refund carries the fence of a committed intent.
+                    OutboxKind::Refund => {
+                        let intent = PaymentAction::RefundIntent { id: item.id };
+                        match edge.payment_command(&event_id, intent).await {
+                            Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
+                            Ok(_) => continue,
+                            Err(e) => {
+                                tracing::warn!(booking = %id, "outbox: refund intent failed: {e}");
+                                continue;
+                            }
+                        }
+                    }
                 };
                 match deliver(&p, &event_id, id, &item, &booking, fence).await {
                     Ok(refund_id) => {
@@ -98,6 +128,10 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 }
             }
         }
+        if alerted.len() > 10_000 {
+            alerted.clear();
+        }
+        retry.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(3600));
         edge.metrics.outbox_backlog.set(backlog as f64);
         edge.metrics
             .refund_pending_age

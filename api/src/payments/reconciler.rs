@@ -125,9 +125,12 @@ async fn sweep(
             reconcile_one(edge, p, loaded(gid, &event_id, hold, booking), now)
         }))
         .await;
-        for ((hold, _), r) in batch.iter().zip(results) {
+        for ((hold, booking), r) in batch.iter().zip(results) {
             match r {
                 Ok(Verdict::Done) | Ok(Verdict::Left) => {}
+                Ok(Verdict::Unknown { .. }) if booking.unsettled() => {
+                    // Released already: counted in `payments_unsettled`.
+                }
                 Ok(Verdict::Unknown { exhausted }) => {
                     oldest_unknown = oldest_unknown.max(now.saturating_sub(hold.expires_at_ms));
                     if exhausted && alerted.len() >= ALERTED_MAX {

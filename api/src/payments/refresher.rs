@@ -110,7 +110,7 @@ where
     if let Some(t) = &stored {
         if t.claim
             .as_ref()
-            .is_some_and(|c| now_ms.saturating_sub(c.at_ms) < CLAIM_TTL_MS)
+            .is_some_and(|c| c.by != me && now_ms.saturating_sub(c.at_ms) < CLAIM_TTL_MS)
         {
             return Refresh::Busy;
         }
@@ -150,12 +150,25 @@ where
         expires_at_ms: now_ms + ttl.as_millis() as u64,
         claim: None,
     };
-    match store.put_if(Some(claim), json(&fresh)).await {
-        Ok(true) => Refresh::Granted(ttl),
-        Ok(false) => Refresh::Lost { granted: true },
-        Err(e) => Refresh::StoreFailed(e),
+    // The grant is spent: storing it is worth a few tries (a directory
+    // leader change right now would otherwise waste it).
+    let fresh = json(&fresh);
+    let mut last = None;
+    for attempt in 0..STORE_TRIES {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+        }
+        match store.put_if(Some(claim.clone()), fresh.clone()).await {
+            Ok(true) => return Refresh::Granted(ttl),
+            Ok(false) => return Refresh::Lost { granted: true },
+            Err(e) => last = Some(e),
+        }
     }
+    Refresh::StoreFailed(last.expect("tried at least once"))
 }
+
+/// Tries to store a granted token before giving it up.
+const STORE_TRIES: u32 = 4;
 
 pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let Some(p) = edge.payments.clone() else {
@@ -200,7 +213,6 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             current.is_some() && (seen == current || tokens.rejected_in_directory() == current);
         let forced = refused && last_forced.is_none_or(|at| at.elapsed() >= FORCED_EVERY);
         if forced {
-            last_forced = Some(Instant::now());
             tracing::warn!("the gateway refused the fleet's token: replacing it now");
         }
         let grant = || {
@@ -214,6 +226,9 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         match refresh_once(&Directory(&edge), &me, now, forced, grant).await {
             Refresh::NotDue | Refresh::Busy => {}
             Refresh::Granted(ttl) => {
+                if forced {
+                    last_forced = Some(Instant::now());
+                }
                 backoff.succeeded();
                 edge.metrics.inc(|m| &m.token_grants);
                 tracing::info!("gateway token granted, valid {ttl:?}");

@@ -26,7 +26,8 @@ enum Undo {
     Resume(Vec<u64>),
     Restart(Vec<u64>),
     Skew(Vec<u64>),
-    Gateway,
+    /// The gateway switches the fault set.
+    Gateway(serde_json::Value),
 }
 
 pub struct Nemesis {
@@ -415,7 +416,7 @@ impl Nemesis {
             other => anyhow::bail!("unknown gateway fault {other}"),
         };
         self.put_faults(&patch).await?;
-        Ok((format!("gateway {mode} {patch}"), Undo::Gateway))
+        Ok((format!("gateway {mode} {patch}"), Undo::Gateway(patch)))
     }
 
     async fn undo(&self, undo: Undo) -> anyhow::Result<()> {
@@ -430,7 +431,7 @@ impl Nemesis {
                 ids.iter().try_for_each(|id| c.restart(*id))
             }
             Undo::Skew(ids) => ids.iter().try_for_each(|id| self.write_skew(*id, 0)),
-            Undo::Gateway => self.gateway_defaults().await,
+            Undo::Gateway(patch) => self.gateway_undo(&patch).await,
         }
     }
 
@@ -441,6 +442,35 @@ impl Nemesis {
             .ok_or_else(|| anyhow::anyhow!("no skew file for node {node}"))?;
         std::fs::write(path, ms.to_string())?;
         Ok(())
+    }
+
+    /// Reset the switches `patch` set, then re-apply those of the gateway
+    /// faults still active (gateway faults overlap: healing one must not
+    /// end another early).
+    async fn gateway_undo(&self, patch: &serde_json::Value) -> anyhow::Result<()> {
+        let defaults = json!({"execute": "ok", "query": "ok", "webhook": "deliver", "void": "ok"});
+        let mut reset = serde_json::Map::new();
+        for key in patch.as_object().into_iter().flat_map(|o| o.keys()) {
+            if let Some(v) = defaults.get(key) {
+                reset.insert(key.clone(), v.clone());
+            }
+        }
+        let active: Vec<serde_json::Value> = self
+            .active
+            .lock()
+            .expect("nemesis lock poisoned")
+            .values()
+            .filter_map(|u| match u {
+                Undo::Gateway(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
+        for p in active {
+            for (k, v) in p.as_object().into_iter().flatten() {
+                reset.insert(k.clone(), v.clone());
+            }
+        }
+        self.put_faults(&serde_json::Value::Object(reset)).await
     }
 
     async fn gateway_defaults(&self) -> anyhow::Result<()> {

@@ -206,6 +206,9 @@ pub enum PaymentAction {
     VoidIntent { hold: u64, payment_id: String },
     /// The gateway says a released booking's payment can never be captured.
     Settle { hold: u64, payment_id: String },
+    /// The outbox is about to refund item `id`: changes nothing; the
+    /// commit's fence goes with the refund (a deposed leader's is older).
+    RefundIntent { id: u64 },
 }
 
 impl Inventory {
@@ -262,6 +265,14 @@ impl Inventory {
             PaymentAction::Settle { hold, payment_id } => {
                 self.settle(*hold, payment_id, now, changed)
             }
+            PaymentAction::RefundIntent { id } => match self.outbox.get(id) {
+                None => Outcome::OutboxItemNotFound,
+                Some(item) if item.done_ms.is_some() => Outcome::OutboxDone,
+                Some(item) => match self.bookings.get(&item.booking) {
+                    Some(b) => Outcome::Booking(Box::new(b.clone())),
+                    None => Outcome::BookingNotFound,
+                },
+            },
         }
     }
 

@@ -22,7 +22,8 @@ impl Directory {
                 event_id,
                 to_region,
                 actor,
-            } => self.start_move(event_id, to_region, actor, at_ms, changed),
+                request,
+            } => self.start_move(event_id, to_region, actor, request, at_ms, changed),
             MoveOp::Advance {
                 move_id,
                 from,
@@ -43,9 +44,21 @@ impl Directory {
         event_id: &EventId,
         to_region: &RegionId,
         actor: &str,
+        request: &str,
         at_ms: u64,
         changed: &mut Vec<RecordKey>,
     ) -> Result<MoveRecord, MoveRefused> {
+        if !request.is_empty() {
+            let started = self
+                .moves
+                .values()
+                .rev()
+                .find(|m| m.request == request && &m.event_id == event_id);
+            if let Some(m) = started {
+                // The same request again: the move it started.
+                return Ok(m.clone());
+            }
+        }
         let route = self
             .events
             .get(event_id)
@@ -90,6 +103,7 @@ impl Directory {
             reason: None,
             cleaned: false,
             pause_ms: None,
+            request: request.to_owned(),
         };
         let route = self.events.get_mut(event_id).expect("checked above");
         route.state = RouteState::Moving { move_id };

@@ -130,6 +130,9 @@ pub struct MoveRecord {
     pub actor: String,
     /// Why the move was aborted or failed.
     pub reason: Option<String>,
+    /// The id of the request that started it (see [`MoveOp::Start`]).
+    #[serde(default)]
+    pub request: String,
     /// Aborted moves: the learners it added have been removed again.
     pub cleaned: bool,
     /// How long the group had no leader in the target region able to take
@@ -170,6 +173,10 @@ pub enum MoveOp {
         event_id: EventId,
         to_region: RegionId,
         actor: String,
+        /// The request's id: a start re-sent with the same id (a retry
+        /// after its commit, or the same Idempotency-Key) answers the move
+        /// it started instead of `move_in_progress`.
+        request: String,
     },
     /// Advance `move_id` from `from` to the next step, only if it is at
     /// `from` and running. `pause_ms` is recorded when given.
@@ -266,6 +273,7 @@ mod tests {
                 event_id: EventId("e".into()),
                 to_region: to.into(),
                 actor: "op".into(),
+                request: format!("r{}", d.moves.len()),
             },
             10,
             &mut Vec::new(),
@@ -389,5 +397,23 @@ mod tests {
         assert_eq!(start(&mut d, "b").unwrap_err().code, "placement_failed");
         assert_eq!(start(&mut d, "a").unwrap_err().code, "already_owner");
         assert!(d.moves.is_empty());
+    }
+
+    #[test]
+    fn a_start_sent_again_answers_the_move_it_started() {
+        let mut d = dir();
+        let op = |request: &str| MoveOp::Start {
+            event_id: EventId("e".into()),
+            to_region: "b".into(),
+            actor: "op".into(),
+            request: request.into(),
+        };
+        let first = d.apply_move(&op("k1"), 10, &mut Vec::new()).unwrap();
+        // Re-sent after its commit (same request id): the same move.
+        assert_eq!(d.apply_move(&op("k1"), 11, &mut Vec::new()).unwrap(), first);
+        // Another request while it runs is refused.
+        let other = d.apply_move(&op("k2"), 12, &mut Vec::new()).unwrap_err();
+        assert_eq!(other.code, "move_in_progress");
+        assert_eq!(d.moves.len(), 1);
     }
 }

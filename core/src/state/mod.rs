@@ -53,6 +53,7 @@ fn is_directory_command(cmd: &Command) -> bool {
             | Command::PutShared { .. }
             | Command::PutSharedIf { .. }
             | Command::RememberAnswer { .. }
+            | Command::ForgetAnswer { .. }
             | Command::Audit(_)
             | Command::SetDrained { .. }
             | Command::Move { .. }
@@ -90,7 +91,12 @@ impl State {
                 expected,
                 value,
             } => {
-                if self.kv.get(key) != expected.as_ref() {
+                let now = self.kv.get(key);
+                if now == Some(value) {
+                    // Already written (a re-sent command): it took effect.
+                    return Response::Written { existed: true };
+                }
+                if now != expected.as_ref() {
                     return Response::Changed;
                 }
                 self.put(key, value, changed)
@@ -120,6 +126,22 @@ impl State {
             Command::Audit(entry) => self.append_audit(entry, changed),
             Command::RememberAnswer { owner, key, answer } => {
                 self.remember_answer(owner, key, answer, changed)
+            }
+            Command::ForgetAnswer {
+                owner,
+                key,
+                request,
+            } => {
+                let k = (owner.clone(), key.clone());
+                if self
+                    .answers
+                    .get(&k)
+                    .is_some_and(|a| a.pending() && &a.request == request)
+                {
+                    self.answers.remove(&k);
+                    changed.push(RecordKey::Answer(k.0, k.1));
+                }
+                Response::None
             }
             // An event group's inventory.
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
@@ -250,7 +272,8 @@ impl State {
     }
 
     /// `RememberAnswer`: forget answers a day old, then keep the first
-    /// answer under `(owner, key)`.
+    /// answer under `(owner, key)`: another request's record stays unless
+    /// it lapsed; the same request's is completed.
     fn remember_answer(
         &mut self,
         owner: &str,
@@ -269,7 +292,7 @@ impl State {
             changed.push(RecordKey::Answer(k.0, k.1));
         }
         let k = (owner.to_string(), key.to_string());
-        if let Some(first) = self.answers.get(&k) {
+        if let Some(first) = self.answers.get(&k).filter(|a| !a.replaced_by(answer)) {
             return Response::Answer(first.clone());
         }
         self.answers.insert(k, answer.clone());
@@ -509,6 +532,7 @@ mod tests {
             status,
             body: format!("{{\"n\":{status}}}"),
             headers: vec![("location".into(), "/v1/x".into())],
+            request: format!("r{at_ms}"),
         };
         let remember = |key: &str, a: KeyedAnswer| Command::RememberAnswer {
             owner: "ops".into(),
@@ -538,6 +562,68 @@ mod tests {
                 key: "k1".into()
             }),
             crate::QueryResult::Answer(None)
+        );
+    }
+
+    #[test]
+    fn one_request_at_a_time_holds_a_key_until_it_answers() {
+        use crate::answers::{KeyedAnswer, PENDING_TTL_MS};
+        let g0 = GroupId::DIRECTORY;
+        let mk = |request: &str, at_ms: u64, status: u16| KeyedAnswer {
+            request_hash: 1,
+            at_ms,
+            status,
+            body: "{}".into(),
+            headers: vec![],
+            request: request.into(),
+        };
+        let remember = |a: KeyedAnswer| Command::RememberAnswer {
+            owner: "ops".into(),
+            key: "k".into(),
+            answer: a,
+        };
+        let forget = |request: &str| Command::ForgetAnswer {
+            owner: "ops".into(),
+            key: "k".into(),
+            request: request.into(),
+        };
+        let mut s = State::default();
+        let r1 = mk("r1", 0, 0);
+        assert_eq!(
+            s.apply(g0, &remember(r1.clone())).response,
+            Response::Answer(r1.clone())
+        );
+        // r2 meets r1's reservation, and cannot drop it.
+        assert_eq!(
+            s.apply(g0, &remember(mk("r2", 5, 0))).response,
+            Response::Answer(r1.clone())
+        );
+        s.apply(g0, &forget("r2"));
+        assert_eq!(s.answers.len(), 1);
+        // r1 answers 5xx: it forgets; r2 may run now.
+        s.apply(g0, &forget("r1"));
+        assert!(s.answers.is_empty());
+        let r2 = mk("r2", 10, 0);
+        assert_eq!(
+            s.apply(g0, &remember(r2.clone())).response,
+            Response::Answer(r2)
+        );
+        let done = mk("r2", 20, 201);
+        assert_eq!(
+            s.apply(g0, &remember(done.clone())).response,
+            Response::Answer(done.clone())
+        );
+        assert_eq!(
+            s.apply(g0, &remember(mk("r3", 30, 0))).response,
+            Response::Answer(done)
+        );
+        // A reservation whose edge died lapses.
+        let mut t = State::default();
+        t.apply(g0, &remember(mk("dead", 0, 0)));
+        let late = mk("r4", PENDING_TTL_MS, 0);
+        assert_eq!(
+            t.apply(g0, &remember(late.clone())).response,
+            Response::Answer(late)
         );
     }
 }

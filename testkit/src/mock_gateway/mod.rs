@@ -116,6 +116,8 @@ struct Inner {
     grants_total: u64,
     webhooks_sent: u64,
     next_id: u64,
+    /// Captures waiting in `execute: hold` right now.
+    captures_held: u64,
 }
 
 /// The mock's shared state. The `std::sync::Mutex` is held only for
@@ -336,15 +338,24 @@ impl Mock {
     async fn capture(self: Arc<Mock>, id: String, fence: (u64, u64)) -> Answer {
         let mode = self.faults().execute;
         if mode == "hold" {
+            self.inner.lock().expect("mock lock poisoned").captures_held += 1;
             while self.faults().execute == "hold" {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        let answer = self.clone().capture_now(&id, fence, &mode).await;
+        if mode == "hold" {
+            self.inner.lock().expect("mock lock poisoned").captures_held -= 1;
+        }
+        answer
+    }
+
+    async fn capture_now(self: Arc<Mock>, id: &str, fence: (u64, u64), mode: &str) -> Answer {
         let (answer, webhook) = {
             let mut inner = self.inner.lock().expect("mock lock poisoned");
             let p = inner
                 .payments
-                .get_mut(&id)
+                .get_mut(id)
                 .expect("payments are never removed");
             // Checked again at capture: a newer leader may have come meanwhile.
             if p.highest_fence.is_some_and(|h| fence < h) {
@@ -529,6 +540,7 @@ impl Mock {
                 "execute_calls": executes,
                 "refunds": refunds,
                 "voids": voids,
+                "captures_held": inner.captures_held,
                 "token_grants": inner.grants_total,
                 "webhooks_sent": inner.webhooks_sent,
             }),

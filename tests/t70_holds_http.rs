@@ -301,6 +301,21 @@ async fn t70_bad_input_gets_a_stable_code_and_changes_nothing() {
         .unwrap();
     assert_eq!(reserved.status.as_u16(), 400, "{}", reserved.body);
     assert_eq!(reserved.code(), Some("invalid_idempotency_key"));
+    // A key with non-ASCII bytes is refused too, not read as "no key".
+    let non_ascii = reqwest::Client::new()
+        .post(&holds)
+        .bearer_auth(&stranger)
+        .header(
+            "idempotency-key",
+            reqwest::header::HeaderValue::from_bytes("clé-1".as_bytes()).unwrap(),
+        )
+        .json(&one)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(non_ascii.status().as_u16(), 400);
+    let body: serde_json::Value = non_ascii.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_idempotency_key", "{body}");
     let no_token = r.http.post(&holds, None, None, &one).await.unwrap();
     assert_eq!(no_token.status.as_u16(), 401);
     let not_operator = r

@@ -251,7 +251,12 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, ApiError> {
             .map(str::to_string)
     };
     let auth = header("authorization");
-    let idempotency_key = header("idempotency-key");
+    // Not `header`: a key with non-ASCII bytes must be refused (400
+    // `invalid_idempotency_key`), not read as "no key".
+    let idempotency_key = req
+        .headers()
+        .get("idempotency-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let gateway_signature = header("x-gateway-signature");
     let method = req.method().clone();
     let path = req.uri().path().to_string();

@@ -79,7 +79,12 @@ pub async fn run(
     print_cli_hints(&bin, &demo_path);
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
-    drop(cluster);
+    // SIGTERM every node and wait: each flushes and stops its replicas (a
+    // drop would SIGKILL them).
+    let mut cluster = cluster;
+    if let Err(e) = cluster.stop_all() {
+        eprintln!("stopping the nodes: {e:#}");
+    }
     drop(gateway);
     Ok(())
 }

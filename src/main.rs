@@ -90,8 +90,17 @@ async fn terminated() {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
     let cli = Cli::parse();
+    // A user's error is its message chain, never a backtrace (even with
+    // RUST_BACKTRACE set); panics, which are bugs, keep theirs.
+    if let Err(e) = run(cli).await {
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Node { config } => {
             init_tracing();

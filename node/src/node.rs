@@ -71,9 +71,7 @@ impl Node {
         if let Some(hooks) = &config.chaos {
             seatfence_raft::network::via::install(hooks.via.clone(), hooks.source_ip);
         }
-        for g in db.stored_groups() {
-            registry.open(g).await?;
-        }
+        open_stored(&registry, db.stored_groups()).await?;
         registry.open(GroupId::DIRECTORY).await?;
         let proposer = Arc::new(
             Proposer::new(registry.clone(), clock.clone())
@@ -250,4 +248,53 @@ pub async fn create_group(
         Response::GroupCreated { group_id, members } => Ok((group_id, members)),
         other => anyhow::bail!("directory refused the group: {other}"),
     }
+}
+
+/// A group still opening after this is named in the log (and again every
+/// as long).
+const OPEN_WARN: Duration = Duration::from_secs(10);
+
+/// A group not open after this fails the node's start, naming it: a node
+/// that hangs while opening is worse than one that exits and says why.
+const OPEN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Open every group stored on this node, one after another (they share
+/// the disk). Each failure names its group; a slow one is reported while
+/// it opens.
+async fn open_stored(
+    registry: &Registry,
+    groups: std::collections::BTreeSet<GroupId>,
+) -> anyhow::Result<()> {
+    let total = groups.len();
+    let started = std::time::Instant::now();
+    for (i, g) in groups.into_iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        let open = registry.open(g);
+        tokio::pin!(open);
+        loop {
+            match tokio::time::timeout(OPEN_WARN, &mut open).await {
+                Ok(opened) => {
+                    opened.with_context(|| format!("open group {g} ({}/{total})", i + 1))?;
+                    break;
+                }
+                Err(_) if t0.elapsed() >= OPEN_LIMIT => anyhow::bail!(
+                    "group {g} ({}/{total}) did not open within {OPEN_LIMIT:?}: its log and \
+                     state are still being read (disk stalled?)",
+                    i + 1
+                ),
+                Err(_) => tracing::warn!(
+                    group = g.0,
+                    waited_s = t0.elapsed().as_secs(),
+                    "group {g} ({}/{total}) is still opening",
+                    i + 1
+                ),
+            }
+        }
+    }
+    tracing::info!(
+        groups = total,
+        ms = started.elapsed().as_millis() as u64,
+        "opened the stored groups"
+    );
+    Ok(())
 }

@@ -351,6 +351,41 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// SIGTERM every running node at once, then wait for all of them (10 s
+    /// in all; stragglers are SIGKILLed and named in the error).
+    pub fn stop_all(&mut self) -> anyhow::Result<()> {
+        let mut children = Vec::new();
+        for n in &mut self.nodes {
+            if let Some(c) = n.child.take() {
+                let _ = Command::new("kill")
+                    .arg("-TERM")
+                    .arg(c.id().to_string())
+                    .status();
+                children.push((n.config.node_id, c));
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut stuck = Vec::new();
+        for (id, mut c) in children {
+            loop {
+                if c.try_wait()?.is_some() {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    c.kill()?;
+                    c.wait()?;
+                    stuck.push(id);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if !stuck.is_empty() {
+            bail!("nodes {stuck:?} ignored SIGTERM for 10 s and were killed");
+        }
+        Ok(())
+    }
+
     /// SIGTERM node `id` and wait for it to exit (graceful shutdown).
     pub fn stop(&mut self, id: u64) -> anyhow::Result<()> {
         let i = self.index(id)?;
@@ -467,17 +502,23 @@ impl LocalCluster {
         bail!("no leader for {group} within {timeout:?} ({last})")
     }
 
-    /// Wait until the directory has a leader and every node of the cluster
-    /// is registered in it (so groups can be placed on all of them).
+    /// Wait until the directory has a leader, every node of the cluster is
+    /// registered in it (so groups can be placed on all of them), and every
+    /// running node serves: its gRPC port answers (it binds only after its
+    /// groups are open) and its edge, if any, says `/readyz` 200. A restart
+    /// on old data already has every node registered and a leader may be
+    /// back before the others have opened their groups, so registration
+    /// alone is not readiness. On a timeout the error names the nodes that
+    /// did not come up and their logs.
     pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let leader = self.wait_leader(GroupId::DIRECTORY, timeout).await?;
         let client = self.client();
-        let deadline = tokio::time::Instant::now() + timeout;
         let addr = self.addr(leader)?;
         loop {
             let s = client.status_at(&addr).await?;
             if s.directory_nodes as usize >= self.nodes.len() {
-                return Ok(());
+                break;
             }
             if tokio::time::Instant::now() > deadline {
                 bail!(
@@ -487,6 +528,42 @@ impl LocalCluster {
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        loop {
+            let mut down = Vec::new();
+            for n in self.nodes.iter().filter(|n| n.is_running()) {
+                let grpc = client.status_at(n.addr()).await.is_ok();
+                let edge = match n.edge_url() {
+                    None => true,
+                    Some(url) => http
+                        .get(format!("{url}/readyz"))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success()),
+                };
+                if !grpc || !edge {
+                    let what = if grpc {
+                        "edge not ready"
+                    } else {
+                        "gRPC not serving"
+                    };
+                    down.push(format!(
+                        "node {} ({what}; log {})",
+                        n.id(),
+                        n.log_path.display()
+                    ));
+                }
+            }
+            if down.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("not serving within {timeout:?}: {}", down.join(", "));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

@@ -89,6 +89,36 @@ pub struct EdgeConfig {
     /// How long a request may look for a leader before 503.
     #[serde(default = "default_timeout")]
     pub request_timeout_ms: u64,
+    /// A request's headers must arrive within this, else the connection
+    /// is closed.
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_ms: u64,
+    /// A request's body must arrive within this, else 408
+    /// `request_timeout` and the connection is closed.
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout_ms: u64,
+    /// A keep-alive connection with no request for this long is closed
+    /// (the header timer also runs between requests, so the smaller of the
+    /// two applies).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_ms: u64,
+    /// Open connections this edge serves at once; more are closed on
+    /// accept.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_header_timeout() -> u64 {
+    10_000
+}
+fn default_body_timeout() -> u64 {
+    30_000
+}
+fn default_idle_timeout() -> u64 {
+    60_000
+}
+fn default_max_connections() -> usize {
+    10_000
 }
 
 fn default_inflight() -> usize {
@@ -112,6 +142,16 @@ impl EdgeConfig {
         }
         if self.jwt_secret.len() < 16 {
             return Err("jwt_secret must be at least 16 bytes".into());
+        }
+        if self.header_timeout_ms == 0
+            || self.body_timeout_ms == 0
+            || self.idle_timeout_ms == 0
+            || self.max_connections == 0
+        {
+            return Err(
+                "header_timeout_ms, body_timeout_ms, idle_timeout_ms and max_connections must be positive"
+                    .into(),
+            );
         }
         if self.max_inflight_mutations == 0 || self.user_rate_per_sec == 0 || self.user_burst == 0 {
             return Err(

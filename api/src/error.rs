@@ -26,6 +26,8 @@ pub enum ApiError {
     BadRequest { code: &'static str, message: String },
     #[error("request body is over {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("the request body did not arrive within {ms} ms")]
+    RequestTimeout { ms: u64 },
     #[error("{message}")]
     Conflict {
         code: &'static str,
@@ -169,7 +171,10 @@ impl ApiError {
             h.push(("x-seatfence-epoch", epoch.to_string()));
             h.push(("x-seatfence-owner-region", owner_region.clone()));
         }
-        if matches!(self.unfenced(), ApiError::PayloadTooLarge { .. }) {
+        if matches!(
+            self.unfenced(),
+            ApiError::PayloadTooLarge { .. } | ApiError::RequestTimeout { .. }
+        ) {
             h.push(("connection", "close".into()));
         }
         h
@@ -191,6 +196,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -211,6 +217,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::BadRequest { code, .. } => code,
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::RequestTimeout { .. } => "request_timeout",
             ApiError::Conflict { code, .. } => code,
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
             ApiError::TooManyRequests { code, .. } => code,

@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -151,8 +151,13 @@ impl Req {
     }
 }
 
-/// Serve the edge on `listener` until `rx_stop` turns true.
+/// Serve the edge on `listener` until `rx_stop` turns true. Slow clients
+/// are cut off: headers within `header_timeout_ms`, a body within
+/// `body_timeout_ms` (408), an idle keep-alive connection after
+/// `idle_timeout_ms`; at most `max_connections` are open (more are closed
+/// on accept). Each has a metric.
 pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::Receiver<bool>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(edge.config.max_connections));
     loop {
         let (stream, _) = tokio::select! {
             biased;
@@ -161,32 +166,166 @@ pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::R
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!("edge accept: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            edge.metrics.inc(|m| &m.connections_refused);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let edge = edge.clone();
-        let mut rx = rx_stop.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let edge = edge.clone();
-                async move { Ok::<_, Infallible>(handle(edge, req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stopped(&mut rx) => {
+        tokio::spawn(serve_connection(
+            edge.clone(),
+            stream,
+            slot,
+            rx_stop.clone(),
+        ));
+    }
+}
+
+/// When a connection last finished a request, last received bytes, and how
+/// many requests it is serving.
+#[derive(Default)]
+struct Activity {
+    inflight: std::sync::atomic::AtomicUsize,
+    /// Milliseconds since the connection opened (`+ 1`, so 0 means never).
+    last_ms: std::sync::atomic::AtomicU64,
+    read_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Activity {
+    /// Nothing received since the last answer: a slow-header timeout now is
+    /// an idle keep-alive connection's.
+    fn idle(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let last = self.last_ms.load(Relaxed);
+        last > 0 && self.inflight.load(Relaxed) == 0 && self.read_ms.load(Relaxed) <= last
+    }
+}
+
+/// The connection's socket, noting when bytes arrive (see [`Activity`]).
+struct Tracked {
+    inner: tokio::net::TcpStream,
+    activity: Arc<Activity>,
+    opened: Instant,
+}
+
+impl tokio::io::AsyncRead for Tracked {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let now = self.opened.elapsed().as_millis() as u64 + 1;
+            self.activity
+                .read_ms
+                .store(now, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+async fn serve_connection(
+    edge: Arc<Edge>,
+    stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    edge.metrics.connections.increment(1.0);
+    let opened = Instant::now();
+    let activity = Arc::new(Activity::default());
+    let idle = Duration::from_millis(edge.config.idle_timeout_ms);
+    let svc = {
+        let (edge, activity) = (edge.clone(), activity.clone());
+        service_fn(move |req| {
+            let (edge, activity) = (edge.clone(), activity.clone());
+            async move {
+                activity.inflight.fetch_add(1, Relaxed);
+                let resp = handle(edge, req).await;
+                activity.inflight.fetch_sub(1, Relaxed);
+                activity
+                    .last_ms
+                    .store(opened.elapsed().as_millis() as u64 + 1, Relaxed);
+                Ok::<_, Infallible>(resp)
+            }
+        })
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(edge.config.header_timeout_ms))
+        .serve_connection(
+            TokioIo::new(Tracked {
+                inner: stream,
+                activity: activity.clone(),
+                opened,
+            }),
+            svc,
+        );
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            done = conn.as_mut() => {
+                if let Err(e) = done {
+                    // hyper's header timer also runs while a keep-alive
+                    // connection waits for its next request.
+                    if e.is_timeout() && activity.idle() {
+                        edge.metrics.inc(|m| &m.idle_timeouts);
+                    } else if e.is_timeout() {
+                        edge.metrics.inc(|m| &m.header_timeouts);
+                    }
+                    tracing::debug!("edge connection: {e}");
+                }
+                break;
+            }
+            _ = stopped(&mut rx_stop), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep(idle / 4), if !closing => {
+                let last = activity.last_ms.load(Relaxed).max(activity.read_ms.load(Relaxed));
+                let since = (opened.elapsed().as_millis() as u64 + 1).saturating_sub(last);
+                if activity.idle() && since >= idle.as_millis() as u64 {
+                    edge.metrics.inc(|m| &m.idle_timeouts);
+                    closing = true;
                     conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn).await;
                 }
             }
-        });
+        }
     }
+    edge.metrics.connections.decrement(1.0);
 }
 
 async fn stopped(rx: &mut watch::Receiver<bool>) {
@@ -197,9 +336,14 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>
     let start = Instant::now();
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();
-    let result = match read_request(req).await {
+    let result = match read_request(req, Duration::from_millis(edge.config.body_timeout_ms)).await {
         Ok(r) => dispatch(&edge, matched, r).await,
-        Err(e) => Err(e),
+        Err(e) => {
+            if matches!(e, ApiError::RequestTimeout { .. }) {
+                edge.metrics.inc(|m| &m.body_timeouts);
+            }
+            Err(e)
+        }
     };
     let (status, body, content_type, headers) = match result {
         Ok(reply) => match reply.body {
@@ -227,7 +371,7 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>
 
 const JSON: &str = "application/json";
 
-async fn read_request(req: Request<Incoming>) -> Result<Req, ApiError> {
+async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<Req, ApiError> {
     let too_large = ApiError::PayloadTooLarge {
         limit: MAX_BODY_BYTES,
     };
@@ -261,13 +405,16 @@ async fn read_request(req: Request<Incoming>) -> Result<Req, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
-    let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large),
-        Err(e) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}"))),
+    let collect = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
+    let body = match tokio::time::timeout(body_timeout, collect).await {
+        Err(_) => {
+            return Err(ApiError::RequestTimeout {
+                ms: body_timeout.as_millis() as u64,
+            })
+        }
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large),
+        Ok(Err(e)) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}"))),
     };
     Ok(Req {
         method,

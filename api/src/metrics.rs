@@ -144,6 +144,21 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         "Age of the oldest undelivered refund at the last outbox scan.",
     ),
     (
+        Kind::Gauge,
+        "seatfence_http_connections",
+        "HTTP connections open on this edge.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_http_connections_refused_total",
+        "HTTP connections closed on accept because max_connections were open.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_http_timeouts_total",
+        "HTTP connections closed for slowness, by kind (header, body, idle).",
+    ),
+    (
         Kind::Histogram,
         "seatfence_http_request_duration_seconds",
         "Request latency by route.",
@@ -198,6 +213,11 @@ pub struct EdgeMetrics {
     /// Captured payments with neither a confirmed booking nor a refund yet
     /// (refund pending), in the groups this node leads (last sweep).
     pub captured_unbooked: Gauge,
+    pub connections: Gauge,
+    pub connections_refused: Counter,
+    pub header_timeouts: Counter,
+    pub body_timeouts: Counter,
+    pub idle_timeouts: Counter,
 }
 
 impl Default for EdgeMetrics {
@@ -254,6 +274,11 @@ impl Default for EdgeMetrics {
             refund_pending_age: gauge!("seatfence_refund_pending_age_seconds"),
             unsettled: gauge!("seatfence_payments_unsettled"),
             captured_unbooked: gauge!("seatfence_money_captured_unbooked"),
+            connections: gauge!("seatfence_http_connections"),
+            connections_refused: counter!("seatfence_http_connections_refused_total"),
+            header_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "header"),
+            body_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "body"),
+            idle_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "idle"),
         }
     }
 }

@@ -75,7 +75,13 @@ pub async fn run(
     std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;
 
     print_nodes(&cluster, &gateway, &demo_path);
-    print_walkthrough(&demo, &gateway, &group, &dir);
+    let group = group
+        .as_u64()
+        .context("the sample event's answer has no group_id")?;
+    let walk = walk_for(&cluster, &demo, &gateway, group, &dir).await?;
+    println!("Try it (paste into another shell):\n");
+    print!("{}", walkthrough(&walk));
+    println!();
     print_cli_hints(&bin, &demo_path);
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
@@ -197,63 +203,180 @@ fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path) 
     );
 }
 
-/// The walk-through to paste into a shell: holds from several regions, a
-/// conflict, a booking paid at the gateway, availability and metrics.
-/// `group` is the sample event's group (it names the holds and booking).
-fn print_walkthrough(demo: &DemoFile, gateway: &GatewayProc, group: &Value, dir: &Path) {
-    let (edges, tokens) = (&demo.edges, &demo.tokens);
-    println!("Try it (paste into another shell):\n");
-    println!("  US={}", edges["us-east"]);
-    println!("  EU={}", edges["eu-west"]);
-    println!("  AP={}", edges["ap-south"]);
-    println!("  ALICE={}", tokens["alice"]);
-    println!("  BOB={}", tokens["bob"]);
-    println!("  OP={}", tokens["operator"]);
-    println!("  GW={}", gateway.url);
-    println!();
-    println!("  # the event, from an edge in another region (routed to us-east)");
-    println!("  curl -s $EU/v1/events/{DEMO_EVENT} -H \"Authorization: Bearer $ALICE\"; echo");
-    println!("  # alice holds two seats through the Europe edge; retrying with the same key returns the same hold");
-    println!("  curl -s -X POST $EU/v1/holds -H \"Authorization: Bearer $ALICE\" -H 'Idempotency-Key: alice-1' \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"seats\":[\"A-1-1\",\"A-1-2\"]}}'; echo");
-    println!("  # bob wants one of them from Asia: 409 seats_unavailable");
-    println!("  curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"seats\":[\"A-1-2\"]}}'; echo");
-    println!("  # bob takes any 3 seats in section B instead");
-    println!("  curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" \\\n       -d '{{\"event_id\":\"{DEMO_EVENT}\",\"section\":\"B\",\"quantity\":3}}'; echo");
-    println!("  # counts and the first free seats (may be up to 250 ms stale; says how stale)");
-    println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo");
-    // On a fresh demo alice's hold is the group's first, bob's the second.
-    let (hold, bob_hold) = (format!("h{group}-1"), format!("h{group}-2"));
-    let booking = format!("b{group}-1");
-    println!("  # read alice's hold (its hold_id above: {hold}); bob gets 404 for it");
-    println!("  curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $ALICE\"; echo");
-    println!("  curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $BOB\"; echo");
-    println!("  # bob changes his mind: he cancels his hold (allowed before a payment exists)");
-    println!("  curl -s -X DELETE $US/v1/holds/{bob_hold} -H \"Authorization: Bearer $BOB\"; echo");
-    println!("  # alice books her hold: the payment is created at the mock gateway; the booking is pending");
-    println!("  curl -s -X POST $US/v1/bookings -H \"Authorization: Bearer $ALICE\" -d '{{\"hold_id\":\"{hold}\"}}' | tee /tmp/booking.json; echo");
-    println!("  # she approves on the gateway's page, which redirects her browser to the callback");
-    println!("  APPROVE=$(sed 's/.*\"approve_url\":\"\\([^\"]*\\)\".*/\\1/' /tmp/booking.json)");
-    println!("  REDIRECT=$(curl -s -X POST \"$APPROVE\" | sed 's/.*\"redirect\":\"\\([^\"]*\\)\".*/\\1/'); echo \"$REDIRECT\"");
-    println!("  curl -s \"$REDIRECT\"; echo");
-    println!("  # the callback executed the payment once and confirmed: the seats are sold");
-    println!("  curl -s $US/v1/bookings/{booking} -H \"Authorization: Bearer $ALICE\"; echo");
-    println!("  curl -s \"$US/v1/events/{DEMO_EVENT}/availability?limit=0\" -H \"Authorization: Bearer $BOB\"; echo");
-    println!("  # the gateway's side: one capture; the outbox writes the confirmation email within a second");
-    println!("  curl -s $GW/_stats; echo");
-    println!("  sleep 1; cat {}/n*/data/mail/*.eml", dir.display());
-    println!("  # this edge's metrics (alice's hold went through the Europe edge)");
-    println!("  curl -s $EU/metrics | grep -E 'seatfence_(holds|hold_conflicts|stale_epoch)'");
-    println!("  curl -s $US/metrics | grep -E 'seatfence_(bookings|payments_confirmed|outbox)'");
-    println!();
+/// What the walk-through names: the edges, tokens and gateway, the sample
+/// event's group, the next hold number in it and two free seats (so a
+/// restarted demo prints ids that do not exist yet), where mail goes.
+pub struct Walk {
+    pub us: String,
+    pub eu: String,
+    pub ap: String,
+    pub alice: String,
+    pub bob: String,
+    pub gateway: String,
+    pub group: u64,
+    pub next_hold: u64,
+    pub seats: [String; 2],
+    pub dir: String,
 }
 
-/// The same with `seatfence ctl` (`bin`), which reads `demo_path`.
+/// The walk-through to paste into a shell: holds from several regions, a
+/// conflict, a booking paid at the gateway, availability and metrics.
+/// README.md shows it verbatim (rendered with placeholders; tested).
+pub fn walkthrough(w: &Walk) -> String {
+    let e = DEMO_EVENT;
+    let (a1, a2) = (&w.seats[0], &w.seats[1]);
+    let hold = format!("h{}-{}", w.group, w.next_hold);
+    let bob_hold = format!("h{}-{}", w.group, w.next_hold + 1);
+    let booking = format!("b{}-{}", w.group, w.next_hold);
+    let key = format!("alice-{}", w.next_hold);
+    let mut out = String::new();
+    let mut line = |l: String| {
+        out.push_str(&l);
+        out.push('\n');
+    };
+    line(format!("US={}; EU={}; AP={}", w.us, w.eu, w.ap));
+    line(format!(
+        "ALICE={}; BOB={}; GW={}",
+        w.alice, w.bob, w.gateway
+    ));
+    line("# the event, asked of the Europe edge (routed to the us-east group)".into());
+    line(format!(
+        "curl -s $EU/v1/events/{e} -H \"Authorization: Bearer $ALICE\"; echo"
+    ));
+    line(
+        "# alice holds two seats; the same request with the same key returns the same hold".into(),
+    );
+    line(format!("curl -s -X POST $EU/v1/holds -H \"Authorization: Bearer $ALICE\" -H 'Idempotency-Key: {key}' \\"));
+    line(format!(
+        "     -d '{{\"event_id\":\"{e}\",\"seats\":[\"{a1}\",\"{a2}\"]}}'; echo"
+    ));
+    line("# bob wants one of them: 409 seats_unavailable, listing the taken seat".into());
+    line(format!("curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"seats\":[\"{a2}\"]}}'; echo"));
+    line("# any 3 seats of section B".into());
+    line(format!("curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"section\":\"B\",\"quantity\":3}}'; echo"));
+    line("# counts and the first free seats (up to 250 ms stale; says how stale)".into());
+    line(format!("curl -s \"$US/v1/events/{e}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo"));
+    line(format!(
+        "# alice's hold is {hold}: owner only, bob gets 404 for it"
+    ));
+    line(format!(
+        "curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $ALICE\"; echo"
+    ));
+    line(format!(
+        "curl -s $US/v1/holds/{hold} -H \"Authorization: Bearer $BOB\"; echo"
+    ));
+    line(format!("# bob cancels his ({bob_hold}; no payment yet)"));
+    line(format!(
+        "curl -s -X DELETE $US/v1/holds/{bob_hold} -H \"Authorization: Bearer $BOB\"; echo"
+    ));
+    line(
+        "# alice books her hold: the payment is created at the gateway, the booking is pending"
+            .into(),
+    );
+    line(format!("curl -s -X POST $US/v1/bookings -H \"Authorization: Bearer $ALICE\" -d '{{\"hold_id\":\"{hold}\"}}' | tee /tmp/booking.json; echo"));
+    line("# she approves on the gateway's page; its redirect takes her browser to the callback, which".into());
+    line("# executes the payment once and confirms: HELD -> PAID, seats sold".into());
+    line("APPROVE=$(sed 's/.*\"approve_url\":\"\\([^\"]*\\)\".*/\\1/' /tmp/booking.json)".into());
+    line(
+        "REDIRECT=$(curl -s -X POST \"$APPROVE\" | sed 's/.*\"redirect\":\"\\([^\"]*\\)\".*/\\1/')"
+            .into(),
+    );
+    line(format!("curl -s \"$REDIRECT\"; echo    # {{\"booking_id\":\"{booking}\",\"status\":\"confirmed\"}}"));
+    line(format!(
+        "curl -s $US/v1/bookings/{booking} -H \"Authorization: Bearer $ALICE\"; echo"
+    ));
+    line("# the gateway's side: one capture; the outbox writes the confirmation email within a second".into());
+    line("curl -s $GW/_stats; echo".into());
+    line(format!("sleep 1; cat {}/n*/data/mail/*.eml", w.dir));
+    line("# the edges' metrics (alice's hold went through the Europe edge)".into());
+    line("curl -s $EU/metrics | grep -E 'seatfence_(holds|hold_conflicts|stale_epoch)'".into());
+    line("curl -s $US/metrics | grep -E 'seatfence_(bookings|payments_confirmed|outbox)'".into());
+    out
+}
+
+/// The values of the walk-through for this demo: the next hold number and
+/// two free seats are read from the event's group (a restarted demo has
+/// holds already).
+async fn walk_for(
+    cluster: &LocalCluster,
+    demo: &DemoFile,
+    gateway: &GatewayProc,
+    group: u64,
+    dir: &Path,
+) -> anyhow::Result<Walk> {
+    let client = cluster.client();
+    let g = seatfence_core::GroupId(group);
+    let next_hold = match client
+        .query(g, &seatfence_core::Query::Event, true)
+        .await?
+        .0
+    {
+        seatfence_core::QueryResult::Event(Some(e)) => e.next_hold_seq.max(1),
+        other => anyhow::bail!("the sample event's group answered {other:?}"),
+    };
+    let available = seatfence_core::Query::Availability { max_seats: 2 };
+    let free = match client.query(g, &available, true).await?.0 {
+        seatfence_core::QueryResult::Availability { free_seats, .. } => free_seats,
+        other => anyhow::bail!("the sample event's group answered {other:?}"),
+    };
+    let seat = |i: usize| {
+        free.get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("A-1-{}", i + 1))
+    };
+    Ok(Walk {
+        us: demo.edges["us-east"].clone(),
+        eu: demo.edges["eu-west"].clone(),
+        ap: demo.edges["ap-south"].clone(),
+        alice: demo.tokens["alice"].clone(),
+        bob: demo.tokens["bob"].clone(),
+        gateway: gateway.url.clone(),
+        group,
+        next_hold,
+        seats: [seat(0), seat(1)],
+        dir: dir.display().to_string(),
+    })
+}
+
+/// The same with `seatfence ctl` (`bin`), pointed at `demo_path`.
 fn print_cli_hints(bin: &Path, demo_path: &Path) {
-    println!("Or with the CLI (reads {}):", demo_path.display());
+    println!("Or with the CLI:");
     let exe = bin.display();
+    println!("  export SEATFENCE_DEMO={}", demo_path.display());
     println!("  {exe} ctl event {DEMO_EVENT}");
+    println!("  {exe} ctl cluster");
+    println!("  {exe} ctl status");
     println!("  {exe} ctl token --user carol");
     println!(
         "  {exe} ctl create-event --id gig-2 --name 'Second gig' --region eu-west --section A:5x10"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// README.md shows the walk-through the demo prints (placeholders for
+    /// what each run fills in).
+    #[test]
+    fn readme_shows_the_walkthrough_the_demo_prints() {
+        let port = "http://127.0.0.1:PORT".to_string();
+        let shown = walkthrough(&Walk {
+            us: port.clone(),
+            eu: port.clone(),
+            ap: port.clone(),
+            alice: "<jwt>".into(),
+            bob: "<jwt>".into(),
+            gateway: port,
+            group: 1,
+            next_hold: 1,
+            seats: ["A-1-1".into(), "A-1-2".into()],
+            dir: "/tmp/seatfence-demo".into(),
+        });
+        let readme = include_str!("../README.md");
+        assert!(
+            readme.contains(&shown),
+            "README.md's walk-through differs from the demo's; it should read:\n{shown}"
+        );
+    }
 }

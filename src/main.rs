@@ -33,9 +33,11 @@ enum Cmd {
     /// create a sample event, write demo.json, print a walk-through, and
     /// serve until Ctrl-C.
     Demo {
-        /// Where the nodes keep their data and demo.json (default:
-        /// $TMPDIR/seatfence-demo, cleared first). An existing dir from an
-        /// earlier demo is started again with its data.
+        /// Where the nodes keep their data and demo.json. Without it: a
+        /// fresh demo in /tmp/seatfence-demo ($TMPDIR/seatfence-demo when
+        /// TMPDIR is set), cleared first. With it: a directory an earlier
+        /// demo used is started again with its data; a new or empty one
+        /// gets a fresh demo.
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },

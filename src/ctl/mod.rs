@@ -16,10 +16,12 @@ pub use events::{EdgeTarget, EventCmd};
 /// `seatfence ctl`'s flags (global to its subcommands) and subcommand.
 #[derive(Args)]
 pub struct CtlArgs {
-    /// gRPC address of any node (status, put, get, create-group).
-    #[arg(long, global = true, default_value = "127.0.0.1:7101")]
-    pub addr: String,
-    /// demo.json with edges and tokens (default: $TMPDIR/seatfence-demo/demo.json).
+    /// gRPC address of a node (status, put, get, create-group; default:
+    /// the first node in demo.json).
+    #[arg(long, global = true)]
+    pub addr: Option<String>,
+    /// demo.json with edges, tokens and node addresses (default:
+    /// $SEATFENCE_DEMO, else the default demo's, under /tmp or $TMPDIR).
     #[arg(long, global = true)]
     pub demo: Option<PathBuf>,
     /// HTTP edge URL (default: the first edge in demo.json).
@@ -66,11 +68,12 @@ pub enum CtlCmd {
 
 /// Run one `seatfence ctl` command.
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
+    let demo = args
+        .demo
+        .or_else(|| std::env::var_os("SEATFENCE_DEMO").map(PathBuf::from))
+        .unwrap_or_else(|| crate::demo::default_dir().join("demo.json"));
     match args.cmd {
         CtlCmd::Events(cmd) => {
-            let demo = args
-                .demo
-                .unwrap_or_else(|| crate::demo::default_dir().join("demo.json"));
             let target = EdgeTarget {
                 demo,
                 edge: args.edge,
@@ -78,6 +81,16 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             };
             events::run(target, cmd).await
         }
-        cmd => node::run(args.addr, cmd).await,
+        cmd => {
+            let addr = match args.addr {
+                Some(a) => a,
+                None => crate::demo::DemoFile::load(&demo)?
+                    .nodes
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| anyhow::anyhow!("{} lists no nodes", demo.display()))?,
+            };
+            node::run(addr, cmd).await
+        }
     }
 }

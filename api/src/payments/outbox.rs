@@ -185,12 +185,12 @@ fn write_email(
     let path = p.mail_dir.join(&name);
     let tmp = p.mail_dir.join(format!(".{name}.tmp"));
     let body = format!(
-        "To: {owner}@users.seatfence.invalid\r\nFrom: tickets@seatfence.invalid\r\nSubject: Booking {id} confirmed ({event})\r\nX-Fencing-Token: {fence}\r\nX-Seatfence-Booking: {id}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nYour booking {id} for {event} is confirmed.\r\nPayment {pid}, transaction {txn}, {amount} {cur} (minor units).\r\n\r\nThis email is not proof of the booking: GET /v1/bookings/{id} is.\r\n",
+        "To: {owner}@users.seatfence.invalid\r\nFrom: tickets@seatfence.invalid\r\nSubject: Booking {id} confirmed ({event})\r\nX-Fencing-Token: {fence}\r\nX-Seatfence-Booking: {id}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nYour booking {id} for {event} is confirmed.\r\nPayment {pid}, transaction {txn}, {amount} {cur}.\r\n\r\nThis email is not proof of the booking: GET /v1/bookings/{id} is.\r\n",
         owner = booking.owner.0,
         event = event_id.0,
         pid = booking.payment.payment_id,
         txn = booking.txn_id.as_deref().unwrap_or("-"),
-        amount = booking.payment.amount_cents,
+        amount = format_amount(booking.payment.amount_cents),
         cur = booking.payment.currency,
     );
     let mut f = std::fs::File::create(&tmp)?;
@@ -198,4 +198,19 @@ fn write_email(
     f.sync_all()?;
     std::fs::rename(&tmp, &path)?;
     Ok(())
+}
+
+/// Minor units as a decimal amount: 10000 → "100.00".
+fn format_amount(cents: u64) -> String {
+    format!("{}.{:02}", cents / 100, cents % 100)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn amounts_read_as_money() {
+        assert_eq!(super::format_amount(10_000), "100.00");
+        assert_eq!(super::format_amount(5), "0.05");
+        assert_eq!(super::format_amount(123_456), "1234.56");
+    }
 }

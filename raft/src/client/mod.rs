@@ -42,6 +42,10 @@ pub enum ClientError {
     Rejected(ProposeError),
     #[error("reply did not decode: {0}")]
     BadReply(String),
+    /// The node could not be reached at all (nothing listens there, or
+    /// the connection broke): it did not refuse anything.
+    #[error("node {addr} unreachable: {reason}")]
+    Unreachable { addr: String, reason: String },
 }
 
 impl ClientError {
@@ -50,7 +54,21 @@ impl ClientError {
             ClientError::NoLeader { .. } => "no_leader",
             ClientError::Rejected(e) => e.code(),
             ClientError::BadReply(_) => "bad_reply",
+            ClientError::Unreachable { .. } => "unreachable",
         }
+    }
+
+    /// A call to the node at `addr` about `group` failed with `s`: a
+    /// transport failure (tonic's own status, with a source) is
+    /// `Unreachable`; a status the node sent is its refusal.
+    fn of_call(addr: &str, group: GroupId, s: &tonic::Status) -> ClientError {
+        if s.code() == tonic::Code::Unavailable && std::error::Error::source(s).is_some() {
+            return ClientError::Unreachable {
+                addr: addr.to_string(),
+                reason: s.message().to_string(),
+            };
+        }
+        ClientError::Rejected(from_status(group, s))
     }
 }
 
@@ -233,7 +251,7 @@ impl ClusterClient {
             .node(addr)?
             .read(req)
             .await
-            .map_err(|s| ClientError::Rejected(from_status(group, &s)))?
+            .map_err(|s| ClientError::of_call(addr, group, &s))?
             .into_inner())
     }
 
@@ -310,7 +328,7 @@ impl ClusterClient {
             .node(addr)?
             .status(req)
             .await
-            .map_err(|s| ClientError::Rejected(from_status(GroupId::DIRECTORY, &s)))?
+            .map_err(|s| ClientError::of_call(addr, GroupId::DIRECTORY, &s))?
             .into_inner())
     }
 }

@@ -316,6 +316,36 @@ async fn t70_bad_input_gets_a_stable_code_and_changes_nothing() {
     assert_eq!(non_ascii.status().as_u16(), 400);
     let body: serde_json::Value = non_ascii.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_idempotency_key", "{body}");
+    // HTTP manners: 405 says what is allowed, 401 which scheme, the scheme
+    // is case-insensitive, and a huge id is not echoed back whole.
+    let raw = reqwest::Client::new();
+    let put = raw
+        .put(format!("{}/v1/holds/h1-1", r.eu))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 405);
+    assert_eq!(put.headers()["allow"], "DELETE, GET");
+    let anonymous = raw.post(&holds).json(&one).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
+    let lower = raw
+        .get(format!("{}/v1/events/race", r.eu))
+        .header("authorization", format!("bearer {stranger}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lower.status().as_u16(), 200);
+    let long_id = "x".repeat(10_000);
+    let missing = raw
+        .get(format!("{}/v1/events/{long_id}", r.eu))
+        .header("authorization", format!("Bearer {stranger}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
+    let text = missing.text().await.unwrap();
+    assert!(text.len() < 2_000, "{} bytes echoed", text.len());
     let no_token = r.http.post(&holds, None, None, &one).await.unwrap();
     assert_eq!(no_token.status.as_u16(), 401);
     let not_operator = r

@@ -256,6 +256,9 @@ impl Edge {
     }
 }
 
+/// Longest target or result an audit entry keeps.
+const AUDIT_FIELD_MAX: usize = 256;
+
 impl Edge {
     /// Append to the operators' audit trail in the directory. A failure is
     /// logged, never turned into the request's answer.
@@ -265,8 +268,10 @@ impl Edge {
             at_ms: self.clock.now_ms(),
             actor: actor.to_string(),
             action: action.to_string(),
-            target,
-            result,
+            // Bounded: a refused request may carry an id of any length,
+            // and the trail is replicated.
+            target: crate::error::excerpt(&target, AUDIT_FIELD_MAX),
+            result: crate::error::excerpt(&result, AUDIT_FIELD_MAX),
             id: format!("{:032x}", rand::random::<u128>()),
         };
         if let Err(e) = self

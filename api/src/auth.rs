@@ -44,8 +44,11 @@ pub fn mint(secret: &str, user: &str, operator: bool, ttl_secs: u64) -> String {
 
 /// Check the `Authorization` header value.
 pub fn verify(secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
+    // The scheme is case-insensitive (RFC 7235).
     let token = header
-        .and_then(|h| h.strip_prefix("Bearer "))
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
         .ok_or(ApiError::Unauthorized("missing bearer token"))?;
     let mut v = Validation::new(Algorithm::HS256);
     v.set_required_spec_claims(&["exp", "sub"]);
@@ -74,6 +77,9 @@ mod tests {
         assert_eq!(c.user.0, "alice");
         assert!(!c.operator);
         assert!(verify("another-secret-xx", Some(&format!("Bearer {t}"))).is_err());
+        assert!(verify("0123456789abcdef", Some(&format!("bearer {t}"))).is_ok());
+        assert!(verify("0123456789abcdef", Some(&format!("BEARER {t}"))).is_ok());
+        assert!(verify("0123456789abcdef", Some(&format!("Basic {t}"))).is_err());
         assert!(verify("0123456789abcdef", Some(&t)).is_err());
         let op = mint("0123456789abcdef", "ops", true, 60);
         assert!(

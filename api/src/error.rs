@@ -20,8 +20,8 @@ pub enum ApiError {
     NotFound { code: &'static str, what: String },
     #[error("no route for {0}")]
     NoRoute(String),
-    #[error("method not allowed")]
-    MethodNotAllowed,
+    #[error("method not allowed (allowed: {allow})")]
+    MethodNotAllowed { allow: String },
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
     #[error("request body is over {limit} bytes")]
@@ -171,6 +171,11 @@ impl ApiError {
             h.push(("x-seatfence-epoch", epoch.to_string()));
             h.push(("x-seatfence-owner-region", owner_region.clone()));
         }
+        match self.unfenced() {
+            ApiError::MethodNotAllowed { allow } => h.push(("allow", allow.clone())),
+            ApiError::Unauthorized(_) => h.push(("www-authenticate", "Bearer".into())),
+            _ => {}
+        }
         if matches!(
             self.unfenced(),
             ApiError::PayloadTooLarge { .. } | ApiError::RequestTimeout { .. }
@@ -193,7 +198,7 @@ impl ApiError {
             ApiError::Unauthorized(_) | ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -214,7 +219,7 @@ impl ApiError {
             ApiError::Forbidden => "forbidden",
             ApiError::NotFound { code, .. } => code,
             ApiError::NoRoute(_) => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::BadRequest { code, .. } => code,
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::RequestTimeout { .. } => "request_timeout",
@@ -236,9 +241,12 @@ impl ApiError {
         .then_some(1)
     }
 
-    /// The JSON body: `{"error":{"code","message",...extra}}`.
+    /// The JSON body: `{"error":{"code","message",...extra}}`. The message
+    /// is cut to [`MESSAGE_MAX`] characters: it may echo what the client
+    /// sent (an id of any length).
     pub fn body(&self) -> Value {
-        let mut err = json!({"code": self.code(), "message": self.to_string()});
+        let mut err =
+            json!({"code": self.code(), "message": excerpt(&self.to_string(), MESSAGE_MAX)});
         if let ApiError::Conflict { extra, .. } = self.unfenced() {
             if let (Some(e), Some(x)) = (err.as_object_mut(), extra.as_object()) {
                 for (k, v) in x {
@@ -258,5 +266,16 @@ impl ApiError {
             }
             _ => {}
         }
+    }
+}
+
+/// Longest message an error body carries.
+pub const MESSAGE_MAX: usize = 300;
+
+/// `s` cut to at most `max` characters, marked `…` when cut.
+pub fn excerpt(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}…", &s[..i]),
     }
 }

@@ -434,7 +434,11 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
 async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, ApiError> {
     let def = match matched {
         Matched::Route(def) => def,
-        Matched::WrongMethod => return Err(ApiError::MethodNotAllowed),
+        Matched::WrongMethod => {
+            return Err(ApiError::MethodNotAllowed {
+                allow: routes::allowed(&req.path),
+            })
+        }
         Matched::NoRoute => return Err(ApiError::NoRoute(req.path.clone())),
     };
     let params = routes::params(def, &req.path);

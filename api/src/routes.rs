@@ -260,6 +260,19 @@ pub fn find(method: &Method, path: &str) -> Matched {
     }
 }
 
+/// The methods `path` is served with, for a 405's `Allow` header.
+pub fn allowed(path: &str) -> String {
+    let mut methods: Vec<&str> = ROUTES
+        .iter()
+        .zip(SEGMENTS.iter())
+        .filter(|(_, pattern)| matches_path(pattern, path))
+        .map(|(def, _)| def.method.as_str())
+        .collect();
+    methods.sort_unstable();
+    methods.dedup();
+    methods.join(", ")
+}
+
 /// The path parameters of `path` (which matched `def`), in order.
 pub fn params<'a>(def: &RouteDef, path: &'a str) -> Vec<&'a str> {
     def.path
@@ -381,6 +394,7 @@ mod tests {
             find(&Method::PUT, "/v1/holds/h1"),
             Matched::WrongMethod
         ));
+        assert_eq!(allowed("/v1/holds/h1"), "DELETE, GET");
         assert!(matches!(find(&Method::GET, "/v1/nope"), Matched::NoRoute));
         assert!(matches!(
             find(&Method::GET, "/v1/holds/a/b"),

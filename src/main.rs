@@ -59,7 +59,10 @@ enum Cmd {
 }
 
 fn init_tracing() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        // Colours only for a terminal: node logs usually go to files.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,openraft=warn,sled=warn,h2=warn,tower=warn".into()),
@@ -71,7 +74,9 @@ fn init_tracing() {
 /// The drill's own log: warnings only (its story is in history.jsonl and
 /// the report; `SEATFENCE_CHAOS_LOG` overrides, e.g. `info`).
 fn init_tracing_quiet() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             std::env::var("SEATFENCE_CHAOS_LOG")
                 .ok()

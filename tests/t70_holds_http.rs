@@ -182,6 +182,23 @@ async fn t70_a_retry_with_its_idempotency_key_returns_the_same_hold() {
     assert_eq!(other.status.as_u16(), 422, "{}", other.body);
     assert_eq!(other.code(), Some("idempotency_key_reused"));
     assert_eq!(r.counts(&r.ap, "race").await, (49, 1, 0), "one hold, once");
+    // The replay is not counted as a new hold by either edge.
+    let mut created = 0.0;
+    for edge in [&r.us, &r.eu] {
+        let text = reqwest::get(format!("{edge}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        created += text
+            .lines()
+            .find(|l| l.starts_with("seatfence_holds_created_total"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    assert_eq!(created, 1.0, "holds_created counts the hold once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,7 +78,9 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let (reply, _) = edge.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::Held(h) => {
-            edge.metrics.inc(|m| &m.holds_created);
+            if !reply.replayed {
+                edge.metrics.inc(|m| &m.holds_created);
+            }
             let id = HoldId {
                 group: route.group,
                 seq: h.seq,

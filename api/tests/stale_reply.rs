@@ -41,6 +41,7 @@ impl NodeService for FakeLeader {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) as u64 + 1;
         let term = self.terms.lock().unwrap().remove(0);
         let reply = Response::Event(EventReply {
+            replayed: false,
             epoch: Epoch(1),
             owner: RegionId("us-east".into()),
             outcome: Outcome::Held(Hold {

@@ -414,6 +414,7 @@ impl Proposer {
             if c.epoch < epoch {
                 RaftMetrics::inc(&METRICS.stale_epoch_propose);
                 return Err(Response::Event(EventReply {
+                    replayed: false,
                     epoch,
                     owner: owner.clone(),
                     outcome: Outcome::StaleEpoch {

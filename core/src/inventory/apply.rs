@@ -33,14 +33,22 @@ impl Inventory {
     /// Apply one event command; `changed` collects the records it touched.
     pub fn apply(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> EventReply {
         let outcome = self.apply_inner(cmd, changed);
-        let (epoch, owner) = match &self.event {
-            Some(e) => (e.epoch, e.owner.clone()),
-            None => (Epoch(0), RegionId(String::new())),
+        let (epoch, owner, clock) = match &self.event {
+            Some(e) => (e.epoch, e.owner.clone(), e.clock_ms),
+            None => (Epoch(0), RegionId(String::new()), 0),
         };
+        // A keyed command whose record is older than this apply was a
+        // replay: it answered the first outcome and changed nothing.
+        let replayed = cmd.idempotency.as_ref().is_some_and(|(o, k)| {
+            self.ops
+                .get(&OpKey::new(o.clone(), k.clone()))
+                .is_some_and(|op| op.at_ms < clock)
+        });
         EventReply {
             epoch,
             owner,
             outcome,
+            replayed,
         }
     }
 

@@ -336,6 +336,9 @@ impl Outcome {
 /// owner as this replica saw them (`Epoch(0)` when the event is unknown).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventReply {
+    /// The answer repeats a recorded one (same Idempotency-Key): nothing
+    /// was done this time.
+    pub replayed: bool,
     pub epoch: Epoch,
     pub owner: RegionId,
     pub outcome: Outcome,

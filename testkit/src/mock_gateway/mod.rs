@@ -69,6 +69,28 @@ pub struct Faults {
     pub latency_ms: u64,
 }
 
+impl Faults {
+    /// The first switch set to a value the mock does not know, if any.
+    fn invalid(&self) -> Option<String> {
+        let known: [(&str, &str, &[&str]); 6] = [
+            ("create", &self.create, &["ok", "error"]),
+            ("execute", &self.execute, &["ok", "fail", "timeout", "hold"]),
+            ("query", &self.query, &["ok", "error"]),
+            ("refund", &self.refund, &["ok", "error"]),
+            ("void", &self.void, &["ok", "error", "lose", "ignore"]),
+            (
+                "webhook",
+                &self.webhook,
+                &["deliver", "drop", "duplicate", "delay"],
+            ),
+        ];
+        known
+            .iter()
+            .find(|(_, v, allowed)| !allowed.contains(v))
+            .map(|(k, v, allowed)| format!("{k}: {v:?} is not one of {}", allowed.join(", ")))
+    }
+}
+
 impl Default for Faults {
     fn default() -> Faults {
         Faults {
@@ -514,6 +536,11 @@ impl Mock {
             current[k] = v;
         }
         match serde_json::from_value::<Faults>(current) {
+            Ok(f) if f.invalid().is_some() => err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &f.invalid().unwrap_or_default(),
+            ),
             Ok(f) => {
                 *self.faults.lock().expect("faults lock poisoned") = f.clone();
                 (StatusCode::OK, json!(f))
@@ -625,4 +652,36 @@ fn state(p: &Payment) -> Value {
         "currency": p.currency,
         "refund_id": p.refund_id,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mock() -> Arc<Mock> {
+        Mock::new(MockConfig {
+            public_url: "http://127.0.0.1:1".into(),
+            signing_secret: "s".into(),
+            webhook_secret: "w".into(),
+            client_id: "c".into(),
+            client_secret: "cs".into(),
+            token_ttl: Duration::from_secs(60),
+            grants_per_hour: 5,
+        })
+    }
+
+    #[test]
+    fn unknown_fault_values_are_refused_and_change_nothing() {
+        let m = mock();
+        let (status, body) = m.set_faults(&Bytes::from(r#"{"execute":"explode"}"#));
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.to_string().contains("explode"), "{body}");
+        assert_eq!(m.faults(), Faults::default());
+        let (status, _) = m.set_faults(&Bytes::from(r#"{"execute":"hold","void":"lose"}"#));
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (m.faults().execute.as_str(), m.faults().void.as_str()),
+            ("hold", "lose")
+        );
+    }
 }

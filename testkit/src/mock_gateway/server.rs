@@ -49,6 +49,25 @@ impl Mock {
                 parts.as_slice(),
                 ["_faults"] | ["_stats"] | ["_payments"] | ["v1", "token"]
             );
+        let known = matches!(
+            parts.as_slice(),
+            ["_faults"]
+                | ["_stats"]
+                | ["_payments"]
+                | ["v1", "token"]
+                | ["v1", "payments"]
+                | ["v1", "payments", _]
+                | [
+                    "v1",
+                    "payments",
+                    _,
+                    "approve" | "cancel" | "execute" | "void"
+                ]
+                | ["v1", "refunds"]
+        );
+        if !known {
+            return respond(err(StatusCode::NOT_FOUND, "not_found", "no such route"));
+        }
         if !open && !self.authorized(auth.as_deref()) {
             return respond(err(
                 StatusCode::UNAUTHORIZED,

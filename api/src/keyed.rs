@@ -103,7 +103,7 @@ async fn remember(
         .await
         .map_err(|e| edge.client_error(e))?;
     match done.response {
-        Response::Answer(a) => Ok(a),
+        Response::Answer(a) => Ok(*a),
         other => Err(ApiError::Internal(format!(
             "the directory answered {other:?}"
         ))),

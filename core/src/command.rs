@@ -118,7 +118,7 @@ pub enum Response {
     /// A [`Command::PutSharedIf`] found another value: nothing written.
     Changed,
     /// The answer recorded under a key (the first one).
-    Answer(crate::answers::KeyedAnswer),
+    Answer(Box<crate::answers::KeyedAnswer>),
 }
 
 impl fmt::Display for Command {

@@ -245,7 +245,7 @@ impl Proposer {
             Ok(cmd) => cmd,
             Err(answer) => {
                 return Ok(Committed {
-                    response: answer,
+                    response: *answer,
                     log_index: 0,
                     term: g.term(),
                 })
@@ -278,7 +278,7 @@ impl Proposer {
                     answers.push(None);
                     to_propose.push(c);
                 }
-                Err(a) => answers.push(Some(a)),
+                Err(a) => answers.push(Some(*a)),
             }
         }
         if to_propose.is_empty() {
@@ -389,7 +389,7 @@ impl Proposer {
     /// `now_ms` from this node's clock, and refuse a command whose epoch is
     /// older than the event's (fence check 2 of DESIGN §5; `apply` checks
     /// again). Returns the command to propose, or the answer to give now.
-    fn prepare(&self, g: &GroupHandle, mut cmd: Command) -> Result<Command, Response> {
+    fn prepare(&self, g: &GroupHandle, mut cmd: Command) -> Result<Command, Box<Response>> {
         let Command::Event(c) = &mut cmd else {
             return Ok(cmd);
         };
@@ -413,7 +413,7 @@ impl Proposer {
             }
             if c.epoch < epoch {
                 RaftMetrics::inc(&METRICS.stale_epoch_propose);
-                return Err(Response::Event(EventReply {
+                return Err(Box::new(Response::Event(EventReply {
                     replayed: false,
                     epoch,
                     owner: owner.clone(),
@@ -421,7 +421,7 @@ impl Proposer {
                         current: epoch,
                         owner,
                     },
-                }));
+                })));
             }
         }
         Ok(cmd)

@@ -293,11 +293,11 @@ impl State {
         }
         let k = (owner.to_string(), key.to_string());
         if let Some(first) = self.answers.get(&k).filter(|a| !a.replaced_by(answer)) {
-            return Response::Answer(first.clone());
+            return Response::Answer(Box::new(first.clone()));
         }
         self.answers.insert(k, answer.clone());
         changed.push(RecordKey::Answer(owner.to_string(), key.to_string()));
-        Response::Answer(answer.clone())
+        Response::Answer(Box::new(answer.clone()))
     }
 
     /// `Audit`: append an entry with the next `seq` (the one given is
@@ -542,9 +542,13 @@ mod tests {
         let mut s = State::default();
         let g0 = GroupId::DIRECTORY;
         let first = s.apply(g0, &remember("k1", answer(10, 201))).response;
-        assert_eq!(first, Response::Answer(answer(10, 201)));
+        assert_eq!(first, Response::Answer(Box::new(answer(10, 201))));
         let again = s.apply(g0, &remember("k1", answer(20, 409))).response;
-        assert_eq!(again, Response::Answer(answer(10, 201)), "the first stays");
+        assert_eq!(
+            again,
+            Response::Answer(Box::new(answer(10, 201))),
+            "the first stays"
+        );
         let mut loaded = State::default();
         for (k, v) in s.records() {
             loaded.load_record(&k, &v).unwrap();
@@ -591,12 +595,12 @@ mod tests {
         let r1 = mk("r1", 0, 0);
         assert_eq!(
             s.apply(g0, &remember(r1.clone())).response,
-            Response::Answer(r1.clone())
+            Response::Answer(Box::new(r1.clone()))
         );
         // r2 meets r1's reservation, and cannot drop it.
         assert_eq!(
             s.apply(g0, &remember(mk("r2", 5, 0))).response,
-            Response::Answer(r1.clone())
+            Response::Answer(Box::new(r1.clone()))
         );
         s.apply(g0, &forget("r2"));
         assert_eq!(s.answers.len(), 1);
@@ -606,16 +610,16 @@ mod tests {
         let r2 = mk("r2", 10, 0);
         assert_eq!(
             s.apply(g0, &remember(r2.clone())).response,
-            Response::Answer(r2)
+            Response::Answer(Box::new(r2))
         );
         let done = mk("r2", 20, 201);
         assert_eq!(
             s.apply(g0, &remember(done.clone())).response,
-            Response::Answer(done.clone())
+            Response::Answer(Box::new(done.clone()))
         );
         assert_eq!(
             s.apply(g0, &remember(mk("r3", 30, 0))).response,
-            Response::Answer(done)
+            Response::Answer(Box::new(done))
         );
         // A reservation whose edge died lapses.
         let mut t = State::default();
@@ -623,7 +627,7 @@ mod tests {
         let late = mk("r4", PENDING_TTL_MS, 0);
         assert_eq!(
             t.apply(g0, &remember(late.clone())).response,
-            Response::Answer(late)
+            Response::Answer(Box::new(late))
         );
     }
 }

@@ -26,6 +26,7 @@ struct Cli {
 enum Cmd {
     /// Run one node (gRPC server, replicas, sled database).
     Node {
+        /// The node's TOML config (README "Running a node").
         #[arg(long)]
         config: PathBuf,
     },

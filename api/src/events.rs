@@ -264,14 +264,8 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.caller(edge)?;
     let event_id = parse_event_id(id)?;
-    let limit: u32 = match req.query_param("limit") {
-        None => 1000,
-        Some(v) => v
-            .parse()
-            .ok()
-            .filter(|n| *n <= MAX_CAPACITY as u32)
-            .ok_or_else(|| ApiError::bad("invalid_field", "limit must be 0..=200000"))?,
-    };
+    // 0 asks for the counts only.
+    let limit = req.limit_in(1000, 0..=MAX_CAPACITY as u32)?;
     let cached = edge.cached_availability(&event_id, limit);
     let (mut body, at) = match cached {
         Some(hit) => hit,

@@ -95,10 +95,11 @@ impl Req {
         Ok(c)
     }
 
-    /// The JSON body as `T`; unknown fields and bad JSON are 400s.
+    /// The JSON body as `T`; unknown fields and bad JSON are 400s, with
+    /// messages in JSON's words, not Rust's.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            let msg = e.to_string();
+            let msg = in_json_terms(&e.to_string());
             let code = if msg.starts_with("unknown field") {
                 "unknown_field"
             } else if e.is_data() {
@@ -140,13 +141,28 @@ impl Req {
     /// `?limit=N` of a listing: 100 when absent, 1..=10000, else 400
     /// `invalid_limit`.
     pub fn limit_param(&self) -> Result<u32, ApiError> {
+        self.limit_in(100, 1..=10_000)
+    }
+
+    /// `?limit=N`: `default` when absent, else within `range` or 400
+    /// `invalid_limit` naming the range (every endpoint alike).
+    pub fn limit_in(
+        &self,
+        default: u32,
+        range: std::ops::RangeInclusive<u32>,
+    ) -> Result<u32, ApiError> {
         match self.query_param("limit") {
-            None => Ok(100),
+            None => Ok(default),
             Some(v) => v
                 .parse::<u32>()
                 .ok()
-                .filter(|n| (1..=10_000).contains(n))
-                .ok_or_else(|| ApiError::bad("invalid_limit", "limit must be 1..=10000")),
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "invalid_limit",
+                        format!("limit must be {}..={}", range.start(), range.end()),
+                    )
+                }),
         }
     }
 }
@@ -509,5 +525,79 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         Route::ListMoves => moves::list(edge, req).await,
         Route::GetMove => moves::get(edge, req, id).await,
         Route::AbortMove => moves::abort(edge, req, id).await,
+    }
+}
+
+/// A serde message in JSON's words: "expected struct HoldBody with 4
+/// elements" → "expected a JSON object", "expected u32" → "expected a
+/// non-negative integer".
+fn in_json_terms(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(i) = rest.find("expected ") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + "expected ".len()..];
+        let word_end = after
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let word = &after[..word_end];
+        let (said, skip) = match word {
+            "struct" | "map" => {
+                // "struct Name" and an optional " with N elements".
+                let tail = &after[word_end..];
+                let name_end = tail
+                    .trim_start()
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .map(|n| n + (tail.len() - tail.trim_start().len()))
+                    .unwrap_or(tail.len());
+                let mut skip = word_end + if word == "struct" { name_end } else { 0 };
+                if let Some(w) = after[skip..].strip_prefix(" with ") {
+                    if let Some(e) = w.find(" element") {
+                        let plural = w[e..].starts_with(" elements");
+                        skip += " with ".len() + e + if plural { 9 } else { 8 };
+                    }
+                }
+                ("a JSON object", skip)
+            }
+            "u8" | "u16" | "u32" | "u64" | "usize" => ("a non-negative integer", word_end),
+            "i8" | "i16" | "i32" | "i64" | "isize" => ("an integer", word_end),
+            "f32" | "f64" => ("a number", word_end),
+            "a" if after[word_end..].starts_with(" sequence") => ("a JSON array", word_end + 9),
+            _ => ("", 0),
+        };
+        if said.is_empty() {
+            out.push_str("expected ");
+            rest = after;
+        } else {
+            out.push_str("expected ");
+            out.push_str(said);
+            rest = &after[skip..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_json_terms;
+
+    #[test]
+    fn serde_messages_read_in_json_terms() {
+        assert_eq!(
+            in_json_terms(
+                "invalid type: string \"x\", expected struct HoldBody with 4 elements at line 1"
+            ),
+            "invalid type: string \"x\", expected a JSON object at line 1"
+        );
+        assert_eq!(
+            in_json_terms("invalid value: integer `-1`, expected u32 at line 1 column 9"),
+            "invalid value: integer `-1`, expected a non-negative integer at line 1 column 9"
+        );
+        assert_eq!(
+            in_json_terms("invalid type: map, expected a sequence"),
+            "invalid type: map, expected a JSON array"
+        );
+        assert_eq!(in_json_terms("expected a string"), "expected a string");
     }
 }

@@ -14,20 +14,25 @@ use crate::demo::DemoFile;
 
 #[derive(Subcommand)]
 pub enum EventCmd {
-    /// Print a bearer token for a user, signed with the demo's secret.
+    /// Print a bearer token for a user, signed with the demo's secret
+    /// (or $SEATFENCE_JWT_SECRET).
     Token {
+        /// The user (the token's subject): 1-128 printable ASCII characters.
         #[arg(long)]
         user: String,
         /// Give the token the operator role.
         #[arg(long)]
         operator: bool,
+        /// How long the token is valid, in seconds.
         #[arg(long, default_value_t = 86_400)]
         ttl_secs: u64,
     },
     /// Create an event (operator).
     CreateEvent {
+        /// The event id: [A-Za-z0-9_-], 1-64 characters.
         #[arg(long)]
         id: String,
+        /// Its display name.
         #[arg(long)]
         name: String,
         /// Home (owner) region.
@@ -39,69 +44,101 @@ pub enum EventCmd {
         /// A section as NAME:ROWSxSEATS (repeatable), e.g. A:10x20.
         #[arg(long)]
         section: Vec<String>,
+        /// How long a hold lasts before it expires (default 600).
         #[arg(long)]
         hold_ttl_secs: Option<u64>,
+        /// Most seats one hold may take (default 8).
         #[arg(long)]
         max_seats_per_hold: Option<u32>,
+        /// Most seats one buyer may hold or buy in all (default: no limit).
         #[arg(long)]
         max_seats_per_buyer: Option<u32>,
         /// zone (3 voters in the home region) or region (one per region).
         #[arg(long)]
         survival: Option<String>,
+        /// Print the edge's JSON answer as is.
         #[arg(long)]
         json: bool,
     },
     /// Show an event and its availability.
     Event {
+        /// The event id.
         id: String,
+        /// Print the edge's JSON answers.
         #[arg(long)]
         json: bool,
     },
     /// Regions, nodes and groups: leader, term, epoch, members, lag (operator).
     Cluster {
+        /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
     },
     /// Hand a group's leadership to another (caught-up) voter (operator).
     TransferLeader {
+        /// The group id.
         group: u64,
+        /// The node to hand it to.
         #[arg(long)]
         to: u64,
+        /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
     },
     /// Move every leader off a node before maintenance (operator).
     Drain {
+        /// The node id.
         node: u64,
+        /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
     },
     /// Put a drained node back in service (operator).
-    Undrain { node: u64 },
+    Undrain {
+        /// The node id.
+        node: u64,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// Move an event's ownership to another region (operator). With
     /// `--wait`, follow its steps until it is done, aborted or failed.
     Move {
+        /// The event id.
         event: String,
+        /// The region to move it to.
         #[arg(long)]
         to: String,
+        /// Follow the move until it ends (exit 1 unless it is done).
         #[arg(long)]
         wait: bool,
+        /// Print the edge's JSON answer (the final move with --wait).
         #[arg(long)]
         json: bool,
     },
     /// Ownership moves, newest first (operator).
     Moves {
+        /// How many.
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
     },
     /// Abort a move before its membership change (operator).
-    AbortMove { move_id: u64 },
+    AbortMove {
+        /// The move id.
+        move_id: u64,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// The operators' audit trail, newest first (operator).
     Audit {
+        /// How many entries.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
     },
@@ -231,7 +268,10 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             node,
             json: as_json,
         } => drain(&edge, node, as_json).await,
-        EventCmd::Undrain { node } => undrain(&edge, node).await,
+        EventCmd::Undrain {
+            node,
+            json: as_json,
+        } => undrain(&edge, node, as_json).await,
         EventCmd::Move {
             event,
             to,
@@ -242,7 +282,10 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             limit,
             json: as_json,
         } => list_moves(&edge, limit, as_json).await,
-        EventCmd::AbortMove { move_id } => abort_move(&edge, move_id).await,
+        EventCmd::AbortMove {
+            move_id,
+            json: as_json,
+        } => abort_move(&edge, move_id, as_json).await,
         EventCmd::Audit {
             limit,
             json: as_json,
@@ -258,6 +301,9 @@ fn print_token(
     operator: bool,
     ttl_secs: u64,
 ) -> anyhow::Result<()> {
+    if user.is_empty() || user.len() > 128 || !user.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!("--user must be 1-128 printable ASCII characters (the edge refuses anything else)");
+    }
     let secret = match (std::env::var("SEATFENCE_JWT_SECRET"), demo) {
         (Ok(s), _) => s,
         (_, Ok(d)) => d.jwt_secret.clone(),
@@ -447,10 +493,15 @@ async fn drain(edge: &Edge, node: u64, as_json: bool) -> anyhow::Result<()> {
 }
 
 /// `undrain`: put `node` back in service.
-async fn undrain(edge: &Edge, node: u64) -> anyhow::Result<()> {
-    edge.post(&format!("/v1/admin/nodes/{node}/undrain"), &json!({}))
+async fn undrain(edge: &Edge, node: u64, as_json: bool) -> anyhow::Result<()> {
+    let a = edge
+        .post(&format!("/v1/admin/nodes/{node}/undrain"), &json!({}))
         .await?;
-    println!("node {node}: back in service");
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        println!("node {node}: back in service");
+    }
     Ok(())
 }
 
@@ -521,11 +572,15 @@ async fn list_moves(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()
 }
 
 /// `abort-move`: abort move `move_id`.
-async fn abort_move(edge: &Edge, move_id: u64) -> anyhow::Result<()> {
+async fn abort_move(edge: &Edge, move_id: u64, as_json: bool) -> anyhow::Result<()> {
     let a = edge
         .post(&format!("/v1/admin/moves/{move_id}/abort"), &json!({}))
         .await?;
-    println!("move {move_id}: aborted at {}", a.body["step"]);
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        println!("move {move_id}: aborted at {}", a.body["step"]);
+    }
     Ok(())
 }
 
@@ -535,9 +590,13 @@ async fn audit(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()> {
     if as_json {
         println!("{}", a.body);
     } else {
+        println!(
+            "{:>5} {:<24} {:<10} {:<16} {:<28} RESULT",
+            "SEQ", "AT", "ACTOR", "ACTION", "TARGET"
+        );
         for e in a.body["entries"].as_array().cloned().unwrap_or_default() {
             println!(
-                "{:>5} {} {:<10} {:<16} {:<28} {}",
+                "{:>5} {:<24} {:<10} {:<16} {:<28} {}",
                 e["seq"],
                 e["at"].as_str().unwrap_or("?"),
                 e["actor"].as_str().unwrap_or("?"),

@@ -18,17 +18,17 @@ pub use events::{EdgeTarget, EventCmd};
 pub struct CtlArgs {
     /// gRPC address of a node (status, put, get, create-group; default:
     /// the first node in demo.json).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Where to connect")]
     pub addr: Option<String>,
     /// demo.json with edges, tokens and node addresses (default:
     /// $SEATFENCE_DEMO, else the default demo's, under /tmp or $TMPDIR).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Where to connect")]
     pub demo: Option<PathBuf>,
     /// HTTP edge URL (default: the first edge in demo.json).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Where to connect")]
     pub edge: Option<String>,
     /// Bearer token (default: demo.json's operator token).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Where to connect")]
     pub token: Option<String>,
     #[command(subcommand)]
     pub cmd: CtlCmd,
@@ -38,11 +38,13 @@ pub struct CtlArgs {
 pub enum CtlCmd {
     /// Groups hosted by the node at --addr: role, term, leader, indexes.
     Status {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Create a group placed by the directory.
     CreateGroup {
+        /// How many voters.
         #[arg(long, default_value_t = 3)]
         replicas: u8,
         /// Place all voters in this region ("zone survival").
@@ -51,15 +53,20 @@ pub enum CtlCmd {
     },
     /// Write a key in a group.
     Put {
+        /// The group id.
         #[arg(long)]
         group: u64,
+        /// The key.
         key: String,
+        /// The value (UTF-8).
         value: String,
     },
     /// Read a key from the replica on the node at --addr.
     Get {
+        /// The group id.
         #[arg(long)]
         group: u64,
+        /// The key.
         key: String,
     },
     #[command(flatten)]

@@ -24,10 +24,10 @@ pub(super) fn print_cluster(v: &Value) {
             ids(&r["nodes"])
         );
     }
-    println!("\nNODE  REGION     GRPC                  UP   LEADS");
+    println!("\nNODE  REGION     GRPC                  UP   DRAINED LEADS");
     for n in arr(&v["nodes"]) {
         println!(
-            "{:<5} {:<10} {:<21} {:<4} {}",
+            "{:<5} {:<10} {:<21} {:<4} {:<7} {}",
             n["node_id"].to_string(),
             n["region"].as_str().unwrap_or("?"),
             n["grpc_addr"].as_str().unwrap_or("?"),
@@ -35,6 +35,11 @@ pub(super) fn print_cluster(v: &Value) {
                 "yes"
             } else {
                 "NO"
+            },
+            if n["drained"] == json!(true) {
+                "yes"
+            } else {
+                "no"
             },
             ids(&n["leader_of"])
         );
@@ -106,8 +111,9 @@ fn move_bar(m: &Value) -> String {
     } else {
         n.saturating_sub(1)
     };
+    // The longest step name is 17 characters: pad so later columns line up.
     format!(
-        "[{}{}] {}/{} {}",
+        "[{}{}] {}/{} {:<18}",
         "#".repeat(done * 4),
         "-".repeat((total - done.min(total)) * 4),
         n,
@@ -143,7 +149,7 @@ pub(super) async fn follow_move(
         let step = format!("{}/{}", m["step"], m["state"]);
         if step != last_step && !quiet {
             let line = format!(
-                "{:<40} {:>7.2} s  {}",
+                "{} {:>7.2} s  {}",
                 move_bar(&m),
                 start.elapsed().as_secs_f64(),
                 m["state"].as_str().unwrap_or("?")

@@ -189,7 +189,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
         "{:?}: seed {}, {} ops, {}/{} faults, {} leader changes, {}/{} moves done; report: {}",
         summary.verdict,
         summary.seed,
-        summary.ops.ok + summary.ops.fail + summary.ops.info,
+        summary.ops.total(),
         summary.faults_injected,
         summary.faults_scheduled,
         summary.leader_changes,

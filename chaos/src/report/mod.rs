@@ -17,11 +17,41 @@ use crate::run::RunInfo;
 
 pub use page::html;
 
+/// Ops by how they ended: `ok`; `refused`, a definite "no" the system is
+/// meant to give (seats taken, a stale epoch, a move in progress...);
+/// `fail`, a definite failure (no leader in time, overloaded, a gateway
+/// down); `info`, unknown.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     pub ok: u64,
+    #[serde(default)]
+    pub refused: u64,
     pub fail: u64,
     pub info: u64,
+}
+
+impl Counts {
+    pub fn total(&self) -> u64 {
+        self.ok + self.refused + self.fail + self.info
+    }
+}
+
+/// Whether an op answered with `code` was refused by design rather than
+/// failed: every stable code but those saying the system could not serve.
+pub fn is_refusal(code: &str) -> bool {
+    !matches!(
+        code,
+        "no_leader"
+            | "group_unavailable"
+            | "gateway_unavailable"
+            | "payments_disabled"
+            | "overloaded"
+            | "rate_limited"
+            | "internal"
+            | "request_timeout"
+            | "transfer_failed"
+            | "transfer_timeout"
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +130,7 @@ pub fn summarize(
         for c in [&mut total, c] {
             match o.outcome {
                 Outcome::Ok(_) => c.ok += 1,
+                Outcome::Fail { ref code, .. } if is_refusal(code) => c.refused += 1,
                 Outcome::Fail { .. } => c.fail += 1,
                 Outcome::Unknown(_) => c.info += 1,
             }
@@ -163,4 +194,24 @@ fn esc(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_refusal;
+
+    #[test]
+    fn refusals_by_design_are_not_failures() {
+        for code in [
+            "seats_unavailable",
+            "stale_epoch",
+            "move_in_progress",
+            "sale_closed",
+        ] {
+            assert!(is_refusal(code), "{code}");
+        }
+        for code in ["no_leader", "overloaded", "gateway_unavailable", "internal"] {
+            assert!(!is_refusal(code), "{code}");
+        }
+    }
 }

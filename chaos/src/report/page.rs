@@ -50,7 +50,7 @@ fn head(run: &RunInfo, summary: &Summary) -> String {
 .v{{font-size:12px}}code{{font-size:11px}}h1 span{{color:{verdict_color}}}</style></head><body>
 <h1>Chaos drill: <span>{verdict:?}</span></h1>
 <p>seed <b>{seed}</b>, {dur} s, partitions by <b>{mech}</b>{unavail}{bug}.
-{ops} ops ({ok} ok, {fail} failed, {info} unknown), {inj}/{sched} faults injected, {lc} leader changes, {md}/{ms} moves done; {settled}.
+{ops} ops ({ok} ok, {refused} refused by design, {fail} failed, {info} unknown), {inj}/{sched} faults injected, {lc} leader changes, {md}/{ms} moves done; {settled}.
 Replay: <code>seatfence chaos drill --seed {seed} --duration {dur} --out DIR</code>; re-check: <code>seatfence chaos check DIR</code>.</p>"##,
         seed = run.seed,
         verdict = summary.verdict,
@@ -66,7 +66,8 @@ Replay: <code>seatfence chaos drill --seed {seed} --duration {dur} --out DIR</co
             .as_ref()
             .map(|b| format!(", <b>planted bug: {}</b>", esc(b)))
             .unwrap_or_default(),
-        ops = summary.ops.ok + summary.ops.fail + summary.ops.info,
+        ops = summary.ops.total(),
+        refused = summary.ops.refused,
         ok = summary.ops.ok,
         fail = summary.ops.fail,
         info = summary.ops.info,

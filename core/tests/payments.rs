@@ -139,3 +139,23 @@ fn a_released_booking_is_watched_until_the_gateway_settles_it() {
     );
     check(&s);
 }
+
+#[test]
+fn a_keyed_replay_says_it_is_one() {
+    let mut s = State::default();
+    s.apply(G, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
+    let key = Some((UserId("alice".into()), "k1".into()));
+    let hold = EventAction::Hold {
+        owner: UserId("alice".into()),
+        pick: SeatPick::Seats(vec!["A1".into()]),
+    };
+    let reply = |r: seatfence_core::Response| match r {
+        seatfence_core::Response::Event(e) => e,
+        other => panic!("{other:?}"),
+    };
+    let first = reply(s.apply(G, &cmd(1, 1, key.clone(), hold.clone())).response);
+    let again = reply(s.apply(G, &cmd(2, 1, key, hold)).response);
+    assert!(!first.replayed);
+    assert!(again.replayed, "the second answer repeats the first");
+    assert_eq!(first.outcome, again.outcome);
+}

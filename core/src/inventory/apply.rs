@@ -32,18 +32,12 @@ fn spec_hash(spec: &EventSpec) -> u64 {
 impl Inventory {
     /// Apply one event command; `changed` collects the records it touched.
     pub fn apply(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> EventReply {
-        let outcome = self.apply_inner(cmd, changed);
-        let (epoch, owner, clock) = match &self.event {
-            Some(e) => (e.epoch, e.owner.clone(), e.clock_ms),
-            None => (Epoch(0), RegionId(String::new()), 0),
+        let mut replayed = false;
+        let outcome = self.apply_inner(cmd, changed, &mut replayed);
+        let (epoch, owner) = match &self.event {
+            Some(e) => (e.epoch, e.owner.clone()),
+            None => (Epoch(0), RegionId(String::new())),
         };
-        // A keyed command whose record is older than this apply was a
-        // replay: it answered the first outcome and changed nothing.
-        let replayed = cmd.idempotency.as_ref().is_some_and(|(o, k)| {
-            self.ops
-                .get(&OpKey::new(o.clone(), k.clone()))
-                .is_some_and(|op| op.at_ms < clock)
-        });
         EventReply {
             epoch,
             owner,
@@ -52,7 +46,13 @@ impl Inventory {
         }
     }
 
-    fn apply_inner(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> Outcome {
+    /// `replayed` is set when a keyed command answers its recorded outcome.
+    fn apply_inner(
+        &mut self,
+        cmd: &EventCommand,
+        changed: &mut Vec<RecordKey>,
+        replayed: &mut bool,
+    ) -> Outcome {
         if let EventAction::Create(spec) = &cmd.action {
             return self.create(spec, cmd.now_ms, changed);
         }
@@ -90,6 +90,7 @@ impl Inventory {
         if let Some(k) = &op_key {
             if let Some(op) = self.ops.get(k) {
                 return if op.request_hash == hash {
+                    *replayed = true;
                     op.outcome.clone()
                 } else {
                     Outcome::IdempotencyKeyReused

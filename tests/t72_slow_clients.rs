@@ -34,7 +34,7 @@ fn read_to_close(s: &mut TcpStream) -> String {
 
 fn metric(text: &str, series: &str) -> f64 {
     text.lines()
-        .find(|l| l.starts_with(series))
+        .find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)

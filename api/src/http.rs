@@ -1,7 +1,6 @@
 //! The hyper server of the edge: connection handling, body limit, auth,
 //! routing, and the single place where results become HTTP responses.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,15 +8,12 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::auth::{self, Caller};
+pub use crate::conn::serve;
 use crate::error::ApiError;
 use crate::routes::{self, Matched, Route};
 use crate::{admin, events, holds, moves, payments, Edge};
@@ -167,188 +163,7 @@ impl Req {
     }
 }
 
-/// Serve the edge on `listener` until `rx_stop` turns true. Slow clients
-/// are cut off: headers within `header_timeout_ms`, a body within
-/// `body_timeout_ms` (408), an idle keep-alive connection after
-/// `idle_timeout_ms`; at most `max_connections` are open (more are closed
-/// on accept). Each has a metric.
-pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::Receiver<bool>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(edge.config.max_connections));
-    loop {
-        let (stream, _) = tokio::select! {
-            biased;
-            _ = stopped(&mut rx_stop) => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!("edge accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            edge.metrics.inc(|m| &m.connections_refused);
-            drop(stream);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(
-            edge.clone(),
-            stream,
-            slot,
-            rx_stop.clone(),
-        ));
-    }
-}
-
-/// When a connection last finished a request, last received bytes, and how
-/// many requests it is serving.
-#[derive(Default)]
-struct Activity {
-    inflight: std::sync::atomic::AtomicUsize,
-    /// Milliseconds since the connection opened (`+ 1`, so 0 means never).
-    last_ms: std::sync::atomic::AtomicU64,
-    read_ms: std::sync::atomic::AtomicU64,
-}
-
-impl Activity {
-    /// Nothing received since the last answer: a slow-header timeout now is
-    /// an idle keep-alive connection's.
-    fn idle(&self) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        let last = self.last_ms.load(Relaxed);
-        last > 0 && self.inflight.load(Relaxed) == 0 && self.read_ms.load(Relaxed) <= last
-    }
-}
-
-/// The connection's socket, noting when bytes arrive (see [`Activity`]).
-struct Tracked {
-    inner: tokio::net::TcpStream,
-    activity: Arc<Activity>,
-    opened: Instant,
-}
-
-impl tokio::io::AsyncRead for Tracked {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            let now = self.opened.elapsed().as_millis() as u64 + 1;
-            self.activity
-                .read_ms
-                .store(now, std::sync::atomic::Ordering::Relaxed);
-        }
-        polled
-    }
-}
-
-impl tokio::io::AsyncWrite for Tracked {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-async fn serve_connection(
-    edge: Arc<Edge>,
-    stream: tokio::net::TcpStream,
-    _slot: tokio::sync::OwnedSemaphorePermit,
-    mut rx_stop: watch::Receiver<bool>,
-) {
-    use std::sync::atomic::Ordering::Relaxed;
-    edge.metrics.connections.increment(1.0);
-    let opened = Instant::now();
-    let activity = Arc::new(Activity::default());
-    let idle = Duration::from_millis(edge.config.idle_timeout_ms);
-    let svc = {
-        let (edge, activity) = (edge.clone(), activity.clone());
-        service_fn(move |req| {
-            let (edge, activity) = (edge.clone(), activity.clone());
-            async move {
-                activity.inflight.fetch_add(1, Relaxed);
-                let resp = handle(edge, req).await;
-                activity.inflight.fetch_sub(1, Relaxed);
-                activity
-                    .last_ms
-                    .store(opened.elapsed().as_millis() as u64 + 1, Relaxed);
-                Ok::<_, Infallible>(resp)
-            }
-        })
-    };
-    let conn = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(edge.config.header_timeout_ms))
-        .serve_connection(
-            TokioIo::new(Tracked {
-                inner: stream,
-                activity: activity.clone(),
-                opened,
-            }),
-            svc,
-        );
-    tokio::pin!(conn);
-    let mut closing = false;
-    loop {
-        tokio::select! {
-            done = conn.as_mut() => {
-                if let Err(e) = done {
-                    // hyper's header timer also runs while a keep-alive
-                    // connection waits for its next request.
-                    if e.is_timeout() && activity.idle() {
-                        edge.metrics.inc(|m| &m.idle_timeouts);
-                    } else if e.is_timeout() {
-                        edge.metrics.inc(|m| &m.header_timeouts);
-                    }
-                    tracing::debug!("edge connection: {e}");
-                }
-                break;
-            }
-            _ = stopped(&mut rx_stop), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = tokio::time::sleep(idle / 4), if !closing => {
-                let last = activity.last_ms.load(Relaxed).max(activity.read_ms.load(Relaxed));
-                let since = (opened.elapsed().as_millis() as u64 + 1).saturating_sub(last);
-                if activity.idle() && since >= idle.as_millis() as u64 {
-                    edge.metrics.inc(|m| &m.idle_timeouts);
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        }
-    }
-    edge.metrics.connections.decrement(1.0);
-}
-
-async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
-}
-
-async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub(crate) async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let start = Instant::now();
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();

@@ -21,6 +21,10 @@ use crate::error::ApiError;
 use crate::http::{Body, Reply, Req};
 use crate::Edge;
 
+/// Largest answer body kept for replays (answers here are a few hundred
+/// bytes; error messages are cut to 300 characters).
+const MAX_KEPT: usize = 4096;
+
 /// Headers a replayed answer repeats.
 const REPLAYED: [&str; 3] = ["location", "x-seatfence-epoch", "x-seatfence-owner-region"];
 
@@ -57,7 +61,9 @@ where
         Ok(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new(), Vec::new()),
         Err(e) => (e.status(), e.body().to_string(), e.headers()),
     };
-    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+    // Not final, or too big to keep replicated for a day: a retry runs again.
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || body.len() > MAX_KEPT
+    {
         let forget = Command::ForgetAnswer {
             owner: owner.to_string(),
             key,

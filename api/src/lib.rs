@@ -30,6 +30,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod config;
+mod conn;
 pub mod error;
 pub mod events;
 pub mod gateway;

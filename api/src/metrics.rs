@@ -111,7 +111,7 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (
         Kind::Gauge,
         "seatfence_reconciliation_backlog",
-        "Holds with a payment due for reconciliation at the last sweep.",
+        "Holds with a payment due for reconciliation, and released bookings still unsettled, at the last sweep.",
     ),
     (
         Kind::Gauge,

@@ -9,7 +9,9 @@ use clap::Subcommand;
 use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
 use serde_json::{json, Value};
 
-use super::show::{follow_move, print_cluster, print_move_row};
+use super::admin::{
+    abort_move, audit, drain, list_moves, move_event, show_cluster, transfer_leader, undrain,
+};
 use crate::demo::DemoFile;
 
 #[derive(Subcommand)]
@@ -193,22 +195,22 @@ fn parse_section(s: &str) -> anyhow::Result<Value> {
 }
 
 /// The edge an event command talks to, and the bearer token it sends.
-struct Edge {
-    http: HttpClient,
-    url: String,
-    token: String,
+pub(super) struct Edge {
+    pub(super) http: HttpClient,
+    pub(super) url: String,
+    pub(super) token: String,
 }
 
 impl Edge {
     /// GET `path` (`/v1/...`) at the edge; an error answer is an error.
-    async fn get(&self, path: &str) -> anyhow::Result<HttpAnswer> {
+    pub(super) async fn get(&self, path: &str) -> anyhow::Result<HttpAnswer> {
         let url = format!("{}{path}", self.url);
         get_ok(&self.http, &url, &self.token).await
     }
 
     /// POST `body` to `path` (`/v1/...`) at the edge; an error answer is an
     /// error.
-    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<HttpAnswer> {
+    pub(super) async fn post(&self, path: &str, body: &Value) -> anyhow::Result<HttpAnswer> {
         let url = format!("{}{path}", self.url);
         post_ok(&self.http, &url, &self.token, body).await
     }
@@ -432,179 +434,5 @@ async fn show_event(edge: &Edge, id: &str, as_json: bool) -> anyhow::Result<()> 
         a["capacity"], a["available"], a["held"], a["sold"], a["stale_ms"]
     );
     println!("  first free seats: {}", a["available_seats"]);
-    Ok(())
-}
-
-/// `cluster`: regions, nodes and groups.
-async fn show_cluster(edge: &Edge, as_json: bool) -> anyhow::Result<()> {
-    let a = edge.get("/v1/admin/cluster").await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        print_cluster(&a.body);
-    }
-    Ok(())
-}
-
-/// `transfer-leader`: hand `group`'s leadership to node `to`.
-async fn transfer_leader(edge: &Edge, group: u64, to: u64, as_json: bool) -> anyhow::Result<()> {
-    let a = edge
-        .post(
-            &format!("/v1/admin/groups/{group}/transfer-leader"),
-            &json!({"to": to}),
-        )
-        .await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        println!(
-            "group {group}: leader {} -> {} (term {})",
-            a.body["previous_leader"], a.body["leader"], a.body["term"]
-        );
-    }
-    Ok(())
-}
-
-/// `drain`: move every leader off `node`; an error unless it is drained.
-async fn drain(edge: &Edge, node: u64, as_json: bool) -> anyhow::Result<()> {
-    let a = edge
-        .post(&format!("/v1/admin/nodes/{node}/drain"), &json!({}))
-        .await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        for m in a.body["moved"].as_array().cloned().unwrap_or_default() {
-            println!("group {}: leader moved to node {}", m["group_id"], m["to"]);
-        }
-        println!(
-            "node {node}: {} (still leading: {})",
-            if a.body["done"] == json!(true) {
-                "drained"
-            } else {
-                "NOT drained"
-            },
-            a.body["remaining"]
-        );
-    }
-    if a.body["done"] != json!(true) {
-        bail!("drain incomplete: {}", a.body);
-    }
-    Ok(())
-}
-
-/// `undrain`: put `node` back in service.
-async fn undrain(edge: &Edge, node: u64, as_json: bool) -> anyhow::Result<()> {
-    let a = edge
-        .post(&format!("/v1/admin/nodes/{node}/undrain"), &json!({}))
-        .await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        println!("node {node}: back in service");
-    }
-    Ok(())
-}
-
-/// `move`: start moving `event` to region `to`; with `wait`, follow it
-/// until it ends (an error unless it is done).
-async fn move_event(
-    edge: &Edge,
-    event: &str,
-    to: &str,
-    wait: bool,
-    as_json: bool,
-) -> anyhow::Result<()> {
-    let a = edge
-        .post(
-            &format!("/v1/admin/events/{event}/move"),
-            &json!({"to_region": to}),
-        )
-        .await?;
-    if !as_json {
-        println!(
-            "move {}: event {} {} -> {} (epoch {} -> {}), target voters {}",
-            a.body["move_id"],
-            event,
-            a.body["from_region"].as_str().unwrap_or("?"),
-            a.body["to_region"].as_str().unwrap_or("?"),
-            a.body["from_epoch"],
-            a.body["from_epoch"].as_u64().unwrap_or(0) + 1,
-            a.body["to_members"]
-        );
-    }
-    let end = if wait {
-        follow_move(&edge.http, &edge.url, &edge.token, a.body, as_json).await?
-    } else {
-        a.body
-    };
-    if as_json {
-        println!("{end}");
-    } else if wait {
-        println!(
-            "move {}: {} in {} ms, write pause {} ms",
-            end["move_id"],
-            end["state"].as_str().unwrap_or("?"),
-            end["duration_ms"],
-            end["pause_ms"]
-        );
-    }
-    if wait && end["state"] != "done" {
-        bail!("move ended {}: {}", end["state"], end["reason"]);
-    }
-    Ok(())
-}
-
-/// `moves`: the newest `limit` ownership moves, one row each.
-async fn list_moves(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()> {
-    let a = edge.get(&format!("/v1/admin/moves?limit={limit}")).await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        println!(
-            "{:<5} {:<20} {:<10}    {:<10} {:<18} {:<8} {:>8} {:>8}",
-            "MOVE", "EVENT", "FROM", "TO", "STEP", "STATE", "TOOK", "PAUSE"
-        );
-        for m in a.body["moves"].as_array().cloned().unwrap_or_default() {
-            print_move_row(&m);
-        }
-    }
-    Ok(())
-}
-
-/// `abort-move`: abort move `move_id`.
-async fn abort_move(edge: &Edge, move_id: u64, as_json: bool) -> anyhow::Result<()> {
-    let a = edge
-        .post(&format!("/v1/admin/moves/{move_id}/abort"), &json!({}))
-        .await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        println!("move {move_id}: aborted at {}", a.body["step"]);
-    }
-    Ok(())
-}
-
-/// `audit`: the newest `limit` entries of the operators' audit trail.
-async fn audit(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()> {
-    let a = edge.get(&format!("/v1/admin/audit?limit={limit}")).await?;
-    if as_json {
-        println!("{}", a.body);
-    } else {
-        println!(
-            "{:>5} {:<24} {:<10} {:<16} {:<28} RESULT",
-            "SEQ", "AT", "ACTOR", "ACTION", "TARGET"
-        );
-        for e in a.body["entries"].as_array().cloned().unwrap_or_default() {
-            println!(
-                "{:>5} {:<24} {:<10} {:<16} {:<28} {}",
-                e["seq"],
-                e["at"].as_str().unwrap_or("?"),
-                e["actor"].as_str().unwrap_or("?"),
-                e["action"].as_str().unwrap_or("?"),
-                e["target"].as_str().unwrap_or("?"),
-                e["result"].as_str().unwrap_or("?")
-            );
-        }
-    }
     Ok(())
 }

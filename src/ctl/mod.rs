@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+mod admin;
 mod events;
 mod node;
 mod show;

@@ -319,3 +319,27 @@ impl Env {
 pub fn s(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
+
+/// One scenario's world: its own gateway and cluster with `events` created
+/// (`(id, seats, hold ttl secs)`). Fields drop in order: the processes
+/// stop before the next scenario may start.
+pub struct Scenario {
+    pub env: Env,
+    _dir: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+pub async fn scenario(events: &[(&str, &[&str], u64)]) -> Scenario {
+    let serial = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let env = Env::start(dir.path()).await;
+    for (id, seats, ttl) in events {
+        env.event(id, seats, *ttl).await;
+    }
+    Scenario {
+        env,
+        _dir: dir,
+        _serial: serial,
+    }
+}

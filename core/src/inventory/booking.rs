@@ -276,12 +276,16 @@ impl Inventory {
         }
     }
 
-    fn booking_outcome(&self, seq: u64) -> Outcome {
+    pub(super) fn booking_outcome(&self, seq: u64) -> Outcome {
         Outcome::Booking(Box::new(self.bookings[&seq].clone()))
     }
 
     /// The booking of `hold` if its payment is `payment_id`.
-    fn booking_for(&self, hold: u64, payment_id: &str) -> Result<&super::Booking, Outcome> {
+    pub(super) fn booking_for(
+        &self,
+        hold: u64,
+        payment_id: &str,
+    ) -> Result<&super::Booking, Outcome> {
         match self.bookings.get(&hold) {
             None => Err(Outcome::BookingNotFound),
             Some(b) if b.payment.payment_id != payment_id => Err(Outcome::PaymentMismatch),
@@ -291,7 +295,7 @@ impl Inventory {
 
     /// `Ok` if the booking of `hold` waits on `payment_id`; else the
     /// answer: the mismatch, or the booking as it stands (decided already).
-    fn pending(&self, hold: u64, payment_id: &str) -> Result<(), Outcome> {
+    pub(super) fn pending(&self, hold: u64, payment_id: &str) -> Result<(), Outcome> {
         match self.booking_for(hold, payment_id)? {
             b if b.status == BookingStatus::Pending => Ok(()),
             _ => Err(self.booking_outcome(hold)),
@@ -490,132 +494,6 @@ impl Inventory {
         );
         self.index.outbox_pending.insert(id);
         changed.push(RecordKey::Outbox(id));
-    }
-
-    fn release_payment(
-        &mut self,
-        seq: u64,
-        payment_id: &str,
-        reason: ReleaseReason,
-        now: u64,
-        changed: &mut Vec<RecordKey>,
-    ) -> Outcome {
-        if let Err(o) = self.pending(seq, payment_id) {
-            return o;
-        }
-        let deadline = self.holds[&seq].expires_at_ms;
-        if reason == ReleaseReason::Unpaid && now < deadline {
-            return Outcome::ReleaseRefused {
-                reason: "an unpaid payment is released only after its deadline".into(),
-            };
-        }
-        if reason == ReleaseReason::Unpaid && !self.bookings[&seq].voiding {
-            return Outcome::ReleaseRefused {
-                reason: "an unpaid payment is released only after a void intent".into(),
-            };
-        }
-        self.index.pay_deadlines.remove(&(deadline, seq));
-        self.release(seq, HoldStatus::Expired, changed);
-        let b = self.bookings.get_mut(&seq).expect("checked above");
-        b.status = BookingStatus::Expired;
-        b.settled = false;
-        b.updated_ms = now;
-        changed.push(RecordKey::Booking(seq));
-        self.index.unsettled.insert(seq);
-        self.booking_outcome(seq)
-    }
-
-    /// The booking no longer needs watching.
-    fn settle_index(&mut self, seq: u64) {
-        self.index.unsettled.remove(&seq);
-        if let Some(b) = self.bookings.get_mut(&seq) {
-            b.settled = true;
-        }
-    }
-
-    fn void_intent(
-        &mut self,
-        seq: u64,
-        payment_id: &str,
-        now: u64,
-        changed: &mut Vec<RecordKey>,
-    ) -> Outcome {
-        let b = match self.booking_for(seq, payment_id) {
-            Ok(b) => b,
-            Err(o) => return o,
-        };
-        let pending = b.status == BookingStatus::Pending;
-        if !pending && !b.unsettled() {
-            return self.booking_outcome(seq);
-        }
-        if pending && now < self.holds[&seq].expires_at_ms {
-            return Outcome::ReleaseRefused {
-                reason: "a pending payment is voided only after its deadline".into(),
-            };
-        }
-        if !b.voiding {
-            let b = self.bookings.get_mut(&seq).expect("checked above");
-            b.voiding = true;
-            b.updated_ms = now;
-            changed.push(RecordKey::Booking(seq));
-        }
-        self.booking_outcome(seq)
-    }
-
-    fn settle(
-        &mut self,
-        seq: u64,
-        payment_id: &str,
-        now: u64,
-        changed: &mut Vec<RecordKey>,
-    ) -> Outcome {
-        match self.booking_for(seq, payment_id) {
-            Ok(b) if b.unsettled() => {}
-            Ok(_) => return self.booking_outcome(seq),
-            Err(o) => return o,
-        }
-        self.settle_index(seq);
-        let b = self.bookings.get_mut(&seq).expect("checked above");
-        b.updated_ms = now;
-        changed.push(RecordKey::Booking(seq));
-        self.booking_outcome(seq)
-    }
-
-    fn extend(
-        &mut self,
-        seq: u64,
-        payment_id: &str,
-        by_ms: u64,
-        attempt: u32,
-        changed: &mut Vec<RecordKey>,
-    ) -> Outcome {
-        if let Err(o) = self.pending(seq, payment_id) {
-            return o;
-        }
-        let hold = self.holds.get_mut(&seq).expect("a booking's hold exists");
-        if hold.extensions > attempt {
-            // This extension was applied already (a re-sent command).
-            return Outcome::Extended {
-                extensions: hold.extensions,
-                expires_at_ms: hold.expires_at_ms,
-            };
-        }
-        if hold.extensions >= MAX_EXTENSIONS {
-            return Outcome::ExtensionsExhausted {
-                extensions: hold.extensions,
-            };
-        }
-        let old = hold.expires_at_ms;
-        hold.extensions += 1;
-        hold.expires_at_ms = old.saturating_add(by_ms.max(1));
-        let (new, extensions) = (hold.expires_at_ms, hold.extensions);
-        changed.push(RecordKey::Hold(seq));
-        self.index.pay_deadlines.remove(&(old, seq));
-        self.index.pay_deadlines.insert((new, seq));
-        Outcome::Extended {
-            extensions,
-            expires_at_ms: new,
-        }
     }
 
     fn outbox_done(

@@ -19,6 +19,7 @@
 
 mod apply;
 mod booking;
+mod release;
 mod spec;
 
 pub use apply::{fnv as apply_fnv, request_hash};

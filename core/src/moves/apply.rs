@@ -48,23 +48,16 @@ impl Directory {
         at_ms: u64,
         changed: &mut Vec<RecordKey>,
     ) -> Result<MoveRecord, MoveRefused> {
-        if !request.is_empty() {
-            let started = self
-                .moves
-                .values()
-                .rev()
-                .find(|m| m.request == request && &m.event_id == event_id);
-            if let Some(m) = started {
-                // The same request again: the move it started.
-                return Ok(m.clone());
-            }
-        }
         let route = self
             .events
             .get(event_id)
             .ok_or_else(|| MoveRefused::new("event_not_found", format!("event {event_id}")))?;
         if let RouteState::Moving { move_id } = route.state {
             let m = &self.moves[&move_id];
+            if !request.is_empty() && m.request == request && &m.to_region == to_region {
+                // The same request again while its move runs: that move.
+                return Ok(m.clone());
+            }
             return Err(MoveRefused::new(
                 "move_in_progress",
                 format!("event {event_id} is already moving (move {move_id})"),

@@ -17,15 +17,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use seatfence_api::gateway::sign;
 
 mod cli;
+mod faults;
 mod server;
 
 pub use cli::GatewayArgs;
+pub use faults::Faults;
 pub use server::serve;
 
 /// How the mock is set up.
@@ -41,70 +43,6 @@ pub struct MockConfig {
     pub client_secret: String,
     pub token_ttl: Duration,
     pub grants_per_hour: u32,
-}
-
-/// Fault switches (`PUT /_faults` merges the fields it is given).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Faults {
-    /// `ok` | `error` (500, nothing created).
-    pub create: String,
-    /// `ok` | `fail` (payment fails) | `timeout` (captures, answers after
-    /// `timeout_ms`) | `hold` (waits until switched back, then captures).
-    pub execute: String,
-    /// `ok` | `error` (500).
-    pub query: String,
-    /// `ok` | `error` (500).
-    pub refund: String,
-    /// `ok` | `error` (500) | `lose` (a capture still held in `execute`
-    /// lands first: 409 `already_captured`) | `ignore` (answers `voided`
-    /// but leaves the payment capturable: a provider whose void lost a
-    /// race it did not report).
-    pub void: String,
-    /// `deliver` | `drop` | `duplicate` | `delay` (by `webhook_delay_ms`).
-    pub webhook: String,
-    pub timeout_ms: u64,
-    pub webhook_delay_ms: u64,
-    /// Added to every API call.
-    pub latency_ms: u64,
-}
-
-impl Faults {
-    /// The first switch set to a value the mock does not know, if any.
-    fn invalid(&self) -> Option<String> {
-        let known: [(&str, &str, &[&str]); 6] = [
-            ("create", &self.create, &["ok", "error"]),
-            ("execute", &self.execute, &["ok", "fail", "timeout", "hold"]),
-            ("query", &self.query, &["ok", "error"]),
-            ("refund", &self.refund, &["ok", "error"]),
-            ("void", &self.void, &["ok", "error", "lose", "ignore"]),
-            (
-                "webhook",
-                &self.webhook,
-                &["deliver", "drop", "duplicate", "delay"],
-            ),
-        ];
-        known
-            .iter()
-            .find(|(_, v, allowed)| !allowed.contains(v))
-            .map(|(k, v, allowed)| format!("{k}: {v:?} is not one of {}", allowed.join(", ")))
-    }
-}
-
-impl Default for Faults {
-    fn default() -> Faults {
-        Faults {
-            create: "ok".into(),
-            execute: "ok".into(),
-            query: "ok".into(),
-            refund: "ok".into(),
-            void: "ok".into(),
-            webhook: "deliver".into(),
-            timeout_ms: 30_000,
-            webhook_delay_ms: 2_000,
-            latency_ms: 0,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -523,32 +461,6 @@ impl Mock {
         )
     }
 
-    fn set_faults(&self, body: &Bytes) -> Answer {
-        let mut current = serde_json::to_value(self.faults()).expect("faults serialize");
-        let Ok(Value::Object(patch)) = serde_json::from_slice::<Value>(body) else {
-            return err(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "a JSON object of switches is required",
-            );
-        };
-        for (k, v) in patch {
-            current[k] = v;
-        }
-        match serde_json::from_value::<Faults>(current) {
-            Ok(f) if f.invalid().is_some() => err(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                &f.invalid().unwrap_or_default(),
-            ),
-            Ok(f) => {
-                *self.faults.lock().expect("faults lock poisoned") = f.clone();
-                (StatusCode::OK, json!(f))
-            }
-            Err(e) => err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
-        }
-    }
-
     fn stats(&self) -> Answer {
         let inner = self.inner.lock().expect("mock lock poisoned");
         let captures: u64 = inner.payments.values().map(|p| u64::from(p.captures)).sum();
@@ -652,36 +564,4 @@ fn state(p: &Payment) -> Value {
         "currency": p.currency,
         "refund_id": p.refund_id,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mock() -> Arc<Mock> {
-        Mock::new(MockConfig {
-            public_url: "http://127.0.0.1:1".into(),
-            signing_secret: "s".into(),
-            webhook_secret: "w".into(),
-            client_id: "c".into(),
-            client_secret: "cs".into(),
-            token_ttl: Duration::from_secs(60),
-            grants_per_hour: 5,
-        })
-    }
-
-    #[test]
-    fn unknown_fault_values_are_refused_and_change_nothing() {
-        let m = mock();
-        let (status, body) = m.set_faults(&Bytes::from(r#"{"execute":"explode"}"#));
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-        assert!(body.to_string().contains("explode"), "{body}");
-        assert_eq!(m.faults(), Faults::default());
-        let (status, _) = m.set_faults(&Bytes::from(r#"{"execute":"hold","void":"lose"}"#));
-        assert_eq!(status, StatusCode::OK);
-        assert_eq!(
-            (m.faults().execute.as_str(), m.faults().void.as_str()),
-            ("hold", "lose")
-        );
-    }
 }

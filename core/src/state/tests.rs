@@ -1,0 +1,292 @@
+//! `State::apply` of the key→value table and the directory.
+use super::*;
+use crate::directory::{NodeInfo, Placement};
+
+#[test]
+fn drained_nodes_are_recorded_and_reload() {
+    let mut s = State::default();
+    let set = |drained| Command::SetDrained {
+        node: NodeId(2),
+        drained,
+    };
+    assert_eq!(
+        s.apply(GroupId(4), &set(true)).response,
+        Response::WrongGroup
+    );
+    let a = s.apply(GroupId::DIRECTORY, &set(true));
+    assert_eq!(a.response, Response::DrainedSet { was: false });
+    assert_eq!(a.changed, vec![RecordKey::Drained(NodeId(2))]);
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).unwrap();
+    }
+    assert!(loaded.directory.drained.contains(&NodeId(2)));
+    let a = s.apply(GroupId::DIRECTORY, &set(false));
+    assert_eq!(a.response, Response::DrainedSet { was: true });
+    assert!(s.directory.drained.is_empty());
+    assert!(s.encode_record(&RecordKey::Drained(NodeId(2))).is_none());
+}
+
+#[test]
+fn the_audit_trail_numbers_entries_keeps_the_newest_and_reloads() {
+    use crate::audit::{AuditEntry, AUDIT_KEEP};
+    let entry = |n: u64| {
+        Command::Audit(AuditEntry {
+            seq: 0,
+            at_ms: n,
+            actor: "ops".into(),
+            action: "drain".into(),
+            target: format!("node {n}"),
+            result: "ok".into(),
+            id: format!("a{n}"),
+        })
+    };
+    let mut s = State::default();
+    assert_eq!(
+        s.apply(GroupId(5), &entry(1)).response,
+        Response::WrongGroup
+    );
+    let extra = 5;
+    for n in 1..=(AUDIT_KEEP as u64 + extra) {
+        let a = s.apply(GroupId::DIRECTORY, &entry(n));
+        assert_eq!(a.response, Response::Audited { seq: n });
+    }
+    assert_eq!(s.audit.len(), AUDIT_KEEP);
+    // A re-sent entry (a transport error after the commit) counts once.
+    let last = AUDIT_KEEP as u64 + extra;
+    let again = s.apply(GroupId::DIRECTORY, &entry(last));
+    assert_eq!(again.response, Response::Audited { seq: last });
+    assert_eq!(s.audit.keys().next_back(), Some(&last));
+    assert_eq!(
+        s.audit.keys().next(),
+        Some(&(extra + 1)),
+        "the oldest went first"
+    );
+    let newest = s.query(&crate::Query::Audit { limit: 2 });
+    let crate::QueryResult::Audit(list) = newest else {
+        panic!("{newest:?}")
+    };
+    assert_eq!(
+        list.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![AUDIT_KEEP as u64 + extra, AUDIT_KEEP as u64 + extra - 1]
+    );
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).unwrap();
+    }
+    assert_eq!(loaded.audit, s.audit);
+}
+
+#[test]
+fn records_round_trip_through_storage_encoding() {
+    let mut s = State::default();
+    let g0 = GroupId::DIRECTORY;
+    for id in 1..=3 {
+        s.apply(
+            g0,
+            &Command::RegisterNode(NodeInfo {
+                id: NodeId(id),
+                region: format!("r{id}").as_str().into(),
+                grpc_addr: "127.0.0.1:1".into(),
+            }),
+        );
+    }
+    let a = s.apply(
+        g0,
+        &Command::CreateGroup {
+            group_id: None,
+            placement: Placement::Spread { replicas: 3 },
+        },
+    );
+    assert!(matches!(
+        a.response,
+        Response::GroupCreated {
+            group_id: GroupId(1),
+            ..
+        }
+    ));
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).unwrap();
+    }
+    assert_eq!(loaded, s);
+}
+
+#[test]
+fn commands_for_the_other_kind_of_group_change_nothing() {
+    let mut s = State::default();
+    let a = s.apply(
+        GroupId::DIRECTORY,
+        &Command::Put {
+            key: "k".into(),
+            value: vec![1],
+        },
+    );
+    assert_eq!(a.response, Response::WrongGroup);
+    assert!(a.changed.is_empty());
+    assert_eq!(s, State::default());
+}
+
+#[test]
+fn a_batch_answers_each_command_as_if_applied_alone() {
+    let mut s = State::default();
+    let g = GroupId(3);
+    let put = |k: &str| Command::Put {
+        key: k.into(),
+        value: k.as_bytes().to_vec(),
+    };
+    let a = s.apply(
+        g,
+        &Command::Batch(vec![
+            put("a"),
+            put("a"),
+            Command::RegisterNode(NodeInfo {
+                id: NodeId(1),
+                region: "r".into(),
+                grpc_addr: "x".into(),
+            }),
+            Command::Delete { key: "a".into() },
+        ]),
+    );
+    assert_eq!(
+        a.response,
+        Response::Batch(vec![
+            Response::Written { existed: false },
+            Response::Written { existed: true },
+            Response::WrongGroup,
+            Response::Written { existed: true },
+        ])
+    );
+    assert!(s.kv.is_empty());
+    assert!(s.directory.nodes.is_empty());
+}
+
+#[test]
+fn create_group_is_idempotent_by_id() {
+    let mut s = State::default();
+    let g0 = GroupId::DIRECTORY;
+    s.apply(
+        g0,
+        &Command::RegisterNode(NodeInfo {
+            id: NodeId(1),
+            region: "a".into(),
+            grpc_addr: "x".into(),
+        }),
+    );
+    let create = Command::CreateGroup {
+        group_id: Some(GroupId(7)),
+        placement: Placement::Spread { replicas: 1 },
+    };
+    let first = s.apply(g0, &create).response;
+    let second = s.apply(g0, &create).response;
+    assert_eq!(first, second);
+    assert_eq!(s.directory.next_group_id, 8);
+}
+
+#[test]
+fn a_keyed_answer_is_kept_first_for_a_day_and_reloads() {
+    use crate::answers::{KeyedAnswer, ANSWER_TTL_MS};
+    let answer = |at_ms: u64, status: u16| KeyedAnswer {
+        request_hash: 7,
+        at_ms,
+        status,
+        body: format!("{{\"n\":{status}}}"),
+        headers: vec![("location".into(), "/v1/x".into())],
+        request: format!("r{at_ms}"),
+    };
+    let remember = |key: &str, a: KeyedAnswer| Command::RememberAnswer {
+        owner: "ops".into(),
+        key: key.into(),
+        answer: a,
+    };
+    let mut s = State::default();
+    let g0 = GroupId::DIRECTORY;
+    let first = s.apply(g0, &remember("k1", answer(10, 201))).response;
+    assert_eq!(first, Response::Answer(Box::new(answer(10, 201))));
+    let again = s.apply(g0, &remember("k1", answer(20, 409))).response;
+    assert_eq!(
+        again,
+        Response::Answer(Box::new(answer(10, 201))),
+        "the first stays"
+    );
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).unwrap();
+    }
+    assert_eq!(loaded.answers, s.answers);
+    // A day later, k1 is forgotten when the next answer is recorded.
+    let later = answer(10 + ANSWER_TTL_MS, 202);
+    let applied = s.apply(g0, &remember("k2", later));
+    assert!(applied
+        .changed
+        .contains(&RecordKey::Answer("ops".into(), "k1".into())));
+    assert_eq!(
+        s.query(&crate::Query::Answer {
+            owner: "ops".into(),
+            key: "k1".into()
+        }),
+        crate::QueryResult::Answer(None)
+    );
+}
+
+#[test]
+fn one_request_at_a_time_holds_a_key_until_it_answers() {
+    use crate::answers::{KeyedAnswer, PENDING_TTL_MS};
+    let g0 = GroupId::DIRECTORY;
+    let mk = |request: &str, at_ms: u64, status: u16| KeyedAnswer {
+        request_hash: 1,
+        at_ms,
+        status,
+        body: "{}".into(),
+        headers: vec![],
+        request: request.into(),
+    };
+    let remember = |a: KeyedAnswer| Command::RememberAnswer {
+        owner: "ops".into(),
+        key: "k".into(),
+        answer: a,
+    };
+    let forget = |request: &str| Command::ForgetAnswer {
+        owner: "ops".into(),
+        key: "k".into(),
+        request: request.into(),
+    };
+    let mut s = State::default();
+    let r1 = mk("r1", 0, 0);
+    assert_eq!(
+        s.apply(g0, &remember(r1.clone())).response,
+        Response::Answer(Box::new(r1.clone()))
+    );
+    // r2 meets r1's reservation, and cannot drop it.
+    assert_eq!(
+        s.apply(g0, &remember(mk("r2", 5, 0))).response,
+        Response::Answer(Box::new(r1.clone()))
+    );
+    s.apply(g0, &forget("r2"));
+    assert_eq!(s.answers.len(), 1);
+    // r1 answers 5xx: it forgets; r2 may run now.
+    s.apply(g0, &forget("r1"));
+    assert!(s.answers.is_empty());
+    let r2 = mk("r2", 10, 0);
+    assert_eq!(
+        s.apply(g0, &remember(r2.clone())).response,
+        Response::Answer(Box::new(r2))
+    );
+    let done = mk("r2", 20, 201);
+    assert_eq!(
+        s.apply(g0, &remember(done.clone())).response,
+        Response::Answer(Box::new(done.clone()))
+    );
+    assert_eq!(
+        s.apply(g0, &remember(mk("r3", 30, 0))).response,
+        Response::Answer(Box::new(done))
+    );
+    // A reservation whose edge died lapses.
+    let mut t = State::default();
+    t.apply(g0, &remember(mk("dead", 0, 0)));
+    let late = mk("r4", PENDING_TTL_MS, 0);
+    assert_eq!(
+        t.apply(g0, &remember(late.clone())).response,
+        Response::Answer(Box::new(late))
+    );
+}

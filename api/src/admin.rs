@@ -315,6 +315,7 @@ pub async fn audit(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TransferBody {
+    #[serde(deserialize_with = "crate::whole::de")]
     to: u64,
 }
 

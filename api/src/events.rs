@@ -16,7 +16,9 @@ use crate::Edge;
 #[serde(deny_unknown_fields)]
 struct SectionBody {
     name: String,
+    #[serde(deserialize_with = "crate::whole::de")]
     rows: u32,
+    #[serde(deserialize_with = "crate::whole::de")]
     seats_per_row: u32,
 }
 
@@ -30,12 +32,16 @@ struct CreateBody {
     seats: Vec<String>,
     #[serde(default)]
     sections: Vec<SectionBody>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
     hold_ttl_secs: Option<u64>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
     max_seats_per_hold: Option<u32>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
     max_seats_per_buyer: Option<u32>,
     survival: Option<String>,
     opens_at: Option<String>,
     closes_at: Option<String>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
     price_cents: Option<u64>,
     currency: Option<String>,
 }
@@ -44,12 +50,30 @@ struct CreateBody {
 pub const DEFAULT_PRICE_CENTS: u64 = 5_000;
 pub const DEFAULT_CURRENCY: &str = "EUR";
 
-fn rfc3339_ms(s: &str, field: &str) -> Result<u64, ApiError> {
-    humantime::parse_rfc3339_weak(s)
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as u64)
-        .ok_or_else(|| ApiError::bad("invalid_field", format!("{field} is not an RFC 3339 time")))
+/// An RFC 3339 time (any offset) as ms since the Unix epoch.
+fn rfc3339_ms(s: &str, field: &str) -> Result<i64, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| ApiError::bad("invalid_field", format!("{field} is not an RFC 3339 time")))
+}
+
+/// The sale window in ms since the epoch, kept from 1970 on: a time before
+/// the epoch is as far in the past as the epoch for a sale, so it is
+/// stored as the epoch (a window that closed before 1970 closes 1 ms
+/// after its stored opening; `EventSpec::validate` still sees the order
+/// the operator gave).
+fn sale_window(body: &CreateBody) -> Result<(Option<u64>, Option<u64>), ApiError> {
+    let parse = |s: &Option<String>, field| s.as_deref().map(|s| rfc3339_ms(s, field)).transpose();
+    let (opens, closes) = (
+        parse(&body.opens_at, "opens_at")?,
+        parse(&body.closes_at, "closes_at")?,
+    );
+    let stored = |ms: i64| u64::try_from(ms).unwrap_or(0);
+    Ok(match (opens, closes) {
+        (Some(o), Some(c)) if o < c => (Some(stored(o)), Some(stored(c).max(stored(o) + 1))),
+        // Out of order: stored as given (clamped) so validation refuses it.
+        (o, c) => (o.map(stored), c.map(stored)),
+    })
 }
 
 /// An RFC 3339 UTC time with milliseconds.
@@ -92,6 +116,7 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
             format!("capacity {declared} is above the limit of {MAX_CAPACITY} seats"),
         ));
     }
+    let (opens_at_ms, closes_at_ms) = sale_window(&body)?;
     let spec = EventSpec {
         event_id: EventId(body.event_id),
         name: body.name,
@@ -111,16 +136,8 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         max_seats_per_buyer: body.max_seats_per_buyer,
         price_cents: body.price_cents.unwrap_or(DEFAULT_PRICE_CENTS),
         currency: body.currency.unwrap_or_else(|| DEFAULT_CURRENCY.into()),
-        opens_at_ms: body
-            .opens_at
-            .as_deref()
-            .map(|s| rfc3339_ms(s, "opens_at"))
-            .transpose()?,
-        closes_at_ms: body
-            .closes_at
-            .as_deref()
-            .map(|s| rfc3339_ms(s, "closes_at"))
-            .transpose()?,
+        opens_at_ms,
+        closes_at_ms,
         survival,
     };
     spec.validate()
@@ -328,5 +345,59 @@ pub async fn set_open(edge: &Edge, req: &Req, id: &str, open: bool) -> Result<Re
         other => {
             Err(ApiError::from_outcome(other, &event_id).fenced(reply.epoch.0, &reply.owner.0))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{rfc3339_ms, sale_window, CreateBody};
+
+    fn window(opens: &str, closes: &str) -> Option<(Option<u64>, Option<u64>)> {
+        let body: CreateBody = serde_json::from_value(serde_json::json!({
+            "event_id": "e", "name": "e", "home_region": "r", "seats": ["s"],
+            "opens_at": opens, "closes_at": closes,
+        }))
+        .unwrap();
+        sale_window(&body).ok()
+    }
+
+    #[test]
+    fn a_window_before_1970_keeps_its_order() {
+        assert_eq!(
+            window("0026-12-30T10:16:48Z", "1923-02-03T17:57:33Z"),
+            Some((Some(0), Some(1)))
+        );
+        assert_eq!(
+            window("1960-01-01T00:00:00Z", "1970-01-01T00:00:02Z"),
+            Some((Some(0), Some(2000)))
+        );
+        // Out of order stays out of order, so validation refuses it.
+        assert_eq!(
+            window("1923-02-03T17:57:33Z", "0026-12-30T10:16:48Z"),
+            Some((Some(0), Some(0)))
+        );
+    }
+
+    #[test]
+    fn sale_window_times_take_any_rfc3339_offset() {
+        let utc = rfc3339_ms("2026-12-01T12:00:00Z", "opens_at").unwrap();
+        assert_eq!(utc, 1_796_126_400_000);
+        assert_eq!(
+            rfc3339_ms("2026-12-01T13:30:00+01:30", "opens_at").unwrap(),
+            utc
+        );
+        assert_eq!(
+            rfc3339_ms("2026-12-01t12:00:00.000z", "opens_at").unwrap(),
+            utc
+        );
+        assert_eq!(
+            rfc3339_ms("1969-12-31T23:59:59Z", "opens_at").unwrap(),
+            -1000
+        );
+        let e = rfc3339_ms("tomorrow", "closes_at").unwrap_err();
+        assert!(
+            e.to_string().contains("closes_at is not an RFC 3339 time"),
+            "{e}"
+        );
     }
 }

@@ -17,6 +17,7 @@ struct HoldBody {
     event_id: String,
     seats: Option<Vec<String>>,
     section: Option<String>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
     quantity: Option<u32>,
 }
 

@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod moves;
 pub mod payments;
 pub mod routes;
+mod whole;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -62,6 +62,7 @@ fn drill(dir: &Path, seed: u64, secs: u64, extra: &[&str]) -> (i32, Value) {
     .expect("summary.json is JSON");
     for f in [
         "report.html",
+        "timeline.svg",
         "history.jsonl",
         "run.json",
         "final.json",
@@ -159,4 +160,9 @@ fn planted_stale_epoch_bug_is_caught() {
     let c = checker(&summary, "no_stale_epoch");
     assert_eq!(c["verdict"], "FAIL", "{c}");
     assert!(c["violations"].as_u64().unwrap() >= 1);
+    // The timeline marks the violating ops, and its legend says what the
+    // mark means.
+    let svg = std::fs::read_to_string(dir.path().join("run/timeline.svg")).expect("timeline.svg");
+    assert!(svg.contains("✗ no_stale_epoch"), "no violation marked");
+    assert!(svg.contains("op a checker flagged"), "no legend");
 }

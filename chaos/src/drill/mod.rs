@@ -10,7 +10,7 @@
 //!  tasks: buyers ×N (HTTP), operator (moves), zombie (gRPC, old epochs),
 //!         observer (leaders), nemesis (schedule), progress
 //!  end:   heal ─▶ stop clients ─▶ settle (replicas equal, payments resolved)
-//!         ─▶ final.json ─▶ checkers ─▶ summary.json, report.html; exit 0/1/2
+//!         ─▶ final.json ─▶ checkers ─▶ summary.json, report.html, timeline.svg; exit 0/1/2
 //! ```
 
 mod nemesis;
@@ -169,6 +169,10 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
     std::fs::write(
         dir.join("report.html"),
         report::html(&run, &history, &input.ops, &verdicts, &summary),
+    )?;
+    std::fs::write(
+        dir.join("timeline.svg"),
+        report::timeline_svg(&history, &input.ops, &verdicts),
     )?;
     for v in &verdicts {
         eprintln!("  {:<22} {:?}  {}", v.checker, v.status, v.summary);

@@ -2,7 +2,7 @@
 //! built here) and a self-contained `report.html` (timeline of ops, faults,
 //! leader changes, moves and latency; PASS/FAIL; the violating ops in
 //! full): the page and its tables in `page`, the timeline SVG in
-//! `timeline`.
+//! `timeline` (also written alone as `timeline.svg`).
 
 mod page;
 mod timeline;
@@ -15,7 +15,7 @@ use crate::check::{Status, Verdict};
 use crate::history::{Call, Entry, History, Op, Outcome};
 use crate::run::RunInfo;
 
-pub use page::html;
+pub use page::{html, timeline_svg};
 
 /// Ops by how they ended: `ok`; `refused`, a definite "no" the system is
 /// meant to give (seats taken, a stale epoch, a move in progress...);

@@ -14,6 +14,12 @@ use crate::run::RunInfo;
 /// Violations shown in full per checker; the rest are counted.
 const VIOLATIONS_SHOWN: usize = 50;
 
+/// The timeline alone, as a standalone SVG document (`timeline.svg`).
+pub fn timeline_svg(history: &History, ops: &[Op], verdicts: &[Verdict]) -> String {
+    let (injected, heals) = timeline::injected_faults(history);
+    timeline::render(history, ops, verdicts, &injected, &heals)
+}
+
 /// The HTML report.
 pub fn html(
     run: &RunInfo,
@@ -23,18 +29,17 @@ pub fn html(
     summary: &Summary,
 ) -> String {
     let (injected, heals) = timeline::injected_faults(history);
-    let (svg, height) = timeline::render(history, ops, &injected, &heals);
+    let svg = timeline::render(history, ops, verdicts, &injected, &heals);
     format!(
         r##"{head}
 <h2>Checkers</h2><table>{checks}</table>
 <h2>Timeline</h2>
-<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}">{svg}</svg>
-<p style="font-size:12px">Faults red (hover for target), moves green/orange (done/unknown), leader ticks blue; ops green ok, grey failed, orange unknown; latency p50 blue, p99 red.</p>
+<p style="font-size:12px">Hover a bar, tick or mark for its details (a fault's target, a move's answer, an op in full).</p>
+{svg}
 <h2>Fault schedule</h2><table><tr><th>id</th><th>fault</th><th>planned</th><th>injected</th></tr>{schedule}</table>
 </body></html>"##,
         head = head(run, summary),
         checks = checker_rows(ops, verdicts),
-        width = timeline::WIDTH,
         schedule = schedule_rows(run, &injected),
     )
 }
@@ -47,7 +52,7 @@ fn head(run: &RunInfo, summary: &Summary) -> String {
     format!(
         r##"<!doctype html><html><head><meta charset="utf-8"><title>seatfence chaos drill {seed}: {verdict:?}</title>
 <style>body{{font-family:sans-serif;margin:20px;max-width:1200px}}td{{padding:2px 8px;vertical-align:top}}
-.v{{font-size:12px}}code{{font-size:11px}}h1 span{{color:{verdict_color}}}</style></head><body>
+svg{{max-width:100%;height:auto}}.v{{font-size:12px}}code{{font-size:11px}}h1 span{{color:{verdict_color}}}</style></head><body>
 <h1>Chaos drill: <span>{verdict:?}</span></h1>
 <p>seed <b>{seed}</b>, {dur} s, partitions by <b>{mech}</b>{unavail}{bug}.
 {ops} ops ({ok} ok, {refused} refused by design, {fail} failed, {info} unknown), {inj}/{sched} faults injected, {lc} leader changes, {md}/{ms} moves done; {settled}.

@@ -5,6 +5,7 @@
 //! `timeline` (also written alone as `timeline.svg`).
 
 mod page;
+mod series;
 mod timeline;
 
 use std::collections::{BTreeMap, BTreeSet};

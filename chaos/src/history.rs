@@ -365,6 +365,8 @@ struct RecorderInner {
 pub struct Tally {
     pub invoked: u64,
     pub ok: u64,
+    /// Definite "no"s by design (see `report::is_refusal`).
+    pub refused: u64,
     pub fail: u64,
     pub info: u64,
     pub faults: u64,
@@ -470,6 +472,7 @@ impl RecorderInner {
         match &e {
             Entry::Invoke { .. } => t.invoked += 1,
             Entry::Ok { .. } => t.ok += 1,
+            Entry::Fail { code, .. } if crate::report::is_refusal(code) => t.refused += 1,
             Entry::Fail { .. } => t.fail += 1,
             Entry::Info { .. } => t.info += 1,
             Entry::Fault { .. } => t.faults += 1,

@@ -533,8 +533,8 @@ async fn progress(w: Arc<World>, duration: u64, faults: usize) {
         p.update(
             start.elapsed().as_secs(),
             format!(
-                "ops {} (ok {}, fail {}, unknown {})  faults {}/{faults}  leaders seen {}",
-                t.invoked, t.ok, t.fail, t.info, t.faults, t.leader_changes
+                "ops {} (ok {}, refused {}, failed {}, unknown {})  faults {}/{faults}  leaders seen {}",
+                t.invoked, t.ok, t.refused, t.fail, t.info, t.faults, t.leader_changes
             ),
         );
     }

@@ -20,7 +20,7 @@ const LEFT: f64 = 150.0;
 /// ...and end here, leaving room for the last time label.
 const RIGHT: f64 = WIDTH - 40.0;
 /// Width of one character at font-size 9, for fitting labels.
-const CHAR_W: f64 = 5.2;
+const CHAR_W: f64 = 6.0;
 /// Height of the ops chart and of the latency chart, in pixels.
 const CHART_HEIGHT: f64 = 80.0;
 /// Violating ops marked on the timeline; the checkers table lists them all.

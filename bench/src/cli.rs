@@ -85,6 +85,16 @@ pub enum BenchCmd {
         /// Heartbeat interval (ms); elections time out after 4–8 heartbeats.
         #[arg(long, default_value_t = RaftTuning::default().heartbeat_ms)]
         heartbeat_ms: u64,
+        /// Groups created beside the busy ones and left idle after one write.
+        #[arg(long, default_value_t = 0)]
+        idle_groups: usize,
+        /// `raft.sleep_after_ms` of the nodes; 0: groups never sleep.
+        #[arg(long, default_value_t = RaftTuning::default().sleep_after_ms)]
+        sleep_after_ms: u64,
+        /// Seconds with no load over which each node's idle CPU is read from
+        /// /proc, before the writes (0: skip).
+        #[arg(long, default_value_t = 30)]
+        idle_secs: u64,
         #[arg(long)]
         json: bool,
     },
@@ -193,6 +203,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             flush,
             snapshot_every,
             heartbeat_ms,
+            idle_groups,
+            sleep_after_ms,
+            idle_secs,
             json,
         } => {
             let args = RaftBenchArgs {
@@ -206,6 +219,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 },
                 snapshot_every,
                 heartbeat_ms,
+                idle_groups,
+                sleep_after_ms,
+                idle_secs,
             };
             emit(&run_raft_bench(bin, &args).await?, json)
         }

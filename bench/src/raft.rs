@@ -26,6 +26,13 @@ pub struct RaftBenchArgs {
     pub snapshot_every: u64,
     /// Heartbeat interval; elections time out after 4–8 heartbeats.
     pub heartbeat_ms: u64,
+    /// Groups created beside the busy ones and never written after their
+    /// first write.
+    pub idle_groups: usize,
+    /// `raft.sleep_after_ms` of the nodes (0: groups never sleep).
+    pub sleep_after_ms: u64,
+    /// Seconds of no load over which idle CPU is measured (0: skip).
+    pub idle_secs: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -46,6 +53,16 @@ pub struct RaftBenchReport {
     pub duration_secs: f64,
     /// Bytes in each node's data dir (sled + snapshot files) after the run.
     pub data_bytes_per_node: Vec<u64>,
+    pub idle_groups: usize,
+    pub sleep_after_ms: u64,
+    /// Creating every group (busy and idle) and its first write, in seconds.
+    pub create_secs: f64,
+    /// Each node's CPU (% of one core, user + system from /proc) over
+    /// `idle_secs` with no load, once idle groups had time to fall asleep.
+    pub idle_cpu_pct_per_node: Vec<f64>,
+    pub idle_secs: u64,
+    /// Each node's resident memory after the idle measurement.
+    pub rss_bytes_per_node: Vec<u64>,
 }
 
 impl std::fmt::Display for RaftBenchReport {
@@ -53,9 +70,12 @@ impl std::fmt::Display for RaftBenchReport {
         let r = self;
         write!(
             f,
-            "bench raft: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} writes, {} errors, {} in flight, {} group(s), flush {:?}, {:.1} s, data dirs {:?} MiB)",
-            r.writes_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.writes, r.errors, r.inflight, r.groups, r.flush, r.duration_secs,
-            r.data_bytes_per_node.iter().map(|b| b / (1 << 20)).collect::<Vec<_>>()
+            "bench raft: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} writes, {} errors, {} in flight, {} busy + {} idle group(s), sleep after {} ms, flush {:?}, {:.1} s, data dirs {:?} MiB); created in {:.1} s; idle CPU per node {:?} % of a core, RSS {:?} MiB",
+            r.writes_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.writes, r.errors, r.inflight, r.groups, r.idle_groups, r.sleep_after_ms, r.flush, r.duration_secs,
+            r.data_bytes_per_node.iter().map(|b| b / (1 << 20)).collect::<Vec<_>>(),
+            r.create_secs,
+            r.idle_cpu_pct_per_node.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            r.rss_bytes_per_node.iter().map(|b| b / (1 << 20)).collect::<Vec<_>>(),
         )
     }
 }
@@ -69,29 +89,24 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         heartbeat_ms: args.heartbeat_ms,
         election_timeout_min_ms: args.heartbeat_ms * 4,
         election_timeout_max_ms: args.heartbeat_ms * 8,
+        sleep_after_ms: args.sleep_after_ms,
         ..RaftTuning::default()
     };
+    tuning.check().map_err(anyhow::Error::msg)?;
     let cluster = LocalCluster::builder(&dir).tuning(tuning).start(bin)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let client = cluster.client();
-    let mut groups = Vec::new();
-    for _ in 0..args.groups.max(1) {
-        let (g, _) = create_group(&client, None, Placement::Spread { replicas: 3 }).await?;
-        groups.push(g);
-    }
-    // Warm up: one write per group also waits for every group's election.
-    for g in &groups {
-        client
-            .write(
-                *g,
-                &Command::Put {
-                    key: "warmup".into(),
-                    value: vec![0],
-                },
-            )
-            .await
-            .with_context(|| format!("warm up {g}"))?;
-    }
+    let created = Instant::now();
+    let all = create_groups(&client, args.groups.max(1) + args.idle_groups).await?;
+    let create_secs = created.elapsed().as_secs_f64();
+    let groups = all[..args.groups.max(1)].to_vec();
+    let (idle_cpu_pct_per_node, rss_bytes_per_node) = if args.idle_secs > 0 {
+        // Long enough for every idle group to fall asleep first.
+        tokio::time::sleep(Duration::from_millis(args.sleep_after_ms + 3_000)).await;
+        idle_usage(&cluster, Duration::from_secs(args.idle_secs)).await
+    } else {
+        (Vec::new(), Vec::new())
+    };
 
     let groups = Arc::new(groups);
     let value = vec![7u8; args.value_bytes];
@@ -154,7 +169,74 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         heartbeat_ms: args.heartbeat_ms,
         duration_secs: elapsed,
         data_bytes_per_node,
+        idle_groups: args.idle_groups,
+        sleep_after_ms: args.sleep_after_ms,
+        create_secs,
+        idle_cpu_pct_per_node,
+        idle_secs: args.idle_secs,
+        rss_bytes_per_node,
     })
+}
+
+/// Create `n` groups of 3 voters, 32 at a time, each with one write (which
+/// also waits for its first leader).
+async fn create_groups(
+    client: &seatfence_raft::ClusterClient,
+    n: usize,
+) -> anyhow::Result<Vec<seatfence_core::GroupId>> {
+    use futures::StreamExt;
+    let created: Vec<anyhow::Result<seatfence_core::GroupId>> = futures::stream::iter(0..n)
+        .map(|_| async {
+            let (g, _) = create_group(client, None, Placement::Spread { replicas: 3 }).await?;
+            let warmup = Command::Put {
+                key: "warmup".into(),
+                value: vec![0],
+            };
+            client
+                .write(g, &warmup)
+                .await
+                .with_context(|| format!("first write to {g}"))?;
+            Ok(g)
+        })
+        .buffered(32)
+        .collect()
+        .await;
+    created.into_iter().collect()
+}
+
+/// Each node's CPU over `over` (% of one core) and its RSS after, read
+/// from /proc (empty where /proc cannot be read).
+async fn idle_usage(cluster: &LocalCluster, over: Duration) -> (Vec<f64>, Vec<u64>) {
+    let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid()).collect();
+    let before: Vec<Option<u64>> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+    let t0 = Instant::now();
+    tokio::time::sleep(over).await;
+    let secs = t0.elapsed().as_secs_f64();
+    // USER_HZ is 100 on every Linux this runs on.
+    let cpu = pids
+        .iter()
+        .zip(before)
+        .filter_map(|(p, b)| Some((cpu_ticks(*p)? - b?) as f64 / 100.0 / secs * 100.0))
+        .collect();
+    let rss = pids.iter().filter_map(|p| rss_bytes(*p)).collect();
+    (cpu, rss)
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// VmRSS of `pid`, in bytes.
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// A fresh directory for a benchmark's cluster, removed when the guard

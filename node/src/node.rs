@@ -59,12 +59,16 @@ impl Node {
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let db = NodeDb::open(&config.data_dir, config.raft.flush)
             .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
-        let registry = Arc::new(Registry::new(
-            config.node_id,
-            db.clone(),
-            PeerPool::default(),
-            config.openraft_config(),
-        ));
+        let sleep_after_ms = config.raft.sleep_after_ms;
+        let registry = Arc::new(
+            Registry::new(
+                config.node_id,
+                db.clone(),
+                PeerPool::default(),
+                config.openraft_config(),
+            )
+            .with_sleep(sleep_after_ms > 0),
+        );
         let clock = Arc::new(SystemClock::default());
         // Every consensus-layer series shows on /metrics from zero.
         std::sync::LazyLock::force(&seatfence_raft::metrics::METRICS);
@@ -106,6 +110,18 @@ impl Node {
                 .await?;
         }
         tokio::spawn(jobs::register_self(config.clone(), rx_stop.clone()));
+        if sleep_after_ms > 0 {
+            tokio::spawn(seatfence_raft::sleep::controller::run(
+                registry.clone(),
+                sleep_after_ms,
+                rx_stop.clone(),
+            ));
+            tokio::spawn(seatfence_raft::sleep::liveness::run(
+                registry.clone(),
+                config.raft.liveness(),
+                rx_stop.clone(),
+            ));
+        }
         tokio::spawn(seatfence_regions::placement::place_groups(
             registry.clone(),
             config.moves.clone(),

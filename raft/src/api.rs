@@ -183,6 +183,7 @@ impl NodeService for NodeApi {
                 learners: membership.learner_ids().collect(),
                 state_digest: digest,
                 key_count: keys,
+                asleep: g.is_asleep(),
             });
         }
         let directory_nodes = self

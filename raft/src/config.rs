@@ -20,6 +20,9 @@ pub struct RaftTuning {
     /// catch up without a snapshot).
     pub logs_to_keep: u64,
     pub flush: FlushMode,
+    /// A group nobody has used for this long sleeps (no ticks, heartbeats
+    /// or elections) until used again; 0: groups never sleep.
+    pub sleep_after_ms: u64,
 }
 
 impl Default for RaftTuning {
@@ -31,6 +34,7 @@ impl Default for RaftTuning {
             snapshot_every: 20_000,
             logs_to_keep: 5_000,
             flush: FlushMode::Shared,
+            sleep_after_ms: 10_000,
         }
     }
 }
@@ -47,10 +51,26 @@ impl RaftTuning {
                 self.heartbeat_ms, self.election_timeout_min_ms, self.election_timeout_max_ms
             ));
         }
+        if self.sleep_after_ms != 0 && self.sleep_after_ms < self.election_timeout_max_ms {
+            return Err(format!(
+                "raft.sleep_after_ms ({}) must be 0 (never sleep) or at least election_timeout_max_ms ({})",
+                self.sleep_after_ms, self.election_timeout_max_ms
+            ));
+        }
         if self.snapshot_every == 0 {
             return Err("raft.snapshot_every must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// Node-level liveness timings (see `sleep::liveness`).
+    pub fn liveness(&self) -> crate::sleep::liveness::Timing {
+        use std::time::Duration;
+        crate::sleep::liveness::Timing {
+            ping_every: Duration::from_millis(self.heartbeat_ms),
+            election_timeout_min: Duration::from_millis(self.election_timeout_min_ms),
+            election_timeout_max: Duration::from_millis(self.election_timeout_max_ms),
+        }
     }
 
     /// The openraft configuration of every group on the node.

@@ -26,6 +26,8 @@
 //!   status; [`codec`]: the one binary codec.
 //! - [`client`]: `ClusterClient`, finding a group's leader from anywhere.
 //! - [`membership`]: membership changes at a group's leader (moves).
+//! - [`sleep`]: idle groups stop their timers; node-level liveness pings
+//!   stand in for their heartbeats.
 //! - [`config`]: the `[raft]` section; [`clock`], [`metrics`].
 //!
 //! The node's assembly lives in `seatfence-node`; routing, placement, moves
@@ -45,6 +47,7 @@ pub mod metrics;
 pub mod network;
 pub mod propose;
 pub mod registry;
+pub mod sleep;
 pub mod status;
 pub mod storage;
 pub mod types;

@@ -33,6 +33,7 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (Kind::Counter, "seatfence_move_duration_ms_sum", "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, membership change committed (old leader hands over) to epoch bump committed (phase=\"pause\")."),
     (Kind::Gauge, "seatfence_move_last_duration_seconds", "Start to done of the last move this node's coordinator completed."),
     (Kind::Gauge, "seatfence_move_last_pause_seconds", "Write pause (membership change committed to epoch bump committed) of the last move this node's coordinator completed."),
+    (Kind::Gauge, "seatfence_groups_sleeping", "Replicas on this node that sleep: idle, timers stopped until a proposal, a read, a leader's entries, a vote or node liveness wakes them."),
 ];
 
 /// What a family is, for its `# TYPE` line.
@@ -109,6 +110,8 @@ pub struct RaftMetrics {
     move_pause_ms_sum: Counter,
     move_last_duration: Gauge,
     move_last_pause: Gauge,
+    /// Replicas on this node whose timers are stopped (see `sleep`).
+    pub groups_sleeping: Gauge,
 }
 
 /// This process's consensus-layer series (the recorder is installed first).
@@ -128,6 +131,7 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
         move_pause_ms_sum: counter!("seatfence_move_duration_ms_sum", "phase" => "pause"),
         move_last_duration: gauge!("seatfence_move_last_duration_seconds"),
         move_last_pause: gauge!("seatfence_move_last_pause_seconds"),
+        groups_sleeping: gauge!("seatfence_groups_sleeping"),
     }
 });
 

@@ -241,6 +241,7 @@ impl Proposer {
         expected_term: Option<u64>,
     ) -> Result<Committed, ProposeError> {
         let g = self.writable(group)?;
+        g.wake_for_use().await;
         let cmd = match self.prepare(&g, cmd) {
             Ok(cmd) => cmd,
             Err(answer) => {
@@ -270,6 +271,7 @@ impl Proposer {
             });
         }
         let g = self.writable(group)?;
+        g.wake_for_use().await;
         let mut answers: Vec<Option<Response>> = Vec::with_capacity(cmds.len());
         let mut to_propose = Vec::with_capacity(cmds.len());
         for cmd in cmds {
@@ -328,6 +330,7 @@ impl Proposer {
             if removed_leader(&g) {
                 return Err(removed(group));
             }
+            g.wake_for_use().await;
             match g.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
                 Ok(_) => {}
                 Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
@@ -351,6 +354,7 @@ impl Proposer {
         op: MembershipOp,
     ) -> Result<MembershipStatus, ProposeError> {
         let g = self.group(group)?;
+        g.wake_for_use().await;
         membership::apply(&g, op).await.map_err(|e| match e {
             MembershipError::NotLeader(hint) => ProposeError::NotLeader {
                 group,
@@ -369,6 +373,7 @@ impl Proposer {
         if !g.raft.voter_ids().any(|v| v == to) {
             return Err(ProposeError::NotAVoter { group, to });
         }
+        g.wake_for_use().await;
         g.raft
             .trigger()
             .transfer_leader(to)

@@ -9,6 +9,7 @@ use seatfence_core::GroupId;
 
 use crate::batcher::Batcher;
 use crate::network::{NetworkFactory, PeerPool};
+use crate::sleep::Activity;
 use crate::storage::{LogStore, NodeDb, StateMachineStore};
 use crate::types::Raft;
 
@@ -19,6 +20,8 @@ pub struct GroupHandle {
     pub sm: StateMachineStore,
     /// Packs concurrent proposals into one entry.
     pub batcher: Batcher,
+    /// Whether it sleeps (see `sleep`).
+    pub activity: Activity,
 }
 
 impl GroupHandle {
@@ -67,6 +70,10 @@ pub struct Registry {
     config: Arc<openraft::Config>,
     groups: RwLock<HashMap<GroupId, Arc<GroupHandle>>>,
     opening: tokio::sync::Mutex<()>,
+    /// Whether replicas opened here sleep until spoken to.
+    sleepy: bool,
+    /// Which peers answer pings (node liveness, see `sleep::liveness`).
+    pub peers: crate::sleep::liveness::PeersUp,
 }
 
 impl Registry {
@@ -83,7 +90,17 @@ impl Registry {
             config,
             groups: RwLock::new(HashMap::new()),
             opening: tokio::sync::Mutex::new(()),
+            sleepy: false,
+            peers: Default::default(),
         }
+    }
+
+    /// Groups sleep when idle (`raft.sleep_after_ms` > 0): replicas opened
+    /// here then start asleep, so a restarted node wakes no group whose
+    /// leader is alive.
+    pub fn with_sleep(mut self, on: bool) -> Registry {
+        self.sleepy = on;
+        self
     }
 
     pub fn node_id(&self) -> u64 {
@@ -146,6 +163,22 @@ impl Registry {
         })
     }
 
+    /// Every node in this node's replica of the directory, with its gRPC
+    /// address.
+    pub fn directory_nodes(&self) -> Vec<(u64, String)> {
+        let Some(dir) = self.get(GroupId::DIRECTORY) else {
+            return Vec::new();
+        };
+        dir.sm.read(|s| {
+            s.state
+                .directory
+                .nodes
+                .iter()
+                .map(|(id, n)| (id.0, n.grpc_addr.clone()))
+                .collect()
+        })
+    }
+
     /// Every hosted group, by id.
     pub fn all(&self) -> BTreeMap<GroupId, Arc<GroupHandle>> {
         let groups = self.groups.read().expect("registry lock poisoned");
@@ -175,7 +208,13 @@ impl Registry {
             raft,
             sm,
             batcher,
+            activity: Activity::new(),
         });
+        // A replica that restored its leadership keeps heartbeating (its
+        // followers expect it); the controller puts it to sleep later.
+        if self.sleepy && !id.is_directory() && !handle.raft.is_leader() {
+            handle.doze_at_open();
+        }
         self.groups
             .write()
             .expect("registry lock poisoned")
@@ -194,6 +233,9 @@ impl Registry {
         if h.raft.is_initialized().await? {
             return Ok(());
         }
+        // A candidate retries its election on ticks (a peer may not have
+        // opened the group yet), and a new leader must heartbeat.
+        h.wake();
         match h.raft.initialize(members).await {
             Ok(()) => {
                 tracing::info!(group = id.0, "initialized group");
@@ -219,6 +261,7 @@ impl Registry {
             .expect("registry lock poisoned")
             .remove(&id);
         if let Some(h) = removed {
+            h.wake(); // keeps the sleeping gauge true
             if let Err(e) = h.raft.shutdown().await {
                 tracing::warn!(group = id.0, "shutdown of retired replica: {e}");
             }

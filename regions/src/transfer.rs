@@ -177,6 +177,7 @@ pub async fn hand_off_when_drained(
                 continue;
             };
             tracing::info!(group = gid.0, to, "drained node hands off leadership");
+            g.wake_for_use().await;
             if let Err(e) = g.raft.trigger().transfer_leader(to).await {
                 tracing::warn!(group = gid.0, to, "hand-off failed: {e}");
             }

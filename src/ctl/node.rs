@@ -23,6 +23,7 @@ pub(super) async fn run(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
                             "last_log_index": g.last_log_index, "applied_index": g.applied_index,
                             "snapshot_index": g.snapshot_index, "purged_index": g.purged_index,
                             "voters": g.voters, "learners": g.learners, "keys": g.key_count,
+                            "asleep": g.asleep,
                         })
                     })
                     .collect();
@@ -33,12 +34,12 @@ pub(super) async fn run(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
             } else {
                 println!("node {} ({})", s.node_id, s.region);
                 println!(
-                    "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  voters",
-                    "group", "role", "term", "leader", "last_log", "applied", "snapshot"
+                    "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9} {:>6}  voters",
+                    "group", "role", "term", "leader", "last_log", "applied", "snapshot", "asleep"
                 );
                 for g in &s.groups {
                     println!(
-                        "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9}  {:?}",
+                        "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9} {:>6}  {:?}",
                         g.group_id,
                         g.role,
                         g.term,
@@ -46,6 +47,7 @@ pub(super) async fn run(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
                         g.last_log_index,
                         g.applied_index,
                         g.snapshot_index,
+                        if g.asleep { "yes" } else { "no" },
                         g.voters
                     );
                 }

@@ -39,6 +39,12 @@ impl NodeProc {
         self.child.is_some()
     }
 
+    /// The process id, while running (outside a network namespace: inside
+    /// one it is `ip netns exec`'s, which execs the node, so the same).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// `http://host:port` of the node's HTTP edge.
     pub fn edge_url(&self) -> Option<String> {
         self.config

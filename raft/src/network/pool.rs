@@ -16,7 +16,7 @@ use openraft::{BasicNode, OptionalSend};
 use openraft_multi::{GroupNetworkAdapter, GroupRouter};
 use seatfence_core::GroupId;
 use seatfence_proto::v1::raft_service_client::RaftServiceClient;
-use seatfence_proto::v1::{RaftRequest, SnapshotChunk};
+use seatfence_proto::v1::{PingRequest, QuiesceRequest, RaftRequest, SnapshotChunk};
 use tonic::transport::{Channel, Endpoint};
 
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
@@ -61,6 +61,33 @@ impl PeerPool {
             .expect("pool lock poisoned")
             .insert(target, (addr.to_string(), ch.clone()));
         Ok(ch)
+    }
+
+    /// Ping `target` at `addr` (node-level liveness); its incarnation.
+    pub async fn ping(&self, target: u64, addr: &str, from: u64) -> Result<u64, String> {
+        let mut client = RaftServiceClient::new(self.channel(target, addr)?);
+        let reply = client
+            .ping(PingRequest { from })
+            .await
+            .map_err(|s| s.to_string())?
+            .into_inner();
+        if reply.node_id != target {
+            return Err(format!("{addr} is node {}, not {target}", reply.node_id));
+        }
+        Ok(reply.incarnation)
+    }
+
+    /// Ask `target` at `addr` to put its replica of a group to sleep;
+    /// whether it did.
+    pub async fn quiesce(
+        &self,
+        target: u64,
+        addr: &str,
+        req: QuiesceRequest,
+    ) -> Result<bool, String> {
+        let mut client = RaftServiceClient::new(self.channel(target, addr)?);
+        let reply = client.quiesce(req).await.map_err(|s| s.to_string())?;
+        Ok(reply.into_inner().asleep)
     }
 
     fn client(&self, target: u64) -> Result<RaftServiceClient<Channel>, Unreachable<TypeConfig>> {

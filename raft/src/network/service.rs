@@ -6,8 +6,11 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
+use openraft::raft::AppendEntriesResponse;
 use seatfence_proto::v1::raft_service_server::RaftService;
-use seatfence_proto::v1::{RaftReply, RaftRequest, SnapshotChunk};
+use seatfence_proto::v1::{
+    PingReply, PingRequest, QuiesceReply, QuiesceRequest, RaftReply, RaftRequest, SnapshotChunk,
+};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::MAX_MESSAGE_BYTES;
@@ -15,7 +18,7 @@ use crate::codec;
 use crate::propose::ProposeError;
 use crate::registry::{GroupHandle, Registry};
 use crate::status::to_status;
-use crate::types::{Snapshot, SnapshotMeta, Vote};
+use crate::types::{Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest snapshot a node accepts.
 const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
@@ -81,18 +84,38 @@ impl RaftService for RaftGrpc {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = self.decode(req)?;
-        reply(g.raft.append_entries(rpc).await)
+        let (g, rpc): (
+            _,
+            openraft::raft::AppendEntriesRequest<crate::types::TypeConfig>,
+        ) = self.decode(req)?;
+        // A heartbeat from the leader it follows leaves a sleeping replica
+        // asleep (a sleeping leader renewing its lease sends those); entries
+        // or another leader wake it, after the append has reset its
+        // election timer.
+        let wakes = g.is_asleep() && (!rpc.entries.is_empty() || rpc.vote > current_vote(&g));
+        let r = g.raft.append_entries(rpc).await;
+        // Not for an append it refused (a stale leader's).
+        if wakes && !matches!(r, Ok(AppendEntriesResponse::HigherVote(_)) | Err(_)) {
+            g.wake();
+        }
+        reply(r)
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let (g, rpc) = self.decode(req)?;
-        reply(g.raft.vote(rpc).await)
+        let r = g.raft.vote(rpc).await;
+        g.wake();
+        reply(r)
     }
 
     async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = self.decode(req)?;
-        reply(g.raft.pre_vote(rpc).await)
+        let (g, rpc): (_, openraft::raft::VoteRequest<TypeConfig>) = self.decode(req)?;
+        if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
+            return reply(Ok::<_, std::convert::Infallible>(refusal));
+        }
+        let r = g.raft.pre_vote(rpc).await;
+        g.wake();
+        reply(r)
     }
 
     async fn transfer_leader(
@@ -100,6 +123,7 @@ impl RaftService for RaftGrpc {
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
         let (g, rpc) = self.decode(req)?;
+        g.wake();
         reply(g.raft.handle_transfer_leader(rpc).await)
     }
 
@@ -139,6 +163,31 @@ impl RaftService for RaftGrpc {
             meta,
             snapshot: Cursor::new(data),
         };
-        reply(group.raft.install_full_snapshot(vote, snapshot).await)
+        let r = group.raft.install_full_snapshot(vote, snapshot).await;
+        group.wake();
+        reply(r)
     }
+
+    async fn ping(&self, _req: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
+        Ok(Response::new(PingReply {
+            node_id: self.registry.node_id(),
+            incarnation: crate::sleep::liveness::incarnation(),
+        }))
+    }
+
+    async fn quiesce(
+        &self,
+        req: Request<QuiesceRequest>,
+    ) -> Result<Response<QuiesceReply>, Status> {
+        let req = req.into_inner();
+        let g = self.group(req.group_id)?;
+        let asleep = g.quiesce_follower(req.term, req.leader, req.last_log_index);
+        Ok(Response::new(QuiesceReply { asleep }))
+    }
+}
+
+/// The vote a replica holds now.
+fn current_vote(g: &GroupHandle) -> Vote {
+    use openraft::async_runtime::watch::WatchReceiver;
+    g.raft.metrics().borrow_watched().vote
 }

@@ -1,0 +1,236 @@
+//! Sleeping groups: a group nobody uses stops its timers, so a node can
+//! host thousands of idle events for nothing.
+//!
+//! Openraft's runtime switches turn a replica's tick (and with it
+//! heartbeats and election timeouts) off and on; everything else in a
+//! replica waits on messages. A group goes to sleep only by its leader's
+//! decision ([`controller`]): idle for `sleep_after_ms`, every voter holds
+//! the whole log, no learner or joint configuration (no move or membership
+//! change running). The leader asks each follower to sleep (`Quiesce`:
+//! granted only by a follower of that leader in that term holding that
+//! last index) and stops its own timers only once every follower agreed.
+//!
+//! It wakes on:
+//! - any local use of the leader ([`GroupHandle::wake_for_use`]:
+//!   proposals, linearizable reads, membership changes, leader
+//!   transfers); it renews its lease with one heartbeat round before the
+//!   caller proposes;
+//! - an incoming append carrying entries or a higher vote (unless refused),
+//!   a vote, a pre-vote its leader's liveness does not refuse, a transfer
+//!   or a snapshot (after handling it, so the follower's election timer
+//!   starts from that message);
+//! - node-level liveness ([`liveness`]): the leader's node stopped
+//!   answering pings, or this replica woke from a restart and no leader
+//!   spoke up; a leader whose follower's node restarted wakes to catch it
+//!   up.
+//!
+//! A replica opened at start sleeps until one of those happens (unless it
+//! restored its leadership), so a node coming back causes no elections in
+//! groups whose leader is alive.
+//!
+//! Sleeping changes no safety argument: votes, log matching and commit by
+//! a quorum never depend on timers (see ARCHITECTURE.md, "Sleeping
+//! groups").
+
+pub mod controller;
+pub mod liveness;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::raft::VoteResponse;
+use openraft::{ReadPolicy, ServerState};
+
+use crate::metrics::METRICS;
+use crate::registry::GroupHandle;
+use crate::types::TypeConfig;
+
+static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Milliseconds on this process's monotonic clock.
+pub(crate) fn now_ms() -> u64 {
+    START.elapsed().as_millis() as u64
+}
+
+/// Longest a waking leader waits for the heartbeat round that renews its
+/// lease; the caller's proposal reports whatever went wrong.
+const RENEW_LEASE_WITHIN: Duration = Duration::from_secs(2);
+
+/// Whether a replica sleeps, and when it was last used.
+pub struct Activity {
+    last_active_ms: AtomicU64,
+    /// When it fell asleep (ms), 0 while awake.
+    asleep_since_ms: AtomicU64,
+    asleep: AtomicBool,
+    /// False from a wake until a heartbeat round has confirmed (as leader)
+    /// the lease that lapsed while asleep.
+    lease_confirmed: AtomicBool,
+    /// Held while the runtime switches change, so the flag and the
+    /// switches never disagree.
+    transition: Mutex<()>,
+}
+
+impl Activity {
+    pub fn new() -> Activity {
+        Activity {
+            last_active_ms: AtomicU64::new(now_ms()),
+            asleep_since_ms: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
+            lease_confirmed: AtomicBool::new(true),
+            transition: Mutex::new(()),
+        }
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity::new()
+    }
+}
+
+impl GroupHandle {
+    pub fn is_asleep(&self) -> bool {
+        self.activity.asleep.load(SeqCst)
+    }
+
+    /// How long this replica has slept (0 while awake).
+    pub fn asleep_for_ms(&self) -> u64 {
+        match self.activity.asleep_since_ms.load(SeqCst) {
+            0 => 0,
+            since => now_ms().saturating_sub(since),
+        }
+    }
+
+    /// The last local use, on [`now_ms`]'s clock.
+    pub fn last_active_ms(&self) -> u64 {
+        self.activity.last_active_ms.load(SeqCst)
+    }
+
+    /// Note a local use (it keeps the group from falling asleep).
+    pub fn touch(&self) {
+        self.activity.last_active_ms.store(now_ms(), SeqCst);
+    }
+
+    /// Before a proposal, linearizable read, membership change or leader
+    /// transfer: note the use and, on the leader, wake the replica. A
+    /// leader that slept has let its lease lapse (it sent no heartbeats)
+    /// and openraft refuses writes without one: until one heartbeat round
+    /// has renewed it, every use runs one (or finds that it no longer
+    /// leads, which the caller's proposal then reports). Any other replica
+    /// stays asleep: it cannot serve the use, and waking it would make it
+    /// campaign against a leader it has not heard from for a while.
+    pub async fn wake_for_use(&self) {
+        self.touch();
+        if !self.raft.is_leader() {
+            return;
+        }
+        self.wake();
+        if !self.activity.lease_confirmed.load(SeqCst) {
+            let renew = self.raft.ensure_linearizable(ReadPolicy::ReadIndex);
+            if let Ok(Ok(_)) = tokio::time::timeout(RENEW_LEASE_WITHIN, renew).await {
+                self.activity.lease_confirmed.store(true, SeqCst);
+            }
+        }
+    }
+
+    /// Restart the replica's timers; whether it was asleep.
+    pub fn wake(&self) -> bool {
+        // The load pairs with `doze_leader`'s store (both SeqCst): a use
+        // that touched and then saw "awake" is seen by the doze's re-check.
+        if !self.activity.asleep.load(SeqCst) {
+            return false;
+        }
+        let _t = self.activity.transition.lock().expect("transition lock");
+        if !self.activity.asleep.load(SeqCst) {
+            return false;
+        }
+        let rc = self.raft.runtime_config();
+        rc.elect(true);
+        rc.heartbeat(true);
+        rc.tick(true);
+        self.activity.asleep_since_ms.store(0, SeqCst);
+        self.activity.lease_confirmed.store(false, SeqCst);
+        self.activity.asleep.store(false, SeqCst);
+        METRICS.groups_sleeping.decrement(1.0);
+        true
+    }
+
+    /// Stop the timers (elections first, so a follower never campaigns
+    /// between the two). The caller holds the transition lock.
+    fn stop_timers(&self) {
+        let rc = self.raft.runtime_config();
+        rc.elect(false);
+        rc.heartbeat(false);
+        rc.tick(false);
+        self.activity.asleep_since_ms.store(now_ms().max(1), SeqCst);
+        METRICS.groups_sleeping.increment(1.0);
+    }
+
+    /// A replica just opened (at start, or placed here): sleep until its
+    /// leader speaks, a vote arrives, or liveness wakes it.
+    pub(crate) fn doze_at_open(&self) {
+        let _t = self.activity.transition.lock().expect("transition lock");
+        if !self.activity.asleep.swap(true, SeqCst) {
+            self.stop_timers();
+        }
+    }
+
+    /// A follower asked by its leader: sleep if it follows `leader` in
+    /// `term` and holds and has applied the log up to `last_log_index`,
+    /// which the leader has seen every voter match (so every replica of a
+    /// sleeping group holds the same state). Whether it sleeps.
+    pub fn quiesce_follower(&self, term: u64, leader: u64, last_log_index: u64) -> bool {
+        let _t = self.activity.transition.lock().expect("transition lock");
+        let follows = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            m.state == ServerState::Follower
+                && m.current_term == term
+                && m.current_leader == Some(leader)
+                && m.last_log_index == Some(last_log_index)
+                && m.last_applied.as_ref().map(|l| l.index) == Some(last_log_index)
+        };
+        if !follows {
+            return false;
+        }
+        if !self.activity.asleep.swap(true, SeqCst) {
+            self.stop_timers();
+        }
+        true
+    }
+
+    /// A pre-vote refusal, if this replica sleeps and its leader's node
+    /// answers pings: a sleeping group renews no lease, so node liveness
+    /// stands in for it. `None`: let openraft decide (and wake).
+    pub fn refuse_pre_vote(&self, peers: &liveness::PeersUp) -> Option<VoteResponse<TypeConfig>> {
+        if !self.is_asleep() {
+            return None;
+        }
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let leader = m.current_leader.filter(|l| *l != m.id)?;
+        peers
+            .is_up(leader)
+            .then(|| VoteResponse::new(m.vote, m.last_applied, false))
+    }
+
+    /// The leader, once every follower sleeps: stop its own timers unless
+    /// the group was used since `active_at` (the use it decided on).
+    /// Whether it sleeps.
+    pub(crate) fn doze_leader(&self, active_at: u64) -> bool {
+        let _t = self.activity.transition.lock().expect("transition lock");
+        if self.activity.asleep.swap(true, SeqCst) {
+            return true;
+        }
+        // Stored before this load (SeqCst): a use after this point sees
+        // "asleep" and wakes the group; one before it is seen here.
+        if self.activity.last_active_ms.load(SeqCst) != active_at || !self.raft.is_leader() {
+            self.activity.asleep.store(false, SeqCst);
+            return false;
+        }
+        self.stop_timers();
+        true
+    }
+}

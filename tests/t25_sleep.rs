@@ -1,0 +1,151 @@
+//! Sleeping groups: an idle group stops its timers on every replica and
+//! holds no elections while it sleeps; a proposal and a linearizable read
+//! (from a client that first asks the followers) wake it without an
+//! election; a follower's node restarting catches up with no election;
+//! when its leader's node is SIGKILLed while it sleeps, the survivors elect
+//! a new leader (node liveness wakes one, its vote wakes the other) and
+//! every acknowledged write survives; the killed node comes back (its
+//! replica asleep from the start) and catches up without an election.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use seatfence_core::{GroupId, Query};
+use seatfence_raft::ClusterClient;
+use seatfence_testkit::LocalCluster;
+
+/// Sleep after 1 s idle (the shortest the config allows with the default
+/// 800 ms election timeout), so the test waits little.
+fn sleepy() -> seatfence_raft::RaftTuning {
+    seatfence_raft::RaftTuning {
+        sleep_after_ms: 1_000,
+        ..test_tuning()
+    }
+}
+
+/// `(asleep, term, leader)` of `group` on each running node.
+async fn views(cluster: &LocalCluster, group: GroupId) -> Vec<(u64, bool, u64, Option<u64>)> {
+    let client = cluster.client();
+    let mut out = Vec::new();
+    for n in cluster.nodes.iter().filter(|n| n.is_running()) {
+        if let Ok(s) = client.status_at(n.addr()).await {
+            if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
+                out.push((n.id(), g.asleep, g.term, g.leader));
+            }
+        }
+    }
+    out
+}
+
+/// Wait until every running replica of `group` sleeps; the term it sleeps in.
+async fn all_asleep(cluster: &LocalCluster, group: GroupId, replicas: usize) -> u64 {
+    eventually(
+        &format!("{group} asleep on {replicas} replicas"),
+        || async {
+            let v = views(cluster, group).await;
+            let term = v.first()?.2;
+            (v.len() == replicas && v.iter().all(|(_, asleep, t, _)| *asleep && *t == term))
+                .then_some(term)
+        },
+    )
+    .await
+}
+
+async fn linearizable_read(client: &ClusterClient, group: GroupId) {
+    client
+        .query(group, &Query::Event, true)
+        .await
+        .unwrap_or_else(|e| panic!("linearizable read of {group}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t25_idle_groups_sleep_wake_on_use_and_fail_over_asleep() {
+    let _one = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start(dir.path(), sleepy()).await;
+    let g = new_group(&cluster).await;
+    let client = cluster.client().with_deadline(Duration::from_secs(30));
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let (k, v) = (format!("k{i}"), format!("v{i}").into_bytes());
+        put(&client, g, &k, &v).await;
+        acked.push((k, v));
+    }
+    let created_in = views(&cluster, g).await[0].2;
+
+    tracing::info!("--- idle: every replica falls asleep, and stays in its term");
+    let term = all_asleep(&cluster, g, 3).await;
+    assert_eq!(term, created_in, "an election before the group slept");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (node, asleep, t, _) in views(&cluster, g).await {
+        assert!(asleep, "node {node} woke up with nothing to do");
+        assert_eq!(t, term, "node {node}: an election while asleep");
+    }
+
+    tracing::info!(
+        "--- a proposal and a read from a client that knows no leader wake it, no election"
+    );
+    // A fresh client asks the members in turn: the followers it reaches
+    // first must answer with the leader, not wake up and campaign.
+    let fresh = cluster.client().with_deadline(Duration::from_secs(30));
+    put(&fresh, g, "after-sleep", b"1").await;
+    acked.push(("after-sleep".into(), b"1".to_vec()));
+    linearizable_read(&cluster.client(), g).await;
+    assert_eq!(
+        all_asleep(&cluster, g, 3).await,
+        term,
+        "an election on waking"
+    );
+
+    tracing::info!("--- a follower's node restarts: it catches up asleep, no election");
+    let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
+    let follower = views(&cluster, g)
+        .await
+        .iter()
+        .map(|v| v.0)
+        .find(|n| *n != leader)
+        .unwrap();
+    cluster.kill(follower).unwrap();
+    put(&client, g, "follower-down", b"2").await;
+    acked.push(("follower-down".into(), b"2".to_vec()));
+    cluster.restart(follower).unwrap();
+    cluster.wait_ready(PATIENCE).await.unwrap();
+    assert_keys_on(&cluster, &cluster.addr(follower).unwrap(), g, &acked).await;
+    assert_eq!(
+        all_asleep(&cluster, g, 3).await,
+        term,
+        "an election after the restart"
+    );
+
+    tracing::info!("--- SIGKILL the sleeping leader's node");
+    cluster.kill(leader).unwrap();
+    let new_leader = eventually("a new leader among the survivors", || async {
+        match cluster.wait_leader(g, Duration::from_secs(1)).await {
+            Ok(l) if l != leader => Some(l),
+            _ => None,
+        }
+    })
+    .await;
+    put(&client, g, "after-kill", b"3").await;
+    acked.push(("after-kill".into(), b"3".to_vec()));
+    let new_addr = cluster.addr(new_leader).unwrap();
+    assert_keys_on(&cluster, &new_addr, g, &acked).await;
+
+    tracing::info!("--- the killed node comes back and catches up, no election");
+    let term = views(&cluster, g).await[0].2;
+    cluster.restart(leader).unwrap();
+    cluster.wait_ready(PATIENCE).await.unwrap();
+    assert_keys_on(&cluster, &cluster.addr(leader).unwrap(), g, &acked).await;
+    // Back to sleep, all three, in the term of the failover.
+    assert_eq!(
+        all_asleep(&cluster, g, 3).await,
+        term,
+        "an election after the restart"
+    );
+    for (node, _, _, l) in views(&cluster, g).await {
+        assert_eq!(l, Some(new_leader), "node {node} follows another leader");
+    }
+}

@@ -65,7 +65,9 @@ fn shutting_down() -> ProposeError {
 
 async fn run(group: GroupId, raft: Raft, mut rx: mpsc::UnboundedReceiver<Proposal>) {
     let inflight = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_BATCHES));
-    let mut buf = Vec::with_capacity(MAX_BATCH);
+    // Grown on first use: a follower's batcher never takes a proposal, and
+    // thousands of groups each holding room for MAX_BATCH would cost MBs.
+    let mut buf = Vec::new();
     loop {
         let Ok(permit) = inflight.clone().acquire_owned().await else {
             return;

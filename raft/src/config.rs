@@ -86,6 +86,10 @@ impl RaftTuning {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.logs_to_keep,
             install_snapshot_timeout: 10_000,
+            // openraft keeps a latency ring of this many entries per log
+            // stage per group (1,024 by default: ~140 KiB a group, for
+            // statistics we never read).
+            log_stage_capacity: Some(1),
             ..Default::default()
         };
         Arc::new(

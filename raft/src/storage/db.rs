@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::io_err;
+use super::space::{group_of, Space};
 
 /// How log appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -35,18 +36,25 @@ pub struct NodeDb {
 
 struct Inner {
     db: sled::Db,
+    /// The node-wide trees, every key prefixed with its group id.
+    log: sled::Tree,
+    meta: sled::Tree,
+    sm: sled::Tree,
     snapshot_dir: PathBuf,
     mode: FlushMode,
     tx_flush: mpsc::UnboundedSender<Box<dyn FnOnce(io::Result<()>) + Send>>,
 }
 
-/// The sled trees of one group.
+/// One group's spaces in the node-wide trees.
 #[derive(Clone)]
 pub(crate) struct GroupTrees {
-    pub log: sled::Tree,
-    pub meta: sled::Tree,
-    pub sm: sled::Tree,
+    pub log: Space,
+    pub meta: Space,
+    pub sm: Space,
 }
+
+/// Marks a group as stored here from its first open (its meta space).
+const CREATED: &[u8] = b"created";
 
 impl NodeDb {
     /// Open (or create) the node's storage in `dir`: sled in `dir/sled`,
@@ -68,11 +76,27 @@ impl NodeDb {
             .flush_every_ms(None)
             .open()
             .map_err(io_err)?;
+        // Data of the layout before node-wide trees (one sled tree per
+        // group and kind) is not read by this version.
+        if db.tree_names().iter().any(|n| n.starts_with(b"g")) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds data in the old layout (sled trees per group); this version keeps all groups in three trees: start from an empty data dir",
+                    dir.display()
+                ),
+            ));
+        }
+        let tree = |name: &str| db.open_tree(name).map_err(io_err);
+        let (log, meta, sm) = (tree("log")?, tree("meta")?, tree("sm")?);
         let (tx_flush, rx_flush) = mpsc::unbounded_channel();
         tokio::spawn(run_flusher(db.clone(), rx_flush));
         Ok(NodeDb {
             inner: Arc::new(Inner {
                 db,
+                log,
+                meta,
+                sm,
                 snapshot_dir,
                 mode,
                 tx_flush,
@@ -84,13 +108,17 @@ impl NodeDb {
         self.inner.mode
     }
 
+    /// The spaces of `group`, marked as stored here.
     pub(crate) fn group_trees(&self, group: GroupId) -> io::Result<GroupTrees> {
-        let t = |suffix: &str| self.inner.db.open_tree(format!("g{}/{suffix}", group.0));
-        Ok(GroupTrees {
-            log: t("log").map_err(io_err)?,
-            meta: t("meta").map_err(io_err)?,
-            sm: t("sm").map_err(io_err)?,
-        })
+        let trees = GroupTrees {
+            log: Space::new(self.inner.log.clone(), group),
+            meta: Space::new(self.inner.meta.clone(), group),
+            sm: Space::new(self.inner.sm.clone(), group),
+        };
+        if trees.meta.get(CREATED).map_err(io_err)?.is_none() {
+            trees.meta.insert(CREATED, &[][..]).map_err(io_err)?;
+        }
+        Ok(trees)
     }
 
     /// The snapshot file of `group`. Snapshots live in files, not in sled:
@@ -100,28 +128,33 @@ impl NodeDb {
         self.inner.snapshot_dir.join(format!("g{}.snap", group.0))
     }
 
-    /// Groups that have storage on this node.
+    /// Groups that have storage on this node (a `created` mark in the
+    /// meta tree, written at first open).
     pub fn stored_groups(&self) -> BTreeSet<GroupId> {
         self.inner
-            .db
-            .tree_names()
+            .meta
             .iter()
-            .filter_map(|name| {
-                let name = std::str::from_utf8(name).ok()?;
-                let gid = name.strip_prefix('g')?.strip_suffix("/meta")?;
-                gid.parse().ok().map(GroupId)
+            .keys()
+            .filter_map(|k| {
+                let k = k.ok()?;
+                (k.get(8..) == Some(CREATED))
+                    .then(|| group_of(&k))
+                    .flatten()
             })
             .collect()
     }
 
-    /// Delete every tree and the snapshot of `group` (a retired replica).
-    /// The replica must be shut down first.
+    /// Delete every key and the snapshot of `group` (a retired replica).
+    /// The replica must be shut down first. The `created` mark goes last,
+    /// so an interrupted drop is found and finished at the next start.
     pub fn drop_group(&self, group: GroupId) -> io::Result<()> {
-        for suffix in ["log", "meta", "sm"] {
-            self.inner
-                .db
-                .drop_tree(format!("g{}/{suffix}", group.0))
-                .map_err(io_err)?;
+        let trees = GroupTrees {
+            log: Space::new(self.inner.log.clone(), group),
+            meta: Space::new(self.inner.meta.clone(), group),
+            sm: Space::new(self.inner.sm.clone(), group),
+        };
+        for space in [&trees.log, &trees.sm, &trees.meta] {
+            space.clear().map_err(io_err)?;
         }
         match std::fs::remove_file(self.snapshot_path(group)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),

@@ -1,7 +1,7 @@
 //! [`LogStore`]: a group's Raft log and vote in sled.
 //!
-//! `g{gid}/log`: big-endian index → bincode entry. `g{gid}/meta`: `vote`,
-//! `committed`, `purged`.
+//! The group's space in `log`: big-endian index → bincode entry; in
+//! `meta`: `vote`, `committed`, `purged` (and `created`, see `db`).
 
 use std::fmt::Debug;
 use std::io;
@@ -76,10 +76,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Unbounded => Bound::Unbounded,
         };
         let mut out = Vec::new();
+        let end = end.as_ref().map(|k| &k[..]);
         for kv in self
             .trees
             .log
-            .range((Bound::Included(index_key(start)), end))
+            .range(Bound::Included(&index_key(start)), end)
         {
             let (k, v) = kv.map_err(io_err)?;
             let entry: Entry = decode_compressed(&v)?;
@@ -138,7 +139,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let t0 = std::time::Instant::now();
-        let mut batch = sled::Batch::default();
+        let mut batch = self.trees.log.batch();
         let mut n = 0;
         for entry in entries {
             n += 1;
@@ -165,10 +166,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        let from = last_log_id.map(|l| l.index() + 1).unwrap_or(0);
-        let mut batch = sled::Batch::default();
-        for k in self.trees.log.range(index_key(from)..).keys() {
-            batch.remove(k.map_err(io_err)?);
+        let from = index_key(last_log_id.map(|l| l.index() + 1).unwrap_or(0));
+        let mut batch = self.trees.log.batch();
+        for kv in self
+            .trees
+            .log
+            .range(Bound::Included(&from), Bound::Unbounded)
+        {
+            batch.remove(&kv.map_err(io_err)?.0);
         }
         self.trees.log.apply_batch(batch).map_err(io_err)
     }
@@ -177,9 +182,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Record the purge point first: entries at or below it are ignored
         // from then on, so the removal below need not be atomic with it.
         self.put_meta(PURGED, &log_id)?;
-        let mut batch = sled::Batch::default();
-        for k in self.trees.log.range(..=index_key(log_id.index())).keys() {
-            batch.remove(k.map_err(io_err)?);
+        let mut batch = self.trees.log.batch();
+        let upto = index_key(log_id.index());
+        for kv in self
+            .trees
+            .log
+            .range(Bound::Unbounded, Bound::Included(&upto))
+        {
+            batch.remove(&kv.map_err(io_err)?.0);
         }
         self.trees.log.apply_batch(batch).map_err(io_err)
     }

@@ -1,8 +1,9 @@
 //! The storage boundary: the only module that knows about sled.
 //!
-//! One [`NodeDb`] (one `sled::Db`) per node process; each group gets three
-//! trees, `g{gid}/log`, `g{gid}/meta` and `g{gid}/sm`, plus `g{gid}/snap` for
-//! its current snapshot. Everything above this module sees only
+//! One [`NodeDb`] (one `sled::Db`) per node process with three trees,
+//! `log`, `meta` and `sm`, shared by every group: each group's keys carry
+//! its id as an 8-byte prefix ([`space`]); its current snapshot is the
+//! file `snapshots/g{gid}.snap`. Everything above this module sees only
 //! [`LogStore`], [`StateMachineStore`] and [`NodeDb`].
 //!
 //! Durability rules kept here:
@@ -14,6 +15,7 @@
 
 mod db;
 mod log_store;
+mod space;
 mod state_machine;
 
 pub use db::{FlushMode, NodeDb};

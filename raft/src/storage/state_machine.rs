@@ -16,6 +16,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{self, Cursor};
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
 use futures::{Stream, TryStreamExt};
@@ -163,9 +164,14 @@ impl StateMachineStore {
 
     /// Delete the deltas a snapshot at `upto` already contains.
     fn drop_deltas_upto(&self, upto: u64) -> io::Result<()> {
-        let mut batch = sled::Batch::default();
-        for k in self.trees.sm.range(delta_key(0)..=delta_key(upto)).keys() {
-            batch.remove(k.map_err(io_err)?);
+        let mut batch = self.trees.sm.batch();
+        let (from, to) = (delta_key(0), delta_key(upto));
+        for kv in self
+            .trees
+            .sm
+            .range(Bound::Included(&from), Bound::Included(&to))
+        {
+            batch.remove(&kv.map_err(io_err)?.0);
         }
         self.trees.sm.apply_batch(batch).map_err(io_err)
     }
@@ -195,7 +201,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         let mut changed = BTreeSet::new();
         let mut replies = Vec::with_capacity(pending.len());
-        let mut batch = sled::Batch::default();
+        let mut batch = self.trees.sm.batch();
         let applied_index;
         {
             let mut g = self.shared.write().expect("state lock poisoned");
@@ -226,7 +232,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     .iter()
                     .map(|key| (key.encode(), g.state.encode_record(key)))
                     .collect();
-                batch.insert(delta_key(applied_index), encode_compressed(&delta)?);
+                batch.insert(&delta_key(applied_index), encode_compressed(&delta)?);
             }
             batch.insert(APPLIED, encode(&g.last_applied)?);
         }
@@ -262,9 +268,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data,
         };
         self.save_snapshot(&stored).await?;
-        let mut batch = sled::Batch::default();
-        for k in self.trees.sm.scan_prefix(DELTA_PREFIX).keys() {
-            batch.remove(k.map_err(io_err)?);
+        let mut batch = self.trees.sm.batch();
+        for kv in self.trees.sm.scan_prefix(DELTA_PREFIX) {
+            batch.remove(&kv.map_err(io_err)?.0);
         }
         batch.insert(APPLIED, encode(&meta.last_log_id)?);
         batch.insert(MEMBERSHIP, encode(&meta.last_membership)?);

@@ -8,6 +8,7 @@ use clap::{Subcommand, ValueEnum};
 use seatfence_raft::storage::FlushMode;
 use seatfence_raft::RaftTuning;
 
+use crate::failover::{run_failover_bench, FailoverBenchArgs};
 use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
 use crate::moves::{run_move_bench, MoveBenchArgs};
 use crate::payments::{run_payments_bench, PaymentsBenchArgs};
@@ -63,6 +64,17 @@ pub enum BenchCmd {
         before: u64,
         #[arg(long, default_value_t = 2)]
         after: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// N groups led by one node of a local 3-node cluster, asleep, that
+    /// node SIGKILLed: how long until each group commits a write again.
+    Failover {
+        #[arg(long, default_value_t = 100)]
+        groups: usize,
+        /// `raft.sleep_after_ms` of the nodes; 0: groups never sleep.
+        #[arg(long, default_value_t = RaftTuning::default().sleep_after_ms)]
+        sleep_after_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -192,6 +204,22 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             emit(&r, json)?;
             if r.oversold || !r.counters_match {
                 anyhow::bail!("seats sold, captures and confirmed bookings disagree");
+            }
+            Ok(())
+        }
+        BenchCmd::Failover {
+            groups,
+            sleep_after_ms,
+            json,
+        } => {
+            let args = FailoverBenchArgs {
+                groups,
+                sleep_after_ms,
+            };
+            let r = run_failover_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.not_resumed > 0 {
+                anyhow::bail!("{} groups did not resume after the kill", r.not_resumed);
             }
             Ok(())
         }

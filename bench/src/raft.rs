@@ -180,7 +180,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
 
 /// Create `n` groups of 3 voters, 32 at a time, each with one write (which
 /// also waits for its first leader).
-async fn create_groups(
+pub(crate) async fn create_groups(
     client: &seatfence_raft::ClusterClient,
     n: usize,
 ) -> anyhow::Result<Vec<seatfence_core::GroupId>> {

@@ -167,6 +167,17 @@ impl NodeDb {
         flush_blocking(self.inner.db.clone()).await
     }
 
+    /// Wait for the node-wide flusher's next flush that starts after this
+    /// call (group commit: many groups' votes share one flush).
+    pub async fn flush_shared(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.flush_then(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.await
+            .unwrap_or_else(|_| Err(io::Error::other("flusher stopped")))
+    }
+
     /// Queue `callback` on the node-wide flusher: it runs after the next
     /// flush that starts after this call.
     pub(crate) fn flush_then(&self, callback: Box<dyn FnOnce(io::Result<()>) + Send>) {

@@ -108,13 +108,17 @@ impl NodeDb {
         self.inner.mode
     }
 
-    /// The spaces of `group`, marked as stored here.
-    pub(crate) fn group_trees(&self, group: GroupId) -> io::Result<GroupTrees> {
-        let trees = GroupTrees {
+    fn spaces(&self, group: GroupId) -> GroupTrees {
+        GroupTrees {
             log: Space::new(self.inner.log.clone(), group),
             meta: Space::new(self.inner.meta.clone(), group),
             sm: Space::new(self.inner.sm.clone(), group),
-        };
+        }
+    }
+
+    /// The spaces of `group`, marked as stored here.
+    pub(crate) fn group_trees(&self, group: GroupId) -> io::Result<GroupTrees> {
+        let trees = self.spaces(group);
         if trees.meta.get(CREATED).map_err(io_err)?.is_none() {
             trees.meta.insert(CREATED, &[][..]).map_err(io_err)?;
         }
@@ -148,11 +152,7 @@ impl NodeDb {
     /// The replica must be shut down first. The `created` mark goes last,
     /// so an interrupted drop is found and finished at the next start.
     pub fn drop_group(&self, group: GroupId) -> io::Result<()> {
-        let trees = GroupTrees {
-            log: Space::new(self.inner.log.clone(), group),
-            meta: Space::new(self.inner.meta.clone(), group),
-            sm: Space::new(self.inner.sm.clone(), group),
-        };
+        let trees = self.spaces(group);
         for space in [&trees.log, &trees.sm, &trees.meta] {
             space.clear().map_err(io_err)?;
         }

@@ -1,5 +1,7 @@
 //! Garbage bytes and wrong group ids on the gRPC port: an error comes back,
-//! nothing is written, the node keeps serving.
+//! nothing is written, the node keeps serving. A batch of Raft messages for
+//! several groups reaches each group, and one bad message (unknown group,
+//! garbage, unknown kind) fails alone.
 
 mod common;
 
@@ -7,9 +9,13 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use common::*;
+use openraft::raft::{VoteRequest, VoteResponse};
 use seatfence_core::{Command, GroupId};
 use seatfence_proto::v1::raft_service_client::RaftServiceClient;
-use seatfence_proto::v1::{RaftRequest, WriteBatchRequest, WriteRequest};
+use seatfence_proto::v1::{
+    RaftBatch, RaftKind, RaftMessage, RaftRequest, WriteBatchRequest, WriteRequest,
+};
+use seatfence_raft::types::{TypeConfig, Vote};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
@@ -17,8 +23,12 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = start(dir.path(), test_tuning()).await;
     let g = new_group(&cluster).await;
+    let g2 = new_group(&cluster).await;
     let client = cluster.client();
     put(&client, g, "k", b"v").await;
+    for i in 0..3 {
+        put(&client, g2, &format!("k{i}"), b"v").await;
+    }
     let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
     let addr = cluster.addr(leader).unwrap();
     let log_index = |s: &seatfence_proto::v1::StatusReply| {
@@ -70,6 +80,78 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         }
         .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    }
+
+    tracing::info!("--- one batch: two real groups, an unknown group, garbage, an unknown kind");
+    {
+        // A pre-vote from a candidate nobody knows changes nothing; each
+        // answer carries its group's last log id, so a swapped answer shows.
+        let pre_vote = |group: GroupId| RaftMessage {
+            group_id: group.0,
+            kind: RaftKind::PreVote as i32,
+            payload: seatfence_raft::codec::encode(&VoteRequest::<TypeConfig>::new(
+                Vote::new(0, 99),
+                None,
+            ))
+            .unwrap(),
+        };
+        let mut garbage = pre_vote(g);
+        garbage.payload = b"\xff\xff not bincode".to_vec();
+        let mut odd_kind = pre_vote(g);
+        odd_kind.kind = 77;
+        let mut unknown = pre_vote(g);
+        unknown.group_id = 9_999;
+        let batch = RaftBatch {
+            messages: vec![pre_vote(g), unknown, garbage, odd_kind, pre_vote(g2)],
+        };
+        let out = raft.batch(batch).await.unwrap().into_inner().outcomes;
+        assert_eq!(out.len(), 5, "one answer per message");
+        let status = client.status_at(&addr).await.unwrap();
+        for (i, group) in [(0, g), (4, g2)] {
+            assert_eq!(out[i].code, 0, "{group}: {}", out[i].message);
+            let r: VoteResponse<TypeConfig> =
+                seatfence_raft::codec::decode(&out[i].payload).unwrap();
+            let hosted = status
+                .groups
+                .iter()
+                .find(|s| s.group_id == group.0)
+                .unwrap();
+            assert_eq!(
+                r.last_log_id.map(|l| l.index),
+                Some(hosted.last_log_index),
+                "{group} answered with its own log"
+            );
+            assert!(!r.vote_granted, "a candidate at term 0 gets nothing");
+        }
+        assert_eq!(
+            out[1].code,
+            tonic::Code::NotFound as i32,
+            "{}",
+            out[1].message
+        );
+        assert!(
+            out[1].message.contains("unknown_group"),
+            "{}",
+            out[1].message
+        );
+        assert_eq!(
+            out[2].code,
+            tonic::Code::InvalidArgument as i32,
+            "{}",
+            out[2].message
+        );
+        assert_eq!(
+            out[3].code,
+            tonic::Code::InvalidArgument as i32,
+            "{}",
+            out[3].message
+        );
+        let huge = RaftBatch {
+            messages: vec![pre_vote(g); seatfence_raft::network::MAX_BATCH_MESSAGES + 1],
+        };
+        let err = raft.batch(huge).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        assert!(err.message().contains("batch_too_large"), "{err}");
     }
 
     tracing::info!("--- a malformed command and an unknown group on the node API");

@@ -2,18 +2,20 @@
 //!
 //! ```text
 //!  group g's replication task ──GroupNetworkAdapter(pool, target, g)──▶ PeerPool
-//!      ──one cached tonic Channel per peer──▶ RaftService on the target
-//!      ──registry.get(g)──▶ that group's Raft
+//!      ──the peer's Coalescer: one Batch RPC carries many groups' messages──▶
+//!      RaftService::batch on the target ──registry.get(g)──▶ that group's Raft
 //! ```
 //! Openraft's request/reply types travel as bincode inside the proto
-//! messages; snapshots travel as a stream of chunks.
+//! messages; snapshots travel as a stream of chunks on their own RPC.
 
+mod coalesce;
 mod pool;
 mod service;
 pub mod via;
 
+pub use coalesce::{IN_FLIGHT, MAX_PACK};
 pub use pool::{NetworkFactory, PeerPool};
-pub use service::RaftGrpc;
+pub use service::{RaftGrpc, MAX_BATCH_MESSAGES};
 
 /// Largest gRPC message a node accepts (append batches, snapshot chunks).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

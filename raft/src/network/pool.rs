@@ -16,9 +16,10 @@ use openraft::{BasicNode, OptionalSend};
 use openraft_multi::{GroupNetworkAdapter, GroupRouter};
 use seatfence_core::GroupId;
 use seatfence_proto::v1::raft_service_client::RaftServiceClient;
-use seatfence_proto::v1::{PingRequest, QuiesceRequest, RaftRequest, SnapshotChunk};
+use seatfence_proto::v1::{PingRequest, QuiesceRequest, RaftKind, SnapshotChunk};
 use tonic::transport::{Channel, Endpoint};
 
+use super::coalesce::Coalescer;
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use crate::codec;
 use crate::types::{Snapshot, TypeConfig, Vote};
@@ -26,13 +27,20 @@ use crate::types::{Snapshot, TypeConfig, Vote};
 /// The shortest deadline a Raft RPC gets on the wire.
 const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Cached channels to peers, keyed by node id. Cheap to clone.
+/// Cached channels to peers, keyed by node id, each with the
+/// [`Coalescer`] that batches Raft messages to it. Cheap to clone.
 ///
 /// The map sits behind a `std::sync::RwLock`, held only to look up or insert
 /// a channel, never across an `.await`.
 #[derive(Clone, Default)]
 pub struct PeerPool {
-    peers: Arc<RwLock<HashMap<u64, (String, Channel)>>>,
+    peers: Arc<RwLock<HashMap<u64, Peer>>>,
+}
+
+struct Peer {
+    addr: String,
+    channel: Channel,
+    coalescer: Coalescer,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,9 +51,9 @@ impl PeerPool {
     /// The channel to `target`, connecting lazily; a changed address
     /// replaces the cached channel.
     pub fn channel(&self, target: u64, addr: &str) -> Result<Channel, String> {
-        if let Some((a, ch)) = self.peers.read().expect("pool lock poisoned").get(&target) {
-            if a == addr {
-                return Ok(ch.clone());
+        if let Some(p) = self.peers.read().expect("pool lock poisoned").get(&target) {
+            if p.addr == addr {
+                return Ok(p.channel.clone());
             }
         }
         let ch = Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
@@ -56,10 +64,16 @@ impl PeerPool {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_while_idle(true)
             .connect_lazy();
-        self.peers
-            .write()
-            .expect("pool lock poisoned")
-            .insert(target, (addr.to_string(), ch.clone()));
+        // Replacing the entry drops the old coalescer: its task ends once
+        // its queued messages are sent.
+        self.peers.write().expect("pool lock poisoned").insert(
+            target,
+            Peer {
+                addr: addr.to_string(),
+                channel: ch.clone(),
+                coalescer: Coalescer::spawn(ch.clone()),
+            },
+        );
         Ok(ch)
     }
 
@@ -92,43 +106,46 @@ impl PeerPool {
 
     fn client(&self, target: u64) -> Result<RaftServiceClient<Channel>, Unreachable<TypeConfig>> {
         let peers = self.peers.read().expect("pool lock poisoned");
-        let (_, ch) = peers.get(&target).ok_or_else(|| {
-            Unreachable::new(&TransportError(format!("no address for node {target}")))
-        })?;
-        Ok(RaftServiceClient::new(ch.clone())
+        let p = peers.get(&target).ok_or_else(|| no_address(target))?;
+        Ok(RaftServiceClient::new(p.channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    async fn unary<Req, Resp, F, Fut>(
+    /// One Raft message to `group` on `target`, coalesced with the other
+    /// groups' messages queued for that peer.
+    async fn call<Req, Resp>(
         &self,
         target: u64,
         group: GroupId,
+        kind: RaftKind,
         req: &Req,
         option: &RPCOption,
-        call: F,
     ) -> Result<Resp, RPCError<TypeConfig>>
     where
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
-        F: FnOnce(RaftServiceClient<Channel>, tonic::Request<RaftRequest>) -> Fut,
-        Fut:
-            Future<Output = Result<tonic::Response<seatfence_proto::v1::RaftReply>, tonic::Status>>,
     {
-        let client = self.client(target)?;
+        let coalescer = {
+            let peers = self.peers.read().expect("pool lock poisoned");
+            let p = peers.get(&target).ok_or_else(|| no_address(target))?;
+            p.coalescer.clone()
+        };
         let payload = codec::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut request = tonic::Request::new(RaftRequest {
-            group_id: group.0,
-            payload,
-        });
         // openraft bounds appends and votes by the heartbeat interval
         // (100 ms); a follower's flush under load from 100 busy groups can
         // take longer, and timing out only resends the same work.
-        request.set_timeout(option.hard_ttl().max(MIN_RPC_TIMEOUT));
-        let reply = call(client, request).await.map_err(status_to_rpc)?;
-        codec::decode(&reply.into_inner().payload)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+        let timeout = option.hard_ttl().max(MIN_RPC_TIMEOUT);
+        let reply = coalescer
+            .call(group.0, kind, payload, timeout)
+            .await
+            .map_err(status_to_rpc)?;
+        codec::decode(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))
     }
+}
+
+fn no_address(target: u64) -> Unreachable<TypeConfig> {
+    Unreachable::new(&TransportError(format!("no address for node {target}")))
 }
 
 fn status_to_rpc(s: tonic::Status) -> RPCError<TypeConfig> {
@@ -161,10 +178,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &rpc, &option, |mut c, r| async move {
-            c.append_entries(r).await
-        })
-        .await
+        self.call(target, group, RaftKind::AppendEntries, &rpc, &option)
+            .await
     }
 
     async fn vote(
@@ -174,10 +189,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &rpc, &option, |mut c, r| async move {
-            c.vote(r).await
-        })
-        .await
+        self.call(target, group, RaftKind::Vote, &rpc, &option)
+            .await
     }
 
     async fn pre_vote(
@@ -187,10 +200,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &rpc, &option, |mut c, r| async move {
-            c.pre_vote(r).await
-        })
-        .await
+        self.call(target, group, RaftKind::PreVote, &rpc, &option)
+            .await
     }
 
     async fn transfer_leader(
@@ -200,10 +211,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.unary(target, group, &req, &option, |mut c, r| async move {
-            c.transfer_leader(r).await
-        })
-        .await
+        self.call(target, group, RaftKind::TransferLeader, &req, &option)
+            .await
     }
 
     async fn full_snapshot(

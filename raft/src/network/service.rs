@@ -6,10 +6,11 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
-use openraft::raft::AppendEntriesResponse;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use seatfence_proto::v1::raft_service_server::RaftService;
 use seatfence_proto::v1::{
-    PingReply, PingRequest, QuiesceReply, QuiesceRequest, RaftReply, RaftRequest, SnapshotChunk,
+    PingReply, PingRequest, QuiesceReply, QuiesceRequest, RaftBatch, RaftBatchReply, RaftKind,
+    RaftOutcome, RaftReply, RaftRequest, SnapshotChunk,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -22,6 +23,9 @@ use crate::types::{Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest snapshot a node accepts.
 const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// Most messages one [`RaftBatch`] may carry (a sender packs fewer).
+pub const MAX_BATCH_MESSAGES: usize = 4096;
 
 pub struct RaftGrpc {
     registry: Arc<Registry>,
@@ -52,22 +56,76 @@ impl RaftGrpc {
     /// (INVALID_ARGUMENT if it does not decode).
     fn decode<T: serde::de::DeserializeOwned>(
         &self,
-        req: Request<RaftRequest>,
+        group_id: u64,
+        payload: &[u8],
     ) -> Result<(Arc<GroupHandle>, T), Status> {
-        let req = req.into_inner();
-        let group = self.group(req.group_id)?;
-        let msg = codec::decode(&req.payload).map_err(|e| malformed(e.to_string()))?;
+        let group = self.group(group_id)?;
+        let msg = codec::decode(payload).map_err(|e| malformed(e.to_string()))?;
         Ok((group, msg))
+    }
+
+    /// One Raft message of `kind` for `group_id`: the encoded reply. Both
+    /// the unary RPCs and [`RaftService::batch`] come here.
+    async fn handle(
+        &self,
+        kind: RaftKind,
+        group_id: u64,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        match kind {
+            RaftKind::AppendEntries => {
+                let (g, rpc): (_, AppendEntriesRequest<TypeConfig>) =
+                    self.decode(group_id, payload)?;
+                // A heartbeat from the leader it follows leaves a sleeping
+                // replica asleep (a sleeping leader renewing its lease sends
+                // those); entries or another leader wake it, after the
+                // append has reset its election timer.
+                let wakes =
+                    g.is_asleep() && (!rpc.entries.is_empty() || rpc.vote > current_vote(&g));
+                let r = g.raft.append_entries(rpc).await;
+                // Not for an append it refused (a stale leader's).
+                if wakes && !matches!(r, Ok(AppendEntriesResponse::HigherVote(_)) | Err(_)) {
+                    g.wake();
+                }
+                reply(r)
+            }
+            RaftKind::Vote => {
+                let (g, rpc) = self.decode(group_id, payload)?;
+                let r = g.raft.vote(rpc).await;
+                g.wake();
+                reply(r)
+            }
+            RaftKind::PreVote => {
+                let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload)?;
+                if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
+                    return reply(Ok::<_, std::convert::Infallible>(refusal));
+                }
+                let r = g.raft.pre_vote(rpc).await;
+                g.wake();
+                reply(r)
+            }
+            RaftKind::TransferLeader => {
+                let (g, rpc) = self.decode(group_id, payload)?;
+                g.wake();
+                reply(g.raft.handle_transfer_leader(rpc).await)
+            }
+        }
+    }
+
+    async fn unary(
+        &self,
+        kind: RaftKind,
+        req: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let req = req.into_inner();
+        let payload = self.handle(kind, req.group_id, &req.payload).await?;
+        Ok(Response::new(RaftReply { payload }))
     }
 }
 
-fn reply<T: serde::Serialize, E: std::fmt::Display>(
-    r: Result<T, E>,
-) -> Result<Response<RaftReply>, Status> {
+fn reply<T: serde::Serialize, E: std::fmt::Display>(r: Result<T, E>) -> Result<Vec<u8>, Status> {
     let v = r.map_err(|e| to_status(&ProposeError::Unavailable(e.to_string())))?;
-    let payload =
-        codec::encode(&v).map_err(|e| to_status(&ProposeError::Internal(e.to_string())))?;
-    Ok(Response::new(RaftReply { payload }))
+    codec::encode(&v).map_err(|e| to_status(&ProposeError::Internal(e.to_string())))
 }
 
 /// A payload that did not decode: INVALID_ARGUMENT `malformed_payload`.
@@ -84,47 +142,57 @@ impl RaftService for RaftGrpc {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc): (
-            _,
-            openraft::raft::AppendEntriesRequest<crate::types::TypeConfig>,
-        ) = self.decode(req)?;
-        // A heartbeat from the leader it follows leaves a sleeping replica
-        // asleep (a sleeping leader renewing its lease sends those); entries
-        // or another leader wake it, after the append has reset its
-        // election timer.
-        let wakes = g.is_asleep() && (!rpc.entries.is_empty() || rpc.vote > current_vote(&g));
-        let r = g.raft.append_entries(rpc).await;
-        // Not for an append it refused (a stale leader's).
-        if wakes && !matches!(r, Ok(AppendEntriesResponse::HigherVote(_)) | Err(_)) {
-            g.wake();
-        }
-        reply(r)
+        self.unary(RaftKind::AppendEntries, req).await
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = self.decode(req)?;
-        let r = g.raft.vote(rpc).await;
-        g.wake();
-        reply(r)
+        self.unary(RaftKind::Vote, req).await
     }
 
     async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc): (_, openraft::raft::VoteRequest<TypeConfig>) = self.decode(req)?;
-        if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
-            return reply(Ok::<_, std::convert::Infallible>(refusal));
-        }
-        let r = g.raft.pre_vote(rpc).await;
-        g.wake();
-        reply(r)
+        self.unary(RaftKind::PreVote, req).await
     }
 
     async fn transfer_leader(
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (g, rpc) = self.decode(req)?;
-        g.wake();
-        reply(g.raft.handle_transfer_leader(rpc).await)
+        self.unary(RaftKind::TransferLeader, req).await
+    }
+
+    /// Every message is handled at once (they belong to different groups,
+    /// or are independent messages of one group, as separate RPCs would
+    /// be); the answers come back in the order of the messages.
+    async fn batch(&self, req: Request<RaftBatch>) -> Result<Response<RaftBatchReply>, Status> {
+        let messages = req.into_inner().messages;
+        if messages.len() > MAX_BATCH_MESSAGES {
+            return Err(to_status(&ProposeError::Malformed {
+                code: "batch_too_large",
+                reason: format!(
+                    "{} messages in one batch; at most {MAX_BATCH_MESSAGES}",
+                    messages.len()
+                ),
+            }));
+        }
+        let outcomes = futures::future::join_all(messages.iter().map(|m| async move {
+            let answer = match RaftKind::try_from(m.kind) {
+                Ok(kind) => self.handle(kind, m.group_id, &m.payload).await,
+                Err(_) => Err(malformed(format!("unknown raft message kind {}", m.kind))),
+            };
+            match answer {
+                Ok(payload) => RaftOutcome {
+                    payload,
+                    ..Default::default()
+                },
+                Err(s) => RaftOutcome {
+                    payload: Vec::new(),
+                    code: s.code() as i32,
+                    message: s.message().to_string(),
+                },
+            }
+        }))
+        .await;
+        Ok(Response::new(RaftBatchReply { outcomes }))
     }
 
     async fn install_snapshot(
@@ -165,7 +233,7 @@ impl RaftService for RaftGrpc {
         };
         let r = group.raft.install_full_snapshot(vote, snapshot).await;
         group.wake();
-        reply(r)
+        Ok(Response::new(RaftReply { payload: reply(r)? }))
     }
 
     async fn ping(&self, _req: Request<PingRequest>) -> Result<Response<PingReply>, Status> {

@@ -141,14 +141,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let t0 = std::time::Instant::now();
-        let mut batch = self.trees.log.batch();
+        // One insert per entry, not a sled batch: every sled batch writes
+        // and syncs the current IO buffer twice (it rolls the buffer to
+        // make the batch atomic), which cost two synced writes per append
+        // per group, ~2,000 a second per node with 100 busy groups. Atomic
+        // is not needed: sled recovers its writes in order, so a crash keeps
+        // a prefix of these entries, and none was acknowledged before the
+        // flush below. Readable as soon as this returns.
         let mut n = 0;
         for entry in entries {
             n += 1;
-            batch.insert(&index_key(entry.index()), encode_compressed(&entry)?);
+            self.trees
+                .log
+                .insert(&index_key(entry.index()), encode_compressed(&entry)?)
+                .map_err(io_err)?;
         }
-        // Readable as soon as this returns; durable once flushed below.
-        self.trees.log.apply_batch(batch).map_err(io_err)?;
         match self.db.flush_mode() {
             FlushMode::Inline => {
                 let r = self.db.flush().await;

@@ -88,6 +88,19 @@ impl StateMachineStore {
             gs.membership = snap.meta.last_membership.clone();
         }
         let base_index = gs.last_applied.map(|l| l.index());
+        // An apply writes its delta, then the membership, then the applied
+        // id, as separate sled writes (see `apply`); sled recovers writes in
+        // order, so after a crash a delta or membership newer than the
+        // applied id may be on disk without it. Those are ignored: openraft
+        // applies those entries again from the log.
+        let applied: Option<LogId> = match trees.sm.get(APPLIED).map_err(io_err)? {
+            Some(v) => decode(&v)?,
+            None => None,
+        };
+        if applied.map(|l| l.index()) > base_index {
+            gs.last_applied = applied;
+        }
+        let applied_index = gs.last_applied.map(|l| l.index());
         for kv in trees.sm.scan_prefix(DELTA_PREFIX) {
             let (k, v) = kv.map_err(io_err)?;
             let index = k[DELTA_PREFIX.len()..]
@@ -96,6 +109,9 @@ impl StateMachineStore {
                 .map_err(|_| io_err("delta key is not 8 bytes"))?;
             if base_index.is_some_and(|b| index <= b) {
                 continue; // already in the snapshot; deletion was interrupted
+            }
+            if Some(index) > applied_index {
+                continue; // its applied id never reached the disk
             }
             for (rk, rv) in decode_compressed::<Delta>(&v)? {
                 match rv {
@@ -106,16 +122,10 @@ impl StateMachineStore {
             }
         }
         gs.state.rebuild_indexes();
-        let applied: Option<LogId> = match trees.sm.get(APPLIED).map_err(io_err)? {
-            Some(v) => decode(&v)?,
-            None => None,
-        };
-        if applied.map(|l| l.index()) > gs.last_applied.map(|l| l.index()) {
-            gs.last_applied = applied;
-        }
         if let Some(v) = trees.sm.get(MEMBERSHIP).map_err(io_err)? {
             let m: StoredMembership = decode(&v)?;
-            if m.log_id().map(|l| l.index()) > gs.membership.log_id().map(|l| l.index()) {
+            let at = m.log_id().map(|l| l.index());
+            if at > gs.membership.log_id().map(|l| l.index()) && at <= applied_index {
                 gs.membership = m;
             }
         }
@@ -201,8 +211,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         let mut changed = BTreeSet::new();
         let mut replies = Vec::with_capacity(pending.len());
-        let mut batch = self.trees.sm.batch();
-        let applied_index;
+        let mut membership = None;
+        let (applied_index, delta, applied);
         {
             let mut g = self.shared.write().expect("state lock poisoned");
             for (entry, responder) in pending {
@@ -217,7 +227,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Membership(m) => {
                         g.membership = StoredMembership::new(Some(log_id), m.clone());
-                        batch.insert(MEMBERSHIP, encode(&g.membership)?);
+                        membership = Some(encode(&g.membership)?);
                         Response::None
                     }
                 };
@@ -227,18 +237,32 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 }
             }
             applied_index = g.last_applied.map(|l| l.index()).unwrap_or(0);
-            if !changed.is_empty() {
-                let delta: Delta = changed
+            delta = if changed.is_empty() {
+                None
+            } else {
+                let d: Delta = changed
                     .iter()
                     .map(|key| (key.encode(), g.state.encode_record(key)))
                     .collect();
-                batch.insert(&delta_key(applied_index), encode_compressed(&delta)?);
-            }
-            batch.insert(APPLIED, encode(&g.last_applied)?);
+                Some(encode_compressed(&d)?)
+            };
+            applied = encode(&g.last_applied)?;
         }
-        // Not flushed here: the log is durable, and sled persists writes in
-        // order, so a crash loses at most a suffix that is re-applied.
-        self.trees.sm.apply_batch(batch).map_err(io_err)?;
+        // Not flushed here: the log is durable. Three plain writes, not a
+        // sled batch (each batch syncs sled's IO buffer twice): the delta,
+        // the membership, the applied id last. sled recovers writes in
+        // order, and `open` ignores a delta or membership newer than the
+        // applied id, so a crash loses at most a suffix that is re-applied.
+        if let Some(d) = delta {
+            self.trees
+                .sm
+                .insert(&delta_key(applied_index), d)
+                .map_err(io_err)?;
+        }
+        if let Some(m) = membership {
+            self.trees.sm.insert(MEMBERSHIP, m).map_err(io_err)?;
+        }
+        self.trees.sm.insert(APPLIED, applied).map_err(io_err)?;
         for (r, response) in replies {
             r.send(response);
         }
@@ -357,5 +381,39 @@ fn read_snapshot(path: &std::path::Path) -> io::Result<Option<StoredSnapshot>> {
         Ok(bytes) => decode(&bytes).map(Some),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::db::FlushMode;
+
+    /// An apply writes its delta before its applied id. A crash between
+    /// the two leaves a delta newer than the applied id: reopening ignores
+    /// it (openraft applies those entries again), and reads it once the
+    /// applied id covers it.
+    #[tokio::test]
+    async fn a_delta_newer_than_the_applied_id_is_ignored_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = NodeDb::open(dir.path(), FlushMode::Shared).unwrap();
+        let group = GroupId(7);
+        let sm = StateMachineStore::open(&db, group).unwrap();
+        // Not a decodable delta: opening fails if it is read at all.
+        sm.trees.sm.insert(&delta_key(5), &b"torn"[..]).unwrap();
+        let reopened = StateMachineStore::open(&db, group).expect("delta past applied is skipped");
+        assert_eq!(reopened.read(|g| g.last_applied), None);
+
+        let at_4 = Some(LogId::new_term_index(1, 4));
+        sm.trees.sm.insert(APPLIED, encode(&at_4).unwrap()).unwrap();
+        let reopened = StateMachineStore::open(&db, group).expect("still past applied");
+        assert_eq!(reopened.read(|g| g.last_applied), at_4);
+
+        let at_5 = Some(LogId::new_term_index(1, 5));
+        sm.trees.sm.insert(APPLIED, encode(&at_5).unwrap()).unwrap();
+        assert!(
+            StateMachineStore::open(&db, group).is_err(),
+            "a delta the applied id covers is read"
+        );
     }
 }

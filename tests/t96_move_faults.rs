@@ -55,6 +55,7 @@ async fn start_slow_moves(dir: &Path) -> LocalCluster {
     let moves = seatfence_regions::config::MovesConfig {
         step_delay_ms: 1500,
         retired_grace_ms: 2000,
+        balance_every_ms: 0,
         ..Default::default()
     };
     let cluster = LocalCluster::builder(dir)

@@ -144,6 +144,15 @@ impl Node {
         if let Some(path) = config.chaos.as_ref().and_then(|c| c.skew_file.clone()) {
             tokio::spawn(jobs::follow_skew_file(path, clock.clone(), rx_stop.clone()));
         }
+        if config.moves.balance_every_ms > 0 {
+            tokio::spawn(seatfence_regions::balance::run(
+                registry.clone(),
+                node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+                Duration::from_millis(config.moves.balance_every_ms),
+                config.moves.catch_up_slack,
+                rx_stop.clone(),
+            ));
+        }
         seatfence_regions::moves::spawn(
             registry.clone(),
             node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),

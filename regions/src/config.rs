@@ -16,6 +16,9 @@ pub struct MovesConfig {
     /// A replica this node stopped hosting (moved away, aborted learner) is
     /// shut down at once; its data is deleted after this grace period.
     pub retired_grace_ms: u64,
+    /// The directory's leader balances group leaderships across each
+    /// group's voters this often (`regions::balance`); 0: never.
+    pub balance_every_ms: u64,
 }
 
 impl Default for MovesConfig {
@@ -24,6 +27,7 @@ impl Default for MovesConfig {
             catch_up_slack: 100,
             step_delay_ms: 0,
             retired_grace_ms: 60_000,
+            balance_every_ms: 10_000,
         }
     }
 }

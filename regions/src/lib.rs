@@ -29,6 +29,7 @@
 //! seen, and drives membership and leadership through the groups' leaders;
 //! it never writes to a group except through a committed command.
 
+pub mod balance;
 pub mod config;
 pub mod moves;
 pub mod placement;

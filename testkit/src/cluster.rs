@@ -189,7 +189,12 @@ impl LocalCluster {
             nodes: REGIONS.len(),
             tuning: RaftTuning::default(),
             payments: None,
-            moves: MovesConfig::default(),
+            // Tests place leaders where they want them; the balancer would
+            // move them back. A test (or drill) that wants it sets `moves`.
+            moves: MovesConfig {
+                balance_every_ms: 0,
+                ..MovesConfig::default()
+            },
         }
     }
 

@@ -189,11 +189,15 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     // The group was just placed: its replicas open it and elect a leader
     // as they see the directory entry. Give that a while (the create is
     // idempotent, so retrying is safe) before answering 503.
+    // A new group elects in tens of milliseconds: ask again soon, then
+    // less often.
     let started = Instant::now();
+    let mut pause = Duration::from_millis(10);
     let (reply, _) = loop {
         match edge.execute(&route, cmd.clone()).await {
             Err(ApiError::Unavailable { .. }) if started.elapsed() < GROUP_START_PATIENCE => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
             }
             other => break other?,
         }

@@ -224,6 +224,40 @@ impl Registry {
     }
 
     /// Initialize `id` with `members` if it has never been initialized.
+    /// A Raft message came for `id`, which this node does not host yet:
+    /// open it now if this node's directory replica already makes it a
+    /// voter here and no data of it is stored here (a new group whose
+    /// first member campaigns before `place_groups` opened it here; without
+    /// this the vote fails and the election waits a whole timeout). A
+    /// replica with stored data is left to `place_groups`, which knows
+    /// whether that data is stale.
+    pub async fn open_if_placed(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
+        if id.is_directory() {
+            return None;
+        }
+        let me = seatfence_core::NodeId(self.node_id);
+        let placed = self.get(GroupId::DIRECTORY)?.sm.read(|s| {
+            s.state
+                .directory
+                .groups
+                .get(&id)
+                .is_some_and(|g| g.members.contains(&me))
+        });
+        if !placed {
+            return None;
+        }
+        if self.db.is_stored(id).ok()? {
+            return None;
+        }
+        match self.open(id).await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!(group = id.0, "open on first message: {e:#}");
+                None
+            }
+        }
+    }
+
     pub async fn initialize(
         &self,
         id: GroupId,

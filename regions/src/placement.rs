@@ -29,6 +29,11 @@ pub async fn place_groups(
     // Retired replicas whose data is still on disk, with when they retired.
     let mut retired: BTreeMap<GroupId, tokio::time::Instant> = BTreeMap::new();
     let grace = Duration::from_millis(moves.retired_grace_ms);
+    // Groups this loop opened (or initialized) here: each directory change
+    // acts on the new ones only. Asking every hosted group again cost a
+    // round trip through each group's Raft task per created event, O(n²)
+    // over a catalogue's creation.
+    let mut hosted: std::collections::BTreeSet<GroupId> = std::collections::BTreeSet::new();
     loop {
         type Wanted = (GroupId, Vec<NodeId>, BTreeMap<u64, BasicNode>);
         let (wanted, known): (Vec<Wanted>, std::collections::BTreeSet<GroupId>) =
@@ -53,6 +58,9 @@ pub async fn place_groups(
             });
         let wanted_ids: std::collections::BTreeSet<GroupId> = wanted.iter().map(|w| w.0).collect();
         for (gid, order, members) in wanted {
+            if hosted.contains(&gid) && registry.get(gid).is_some() {
+                continue;
+            }
             if retired.remove(&gid).is_some() {
                 // Placed here again before its old data was deleted: start
                 // from nothing rather than from a stale log.
@@ -65,8 +73,11 @@ pub async fn place_groups(
             } else {
                 registry.open(gid).await.map(drop)
             };
-            if let Err(e) = result {
-                tracing::warn!(group = gid.0, "cannot host group: {e:#}");
+            match result {
+                Ok(()) => {
+                    hosted.insert(gid);
+                }
+                Err(e) => tracing::warn!(group = gid.0, "cannot host group: {e:#}"),
             }
         }
         for gid in registry.all().into_keys() {
@@ -76,6 +87,7 @@ pub async fn place_groups(
                 continue;
             }
             registry.retire(gid).await;
+            hosted.remove(&gid);
             retired.insert(gid, tokio::time::Instant::now());
         }
         let now = tokio::time::Instant::now();

@@ -24,6 +24,11 @@ use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use crate::codec;
 use crate::types::{Snapshot, TypeConfig, Vote};
 
+/// A vote answered NOT_FOUND (the peer has not opened the group yet) is
+/// sent again this many times, this far apart, before it fails.
+const NEW_GROUP_VOTE_RETRIES: u32 = 4;
+const NEW_GROUP_VOTE_PAUSE: Duration = Duration::from_millis(50);
+
 /// The shortest deadline a Raft RPC gets on the wire.
 const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -136,10 +141,28 @@ impl PeerPool {
         // (100 ms); a follower's flush under load from 100 busy groups can
         // take longer, and timing out only resends the same work.
         let timeout = option.hard_ttl().max(MIN_RPC_TIMEOUT);
-        let reply = coalescer
-            .call(group.0, kind, payload, timeout)
-            .await
-            .map_err(status_to_rpc)?;
+        let mut tries = 0;
+        let reply = loop {
+            match coalescer
+                .call(group.0, kind, payload.clone(), timeout)
+                .await
+            {
+                // A new group's first member campaigns as soon as its own
+                // directory replica places the group; a peer whose replica
+                // has not applied that yet answers NOT_FOUND. Failing the
+                // vote would cost a whole election timeout: ask again a
+                // few times first (the peer opens it once it knows).
+                Err(s)
+                    if s.code() == tonic::Code::NotFound
+                        && matches!(kind, RaftKind::Vote | RaftKind::PreVote)
+                        && tries < NEW_GROUP_VOTE_RETRIES =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(NEW_GROUP_VOTE_PAUSE).await;
+                }
+                r => break r.map_err(status_to_rpc)?,
+            }
+        };
         codec::decode(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))
     }
 }

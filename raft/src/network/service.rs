@@ -45,21 +45,27 @@ impl RaftGrpc {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
+    /// The group `id` hosted here, opened now if the directory has just
+    /// placed it here ([`Registry::open_if_placed`]); else NOT_FOUND.
+    async fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
         let id = seatfence_core::GroupId(id);
+        if let Some(g) = self.registry.get(id) {
+            return Ok(g);
+        }
         self.registry
-            .get(id)
+            .open_if_placed(id)
+            .await
             .ok_or_else(|| to_status(&ProposeError::UnknownGroup(id)))
     }
 
     /// The addressed group (NOT_FOUND if not hosted here), then the payload
     /// (INVALID_ARGUMENT if it does not decode).
-    fn decode<T: serde::de::DeserializeOwned>(
+    async fn decode<T: serde::de::DeserializeOwned>(
         &self,
         group_id: u64,
         payload: &[u8],
     ) -> Result<(Arc<GroupHandle>, T), Status> {
-        let group = self.group(group_id)?;
+        let group = self.group(group_id).await?;
         let msg = codec::decode(payload).map_err(|e| malformed(e.to_string()))?;
         Ok((group, msg))
     }
@@ -75,7 +81,7 @@ impl RaftGrpc {
         match kind {
             RaftKind::AppendEntries => {
                 let (g, rpc): (_, AppendEntriesRequest<TypeConfig>) =
-                    self.decode(group_id, payload)?;
+                    self.decode(group_id, payload).await?;
                 // A heartbeat from the leader it follows leaves a sleeping
                 // replica asleep (a sleeping leader renewing its lease sends
                 // those); entries or another leader wake it, after the
@@ -90,13 +96,13 @@ impl RaftGrpc {
                 reply(r)
             }
             RaftKind::Vote => {
-                let (g, rpc) = self.decode(group_id, payload)?;
+                let (g, rpc) = self.decode(group_id, payload).await?;
                 let r = g.raft.vote(rpc).await;
                 g.wake();
                 reply(r)
             }
             RaftKind::PreVote => {
-                let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload)?;
+                let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload).await?;
                 if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
                     return reply(Ok::<_, std::convert::Infallible>(refusal));
                 }
@@ -105,7 +111,7 @@ impl RaftGrpc {
                 reply(r)
             }
             RaftKind::TransferLeader => {
-                let (g, rpc) = self.decode(group_id, payload)?;
+                let (g, rpc) = self.decode(group_id, payload).await?;
                 g.wake();
                 reply(g.raft.handle_transfer_leader(rpc).await)
             }
@@ -204,7 +210,7 @@ impl RaftService for RaftGrpc {
             .message()
             .await?
             .ok_or_else(|| malformed("empty snapshot stream".into()))?;
-        let group = self.group(first.group_id)?;
+        let group = self.group(first.group_id).await?;
         let vote: Vote =
             codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
         let meta: SnapshotMeta =
@@ -248,7 +254,7 @@ impl RaftService for RaftGrpc {
         req: Request<QuiesceRequest>,
     ) -> Result<Response<QuiesceReply>, Status> {
         let req = req.into_inner();
-        let g = self.group(req.group_id)?;
+        let g = self.group(req.group_id).await?;
         let asleep = g.quiesce_follower(req.term, req.leader, req.last_log_index);
         Ok(Response::new(QuiesceReply { asleep }))
     }

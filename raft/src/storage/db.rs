@@ -125,6 +125,16 @@ impl NodeDb {
         Ok(trees)
     }
 
+    /// Whether `group` has storage on this node (its `created` mark).
+    pub fn is_stored(&self, group: GroupId) -> io::Result<bool> {
+        Ok(self
+            .spaces(group)
+            .meta
+            .get(CREATED)
+            .map_err(io_err)?
+            .is_some())
+    }
+
     /// The snapshot file of `group`. Snapshots live in files, not in sled:
     /// a multi-megabyte sled value would ride along with the next log flush
     /// and stall every group's appends (seen as 400 ms p999 spikes).

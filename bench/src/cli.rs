@@ -8,6 +8,7 @@ use clap::{Subcommand, ValueEnum};
 use seatfence_raft::storage::FlushMode;
 use seatfence_raft::RaftTuning;
 
+use crate::create::{run_create_bench, CreateBenchArgs};
 use crate::failover::{run_failover_bench, FailoverBenchArgs};
 use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
 use crate::moves::{run_move_bench, MoveBenchArgs};
@@ -75,6 +76,19 @@ pub enum BenchCmd {
         /// `raft.sleep_after_ms` of the nodes; 0: groups never sleep.
         #[arg(long, default_value_t = RaftTuning::default().sleep_after_ms)]
         sleep_after_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Events created per second through `POST /v1/events` on a local
+    /// one-region cluster (3 nodes, every node an edge), `inflight` at once.
+    CreateEvents {
+        #[arg(long, default_value_t = 1_000)]
+        events: usize,
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
+        /// Seats of each event (one section, one row).
+        #[arg(long, default_value_t = 100)]
+        seats: u32,
         #[arg(long)]
         json: bool,
     },
@@ -204,6 +218,24 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             emit(&r, json)?;
             if r.oversold || !r.counters_match {
                 anyhow::bail!("seats sold, captures and confirmed bookings disagree");
+            }
+            Ok(())
+        }
+        BenchCmd::CreateEvents {
+            events,
+            inflight,
+            seats,
+            json,
+        } => {
+            let args = CreateBenchArgs {
+                events,
+                inflight,
+                seats,
+            };
+            let r = run_create_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.errors > 0 {
+                anyhow::bail!("{} creates failed", r.errors);
             }
             Ok(())
         }

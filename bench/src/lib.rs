@@ -16,6 +16,7 @@
 //! - [`world`]: a benchmark's cluster, started and ready.
 
 pub mod cli;
+pub mod create;
 pub mod failover;
 pub mod flash;
 pub mod holds;

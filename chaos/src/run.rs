@@ -45,6 +45,11 @@ pub struct EventInfo {
     pub generation: u32,
     #[serde(default)]
     pub retired: bool,
+    /// One of the drill's sleeping events: created at the start, touched
+    /// by a buyer now and then, so its group sleeps most of the run and
+    /// is woken by buyers during faults.
+    #[serde(default)]
+    pub sleeper: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

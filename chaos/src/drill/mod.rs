@@ -72,6 +72,10 @@ pub struct DrillArgs {
     /// Seats of each of the two hot events.
     #[arg(long, default_value_t = 4)]
     pub hot_seats: usize,
+    /// Small events created at the start beside the hot and cold ones;
+    /// their groups sleep until a buyer (2% of buyers' picks) wakes one.
+    #[arg(long, default_value_t = 200)]
+    pub sleeping_events: usize,
     /// Milliseconds between the operator's ownership moves.
     #[arg(long, default_value_t = 4_000)]
     pub move_every_ms: u64,
@@ -225,6 +229,10 @@ pub(crate) struct World {
     pub leaders: Mutex<BTreeMap<u64, (u64, u64)>>,
     /// Per group: its voters as the leader last reported them.
     pub voters: Mutex<BTreeMap<u64, Vec<u64>>>,
+    /// Groups whose leader replica reported itself asleep in the
+    /// observer's last round, and the most seen in one round.
+    pub asleep: std::sync::atomic::AtomicUsize,
+    pub asleep_max: std::sync::atomic::AtomicUsize,
     pub client: ClusterClient,
     pub rx_stop: watch::Receiver<bool>,
 }
@@ -244,7 +252,18 @@ impl World {
             .lock()
             .expect("events lock poisoned")
             .iter()
-            .filter(|e| e.hot == hot && !e.retired)
+            .filter(|e| e.hot == hot && !e.retired && !e.sleeper)
+            .cloned()
+            .collect()
+    }
+
+    /// The sleeping events.
+    pub fn sleepers(&self) -> Vec<EventInfo> {
+        self.events
+            .lock()
+            .expect("events lock poisoned")
+            .iter()
+            .filter(|e| e.sleeper)
             .cloned()
             .collect()
     }

@@ -83,7 +83,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
 
     let (tx_stop, rx_stop) = watch::channel(false);
     let world = Arc::new(new_world(&out, &nodes, &gateway, secret, rx_stop)?);
-    create_first_events(&world, &cluster, args.hot_seats).await?;
+    create_first_events(&world, &cluster, args.hot_seats, args.sleeping_events).await?;
     run_info.events = world.all_events();
     write_json(&out.join("run.json"), &run_info)?;
 
@@ -361,6 +361,8 @@ fn new_world(
         epochs: Mutex::new(BTreeMap::new()),
         leaders: Mutex::new(BTreeMap::new()),
         voters: Mutex::new(BTreeMap::new()),
+        asleep: Default::default(),
+        asleep_max: Default::default(),
         client: ClusterClient::new(nodes.iter().map(|n| n.grpc_addr.clone()).collect())
             .with_deadline(Duration::from_secs(10)),
         rx_stop,
@@ -368,11 +370,12 @@ fn new_world(
 }
 
 /// Create the first generation of events and wait until each one's group
-/// has a leader; then the world knows them.
+/// has a leader, then the sleeping events; then the world knows them.
 async fn create_first_events(
     world: &World,
     cluster: &LocalCluster,
     hot_seats: usize,
+    sleeping_events: usize,
 ) -> anyhow::Result<()> {
     let first = workload::create_generation(world, 0, hot_seats)
         .await
@@ -387,6 +390,16 @@ async fn create_first_events(
         .lock()
         .expect("events lock poisoned")
         .extend(first);
+    if sleeping_events > 0 {
+        let sleepers = workload::create_sleepers(world, sleeping_events)
+            .await
+            .context("create the sleeping events")?;
+        world
+            .events
+            .lock()
+            .expect("events lock poisoned")
+            .extend(sleepers);
+    }
     Ok(())
 }
 
@@ -443,6 +456,11 @@ async fn settle_and_record(
     out: &Path,
     run_info: &mut RunInfo,
 ) -> anyhow::Result<()> {
+    eprintln!(
+        "chaos drill: up to {} groups asleep at once ({} sleeping events)",
+        world.asleep_max.load(std::sync::atomic::Ordering::Relaxed),
+        world.sleepers().len()
+    );
     eprintln!("chaos drill: settling (replicas equal, moves finished, payments resolved)");
     let finals = settle::settle(world, Duration::from_secs(90)).await;
     if !finals.converged {
@@ -536,8 +554,10 @@ async fn progress(w: Arc<World>, duration: u64, faults: usize) {
         p.update(
             start.elapsed().as_secs(),
             format!(
-                "ops {} (ok {}, refused {}, failed {}, unknown {})  faults {}/{faults}  leaders seen {}",
-                t.invoked, t.ok, t.refused, t.fail, t.info, t.faults, t.leader_changes
+                "ops {} (ok {}, refused {}, failed {}, unknown {})  faults {}/{faults}  leaders seen {}  asleep {} (max {})",
+                t.invoked, t.ok, t.refused, t.fail, t.info, t.faults, t.leader_changes,
+                w.asleep.load(std::sync::atomic::Ordering::Relaxed),
+                w.asleep_max.load(std::sync::atomic::Ordering::Relaxed),
             ),
         );
     }

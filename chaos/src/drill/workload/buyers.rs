@@ -38,8 +38,11 @@ pub async fn buyer(w: Arc<World>, i: usize, seed: u64) {
             b.read_booking(&ev, &hold, &booking, &seats).await;
             continue;
         }
-        let (hot, cold) = (w.live(true), w.live(false));
-        let ev = if cold.is_empty() || rng.gen_bool(0.75) {
+        let (hot, cold, sleepers) = (w.live(true), w.live(false), w.sleepers());
+        let ev = if !sleepers.is_empty() && rng.gen_bool(0.02) {
+            // Wakes a sleeping group, during faults as much as between.
+            sleepers.choose(&mut rng)
+        } else if cold.is_empty() || rng.gen_bool(0.75) {
             hot.choose(&mut rng)
         } else {
             cold.choose(&mut rng)

@@ -43,22 +43,7 @@ pub async fn create_generation(
             "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
             "max_seats_per_hold": 4,
         });
-        let mut group = None;
-        'tries: for attempt in 0..20 {
-            for e in edges.iter().cycle().skip(attempt).take(edges.len()) {
-                let url = format!("{e}/v1/events");
-                match send(w, Method::POST, &url, Some(&token), None, Some(&body), 1).await {
-                    Answer::Http(a) if a.status.as_u16() == 201 => {
-                        group = a.body["group_id"].as_u64();
-                        break 'tries;
-                    }
-                    Answer::Http(a) => anyhow::bail!("create {event_id}: {} {}", a.status, a.body),
-                    Answer::Unknown(_) => {}
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        let group = group.with_context(|| format!("create {event_id}: no edge answered 201"))?;
+        let group = create_event(w, &token, &edges, &event_id, &body).await?;
         out.push(EventInfo {
             event_id,
             group,
@@ -67,9 +52,77 @@ pub async fn create_generation(
             home_region: home.to_string(),
             generation: gen,
             retired: false,
+            sleeper: false,
         });
     }
     Ok(out)
+}
+
+/// Create one event through any edge that answers (a repeated create with
+/// the same spec is answered 201 again): its group.
+async fn create_event(
+    w: &World,
+    token: &str,
+    edges: &[String],
+    event_id: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<u64> {
+    for attempt in 0..20 {
+        for e in edges.iter().cycle().skip(attempt).take(edges.len()) {
+            let url = format!("{e}/v1/events");
+            match send(w, Method::POST, &url, Some(token), None, Some(body), 1).await {
+                Answer::Http(a) if a.status.as_u16() == 201 => {
+                    return a.body["group_id"]
+                        .as_u64()
+                        .with_context(|| format!("create {event_id}: no group_id in {}", a.body));
+                }
+                Answer::Http(a) => anyhow::bail!("create {event_id}: {} {}", a.status, a.body),
+                Answer::Unknown(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    anyhow::bail!("create {event_id}: no edge answered 201")
+}
+
+/// `n` small events (8 seats each), homed round-robin over the regions,
+/// 16 created at once: the drill's sleeping events.
+pub async fn create_sleepers(w: &World, n: usize) -> anyhow::Result<Vec<EventInfo>> {
+    use futures::StreamExt;
+    let token = w.token("chaos-operator", true);
+    let edges: Vec<String> = w.edges.values().cloned().collect();
+    let created: Vec<anyhow::Result<EventInfo>> = futures::stream::iter(0..n)
+        .map(|i| {
+            let (token, edges) = (&token, &edges);
+            async move {
+                let event_id = format!("chaos-sleeper-{i}");
+                let home = REGIONS[i % REGIONS.len()];
+                let seat_ids: Vec<String> = (1..=8).map(|s| format!("S{s}")).collect();
+                let body = json!({
+                    "event_id": event_id,
+                    "name": format!("chaos drill sleeping event {i}"),
+                    "home_region": home,
+                    "seats": seat_ids,
+                    "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
+                    "max_seats_per_hold": 4,
+                });
+                let group = create_event(w, token, edges, &event_id, &body).await?;
+                Ok(EventInfo {
+                    event_id,
+                    group,
+                    seats: seat_ids,
+                    hot: false,
+                    home_region: home.to_string(),
+                    generation: 0,
+                    retired: false,
+                    sleeper: true,
+                })
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    created.into_iter().collect()
 }
 
 /// Every `every_ms`, a new generation of events; the previous ones retire.
@@ -79,7 +132,7 @@ pub async fn generations(w: Arc<World>, hot_seats: usize, every_ms: u64) {
         match create_generation(&w, gen, hot_seats).await {
             Ok(fresh) => {
                 let mut events = w.events.lock().expect("events lock poisoned");
-                for e in events.iter_mut() {
+                for e in events.iter_mut().filter(|e| !e.sleeper) {
                     e.retired = true;
                 }
                 events.extend(fresh);

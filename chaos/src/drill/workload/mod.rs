@@ -11,7 +11,8 @@
 //!   epoch a finished move replaced (all must be refused);
 //! - the observer: every node's view of who leads which group;
 //! - the event generations: new events every so often, the previous ones
-//!   retired, so seats never run out.
+//!   retired, so seats never run out; beside them, `--sleeping-events`
+//!   small events whose groups sleep until a buyer now and then wakes one.
 //!
 //! One file per actor (`buyers`, `operator`, `zombie`, `observer`,
 //! `generations`); the sending and answer helpers they share live here.
@@ -29,7 +30,7 @@ use super::World;
 use seatfence_testkit::http_client::HttpAnswer;
 
 pub use buyers::buyer;
-pub use generations::{create_generation, generations};
+pub use generations::{create_generation, create_sleepers, generations};
 pub use observer::observer;
 pub use operator::operator;
 pub use zombie::zombie;

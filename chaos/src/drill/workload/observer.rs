@@ -1,8 +1,10 @@
 //! The observer: every node's view of who leads which group, polled all
 //! along the drill. The leader changes go into the history (for the
 //! report and the `coverage` checker); the latest leaders and voters are
-//! what the nemesis aims at.
+//! what the nemesis aims at; how many groups sleep goes to the progress
+//! line.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,9 +23,11 @@ pub async fn observer(w: Arc<World>) {
                 (*id, r.ok().and_then(Result::ok))
             }
         });
+        let mut asleep = 0;
         for (id, status) in futures::future::join_all(asks).await {
             let Some(status) = status else { continue };
             for g in status.groups.iter().filter(|g| g.role == "leader") {
+                asleep += usize::from(g.asleep);
                 let mut leaders = w.leaders.lock().expect("leaders lock poisoned");
                 let newer = leaders.get(&g.group_id).is_none_or(|(term, leader)| {
                     g.term > *term || (g.term == *term && *leader != id)
@@ -44,5 +48,7 @@ pub async fn observer(w: Arc<World>) {
                     .insert(g.group_id, g.voters.clone());
             }
         }
+        w.asleep.store(asleep, Ordering::Relaxed);
+        w.asleep_max.fetch_max(asleep, Ordering::Relaxed);
     }
 }

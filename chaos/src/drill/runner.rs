@@ -215,9 +215,9 @@ fn lay_out_cluster(
     payments.outbox_interval_ms = 500;
     let moves = MovesConfig {
         retired_grace_ms: 10_000,
-        // The leader balancer is not drilled yet: its transfers would
-        // change the nemesis's choice of "a hot group's leader".
-        balance_every_ms: 0,
+        // The leader balancer runs, faster than its default, so its
+        // hand-offs meet the faults, moves and kills.
+        balance_every_ms: 3_000,
         ..MovesConfig::default()
     };
     let configs = LocalCluster::builder(&out.join("cluster"))

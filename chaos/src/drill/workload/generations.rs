@@ -35,15 +35,8 @@ pub async fn create_generation(
         let home = REGIONS[(gen as usize + k) % REGIONS.len()];
         let prefix = if hot { 'H' } else { 'C' };
         let seat_ids: Vec<String> = (1..=seats).map(|s| format!("{prefix}{s}")).collect();
-        let body = json!({
-            "event_id": event_id,
-            "name": format!("chaos drill generation {gen} {kind}"),
-            "home_region": home,
-            "seats": seat_ids,
-            "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
-            "max_seats_per_hold": 4,
-        });
-        let group = create_event(w, &token, &edges, &event_id, &body).await?;
+        let name = format!("chaos drill generation {gen} {kind}");
+        let group = create_event(w, &token, &edges, (&event_id, &name, home), &seat_ids).await?;
         out.push(EventInfo {
             event_id,
             group,
@@ -58,15 +51,25 @@ pub async fn create_generation(
     Ok(out)
 }
 
-/// Create one event through any edge that answers (a repeated create with
-/// the same spec is answered 201 again): its group.
+/// Create the event `(id, name, home region)` with `seats` through any
+/// edge that answers (a repeated create with the same spec is answered 201
+/// again): its group.
 async fn create_event(
     w: &World,
     token: &str,
     edges: &[String],
-    event_id: &str,
-    body: &serde_json::Value,
+    (event_id, name, home): (&str, &str, &str),
+    seats: &[String],
 ) -> anyhow::Result<u64> {
+    let body = json!({
+        "event_id": event_id,
+        "name": name,
+        "home_region": home,
+        "seats": seats,
+        "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
+        "max_seats_per_hold": 4,
+    });
+    let body = &body;
     for attempt in 0..20 {
         for e in edges.iter().cycle().skip(attempt).take(edges.len()) {
             let url = format!("{e}/v1/events");
@@ -98,15 +101,9 @@ pub async fn create_sleepers(w: &World, n: usize) -> anyhow::Result<Vec<EventInf
                 let event_id = format!("chaos-sleeper-{i}");
                 let home = REGIONS[i % REGIONS.len()];
                 let seat_ids: Vec<String> = (1..=8).map(|s| format!("S{s}")).collect();
-                let body = json!({
-                    "event_id": event_id,
-                    "name": format!("chaos drill sleeping event {i}"),
-                    "home_region": home,
-                    "seats": seat_ids,
-                    "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
-                    "max_seats_per_hold": 4,
-                });
-                let group = create_event(w, token, edges, &event_id, &body).await?;
+                let name = format!("chaos drill sleeping event {i}");
+                let group =
+                    create_event(w, token, edges, (&event_id, &name, home), &seat_ids).await?;
                 Ok(EventInfo {
                     event_id,
                     group,

@@ -1,7 +1,8 @@
 //! The leader balancer: six groups all handed to node 1 while node 3 is
 //! stopped and behind (past the catch-up slack) spread over nodes 1 and 2
 //! (three each; node 3 gets none); once node 3 runs again and catches up,
-//! two each.
+//! two each. Node 2 drained: nodes 1 and 3 lead three each (the drained
+//! node's own hand-off and the balancer); the drain undone: two each.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::*;
-use seatfence_core::GroupId;
+use seatfence_core::{Command, GroupId, NodeId};
 use seatfence_regions::config::MovesConfig;
 use seatfence_testkit::LocalCluster;
 
@@ -93,6 +94,30 @@ async fn t62_balancer_spreads_leaders_around_a_stopped_voter_and_back() {
     tracing::info!("--- node 3 runs again, catches up and gets its share");
     cluster.resume(3).unwrap();
     eventually("two groups per node", || async {
+        let c = led(&cluster, &groups).await;
+        (c.len() == 3 && c.values().all(|n| *n == 2)).then_some(())
+    })
+    .await;
+
+    tracing::info!("--- node 2 drained: its groups go to 1 and 3; undrained: two each again");
+    let drain = |drained: bool| Command::SetDrained {
+        node: NodeId(2),
+        drained,
+    };
+    client
+        .write(GroupId::DIRECTORY, &drain(true))
+        .await
+        .unwrap();
+    eventually("node 2 leads nothing, 1 and 3 three each", || async {
+        let c = led(&cluster, &groups).await;
+        (c.get(&2) == Some(&0) && c.get(&1) == Some(&3) && c.get(&3) == Some(&3)).then_some(())
+    })
+    .await;
+    client
+        .write(GroupId::DIRECTORY, &drain(false))
+        .await
+        .unwrap();
+    eventually("two groups per node after the drain is undone", || async {
         let c = led(&cluster, &groups).await;
         (c.len() == 3 && c.values().all(|n| *n == 2)).then_some(())
     })

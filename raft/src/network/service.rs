@@ -106,9 +106,13 @@ impl RaftGrpc {
                 if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
                     return reply(Ok::<_, std::convert::Infallible>(refusal));
                 }
-                let r = g.raft.pre_vote(rpc).await;
-                g.wake();
-                reply(r)
+                // Not woken: a pre-vote changes nothing here and does not
+                // restart the election timer, so a replica woken by one
+                // (silent leader, timer long run out) campaigned at once
+                // against the candidate asking: split votes in ~10% of
+                // groups after a leader's node died, each costing an
+                // election timeout. The candidate's vote wakes it.
+                reply(g.raft.pre_vote(rpc).await)
             }
             RaftKind::TransferLeader => {
                 let (g, rpc) = self.decode(group_id, payload).await?;

@@ -16,9 +16,10 @@
 //!   transfers); it renews its lease with one heartbeat round before the
 //!   caller proposes;
 //! - an incoming append carrying entries or a higher vote (unless refused),
-//!   a vote, a pre-vote its leader's liveness does not refuse, a transfer
-//!   or a snapshot (after handling it, so the follower's election timer
-//!   starts from that message);
+//!   a vote, a transfer or a snapshot (after handling it, so the
+//!   follower's election timer starts from that message); not a pre-vote,
+//!   which restarts no timer (woken by one, the replica would campaign at
+//!   once against the candidate asking);
 //! - node-level liveness ([`liveness`]): the leader's node stopped
 //!   answering pings, or this replica woke from a restart and no leader
 //!   spoke up; a leader whose follower's node restarted wakes to catch it

@@ -56,6 +56,7 @@ async fn start_slow_moves(dir: &Path) -> LocalCluster {
         step_delay_ms: 1500,
         retired_grace_ms: 2000,
         balance_every_ms: 0,
+        rebalance_parallel: 0,
         ..Default::default()
     };
     let cluster = LocalCluster::builder(dir)

@@ -201,7 +201,9 @@ impl Edge {
                 what: format!("group {}", group.0),
             });
         }
-        let drained = directory.drained.contains(&seatfence_core::NodeId(to));
+        let drained = directory
+            .not_leading()
+            .contains(&seatfence_core::NodeId(to));
         let avoid = if drained { vec![to] } else { vec![] };
         let t = self.transfer_to(group, &[to], &avoid).await?;
         Ok((t.previous, t.term))
@@ -441,7 +443,11 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
                 .iter()
                 .copied()
                 .filter(|v| {
-                    *v != node && !view.directory.drained.contains(&seatfence_core::NodeId(*v))
+                    *v != node
+                        && !view
+                            .directory
+                            .not_leading()
+                            .contains(&seatfence_core::NodeId(*v))
                 })
                 .collect();
             targets.sort_by_key(|v| {

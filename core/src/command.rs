@@ -50,6 +50,12 @@ pub enum Command {
         op: crate::moves::MoveOp,
         at_ms: u64,
     },
+    /// Directory: node lifecycle (states, decommission, replica repairs).
+    /// `at_ms` is the proposer's clock, recorded only.
+    Node {
+        op: crate::lifecycle::NodeOp,
+        at_ms: u64,
+    },
     /// Event groups: a seat inventory command.
     Event(EventCommand),
     /// Directory: set a fleet-wide value only if it is `expected` now
@@ -114,6 +120,8 @@ pub enum Response {
     },
     /// A move as it stands after a [`Command::Move`], or why it was refused.
     Move(Result<Box<crate::moves::MoveRecord>, crate::moves::MoveRefused>),
+    /// The answer to a [`Command::Node`], or why it was refused.
+    Node(Result<Box<crate::lifecycle::NodeOpDone>, crate::lifecycle::NodeRefused>),
     Event(EventReply),
     /// A [`Command::PutSharedIf`] found another value: nothing written.
     Changed,
@@ -137,6 +145,7 @@ impl fmt::Display for Command {
             Command::Audit(a) => write!(f, "audit {} {}", a.action, a.target),
             Command::SetDrained { node, drained } => write!(f, "set node {node} drained={drained}"),
             Command::Move { op, .. } => write!(f, "move {op:?}"),
+            Command::Node { op, .. } => write!(f, "node {op:?}"),
             Command::Event(c) => write!(f, "event {} epoch {}", c.event_id, c.epoch),
         }
     }

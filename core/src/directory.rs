@@ -50,6 +50,10 @@ pub struct Directory {
     pub moves: BTreeMap<u64, crate::moves::MoveRecord>,
     /// The id the next move gets (never 0).
     pub next_move_id: u64,
+    /// Nodes not live (see [`crate::lifecycle`]); absent: live.
+    pub node_states: BTreeMap<NodeId, crate::lifecycle::NodeState>,
+    /// Running replica repairs, one per group at most.
+    pub repairs: BTreeMap<GroupId, crate::lifecycle::Repair>,
 }
 
 /// Whether an event is being moved between regions.
@@ -105,7 +109,7 @@ impl Directory {
     }
 
     /// The groups `node` should host a replica of: those it is a voter of,
-    /// and those a running move is adding it to.
+    /// and those a running move or repair is adding it to.
     pub fn hosted_on(&self, node: NodeId) -> std::collections::BTreeSet<GroupId> {
         let mut out: std::collections::BTreeSet<GroupId> =
             self.groups_of(node).map(|g| g.id).collect();
@@ -114,14 +118,28 @@ impl Directory {
                 out.insert(m.group);
             }
         }
+        out.extend(
+            self.repairs
+                .values()
+                .filter(|r| r.add == node)
+                .map(|r| r.group),
+        );
         out
     }
 
     /// Choose the voters of a new group. Deterministic: the same directory
-    /// and placement give the same members on every replica.
+    /// and placement give the same members on every replica. Dead and
+    /// retiring nodes take no new groups; suspect ones only when there are
+    /// not enough live ones (they may well come back).
     pub fn place(&self, placement: &Placement) -> Result<Vec<NodeId>, String> {
         let mut load: BTreeMap<NodeId, (usize, usize)> =
             self.nodes.keys().map(|id| (*id, (0, 0))).collect();
+        let live = |n: &&NodeInfo| {
+            matches!(
+                self.node_state(n.id),
+                crate::lifecycle::NodeState::Live | crate::lifecycle::NodeState::Suspect
+            )
+        };
         for g in self.groups.values() {
             for (i, m) in g.members.iter().enumerate() {
                 if let Some(l) = load.get_mut(m) {
@@ -132,17 +150,20 @@ impl Directory {
                 }
             }
         }
-        let by_load = |ids: &mut Vec<&NodeInfo>| ids.sort_by_key(|n| (load[&n.id].0, n.id));
+        let by_load = |ids: &mut Vec<&NodeInfo>| {
+            ids.sort_by_key(|n| (!self.node_state(n.id).takes_replicas(), load[&n.id].0, n.id))
+        };
         let mut picked: Vec<NodeId> = match placement {
             Placement::InRegion { region, replicas } => {
                 let mut c: Vec<&NodeInfo> = self
                     .nodes
                     .values()
                     .filter(|n| &n.region == region)
+                    .filter(live)
                     .collect();
                 if c.len() < usize::from(*replicas) {
                     return Err(format!(
-                        "region {region} has {} nodes, {replicas} replicas requested",
+                        "region {region} has {} nodes in service, {replicas} replicas requested",
                         c.len()
                     ));
                 }
@@ -154,13 +175,13 @@ impl Directory {
             }
             Placement::Spread { replicas } => {
                 let want = usize::from(*replicas);
-                if self.nodes.len() < want {
+                let mut c: Vec<&NodeInfo> = self.nodes.values().filter(live).collect();
+                if c.len() < want {
                     return Err(format!(
-                        "{} nodes known, {replicas} replicas requested",
-                        self.nodes.len()
+                        "{} nodes in service, {replicas} replicas requested",
+                        c.len()
                     ));
                 }
-                let mut c: Vec<&NodeInfo> = self.nodes.values().collect();
                 by_load(&mut c);
                 let mut picked = Vec::with_capacity(want);
                 let mut regions = Vec::new();
@@ -226,7 +247,7 @@ mod tests {
                 replicas: 3,
             })
             .unwrap_err();
-        assert!(err.contains("region a has 2 nodes"), "{err}");
+        assert!(err.contains("region a has 2 nodes in service"), "{err}");
     }
 
     #[test]

@@ -160,6 +160,13 @@ impl Node {
             clock.clone(),
             rx_stop.clone(),
         );
+        seatfence_regions::lifecycle::spawn(
+            registry.clone(),
+            node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+            config.moves.clone(),
+            clock.clone(),
+            rx_stop.clone(),
+        );
         let (edge, http_addr) =
             match start_edge(&config, &registry, &proposer, &clock, &rx_stop).await? {
                 Some((edge, addr)) => (Some(edge), Some(addr)),

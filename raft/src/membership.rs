@@ -27,6 +27,10 @@ pub enum MembershipOp {
     SetVoters(Vec<u64>),
     /// Remove these nodes if they are learners (undoing an aborted move).
     RemoveLearners(Vec<u64>),
+    /// Replace voter `remove` with `add` (already a learner), keeping every
+    /// learner and `remove` as one: the directory's voters, whose learners
+    /// are every other node.
+    ReplaceVoter { remove: u64, add: u64 },
 }
 
 /// A group's membership as its leader sees it.
@@ -147,6 +151,18 @@ pub async fn apply(g: &GroupHandle, op: MembershipOp) -> Result<MembershipStatus
                 if let Err(e) = g.raft.trigger().transfer_leader(to).await {
                     tracing::warn!(group = g.id.0, to, "hand-over after the change: {e}");
                 }
+            }
+        }
+        MembershipOp::ReplaceVoter { remove, add } => {
+            if now.voters.contains(&remove) || !now.voters.contains(&add) || now.joint {
+                let mut want: BTreeSet<u64> = now.voters.iter().copied().collect();
+                want.remove(&remove);
+                want.insert(add);
+                g.raft
+                    .change_membership(ChangeMembers::ReplaceAllVoters(want.clone()), true)
+                    .await
+                    .map_err(change_error)?;
+                tracing::info!(group = g.id.0, remove, add, voters = ?want, "voter replaced");
             }
         }
         MembershipOp::RemoveLearners(ids) => {

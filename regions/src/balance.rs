@@ -154,7 +154,7 @@ pub async fn run(
                 .values()
                 .map(|n| (n.id.0, n.grpc_addr.clone()))
                 .collect();
-            let drained: BTreeSet<u64> = d.drained.iter().map(|n: &NodeId| n.0).collect();
+            let drained: BTreeSet<u64> = d.not_leading().iter().map(|n: &NodeId| n.0).collect();
             (nodes, groups, drained)
         });
         let (led, answered) = leaders(&client, &nodes, &groups).await;

@@ -19,6 +19,19 @@ pub struct MovesConfig {
     /// The directory's leader balances group leaderships across each
     /// group's voters this often (`regions::balance`); 0: never.
     pub balance_every_ms: u64,
+    /// The directory's leader looks at node liveness, repairs and
+    /// decommissions this often (`regions::lifecycle`).
+    pub lifecycle_every_ms: u64,
+    /// A node silent this long (to the directory's leader) is `suspect`:
+    /// it takes new groups only when no live node can.
+    pub suspect_after_ms: u64,
+    /// A node silent this long is `dead`: its replicas are replaced.
+    pub dead_after_ms: u64,
+    /// At most this many repairs (dead or decommissioning nodes) at once.
+    pub repair_parallel: usize,
+    /// At most this many replicas moved at once to even out a region's
+    /// nodes (a node added to a region); 0: never.
+    pub rebalance_parallel: usize,
 }
 
 impl Default for MovesConfig {
@@ -28,6 +41,11 @@ impl Default for MovesConfig {
             step_delay_ms: 0,
             retired_grace_ms: 60_000,
             balance_every_ms: 10_000,
+            lifecycle_every_ms: 1_000,
+            suspect_after_ms: 10_000,
+            dead_after_ms: 300_000,
+            repair_parallel: 8,
+            rebalance_parallel: 1,
         }
     }
 }

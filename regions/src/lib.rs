@@ -20,6 +20,8 @@
 //!   the directory; every step idempotent, progress only in the directory.
 //! - [`transfer`]: the one leadership transfer (moves, operator transfer,
 //!   drain, a drained node's hand-off) and its one definition of caught up.
+//! - [`lifecycle`]: node states from liveness, replica repairs, rebalancing
+//!   and decommissions, run by whichever node leads the directory.
 //! - [`config`]: the `[moves]` section of a node's config.
 //!
 //! The directory's state machine and placement decisions live in
@@ -31,6 +33,7 @@
 
 pub mod balance;
 pub mod config;
+pub mod lifecycle;
 pub mod moves;
 pub mod placement;
 pub mod routes;

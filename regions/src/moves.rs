@@ -338,7 +338,8 @@ impl Coordinator {
     /// Step 4: make one of `to` (target voters in the target region) the
     /// leader. `true` once one leads.
     async fn transfer_into(&self, m: &MoveRecord, to: &[u64]) -> anyhow::Result<bool> {
-        let drained: Vec<u64> = self.read_directory(|d| d.drained.iter().map(|n| n.0).collect());
+        let drained: Vec<u64> =
+            self.read_directory(|d| d.not_leading().iter().map(|n| n.0).collect());
         // A failed transfer can leave the group leaderless for an election
         // timeout: wait a while, then the step is tried again.
         let wait = Duration::from_secs(3);

@@ -150,7 +150,7 @@ pub async fn hand_off_when_drained(
         let Some(dir) = registry.get(GroupId::DIRECTORY) else {
             continue;
         };
-        let drained: BTreeSet<NodeId> = dir.sm.read(|s| s.state.directory.drained.clone());
+        let drained: BTreeSet<NodeId> = dir.sm.read(|s| s.state.directory.not_leading());
         if !drained.contains(&NodeId(me)) {
             continue;
         }

@@ -193,6 +193,7 @@ impl LocalCluster {
             // move them back. A test (or drill) that wants it sets `moves`.
             moves: MovesConfig {
                 balance_every_ms: 0,
+                rebalance_parallel: 0,
                 ..MovesConfig::default()
             },
         }

@@ -74,6 +74,15 @@ impl Directory {
             .groups
             .get(&route.group)
             .ok_or_else(|| MoveRefused::new("group_not_found", format!("group {}", route.group)))?;
+        if let Some(r) = self.repairs.get(&route.group) {
+            return Err(MoveRefused::new(
+                "repair_in_progress",
+                format!(
+                    "group {} is replacing node {} with node {}; move it after",
+                    route.group, r.remove, r.add
+                ),
+            ));
+        }
         let from_members = group.members.clone();
         let to_members = self.place_move(&from_members, to_region, route.survival)?;
         let move_id = self.next_move_id.max(1);

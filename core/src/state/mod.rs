@@ -57,6 +57,7 @@ fn is_directory_command(cmd: &Command) -> bool {
             | Command::Audit(_)
             | Command::SetDrained { .. }
             | Command::Move { .. }
+            | Command::Node { .. }
     )
 }
 
@@ -122,6 +123,11 @@ impl State {
             Command::Move { op, at_ms } => {
                 Response::Move(self.directory.apply_move(op, *at_ms, changed).map(Box::new))
             }
+            Command::Node { op, at_ms } => Response::Node(
+                self.directory
+                    .apply_node_op(op, *at_ms, changed)
+                    .map(Box::new),
+            ),
             // The directory's audit trail.
             Command::Audit(entry) => self.append_audit(entry, changed),
             Command::RememberAnswer { owner, key, answer } => {

@@ -40,6 +40,10 @@ pub enum RecordKey {
     NextMoveId,
     /// Directory: a keyed request's first answer, `(owner, key)`.
     Answer(String, String),
+    /// Directory: a node's lifecycle state (absent: live).
+    NodeState(NodeId),
+    /// Directory: a group's running repair.
+    Repair(GroupId),
 }
 
 /// A stored record that cannot be decoded: the storage is corrupt.
@@ -76,6 +80,8 @@ impl RecordKey {
             RecordKey::Drained(n) => [b"d/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Move(m) => [b"v/".as_slice(), &m.to_be_bytes()].concat(),
             RecordKey::NextMoveId => b"m/next_move_id".to_vec(),
+            RecordKey::NodeState(n) => [b"l/".as_slice(), &n.0.to_be_bytes()].concat(),
+            RecordKey::Repair(g) => [b"p/".as_slice(), &g.0.to_be_bytes()].concat(),
             RecordKey::Op(owner, key) => owner_key(b"o/", &owner.0, key),
             RecordKey::Answer(owner, key) => owner_key(b"q/", owner, key),
         }
@@ -101,6 +107,8 @@ impl RecordKey {
             (b"i/", i) => String::from_utf8(i.to_vec()).ok().map(RecordKey::Inbox),
             (b"a/", a) => num(a).map(RecordKey::Audit),
             (b"d/", n) => num(n).map(|n| RecordKey::Drained(NodeId(n))),
+            (b"l/", n) => num(n).map(|n| RecordKey::NodeState(NodeId(n))),
+            (b"p/", g) => num(g).map(|g| RecordKey::Repair(GroupId(g))),
             (b"o/", rest) => {
                 let (owner, key) = split_owner_key(rest)?;
                 Some(RecordKey::Op(UserId(owner), key))
@@ -159,6 +167,8 @@ impl State {
             RecordKey::Move(m) => self.directory.moves.get(m).map(enc),
             RecordKey::NextMoveId => Some(enc(&self.directory.next_move_id)),
             RecordKey::Answer(o, k) => self.answers.get(&(o.clone(), k.clone())).map(enc),
+            RecordKey::NodeState(n) => self.directory.node_states.get(n).map(enc),
+            RecordKey::Repair(g) => self.directory.repairs.get(g).map(enc),
         }
     }
 
@@ -219,6 +229,14 @@ impl State {
             RecordKey::Answer(o, k) => {
                 self.answers.insert((o, k), dec(value).map_err(err)?);
             }
+            RecordKey::NodeState(n) => {
+                self.directory
+                    .node_states
+                    .insert(n, dec(value).map_err(err)?);
+            }
+            RecordKey::Repair(g) => {
+                self.directory.repairs.insert(g, dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -273,6 +291,12 @@ impl State {
             RecordKey::NextMoveId => self.directory.next_move_id = 0,
             RecordKey::Answer(o, k) => {
                 self.answers.remove(&(o, k));
+            }
+            RecordKey::NodeState(n) => {
+                self.directory.node_states.remove(&n);
+            }
+            RecordKey::Repair(g) => {
+                self.directory.repairs.remove(&g);
             }
         }
         Ok(())
@@ -333,7 +357,14 @@ impl State {
                 self.answers
                     .keys()
                     .map(|(o, k)| RecordKey::Answer(o.clone(), k.clone())),
-            );
+            )
+            .chain(
+                self.directory
+                    .node_states
+                    .keys()
+                    .map(|n| RecordKey::NodeState(*n)),
+            )
+            .chain(self.directory.repairs.keys().map(|g| RecordKey::Repair(*g)));
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }

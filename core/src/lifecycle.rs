@@ -1,0 +1,508 @@
+//! Node lifecycle in the directory: each node's state, and the replica
+//! replacements (repairs) that keep every group at full strength.
+//!
+//! ```text
+//!   live ⇄ suspect ─▶ dead ─(answers again, unless an operator declared it)─▶ live
+//!   live/suspect ─decommission─▶ decommissioning ─(no replica left)─▶ decommissioned
+//!                  decommissioning ─recommission─▶ live
+//! ```
+//!
+//! A [`Repair`] replaces one voter of one group (`remove`) with a node of
+//! the same region (`add`): the new node joins as a learner, catches up,
+//! the voters change in one membership change, and only then does the
+//! directory record the new members. At most one repair per group (they
+//! are keyed by group), never while the group's event is moving (and no
+//! move starts while a repair runs), and the owner region and epoch never
+//! change: a repair is not a move.
+//!
+//! The states `live`, `suspect` and `dead` are what the directory leader's
+//! pings saw ([`NodeOp::SetState`]); an operator may declare a node dead at
+//! once. Everything here is pure: the directory leader's lifecycle task
+//! (`seatfence_regions::lifecycle`) proposes the operations and performs the
+//! membership changes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::directory::Directory;
+use crate::ids::{GroupId, NodeId};
+use crate::state::RecordKey;
+
+/// A node's state in the directory. A node with no record is `Live`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    Live,
+    /// Unreachable from the directory's leader past `suspect_after_ms`.
+    Suspect,
+    /// Unreachable past `dead_after_ms`, or declared dead by an operator
+    /// (`declared`): its replicas are replaced.
+    Dead {
+        declared: bool,
+    },
+    /// Being retired: its replicas are moved off, it leads nothing.
+    Decommissioning,
+    /// Retired: it holds no replica and may be deleted.
+    Decommissioned,
+}
+
+impl NodeState {
+    /// The name in the API (`state` of a node in `GET /v1/admin/cluster`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Live => "live",
+            NodeState::Suspect => "suspect",
+            NodeState::Dead { .. } => "dead",
+            NodeState::Decommissioning => "decommissioning",
+            NodeState::Decommissioned => "decommissioned",
+        }
+    }
+
+    /// New replicas may be placed on a node in this state.
+    pub fn takes_replicas(self) -> bool {
+        self == NodeState::Live
+    }
+
+    /// A voter on a node in this state is replaced.
+    pub fn needs_repair(self) -> bool {
+        matches!(self, NodeState::Dead { .. } | NodeState::Decommissioning)
+    }
+}
+
+/// Why a replica is being replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RepairReason {
+    /// Its node is dead.
+    Dead,
+    /// Its node is being decommissioned.
+    Decommission,
+    /// Its node holds more replicas than the others of its region (a node
+    /// added to the region takes its share).
+    Rebalance,
+}
+
+impl RepairReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            RepairReason::Dead => "dead",
+            RepairReason::Decommission => "decommission",
+            RepairReason::Rebalance => "rebalance",
+        }
+    }
+}
+
+/// The step a repair is at: the step being performed now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RepairStep {
+    /// `add` joins as a learner and catches up.
+    AddLearner,
+    /// The voters change from `remove` to `add` (then [`NodeOp::FinishRepair`]).
+    ChangeMembership,
+}
+
+impl RepairStep {
+    pub fn name(self) -> &'static str {
+        match self {
+            RepairStep::AddLearner => "add_learner",
+            RepairStep::ChangeMembership => "change_membership",
+        }
+    }
+}
+
+/// One running replacement of a voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repair {
+    pub group: GroupId,
+    pub remove: NodeId,
+    pub add: NodeId,
+    pub reason: RepairReason,
+    pub step: RepairStep,
+    pub started_ms: u64,
+}
+
+/// What the directory is asked to do with node states and repairs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeOp {
+    /// Liveness as the directory's leader saw it (`live`, `suspect`,
+    /// `dead`), or an operator declaring a node dead (`Dead{declared}`).
+    /// Liveness never overrides a decommission or a declared death.
+    SetState { node: NodeId, state: NodeState },
+    /// Retire `node`: refused unless every group with a voter there has a
+    /// live node of the same region to go to.
+    Decommission { node: NodeId },
+    /// Undo a decommission that has not completed.
+    Recommission { node: NodeId },
+    /// A decommissioning node holds no replica and no directory vote:
+    /// mark it decommissioned.
+    Decommissioned { node: NodeId },
+    /// Replace `remove` in `group`'s voters: with `add`, or (None) the
+    /// least loaded live node of `remove`'s region that is not a member.
+    StartRepair {
+        group: GroupId,
+        remove: NodeId,
+        add: Option<NodeId>,
+        reason: RepairReason,
+    },
+    /// Advance `group`'s repair from `from` (compare-and-set).
+    AdvanceRepair { group: GroupId, from: RepairStep },
+    /// The voters changed: record the group's new members, end the repair.
+    FinishRepair { group: GroupId },
+    /// Give up a repair before its membership change (its learner is
+    /// removed by the caller); refused after it.
+    CancelRepair { group: GroupId },
+}
+
+/// The answer to a [`NodeOp`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeOpDone {
+    /// The node's state afterwards.
+    State(NodeState),
+    /// The repair as it stands afterwards (`None`: finished or cancelled).
+    Repair(Option<Repair>),
+}
+
+/// Why the directory refused a [`NodeOp`]: a stable code and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRefused {
+    pub code: String,
+    pub message: String,
+}
+
+impl NodeRefused {
+    pub fn new(code: &str, message: impl Into<String>) -> NodeRefused {
+        NodeRefused {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Directory {
+    /// `node`'s state (no record: live; an unknown node too).
+    pub fn node_state(&self, node: NodeId) -> NodeState {
+        self.node_states
+            .get(&node)
+            .copied()
+            .unwrap_or(NodeState::Live)
+    }
+
+    /// Nodes that must not lead: drained ones, and those being retired,
+    /// retired or dead. Leaderships they get are handed off.
+    pub fn not_leading(&self) -> std::collections::BTreeSet<NodeId> {
+        let retiring = self.node_states.iter().filter(|(_, s)| {
+            matches!(
+                s,
+                NodeState::Decommissioning | NodeState::Decommissioned | NodeState::Dead { .. }
+            )
+        });
+        self.drained
+            .iter()
+            .copied()
+            .chain(retiring.map(|(n, _)| *n))
+            .collect()
+    }
+
+    /// Replicas `node` holds or is receiving (members and repair targets).
+    pub fn replica_count(&self, node: NodeId) -> usize {
+        self.groups_of(node).count() + self.repairs.values().filter(|r| r.add == node).count()
+    }
+
+    /// Where a replacement for `remove` in `group` goes: a live node of
+    /// `remove`'s region that is not a member, holding the fewest replicas
+    /// (lowest id on a tie). `None`: no spare node (the group stays
+    /// under-replicated).
+    pub fn replacement(&self, group: GroupId, remove: NodeId) -> Option<NodeId> {
+        let region = &self.nodes.get(&remove)?.region;
+        let members = &self.groups.get(&group)?.members;
+        self.nodes
+            .values()
+            .filter(|n| &n.region == region && !members.contains(&n.id))
+            .filter(|n| self.node_state(n.id).takes_replicas())
+            .min_by_key(|n| (self.replica_count(n.id), n.id))
+            .map(|n| n.id)
+    }
+
+    /// Groups with a voter on a dead or decommissioning node that no repair
+    /// is fixing and no spare node can take: under-replicated.
+    pub fn under_replicated(&self) -> Vec<GroupId> {
+        self.groups
+            .values()
+            .filter(|g| !self.repairs.contains_key(&g.id))
+            .filter(|g| {
+                g.members.iter().any(|m| {
+                    self.node_state(*m).needs_repair() && self.replacement(g.id, *m).is_none()
+                })
+            })
+            .map(|g| g.id)
+            .collect()
+    }
+
+    /// Apply one lifecycle operation.
+    pub fn apply_node_op(
+        &mut self,
+        op: &NodeOp,
+        at_ms: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        match op {
+            NodeOp::SetState { node, state } => self.set_node_state(*node, *state, changed),
+            NodeOp::Decommission { node } => self.decommission(*node, changed),
+            NodeOp::Recommission { node } => {
+                self.known(*node)?;
+                match self.node_state(*node) {
+                    NodeState::Decommissioning => {
+                        self.put_state(*node, NodeState::Live, changed);
+                        Ok(NodeOpDone::State(NodeState::Live))
+                    }
+                    NodeState::Live => Ok(NodeOpDone::State(NodeState::Live)),
+                    other => Err(NodeRefused::new(
+                        "not_decommissioning",
+                        format!("node {node} is {}", other.name()),
+                    )),
+                }
+            }
+            NodeOp::Decommissioned { node } => {
+                self.known(*node)?;
+                match self.node_state(*node) {
+                    NodeState::Decommissioned => {}
+                    NodeState::Decommissioning if self.replica_count(*node) == 0 => {
+                        self.put_state(*node, NodeState::Decommissioned, changed);
+                    }
+                    other => {
+                        return Err(NodeRefused::new(
+                            "replicas_remain",
+                            format!(
+                                "node {node} is {} and holds {} replicas",
+                                other.name(),
+                                self.replica_count(*node)
+                            ),
+                        ))
+                    }
+                }
+                Ok(NodeOpDone::State(NodeState::Decommissioned))
+            }
+            NodeOp::StartRepair {
+                group,
+                remove,
+                add,
+                reason,
+            } => self.start_repair(*group, *remove, *add, *reason, at_ms, changed),
+            NodeOp::AdvanceRepair { group, from } => {
+                let r = self.repair_mut(*group)?;
+                if r.step != *from || *from != RepairStep::AddLearner {
+                    return Err(step_mismatch(r, *from));
+                }
+                r.step = RepairStep::ChangeMembership;
+                let r = r.clone();
+                changed.push(RecordKey::Repair(*group));
+                Ok(NodeOpDone::Repair(Some(r)))
+            }
+            NodeOp::FinishRepair { group } => {
+                let r = self.repair_mut(*group)?;
+                if r.step != RepairStep::ChangeMembership {
+                    return Err(step_mismatch(r, RepairStep::ChangeMembership));
+                }
+                let r = self.repairs.remove(group).expect("found above");
+                changed.push(RecordKey::Repair(*group));
+                if let Some(g) = self.groups.get_mut(group) {
+                    for m in g.members.iter_mut().filter(|m| **m == r.remove) {
+                        *m = r.add;
+                    }
+                    changed.push(RecordKey::Group(*group));
+                }
+                Ok(NodeOpDone::Repair(None))
+            }
+            NodeOp::CancelRepair { group } => {
+                let r = self.repair_mut(*group)?;
+                if r.step != RepairStep::AddLearner {
+                    return Err(step_mismatch(r, RepairStep::AddLearner));
+                }
+                self.repairs.remove(group);
+                changed.push(RecordKey::Repair(*group));
+                Ok(NodeOpDone::Repair(None))
+            }
+        }
+    }
+
+    fn known(&self, node: NodeId) -> Result<(), NodeRefused> {
+        if self.nodes.contains_key(&node) {
+            Ok(())
+        } else {
+            Err(NodeRefused::new("node_not_found", format!("node {node}")))
+        }
+    }
+
+    fn put_state(&mut self, node: NodeId, state: NodeState, changed: &mut Vec<RecordKey>) {
+        if state == NodeState::Live {
+            self.node_states.remove(&node);
+        } else {
+            self.node_states.insert(node, state);
+        }
+        changed.push(RecordKey::NodeState(node));
+    }
+
+    /// [`NodeOp::SetState`]. Liveness moves a node between live, suspect
+    /// and (undeclared) dead; it never touches a decommission or a declared
+    /// death. An operator's declaration (`Dead{declared: true}`) holds
+    /// until the node is decommissioned.
+    fn set_node_state(
+        &mut self,
+        node: NodeId,
+        state: NodeState,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        self.known(node)?;
+        let now = self.node_state(node);
+        let allowed = match (now, state) {
+            (a, b) if a == b => return Ok(NodeOpDone::State(now)),
+            (
+                NodeState::Decommissioning
+                | NodeState::Decommissioned
+                | NodeState::Dead { declared: true },
+                _,
+            ) => false,
+            (_, NodeState::Dead { declared: true }) => true,
+            (_, NodeState::Live | NodeState::Suspect | NodeState::Dead { declared: false }) => true,
+            _ => false,
+        };
+        if !allowed {
+            return Err(NodeRefused::new(
+                "state_refused",
+                format!(
+                    "node {node} is {}, cannot become {}",
+                    now.name(),
+                    state.name()
+                ),
+            ));
+        }
+        self.put_state(node, state, changed);
+        Ok(NodeOpDone::State(state))
+    }
+
+    /// [`NodeOp::Decommission`]: refused when a group with a voter on the
+    /// node would have nowhere to go.
+    fn decommission(
+        &mut self,
+        node: NodeId,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        self.known(node)?;
+        let now = self.node_state(node);
+        match now {
+            NodeState::Decommissioning | NodeState::Decommissioned => {
+                return Ok(NodeOpDone::State(now))
+            }
+            NodeState::Live | NodeState::Suspect | NodeState::Dead { .. } => {}
+        }
+        let stuck: Vec<u64> = self
+            .groups_of(node)
+            .filter(|g| self.replacement(g.id, node).is_none())
+            .map(|g| g.id.0)
+            .collect();
+        if !stuck.is_empty() {
+            let region = &self.nodes[&node].region;
+            return Err(NodeRefused::new(
+                "no_spare_node",
+                format!(
+                    "region {region} has no live node to take node {node}'s replicas of \
+                     groups {stuck:?}; add a node to the region first"
+                ),
+            ));
+        }
+        self.put_state(node, NodeState::Decommissioning, changed);
+        Ok(NodeOpDone::State(NodeState::Decommissioning))
+    }
+
+    /// [`NodeOp::StartRepair`]: one repair per group, never beside a move,
+    /// only for a voter of the group, to a live member-less node of its
+    /// region. Starting the same repair again answers it.
+    fn start_repair(
+        &mut self,
+        group: GroupId,
+        remove: NodeId,
+        add: Option<NodeId>,
+        reason: RepairReason,
+        at_ms: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        if let Some(r) = self.repairs.get(&group) {
+            if r.remove == remove && add.is_none_or(|a| a == r.add) {
+                return Ok(NodeOpDone::Repair(Some(r.clone())));
+            }
+            return Err(NodeRefused::new(
+                "repair_in_progress",
+                format!(
+                    "group {group} is already replacing node {} with node {}",
+                    r.remove, r.add
+                ),
+            ));
+        }
+        let g = self
+            .groups
+            .get(&group)
+            .ok_or_else(|| NodeRefused::new("group_not_found", format!("group {group}")))?;
+        if !g.members.contains(&remove) {
+            return Err(NodeRefused::new(
+                "not_a_member",
+                format!("node {remove} is not a voter of group {group}"),
+            ));
+        }
+        if self.is_moving(group) {
+            return Err(NodeRefused::new(
+                "move_in_progress",
+                format!("group {group}'s event is moving"),
+            ));
+        }
+        let add = match add {
+            None => self.replacement(group, remove),
+            Some(a) => {
+                let fits =
+                    self.nodes.get(&a).is_some_and(|n| {
+                        Some(&n.region) == self.nodes.get(&remove).map(|r| &r.region)
+                    }) && !g.members.contains(&a)
+                        && self.node_state(a).takes_replicas();
+                fits.then_some(a)
+            }
+        };
+        let add = add.ok_or_else(|| {
+            NodeRefused::new(
+                "no_spare_node",
+                format!("no live node of node {remove}'s region can take group {group}"),
+            )
+        })?;
+        let r = Repair {
+            group,
+            remove,
+            add,
+            reason,
+            step: RepairStep::AddLearner,
+            started_ms: at_ms,
+        };
+        self.repairs.insert(group, r.clone());
+        changed.push(RecordKey::Repair(group));
+        Ok(NodeOpDone::Repair(Some(r)))
+    }
+
+    /// Whether `group`'s event has a running move.
+    pub fn is_moving(&self, group: GroupId) -> bool {
+        self.moves
+            .values()
+            .any(|m| m.is_running() && m.group == group)
+    }
+
+    fn repair_mut(&mut self, group: GroupId) -> Result<&mut Repair, NodeRefused> {
+        self.repairs
+            .get_mut(&group)
+            .ok_or_else(|| NodeRefused::new("repair_not_found", format!("group {group}")))
+    }
+}
+
+fn step_mismatch(r: &Repair, from: RepairStep) -> NodeRefused {
+    NodeRefused::new(
+        "step_mismatch",
+        format!(
+            "group {}'s repair is at {}, not {}",
+            r.group,
+            r.step.name(),
+            from.name()
+        ),
+    )
+}

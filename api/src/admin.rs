@@ -104,6 +104,8 @@ impl ClusterView {
                     "grpc_addr": n.grpc_addr,
                     "reachable": self.status.get(&n.id.0).is_some_and(|s| s.is_some()),
                     "drained": self.directory.drained.contains(&n.id),
+                    "state": self.directory.node_state(n.id).name(),
+                    "replicas": self.directory.replica_count(n.id),
                     "leader_of": leads(n.id.0),
                 })
             })
@@ -114,6 +116,7 @@ impl ClusterView {
             .values()
             .map(|r| (r.group.0, r))
             .collect();
+        let under = self.directory.under_replicated();
         let groups: Vec<Value> = self
             .groups()
             .into_iter()
@@ -149,6 +152,8 @@ impl ClusterView {
                     "voters": leader.map(|(_, s)| s.voters.clone()),
                     "learners": leader.map(|(_, s)| s.learners.clone()),
                     "replicas": replicas,
+                    "repair": self.directory.repairs.get(&g).map(repair_json),
+                    "under_replicated": under.contains(&g),
                 })
             })
             .collect();
@@ -163,8 +168,22 @@ impl ClusterView {
                 .filter(|m| m.is_running())
                 .map(crate::moves::move_json)
                 .collect::<Vec<_>>(),
+            "repairs": self.directory.repairs.values().map(repair_json).collect::<Vec<_>>(),
+            "under_replicated": under.iter().map(|g| g.0).collect::<Vec<_>>(),
         })
     }
+}
+
+/// A running repair as `GET /v1/admin/cluster` shows it.
+fn repair_json(r: &seatfence_core::Repair) -> Value {
+    json!({
+        "group_id": r.group.0,
+        "remove": r.remove.0,
+        "add": r.add.0,
+        "reason": r.reason.name(),
+        "step": r.step.name(),
+        "started_ms": r.started_ms,
+    })
 }
 
 impl Edge {

@@ -16,7 +16,7 @@ use crate::auth::{self, Caller};
 pub use crate::conn::serve;
 use crate::error::ApiError;
 use crate::routes::{self, Matched, Route};
-use crate::{admin, events, holds, moves, payments, Edge};
+use crate::{admin, events, holds, lifecycle, moves, payments, Edge};
 
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -336,6 +336,9 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         Route::TransferLeader => admin::transfer(edge, req, id).await,
         Route::Drain => admin::drain(edge, req, id).await,
         Route::Undrain => admin::undrain(edge, req, id).await,
+        Route::Decommission => lifecycle::decommission(edge, req, id).await,
+        Route::Recommission => lifecycle::recommission(edge, req, id).await,
+        Route::DeclareDead => lifecycle::declare_dead(edge, req, id).await,
         Route::StartMove => moves::start(edge, req, id).await,
         Route::ListMoves => moves::list(edge, req).await,
         Route::GetMove => moves::get(edge, req, id).await,

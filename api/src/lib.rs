@@ -37,6 +37,7 @@ pub mod gateway;
 pub mod holds;
 pub mod http;
 pub mod keyed;
+pub mod lifecycle;
 pub mod metrics;
 pub mod moves;
 pub mod payments;

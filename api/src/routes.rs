@@ -33,6 +33,9 @@ pub enum Route {
     TransferLeader,
     Drain,
     Undrain,
+    Decommission,
+    Recommission,
+    DeclareDead,
     StartMove,
     ListMoves,
     GetMove,
@@ -187,6 +190,36 @@ pub const ROUTES: &[RouteDef] = &[
             "admin",
         ),
         "undrain",
+        "node {node_id}",
+    ),
+    audited(
+        row(
+            Route::Decommission,
+            Method::POST,
+            "/v1/admin/nodes/{node_id}/decommission",
+            "admin",
+        ),
+        "decommission",
+        "node {node_id}",
+    ),
+    audited(
+        row(
+            Route::Recommission,
+            Method::POST,
+            "/v1/admin/nodes/{node_id}/recommission",
+            "admin",
+        ),
+        "recommission",
+        "node {node_id}",
+    ),
+    audited(
+        row(
+            Route::DeclareDead,
+            Method::POST,
+            "/v1/admin/nodes/{node_id}/declare-dead",
+            "admin",
+        ),
+        "declare-dead",
         "node {node_id}",
     ),
     audited(

@@ -33,6 +33,9 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (Kind::Counter, "seatfence_move_duration_ms_sum", "Sums over moves completed by this node's coordinator, in ms: start to done (phase=\"total\"), and the write pause, membership change committed (old leader hands over) to epoch bump committed (phase=\"pause\")."),
     (Kind::Gauge, "seatfence_move_last_duration_seconds", "Start to done of the last move this node's coordinator completed."),
     (Kind::Gauge, "seatfence_move_last_pause_seconds", "Write pause (membership change committed to epoch bump committed) of the last move this node's coordinator completed."),
+    (Kind::Gauge, "seatfence_nodes", "Nodes of the cluster by lifecycle state (live, suspect, dead, decommissioning, decommissioned), as this node's directory replica records them."),
+    (Kind::Gauge, "seatfence_groups_under_replicated", "Groups with a voter on a dead or decommissioning node that no repair is replacing because no live node of its region can take it."),
+    (Kind::Gauge, "seatfence_repairs_running", "Replica repairs running (a voter being replaced: dead or decommissioning node, or a region's rebalancing), as the directory records them."),
     (Kind::Gauge, "seatfence_groups_sleeping", "Replicas on this node that sleep: idle, timers stopped until a proposal, a read, a leader's entries, a vote or node liveness wakes them."),
 ];
 
@@ -138,6 +141,16 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
 impl RaftMetrics {
     pub fn inc(counter: &Counter) {
         counter.increment(1);
+    }
+
+    /// The cluster's node states (every state named, zero included), its
+    /// under-replicated groups and running repairs.
+    pub fn node_lifecycle(&self, states: &[(&'static str, usize)], under: usize, repairs: usize) {
+        for (state, n) in states {
+            gauge!("seatfence_nodes", "state" => *state).set(*n as f64);
+        }
+        gauge!("seatfence_groups_under_replicated").set(under as f64);
+        gauge!("seatfence_repairs_running").set(repairs as f64);
     }
 
     /// Count a leadership gained by `group` on this node.

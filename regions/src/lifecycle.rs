@@ -33,6 +33,7 @@ use seatfence_core::{
 };
 use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::MembershipOp;
+use seatfence_raft::metrics::METRICS;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
@@ -81,6 +82,7 @@ impl Lifecycle {
             let Some(dir) = self.registry.get(GroupId::DIRECTORY) else {
                 continue;
             };
+            record_metrics(&self.directory());
             if !dir.raft.is_leader() {
                 silent.clear();
                 continue;
@@ -346,6 +348,24 @@ impl Lifecycle {
             .map(|dir| dir.sm.read(|s| s.state.directory.clone()))
             .unwrap_or_default()
     }
+}
+
+/// The lifecycle gauges, from this node's directory replica.
+fn record_metrics(d: &Directory) {
+    let mut states = [
+        ("live", 0),
+        ("suspect", 0),
+        ("dead", 0),
+        ("decommissioning", 0),
+        ("decommissioned", 0),
+    ];
+    for n in d.nodes.keys() {
+        let name = d.node_state(*n).name();
+        if let Some(s) = states.iter_mut().find(|(s, _)| *s == name) {
+            s.1 += 1;
+        }
+    }
+    METRICS.node_lifecycle(&states, d.under_replicated().len(), d.repairs.len());
 }
 
 /// The repairs to start now: voters on dead or decommissioning nodes first

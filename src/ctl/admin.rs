@@ -83,6 +83,28 @@ pub(super) async fn undrain(edge: &Edge, node: u64, as_json: bool) -> anyhow::Re
     Ok(())
 }
 
+/// `decommission`, `recommission`, `declare-dead`: one lifecycle action on
+/// `node` (`action` is the path's last segment); prints its state after.
+pub(super) async fn node_lifecycle(
+    edge: &Edge,
+    node: u64,
+    action: &str,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let a = edge
+        .post(&format!("/v1/admin/nodes/{node}/{action}"), &json!({}))
+        .await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        println!(
+            "node {node}: {} (progress: seatfence ctl cluster)",
+            a.body["state"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
 /// `move`: start moving `event` to region `to`; with `wait`, follow it
 /// until it ends (an error unless it is done).
 pub(super) async fn move_event(

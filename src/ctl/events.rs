@@ -10,7 +10,8 @@ use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
 use serde_json::{json, Value};
 
 use super::admin::{
-    abort_move, audit, drain, list_moves, move_event, show_cluster, transfer_leader, undrain,
+    abort_move, audit, drain, list_moves, move_event, node_lifecycle, show_cluster,
+    transfer_leader, undrain,
 };
 use crate::demo::DemoFile;
 
@@ -97,6 +98,34 @@ pub enum EventCmd {
     },
     /// Put a drained node back in service (operator).
     Undrain {
+        /// The node id.
+        node: u64,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retire a node (operator): its replicas move to other live nodes of
+    /// its region, its leaderships elsewhere; then it is `decommissioned`
+    /// and may be deleted. Refused (no_spare_node) when a group would have
+    /// nowhere to go.
+    Decommission {
+        /// The node id.
+        node: u64,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Undo a decommission that has not completed (operator).
+    Recommission {
+        /// The node id.
+        node: u64,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Declare a suspect (unreachable) node dead now (operator): its
+    /// replicas are replaced without waiting for dead_after_ms.
+    DeclareDead {
         /// The node id.
         node: u64,
         /// Print the edge's JSON answer.
@@ -274,6 +303,18 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             node,
             json: as_json,
         } => undrain(&edge, node, as_json).await,
+        EventCmd::Decommission {
+            node,
+            json: as_json,
+        } => node_lifecycle(&edge, node, "decommission", as_json).await,
+        EventCmd::Recommission {
+            node,
+            json: as_json,
+        } => node_lifecycle(&edge, node, "recommission", as_json).await,
+        EventCmd::DeclareDead {
+            node,
+            json: as_json,
+        } => node_lifecycle(&edge, node, "declare-dead", as_json).await,
         EventCmd::Move {
             event,
             to,

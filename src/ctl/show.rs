@@ -24,13 +24,17 @@ pub(super) fn print_cluster(v: &Value) {
             ids(&r["nodes"])
         );
     }
-    println!("\nNODE  REGION     GRPC                  UP   DRAINED LEADS");
+    println!(
+        "\nNODE  REGION     GRPC                  STATE           REPLICAS UP   DRAINED LEADS"
+    );
     for n in arr(&v["nodes"]) {
         println!(
-            "{:<5} {:<10} {:<21} {:<4} {:<7} {}",
+            "{:<5} {:<10} {:<21} {:<15} {:<8} {:<4} {:<7} {}",
             n["node_id"].to_string(),
             n["region"].as_str().unwrap_or("?"),
             n["grpc_addr"].as_str().unwrap_or("?"),
+            n["state"].as_str().unwrap_or("?"),
+            n["replicas"].to_string(),
             if n["reachable"] == json!(true) {
                 "yes"
             } else {
@@ -80,6 +84,27 @@ pub(super) fn print_cluster(v: &Value) {
         for m in moves {
             print_move_row(&m);
         }
+    }
+    let repairs = arr(&v["repairs"]);
+    if !repairs.is_empty() {
+        println!("\nRUNNING REPAIRS (group: node -> node, reason, step)");
+        for r in repairs {
+            println!(
+                "{:<5} {} -> {}  {:<12} {}",
+                r["group_id"].to_string(),
+                r["remove"],
+                r["add"],
+                r["reason"].as_str().unwrap_or("?"),
+                r["step"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    let under = arr(&v["under_replicated"]);
+    if !under.is_empty() {
+        println!(
+            "\nUNDER-REPLICATED (a voter on a dead or retiring node, no spare node in its region): {}",
+            ids(&v["under_replicated"])
+        );
     }
 }
 

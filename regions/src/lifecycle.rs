@@ -229,6 +229,7 @@ impl Lifecycle {
     /// leading the directory.
     async fn drive(self: Arc<Self>, group: GroupId, rx_stop: watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(100);
+        let mut delayed: Option<RepairStep> = None;
         loop {
             if *rx_stop.borrow() || !self.leads_directory() {
                 break;
@@ -236,6 +237,12 @@ impl Lifecycle {
             let Some(r) = self.directory().repairs.get(&group).cloned() else {
                 break;
             };
+            // `step_delay_ms` (tests and drills): linger once at each step.
+            if self.config.step_delay_ms > 0 && delayed != Some(r.step) {
+                delayed = Some(r.step);
+                tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
+                continue;
+            }
             match self.step(&r).await {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(e) => {

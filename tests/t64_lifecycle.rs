@@ -76,7 +76,7 @@ fn node_state(v: &Value, node: u64) -> String {
         .to_string()
 }
 
-fn group<'a>(v: &'a Value, gid: u64) -> &'a Value {
+fn group(v: &Value, gid: u64) -> &Value {
     v["groups"]
         .as_array()
         .unwrap()

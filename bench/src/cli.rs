@@ -14,6 +14,7 @@ use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
 use crate::moves::{run_move_bench, MoveBenchArgs};
 use crate::payments::{run_payments_bench, PaymentsBenchArgs};
 use crate::raft::{run_raft_bench, RaftBenchArgs};
+use crate::repair::{run_repair_bench, RepairBenchArgs};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum FlushArg {
@@ -76,6 +77,21 @@ pub enum BenchCmd {
         /// `raft.sleep_after_ms` of the nodes; 0: groups never sleep.
         #[arg(long, default_value_t = RaftTuning::default().sleep_after_ms)]
         sleep_after_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One region of four nodes, N groups, writes running; one node
+    /// SIGKILLed for good: time until every group it was a voter of has
+    /// three live voters again, and the writes' p99 meanwhile.
+    Repair {
+        #[arg(long, default_value_t = 100)]
+        groups: usize,
+        /// Silence before the node is dead (`moves.dead_after_ms`).
+        #[arg(long, default_value_t = 3_000)]
+        dead_after_ms: u64,
+        /// Writes in flight throughout.
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
         #[arg(long)]
         json: bool,
     },
@@ -252,6 +268,24 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             emit(&r, json)?;
             if r.not_resumed > 0 {
                 anyhow::bail!("{} groups did not resume after the kill", r.not_resumed);
+            }
+            Ok(())
+        }
+        BenchCmd::Repair {
+            groups,
+            dead_after_ms,
+            inflight,
+            json,
+        } => {
+            let args = RepairBenchArgs {
+                groups,
+                dead_after_ms,
+                inflight,
+            };
+            let r = run_repair_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.repaired < r.affected {
+                anyhow::bail!("{} groups were not repaired", r.affected - r.repaired);
             }
             Ok(())
         }

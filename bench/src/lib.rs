@@ -23,6 +23,7 @@ pub mod holds;
 pub mod moves;
 pub mod payments;
 pub mod raft;
+pub mod repair;
 pub mod world;
 
 pub use cli::{run, BenchCmd};

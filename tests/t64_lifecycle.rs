@@ -8,7 +8,9 @@
 //!   finishes it, and the dead directory voter is replaced;
 //! - decommission refused where the region has no spare node; a live node
 //!   decommissioned under load ends with no replica and no leadership, no
-//!   write failed, and can then be deleted.
+//!   write failed, and can then be deleted;
+//! - a node that joins a region (here: comes back empty-handed) receives
+//!   replicas until the region's counts differ by at most one.
 
 mod common;
 
@@ -152,9 +154,19 @@ async fn t64_a_suspect_node_rejoins_and_a_dead_one_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = start(dir.path(), moves(10_000, 0)).await;
     let (gid, capacity) = create(&cluster, "lc-a", "us-east", 50).await;
+    let mut others = Vec::new();
+    for e in ["lc-a2", "lc-a3"] {
+        others.push(create(&cluster, e, "us-east", 1).await.0);
+    }
     let traffic = Traffic::start(&cluster, "lc-a", 1);
     let gone = victim(&cluster, gid).await;
-    let before = sorted(&group(&view(&cluster).await.unwrap(), gid)["members"]);
+    let v = view(&cluster).await.unwrap();
+    let before = sorted(&group(&v, gid)["members"]);
+    // Every group with a voter on the victim.
+    let hit: Vec<u64> = std::iter::once(gid)
+        .chain(others)
+        .filter(|g| sorted(&group(&v, *g)["members"]).contains(&gone))
+        .collect();
 
     tracing::info!("--- node {gone} stops long enough to be suspect, then comes back");
     cluster.kill(gone).unwrap();
@@ -178,16 +190,23 @@ async fn t64_a_suspect_node_rejoins_and_a_dead_one_is_replaced() {
     tracing::info!("--- node {gone} dies for good: killed, its data deleted");
     cluster.kill(gone).unwrap();
     delete_data(&cluster, gone);
-    let v = eventually("the group has three live voters again", || async {
-        let v = view(&cluster).await?;
-        (node_state(&v, gone) == "dead" && whole_without(&v, gid, gone)).then_some(v)
-    })
+    let v = eventually(
+        "every group it was in has three live voters again",
+        || async {
+            let v = view(&cluster).await?;
+            let whole = hit.iter().all(|g| whole_without(&v, *g, gone));
+            (node_state(&v, gone) == "dead" && whole).then_some(v)
+        },
+    )
     .await;
-    let members = sorted(&group(&v, gid)["members"]);
-    assert!(
-        members.iter().all(|m| [1, 4, 7, 10].contains(m)),
-        "replaced within us-east: {members:?}"
-    );
+    for g in &hit {
+        let members = sorted(&group(&v, *g)["members"]);
+        assert!(
+            members.iter().all(|m| [1, 4, 7, 10].contains(m)),
+            "group {g} replaced within us-east: {members:?}"
+        );
+    }
+    assert!(v["under_replicated"].as_array().unwrap().is_empty());
     finish_traffic(&cluster, traffic, "lc-a", capacity).await;
 }
 
@@ -285,4 +304,56 @@ async fn t64_c_decommission_refused_without_a_spare_and_done_under_load() {
     cluster.kill(gone).unwrap();
     delete_data(&cluster, gone);
     finish_traffic(&cluster, traffic, "lc-c", capacity).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t64_d_a_node_added_to_a_region_takes_its_share_of_replicas() {
+    init_logs();
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start(
+        dir.path(),
+        MovesConfig {
+            rebalance_parallel: 1,
+            ..moves(300_000, 0)
+        },
+    )
+    .await;
+    tracing::info!("--- node 10 is away while three us-east events are created");
+    cluster.kill(10).unwrap();
+    eventually("node 10 suspect", || async {
+        (node_state(&view(&cluster).await?, 10) == "suspect").then_some(())
+    })
+    .await;
+    let (_, capacity) = create(&cluster, "lc-e", "us-east", 50).await;
+    create(&cluster, "lc-e2", "us-east", 1).await;
+    create(&cluster, "lc-e3", "us-east", 1).await;
+    let replicas = |v: &Value, n: u64| {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["node_id"] == json!(n))
+            .and_then(|x| x["replicas"].as_u64())
+            .unwrap()
+    };
+    assert_eq!(replicas(&view(&cluster).await.unwrap(), 10), 0);
+
+    tracing::info!("--- node 10 comes back: replicas move to it, one at a time");
+    let traffic = Traffic::start(&cluster, "lc-e", 1);
+    cluster.restart(10).unwrap();
+    let v = eventually("us-east balanced", || async {
+        let v = view(&cluster).await?;
+        let counts: Vec<u64> = [1, 4, 7, 10].iter().map(|n| replicas(&v, *n)).collect();
+        let (max, min) = (*counts.iter().max()?, *counts.iter().min()?);
+        let idle = v["repairs"].as_array()?.is_empty();
+        (idle && max <= min + 1 && replicas(&v, 10) >= 2).then_some(v)
+    })
+    .await;
+    for g in v["groups"].as_array().unwrap() {
+        if g["group_id"] != json!(0) {
+            assert_eq!(sorted(&g["voters"]), sorted(&g["members"]), "{g}");
+        }
+    }
+    finish_traffic(&cluster, traffic, "lc-e", capacity).await;
 }

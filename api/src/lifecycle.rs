@@ -102,6 +102,7 @@ fn leak(code: &str) -> &'static str {
         "no_spare_node" => "no_spare_node",
         "not_decommissioning" => "not_decommissioning",
         "state_refused" => "state_refused",
+        "node_alive" => "node_alive",
         _ => "refused",
     }
 }

@@ -21,6 +21,8 @@
 //! (`seatfence_regions::lifecycle`) proposes the operations and performs the
 //! membership changes.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::directory::Directory;
@@ -63,7 +65,10 @@ impl NodeState {
 
     /// A voter on a node in this state is replaced.
     pub fn needs_repair(self) -> bool {
-        matches!(self, NodeState::Dead { .. } | NodeState::Decommissioning)
+        matches!(
+            self,
+            NodeState::Dead { .. } | NodeState::Decommissioning | NodeState::Decommissioned
+        )
     }
 }
 
@@ -145,8 +150,9 @@ pub enum NodeOp {
     AdvanceRepair { group: GroupId, from: RepairStep },
     /// The voters changed: record the group's new members, end the repair.
     FinishRepair { group: GroupId },
-    /// Give up a repair before its membership change (its learner is
-    /// removed by the caller); refused after it.
+    /// Give up a repair whose new node is no longer live. The caller
+    /// removes the learner first and cancels only while the group's voters
+    /// are still the old ones (as its leader reports them).
     CancelRepair { group: GroupId },
 }
 
@@ -200,35 +206,80 @@ impl Directory {
             .collect()
     }
 
-    /// Replicas `node` holds or is receiving (members and repair targets).
+    /// Replicas `node` holds or is receiving: groups it is a voter of,
+    /// and those a running move or repair is adding it to.
     pub fn replica_count(&self, node: NodeId) -> usize {
-        self.groups_of(node).count() + self.repairs.values().filter(|r| r.add == node).count()
+        self.hosted_on(node).len()
+    }
+
+    /// Every node's replica count, in one pass over the groups.
+    pub fn replica_counts(&self) -> BTreeMap<NodeId, usize> {
+        let mut counts: BTreeMap<NodeId, usize> = self.nodes.keys().map(|n| (*n, 0)).collect();
+        for g in self.groups.values() {
+            for m in &g.members {
+                *counts.entry(*m).or_default() += 1;
+            }
+        }
+        for m in self.moves.values().filter(|m| m.is_running()) {
+            for n in m.joining() {
+                *counts.entry(n).or_default() += 1;
+            }
+        }
+        for r in self.repairs.values() {
+            *counts.entry(r.add).or_default() += 1;
+        }
+        counts
     }
 
     /// Where a replacement for `remove` in `group` goes: a live node of
     /// `remove`'s region that is not a member, holding the fewest replicas
-    /// (lowest id on a tie). `None`: no spare node (the group stays
-    /// under-replicated).
-    pub fn replacement(&self, group: GroupId, remove: NodeId) -> Option<NodeId> {
+    /// (lowest id on a tie; `counts` from [`Directory::replica_counts`]).
+    /// `None`: no spare node (the group stays under-replicated).
+    pub fn replacement(
+        &self,
+        group: GroupId,
+        remove: NodeId,
+        counts: &BTreeMap<NodeId, usize>,
+    ) -> Option<NodeId> {
         let region = &self.nodes.get(&remove)?.region;
         let members = &self.groups.get(&group)?.members;
         self.nodes
             .values()
             .filter(|n| &n.region == region && !members.contains(&n.id))
             .filter(|n| self.node_state(n.id).takes_replicas())
-            .min_by_key(|n| (self.replica_count(n.id), n.id))
+            .min_by_key(|n| (counts.get(&n.id).copied().unwrap_or(0), n.id))
             .map(|n| n.id)
     }
 
-    /// Groups with a voter on a dead or decommissioning node that no repair
-    /// is fixing and no spare node can take: under-replicated.
+    /// Whether a repair of `group` replacing `remove` can complete: every
+    /// other voter is live or being retired (reachable), so both the old
+    /// and the new configuration have a majority. A group that lost two
+    /// voters cannot change its membership at all.
+    pub fn repairable(&self, group: GroupId, remove: NodeId) -> bool {
+        self.groups.get(&group).is_some_and(|g| {
+            g.members.iter().filter(|m| **m != remove).all(|m| {
+                matches!(
+                    self.node_state(*m),
+                    NodeState::Live | NodeState::Decommissioning
+                )
+            })
+        })
+    }
+
+    /// Groups with a voter on a dead or retiring node that no repair is
+    /// fixing: no spare node in its region, or too few live voters left to
+    /// change membership. Shown, never guessed at.
     pub fn under_replicated(&self) -> Vec<GroupId> {
+        let mut counts = None;
         self.groups
             .values()
             .filter(|g| !self.repairs.contains_key(&g.id))
             .filter(|g| {
                 g.members.iter().any(|m| {
-                    self.node_state(*m).needs_repair() && self.replacement(g.id, *m).is_none()
+                    self.node_state(*m).needs_repair() && {
+                        let counts = counts.get_or_insert_with(|| self.replica_counts());
+                        self.replacement(g.id, *m, counts).is_none() || !self.repairable(g.id, *m)
+                    }
                 })
             })
             .map(|g| g.id)
@@ -311,10 +362,7 @@ impl Directory {
                 Ok(NodeOpDone::Repair(None))
             }
             NodeOp::CancelRepair { group } => {
-                let r = self.repair_mut(*group)?;
-                if r.step != RepairStep::AddLearner {
-                    return Err(step_mismatch(r, RepairStep::AddLearner));
-                }
+                self.repair_mut(*group)?;
                 self.repairs.remove(group);
                 changed.push(RecordKey::Repair(*group));
                 Ok(NodeOpDone::Repair(None))
@@ -359,6 +407,15 @@ impl Directory {
                 | NodeState::Dead { declared: true },
                 _,
             ) => false,
+            (NodeState::Live, NodeState::Dead { declared: true }) => {
+                return Err(NodeRefused::new(
+                    "node_alive",
+                    format!(
+                        "node {node} answers the directory's leader; only a suspect node can \
+                         be declared dead (decommission a live one)"
+                    ),
+                ))
+            }
             (_, NodeState::Dead { declared: true }) => true,
             (_, NodeState::Live | NodeState::Suspect | NodeState::Dead { declared: false }) => true,
             _ => false,
@@ -392,18 +449,20 @@ impl Directory {
             }
             NodeState::Live | NodeState::Suspect | NodeState::Dead { .. } => {}
         }
+        let counts = self.replica_counts();
         let stuck: Vec<u64> = self
             .groups_of(node)
-            .filter(|g| self.replacement(g.id, node).is_none())
+            .filter(|g| self.replacement(g.id, node, &counts).is_none())
             .map(|g| g.id.0)
             .collect();
-        if !stuck.is_empty() {
+        if let Some(first) = stuck.first() {
             let region = &self.nodes[&node].region;
             return Err(NodeRefused::new(
                 "no_spare_node",
                 format!(
                     "region {region} has no live node to take node {node}'s replicas of \
-                     groups {stuck:?}; add a node to the region first"
+                     {} groups (group {first} first); add a node to the region first",
+                    stuck.len()
                 ),
             ));
         }
@@ -452,7 +511,7 @@ impl Directory {
             ));
         }
         let add = match add {
-            None => self.replacement(group, remove),
+            None => self.replacement(group, remove, &self.replica_counts()),
             Some(a) => {
                 let fits =
                     self.nodes.get(&a).is_some_and(|n| {
@@ -481,11 +540,13 @@ impl Directory {
         Ok(NodeOpDone::Repair(Some(r)))
     }
 
-    /// Whether `group`'s event has a running move.
+    /// Whether `group`'s event has a running move, or an aborted one
+    /// whose learners are still being removed (a membership change too).
     pub fn is_moving(&self, group: GroupId) -> bool {
-        self.moves
-            .values()
-            .any(|m| m.is_running() && m.group == group)
+        self.moves.values().any(|m| {
+            m.group == group
+                && (m.is_running() || (m.state == crate::moves::MoveState::Aborted && !m.cleaned))
+        })
     }
 
     fn repair_mut(&mut self, group: GroupId) -> Result<&mut Repair, NodeRefused> {

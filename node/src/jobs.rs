@@ -61,11 +61,12 @@ pub(crate) async fn add_directory_learners(
         if dir.raft.is_leader() {
             let missing: Vec<(u64, String)> = dir.sm.read(|s| {
                 let members = s.membership.membership();
-                s.state
-                    .directory
-                    .nodes
+                let d = &s.state.directory;
+                d.nodes
                     .values()
                     .filter(|n| members.get_node(&n.id.0).is_none())
+                    // A retired node receives the directory no more.
+                    .filter(|n| d.node_state(n.id) != seatfence_core::NodeState::Decommissioned)
                     .map(|n| (n.id.0, n.grpc_addr.clone()))
                     .collect()
             });

@@ -27,6 +27,10 @@ pub enum MembershipOp {
     SetVoters(Vec<u64>),
     /// Remove these nodes if they are learners (undoing an aborted move).
     RemoveLearners(Vec<u64>),
+    /// `SetVoters(to)` only if the voters are `from` now (or already `to`,
+    /// or half-way between the two): a compare-and-set, so a late caller
+    /// working from an old view cannot undo a newer change.
+    ReplaceVoters { from: Vec<u64>, to: Vec<u64> },
     /// Replace voter `remove` with `add` (already a learner), keeping every
     /// learner and `remove` as one: the directory's voters, whose learners
     /// are every other node.
@@ -126,6 +130,18 @@ pub async fn apply(g: &GroupHandle, op: MembershipOp) -> Result<MembershipStatus
                     .map_err(change_error)?;
                 tracing::info!(group = g.id.0, node = id, "added learner");
             }
+        }
+        MembershipOp::ReplaceVoters { from, to } => {
+            let set = |v: &[u64]| v.iter().copied().collect::<BTreeSet<u64>>();
+            let (have, from_set, to_set) = (set(&now.voters), set(&from), set(&to));
+            let between = now.joint && have == &from_set | &to_set;
+            if have != to_set && have != from_set && !between {
+                return Err(MembershipError::Failed(format!(
+                    "group {}: voters are {have:?}, not {from_set:?} (joint: {})",
+                    g.id, now.joint
+                )));
+            }
+            return Box::pin(apply(g, MembershipOp::SetVoters(to))).await;
         }
         MembershipOp::SetVoters(ids) => {
             let first = ids.first().copied();

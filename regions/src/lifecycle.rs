@@ -13,7 +13,10 @@
 //!    decommissioning, no replica, no directory vote ─▶ decommissioned
 //!  one task per repair (progress only in the directory, resumable):
 //!    add_learner        AddLearners([add]) at the group's leader; wait until caught up
-//!    change_membership  SetVoters(members − remove + add): joint, then final; FinishRepair
+//!    change_membership  the leaving voter hands its leadership over if it leads;
+//!                       ReplaceVoters(members → members − remove + add), a
+//!                       compare-and-set at the group's leader: joint, then final; FinishRepair
+//!    add no longer live: RemoveLearners([add]) while the voters are the old ones, CancelRepair
 //! ```
 //!
 //! Every step is idempotent, so a directory leader killed mid-repair is
@@ -27,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::MovesConfig;
+use crate::transfer::{self, TransferError};
 use seatfence_core::{
     Command, Directory, GroupId, NodeId, NodeOp, NodeOpDone, NodeRefused, NodeState, Repair,
     RepairReason, RepairStep, Response,
@@ -48,7 +52,7 @@ struct Lifecycle {
 }
 
 /// Start the lifecycle task of this node; it acts only while the node
-/// leads the directory.
+/// leads the directory (the gauges are set on every node).
 pub fn spawn(
     registry: Arc<Registry>,
     client: ClusterClient,
@@ -79,11 +83,8 @@ impl Lifecycle {
                 _ = rx_stop.wait_for(|s| *s) => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            let Some(dir) = self.registry.get(GroupId::DIRECTORY) else {
-                continue;
-            };
-            record_metrics(&self.directory());
-            if !dir.raft.is_leader() {
+            self.read(record_metrics);
+            if !self.leads_directory() {
                 silent.clear();
                 continue;
             }
@@ -100,62 +101,85 @@ impl Lifecycle {
         silent: &mut BTreeMap<NodeId, Instant>,
         rx_stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let d = self.directory();
-        self.update_states(&d, silent).await?;
-        let d = self.directory();
-        for op in plan_repairs(&d, &self.config) {
+        self.update_states(silent).await?;
+        for op in self.read(|d| plan_repairs(d, &self.config)) {
             match self.propose(op.clone()).await? {
                 Ok(_) => tracing::info!(?op, "repair started"),
                 Err(r) => tracing::debug!(?op, "repair not started: {}", r.message),
             }
         }
-        let d = self.directory();
-        for r in d.repairs.values() {
-            let fresh = self.driving.lock().expect("lock poisoned").insert(r.group);
+        let repairs: Vec<GroupId> = self.read(|d| d.repairs.keys().copied().collect());
+        for group in repairs {
+            let fresh = self.driving.lock().expect("lock poisoned").insert(group);
             if fresh {
-                tokio::spawn(self.clone().drive(r.group, rx_stop.clone()));
+                tokio::spawn(self.clone().drive(group, rx_stop.clone()));
             }
         }
-        self.directory_voters(&d).await?;
-        for (node, state) in &d.node_states {
-            if *state == NodeState::Decommissioning
-                && d.replica_count(*node) == 0
-                && !self.directory_voters_now().contains(&node.0)
-            {
-                if let Ok(Ok(_)) = self.propose(NodeOp::Decommissioned { node: *node }).await {
-                    tracing::info!(node = node.0, "node decommissioned");
-                }
+        if let Err(e) = self.directory_voters().await {
+            tracing::warn!("directory voters: {e:#}");
+        }
+        let (emptied, retired): (Vec<NodeId>, Vec<u64>) = self.read(|d| {
+            let counts = d.replica_counts();
+            let state = |s| d.node_states.iter().filter(move |(_, x)| **x == s);
+            (
+                state(NodeState::Decommissioning)
+                    .filter(|(n, _)| counts.get(n).copied().unwrap_or(0) == 0)
+                    .map(|(n, _)| *n)
+                    .collect(),
+                state(NodeState::Decommissioned).map(|(n, _)| n.0).collect(),
+            )
+        });
+        let voters = self.directory_voters_now();
+        for node in emptied.into_iter().filter(|n| !voters.contains(&n.0)) {
+            if let Ok(Ok(_)) = self.propose(NodeOp::Decommissioned { node }).await {
+                tracing::info!(node = node.0, "node decommissioned");
+            }
+        }
+        // A retired node stops receiving the directory.
+        let learners = self.directory_learners_now();
+        let gone: Vec<u64> = retired
+            .into_iter()
+            .filter(|n| learners.contains(n))
+            .collect();
+        if !gone.is_empty() {
+            let op = MembershipOp::RemoveLearners(gone);
+            if let Err(e) = self.client.membership(GroupId::DIRECTORY, &op).await {
+                tracing::warn!("remove retired directory learners: {e}");
             }
         }
         Ok(())
     }
 
     /// Ping every node; record `suspect`, `dead` or `live` where the
-    /// silence crossed a threshold or ended.
-    async fn update_states(
-        &self,
-        d: &Directory,
-        silent: &mut BTreeMap<NodeId, Instant>,
-    ) -> anyhow::Result<()> {
+    /// silence crossed a threshold or ended. This node (leading the
+    /// directory) is live by definition.
+    async fn update_states(&self, silent: &mut BTreeMap<NodeId, Instant>) -> anyhow::Result<()> {
         let me = self.registry.node_id();
-        let pings = d.nodes.values().filter(|n| n.id.0 != me).map(|n| {
+        let nodes: Vec<(NodeId, String, NodeState)> = self.read(|d| {
+            d.nodes
+                .values()
+                .map(|n| (n.id, n.grpc_addr.clone(), d.node_state(n.id)))
+                .collect()
+        });
+        let pings = nodes.iter().map(|(id, addr, was)| {
             let pool = self.registry.pool();
-            let (id, addr) = (n.id, n.grpc_addr.clone());
             async move {
-                let call = pool.ping(id.0, &addr, me);
+                if id.0 == me {
+                    return (*id, *was, true);
+                }
+                let call = pool.ping(id.0, addr, me);
                 let ok = tokio::time::timeout(Duration::from_secs(1), call).await;
-                (id, matches!(ok, Ok(Ok(_))))
+                (*id, *was, matches!(ok, Ok(Ok(_))))
             }
         });
         let now = Instant::now();
-        for (id, up) in futures::future::join_all(pings).await {
+        for (id, was, up) in futures::future::join_all(pings).await {
             let since = if up {
                 silent.remove(&id);
                 None
             } else {
                 Some(*silent.entry(id).or_insert(now))
             };
-            let was = d.node_state(id);
             let want = match since.map(|t| now.duration_since(t).as_millis() as u64) {
                 None => NodeState::Live,
                 Some(ms) if ms >= self.config.dead_after_ms => NodeState::Dead { declared: false },
@@ -184,15 +208,15 @@ impl Lifecycle {
         Ok(())
     }
 
-    /// A directory voter on a dead or decommissioning node is replaced by
-    /// a live node that is not a voter (its own region first): every node
-    /// is a learner of the directory already, so it is caught up.
-    async fn directory_voters(&self, d: &Directory) -> anyhow::Result<()> {
+    /// A directory voter on a dead or retiring node is replaced by a live
+    /// node that is not a voter (its own region first): every node is a
+    /// learner of the directory already, so it is caught up.
+    async fn directory_voters(&self) -> anyhow::Result<()> {
         let voters = self.directory_voters_now();
-        for v in &voters {
-            if !d.node_state(NodeId(*v)).needs_repair() {
-                continue;
-            }
+        let plan = self.read(|d| {
+            let v = voters
+                .iter()
+                .find(|v| d.node_state(NodeId(**v)).needs_repair())?;
             let region = d.nodes.get(&NodeId(*v)).map(|n| n.region.clone());
             let add = d
                 .nodes
@@ -200,19 +224,24 @@ impl Lifecycle {
                 .filter(|n| !voters.contains(&n.id.0) && d.node_state(n.id).takes_replicas())
                 .min_by_key(|n| (Some(&n.region) != region.as_ref(), n.id))
                 .map(|n| n.id.0);
-            let Some(add) = add else {
+            Some((*v, add))
+        });
+        match plan {
+            None => Ok(()),
+            Some((v, None)) => {
                 tracing::warn!(
                     node = v,
                     "directory voter to replace, but no live node to vote"
                 );
-                continue;
-            };
-            let op = MembershipOp::ReplaceVoter { remove: *v, add };
-            self.client.membership(GroupId::DIRECTORY, &op).await?;
-            tracing::info!(remove = v, add, "directory voter replaced");
-            return Ok(()); // One at a time: the next round sees the new voters.
+                Ok(())
+            }
+            Some((remove, Some(add))) => {
+                let op = MembershipOp::ReplaceVoter { remove, add };
+                self.client.membership(GroupId::DIRECTORY, &op).await?;
+                tracing::info!(remove, add, "directory voter replaced");
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn directory_voters_now(&self) -> BTreeSet<u64> {
@@ -221,6 +250,16 @@ impl Lifecycle {
             .map(|dir| {
                 dir.sm
                     .read(|s| s.membership.membership().voter_ids().collect())
+            })
+            .unwrap_or_default()
+    }
+
+    fn directory_learners_now(&self) -> BTreeSet<u64> {
+        self.registry
+            .get(GroupId::DIRECTORY)
+            .map(|dir| {
+                dir.sm
+                    .read(|s| s.membership.membership().learner_ids().collect())
             })
             .unwrap_or_default()
     }
@@ -234,7 +273,12 @@ impl Lifecycle {
             if *rx_stop.borrow() || !self.leads_directory() {
                 break;
             }
-            let Some(r) = self.directory().repairs.get(&group).cloned() else {
+            let Some((r, members, add_live)) = self.read(|d| {
+                let r = d.repairs.get(&group)?.clone();
+                let members = d.groups.get(&group)?.members.clone();
+                let add_live = d.node_state(r.add).takes_replicas();
+                Some((r, members, add_live))
+            }) else {
                 break;
             };
             // `step_delay_ms` (tests and drills): linger once at each step.
@@ -243,7 +287,12 @@ impl Lifecycle {
                 tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
                 continue;
             }
-            match self.step(&r).await {
+            let done = if add_live {
+                self.step(&r, &members).await
+            } else {
+                self.cancel(&r, &members).await
+            };
+            match done {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(e) => {
                     tracing::warn!(
@@ -260,14 +309,13 @@ impl Lifecycle {
     }
 
     /// Perform `r`'s step once; advance it in the directory when done.
-    async fn step(&self, r: &Repair) -> anyhow::Result<()> {
+    /// `members`: the group's voters as the directory records them (the
+    /// old ones, until `FinishRepair`).
+    async fn step(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
         match r.step {
             RepairStep::AddLearner => {
                 let addr = self
-                    .directory()
-                    .nodes
-                    .get(&r.add)
-                    .map(|n| n.grpc_addr.clone())
+                    .read(|d| d.nodes.get(&r.add).map(|n| n.grpc_addr.clone()))
                     .ok_or_else(|| anyhow::anyhow!("node {} is not registered", r.add))?;
                 let st = self
                     .client
@@ -284,31 +332,28 @@ impl Lifecycle {
                 self.expect_done(op, "step_mismatch").await
             }
             RepairStep::ChangeMembership => {
-                let members = self
-                    .directory()
-                    .groups
-                    .get(&r.group)
-                    .map(|g| g.members.clone())
-                    .unwrap_or_default();
-                let mut want: Vec<u64> = members
+                let from: Vec<u64> = members.iter().map(|m| m.0).collect();
+                let mut to: Vec<u64> = from
                     .iter()
-                    .map(|m| if *m == r.remove { r.add.0 } else { m.0 })
+                    .map(|m| if *m == r.remove.0 { r.add.0 } else { *m })
                     .collect();
                 // A leader that leaves hands over to the first: an old,
                 // caught-up voter rather than the newcomer.
-                if want.first() == Some(&r.add.0) && want.len() > 1 {
-                    want.swap(0, 1);
+                if to.first() == Some(&r.add.0) && to.len() > 1 {
+                    to.swap(0, 1);
                 }
-                let st = self
-                    .client
-                    .membership(r.group, &MembershipOp::SetVoters(want.clone()))
-                    .await?;
+                self.hand_over(r, &to).await?;
+                let op = MembershipOp::ReplaceVoters {
+                    from,
+                    to: to.clone(),
+                };
+                let st = self.client.membership(r.group, &op).await?;
                 let mut have = st.voters.clone();
                 have.sort_unstable();
-                want.sort_unstable();
+                to.sort_unstable();
                 anyhow::ensure!(
-                    have == want && !st.joint,
-                    "voters are {have:?} (joint: {}), want {want:?}",
+                    have == to && !st.joint,
+                    "voters are {have:?} (joint: {}), want {to:?}",
                     st.joint
                 );
                 self.expect_done(NodeOp::FinishRepair { group: r.group }, "repair_not_found")
@@ -324,6 +369,67 @@ impl Lifecycle {
                 Ok(())
             }
         }
+    }
+
+    /// The replaced voter leads (a node being retired, or rebalanced): hand
+    /// its leadership to another caught-up voter first, through the one
+    /// transfer path, so writes pause only for the hand-over.
+    async fn hand_over(&self, r: &Repair, to: &[u64]) -> anyhow::Result<()> {
+        let st = self
+            .client
+            .membership(r.group, &MembershipOp::Status)
+            .await?;
+        if st.leader != r.remove.0 {
+            return Ok(());
+        }
+        let targets: Vec<u64> = to.iter().copied().filter(|n| *n != r.add.0).collect();
+        let avoid: Vec<u64> = self.read(|d| d.not_leading().iter().map(|n| n.0).collect());
+        let wait = Duration::from_secs(3);
+        let slack = self.config.catch_up_slack;
+        match transfer::transfer_leader(&self.client, r.group, &targets, &avoid, slack, wait).await
+        {
+            Ok(_) | Err(TransferError::LeaderChanged { .. }) => Ok(()),
+            Err(e) => anyhow::bail!("hand-over before the membership change: {e}"),
+        }
+    }
+
+    /// `r`'s new node is no longer live: undo the repair while the
+    /// group's voters are still the old ones (remove the learner, then
+    /// `CancelRepair`); if the change already happened, finish it instead.
+    async fn cancel(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
+        let st = self
+            .client
+            .membership(r.group, &MembershipOp::Status)
+            .await?;
+        let mut have = st.voters.clone();
+        have.sort_unstable();
+        let mut old: Vec<u64> = members.iter().map(|m| m.0).collect();
+        old.sort_unstable();
+        let mut new: Vec<u64> = old
+            .iter()
+            .map(|m| if *m == r.remove.0 { r.add.0 } else { *m })
+            .collect();
+        new.sort_unstable();
+        anyhow::ensure!(!st.joint, "a membership change is half-way; asking again");
+        if have == new {
+            return self
+                .expect_done(NodeOp::FinishRepair { group: r.group }, "repair_not_found")
+                .await;
+        }
+        anyhow::ensure!(
+            have == old,
+            "voters are {have:?}, neither {old:?} nor {new:?}"
+        );
+        let op = MembershipOp::RemoveLearners(vec![r.add.0]);
+        self.client.membership(r.group, &op).await?;
+        self.expect_done(NodeOp::CancelRepair { group: r.group }, "repair_not_found")
+            .await?;
+        tracing::warn!(
+            group = r.group.0,
+            add = r.add.0,
+            "repair cancelled: its new node is no longer live (another will be chosen)"
+        );
+        Ok(())
     }
 
     /// Propose `op`; a refusal with `benign` (another task got there
@@ -349,11 +455,12 @@ impl Lifecycle {
             .is_some_and(|d| d.raft.is_leader())
     }
 
-    fn directory(&self) -> Directory {
-        self.registry
-            .get(GroupId::DIRECTORY)
-            .map(|dir| dir.sm.read(|s| s.state.directory.clone()))
-            .unwrap_or_default()
+    /// Read this node's directory replica (no copy of it).
+    fn read<T: Default>(&self, f: impl FnOnce(&Directory) -> T) -> T {
+        match self.registry.get(GroupId::DIRECTORY) {
+            Some(dir) => dir.sm.read(|s| f(&s.state.directory)),
+            None => T::default(),
+        }
     }
 }
 
@@ -375,14 +482,16 @@ fn record_metrics(d: &Directory) {
     METRICS.node_lifecycle(&states, d.under_replicated().len(), d.repairs.len());
 }
 
-/// The repairs to start now: voters on dead or decommissioning nodes first
-/// (at most `repair_parallel` running); when there are none, one replica
-/// from the fullest to the emptiest live node of a region whose counts
-/// differ by two or more (at most `rebalance_parallel` running).
+/// The repairs to start now: voters on dead or retiring nodes first (at
+/// most `repair_parallel` running; only where a spare node exists and the
+/// other voters are live, so the change can commit); when there are none,
+/// one replica from the fullest to the emptiest live node of a region whose
+/// counts differ by two or more (at most `rebalance_parallel` running).
 pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
     let mut ops = Vec::new();
     let mut running = d.repairs.len();
     let mut needed = false;
+    let counts = d.replica_counts();
     for g in d.groups.values() {
         if d.repairs.contains_key(&g.id) || d.is_moving(g.id) {
             continue;
@@ -390,10 +499,12 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
         for m in &g.members {
             let reason = match d.node_state(*m) {
                 NodeState::Dead { .. } => RepairReason::Dead,
-                NodeState::Decommissioning => RepairReason::Decommission,
+                NodeState::Decommissioning | NodeState::Decommissioned => {
+                    RepairReason::Decommission
+                }
                 _ => continue,
             };
-            if d.replacement(g.id, *m).is_none() {
+            if d.replacement(g.id, *m, &counts).is_none() || !d.repairable(g.id, *m) {
                 continue; // Under-replicated: reported, not guessed.
             }
             needed = true;
@@ -423,7 +534,7 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
             by_region
                 .entry(&n.region)
                 .or_default()
-                .push((d.replica_count(n.id), n.id));
+                .push((counts.get(&n.id).copied().unwrap_or(0), n.id));
         }
     }
     for nodes in by_region.values() {
@@ -435,7 +546,10 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
             continue;
         }
         let group = d.groups_of(from).find(|g| {
-            !g.members.contains(&to) && !d.repairs.contains_key(&g.id) && !d.is_moving(g.id)
+            !g.members.contains(&to)
+                && !d.repairs.contains_key(&g.id)
+                && !d.is_moving(g.id)
+                && d.repairable(g.id, from)
         });
         if let Some(g) = group {
             ops.push(NodeOp::StartRepair {
@@ -464,5 +578,93 @@ pub async fn propose(
         other => Err(seatfence_raft::ClientError::BadReply(format!(
             "directory answered {other}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seatfence_core::{GroupInfo, NodeInfo, RegionId};
+
+    /// Region a: nodes 1-3 hosting `groups` groups of three, and node 4
+    /// (empty) when `spare`.
+    fn dir(groups: u64, spare: bool) -> Directory {
+        let mut d = Directory::default();
+        for id in 1..=if spare { 4 } else { 3 } {
+            d.nodes.insert(
+                NodeId(id),
+                NodeInfo {
+                    id: NodeId(id),
+                    region: RegionId::from("a"),
+                    grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                },
+            );
+        }
+        for g in 1..=groups {
+            d.groups.insert(
+                GroupId(g),
+                GroupInfo {
+                    id: GroupId(g),
+                    members: vec![NodeId(1), NodeId(2), NodeId(3)],
+                },
+            );
+        }
+        d
+    }
+
+    #[test]
+    fn a_new_node_takes_replicas_one_at_a_time() {
+        let config = MovesConfig::default();
+        let ops = plan_repairs(&dir(3, true), &config);
+        assert_eq!(
+            ops,
+            vec![NodeOp::StartRepair {
+                group: GroupId(1),
+                remove: NodeId(3),
+                add: Some(NodeId(4)),
+                reason: RepairReason::Rebalance,
+            }]
+        );
+        // Three groups on three nodes of three: nothing to even out; the
+        // switch off: nothing either.
+        assert!(plan_repairs(&dir(3, false), &config).is_empty());
+        let off = MovesConfig {
+            rebalance_parallel: 0,
+            ..MovesConfig::default()
+        };
+        assert!(plan_repairs(&dir(3, true), &off).is_empty());
+    }
+
+    #[test]
+    fn dead_voters_are_repaired_before_anything_is_rebalanced() {
+        let mut d = dir(3, true);
+        d.node_states
+            .insert(NodeId(2), NodeState::Dead { declared: false });
+        let config = MovesConfig {
+            repair_parallel: 2,
+            ..MovesConfig::default()
+        };
+        let ops = plan_repairs(&d, &config);
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        for op in &ops {
+            assert!(
+                matches!(
+                    op,
+                    NodeOp::StartRepair {
+                        remove: NodeId(2),
+                        add: None,
+                        reason: RepairReason::Dead,
+                        ..
+                    }
+                ),
+                "{op:?}"
+            );
+        }
+        // No spare node: nothing to start, the groups are under-replicated.
+        let mut d = dir(3, false);
+        d.node_states
+            .insert(NodeId(2), NodeState::Dead { declared: true });
+        assert!(plan_repairs(&d, &config).is_empty());
+        assert_eq!(d.under_replicated().len(), 3);
     }
 }

@@ -39,6 +39,11 @@ pub enum Fault {
     ClockSkew { ms: i64 },
     /// Every link delays each chunk by `ms` (the proxy mechanism only).
     SlowNetwork { ms: u64 },
+    /// SIGKILL a node for good and delete its data (a dead disk): the
+    /// directory's leader declares it dead and repairs every group it was
+    /// a voter of onto its region's spare node. At most once per drill,
+    /// only with four or more nodes per region; never healed.
+    LoseNode,
     /// Gateway switches: `execute-timeout`, `webhook-drop`,
     /// `webhook-duplicate`, `query-error`, `capture-held` (captures held
     /// past the deadline, webhooks lost, released at heal).
@@ -60,6 +65,7 @@ impl Fault {
             Fault::OneWayLoss => "one-way-loss",
             Fault::PauseLeader => "pause-leader",
             Fault::KillMinority => "kill-minority",
+            Fault::LoseNode => "lose-node",
             Fault::CutEdge => "cut-edge",
             Fault::ClockSkew { .. } => "clock-skew",
             Fault::SlowNetwork { .. } => "slow-network",
@@ -144,14 +150,20 @@ pub fn plan(
     warmup_ms: u64,
     cooldown_ms: u64,
     with_delay: bool,
+    lose_node: bool,
 ) -> Vec<ScheduledFault> {
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut lose_node = lose_node;
     let mut out = Vec::new();
     let end = duration_ms.saturating_sub(cooldown_ms);
     let mut t = warmup_ms;
     let mut id = 0;
     'rounds: loop {
         let mut kinds = all_kinds(with_delay);
+        // One node lost for good, in the first round only.
+        if std::mem::take(&mut lose_node) {
+            kinds.push(Fault::LoseNode);
+        }
         kinds.shuffle(&mut rng);
         // Clock skew goes either way.
         for k in &mut kinds {
@@ -165,13 +177,19 @@ pub fn plan(
             // reconciler sweep for the void path to run.
             let duration_ms = match &fault {
                 Fault::Gateway { mode } if mode == "capture-held" => rng.gen_range(12_000..=15_000),
+                // Calm enough for the death to be noticed and repaired
+                // before the next network fault.
+                Fault::LoseNode => 12_000,
                 _ => rng.gen_range(2_500..=5_000),
             };
             if t + duration_ms > end {
                 break 'rounds;
             }
             let side = !fault.needs_network()
-                && !matches!(fault, Fault::KillMinority | Fault::PauseLeader);
+                && !matches!(
+                    fault,
+                    Fault::KillMinority | Fault::PauseLeader | Fault::LoseNode
+                );
             out.push(ScheduledFault {
                 id,
                 at_ms: t,
@@ -196,9 +214,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_plan_and_faults_fit() {
-        let a = plan(7, 120_000, 8_000, 15_000, true);
-        assert_eq!(a, plan(7, 120_000, 8_000, 15_000, true));
-        assert_ne!(a, plan(8, 120_000, 8_000, 15_000, true));
+        let a = plan(7, 120_000, 8_000, 15_000, true, false);
+        assert_eq!(a, plan(7, 120_000, 8_000, 15_000, true, false));
+        assert_ne!(a, plan(8, 120_000, 8_000, 15_000, true, false));
         assert!(
             a.len() >= all_kinds(true).len(),
             "a 2-minute plan holds one full round: {}",
@@ -210,6 +228,10 @@ mod tests {
                 "{f:?}"
             );
         }
+        assert!(!a.iter().any(|f| f.fault == Fault::LoseNode));
+        let lost = plan(7, 120_000, 8_000, 15_000, true, true);
+        let n = lost.iter().filter(|f| f.fault == Fault::LoseNode).count();
+        assert_eq!(n, 1, "one node lost, once");
         // Network faults never overlap one another.
         let net: Vec<_> = a.iter().filter(|f| f.fault.needs_network()).collect();
         for w in net.windows(2) {

@@ -28,6 +28,8 @@ enum Undo {
     Skew(Vec<u64>),
     /// The gateway switches the fault set.
     Gateway(serde_json::Value),
+    /// Nothing: a lost node stays lost.
+    Nothing,
 }
 
 pub struct Nemesis {
@@ -40,6 +42,11 @@ pub struct Nemesis {
     active: Mutex<BTreeMap<u32, Undo>>,
     /// The heal timers (aborted by `heal_all`, so none outlives the drill).
     timers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The node `lose-node` killed for good (never restarted, never a
+    /// target again).
+    lost: Mutex<Option<u64>>,
+    /// Buyers, each bound to the edge of node `edges[i % n]`.
+    clients: usize,
 }
 
 impl Nemesis {
@@ -49,6 +56,7 @@ impl Nemesis {
         net: Arc<dyn Partitioner>,
         skew_files: BTreeMap<u64, PathBuf>,
         seed: u64,
+        clients: usize,
     ) -> Arc<Nemesis> {
         Arc::new(Nemesis {
             w,
@@ -58,6 +66,8 @@ impl Nemesis {
             rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0x0E3E_5155)),
             active: Mutex::new(BTreeMap::new()),
             timers: Mutex::new(Vec::new()),
+            lost: Mutex::new(None),
+            clients,
         })
     }
 
@@ -152,7 +162,13 @@ impl Nemesis {
         }
         self.gateway_defaults().await?;
         let mut c = self.cluster.lock().expect("cluster lock poisoned");
-        let ids: Vec<u64> = c.nodes.iter().map(|n| n.id()).collect();
+        let lost = self.lost();
+        let ids: Vec<u64> = c
+            .nodes
+            .iter()
+            .map(|n| n.id())
+            .filter(|n| Some(*n) != lost)
+            .collect();
         for id in ids {
             let running = c.nodes.iter().any(|n| n.id() == id && n.is_running());
             if running {
@@ -174,8 +190,19 @@ impl Nemesis {
             .cloned()
     }
 
+    /// Every node but a lost one.
     fn all_nodes(&self) -> Vec<u64> {
-        self.w.regions.keys().copied().collect()
+        let lost = self.lost();
+        self.w
+            .regions
+            .keys()
+            .copied()
+            .filter(|n| Some(*n) != lost)
+            .collect()
+    }
+
+    fn lost(&self) -> Option<u64> {
+        *self.lost.lock().expect("nemesis lock poisoned")
     }
 
     fn others(&self, side: &[u64]) -> Vec<u64> {
@@ -235,6 +262,7 @@ impl Nemesis {
             Fault::SlowNetwork { ms } => self.slow_network(*ms),
             Fault::PauseLeader => self.pause_leader().await,
             Fault::KillMinority => self.kill_minority().await,
+            Fault::LoseNode => self.lose_node(),
             Fault::ClockSkew { ms } => self.skew_clocks(*ms).await,
             Fault::Gateway { mode } => self.gateway_fault(mode).await,
         }
@@ -385,6 +413,45 @@ impl Nemesis {
         ))
     }
 
+    /// A node that no buyer uses (not a directory voter, in a region with a
+    /// spare) SIGKILLed and its data deleted: the directory's leader
+    /// declares it dead after `dead_after_ms` and repairs its groups onto
+    /// the region's spare node. Never healed.
+    fn lose_node(&self) -> anyhow::Result<(String, Undo)> {
+        anyhow::ensure!(self.lost().is_none(), "a node is already lost");
+        let nodes: Vec<u64> = self.w.edges.keys().copied().collect();
+        let used: std::collections::BTreeSet<u64> =
+            (0..self.clients).map(|i| nodes[i % nodes.len()]).collect();
+        let per_region = |r: &String| self.w.regions.values().filter(|x| *x == r).count();
+        let candidates: Vec<u64> = self
+            .w
+            .regions
+            .iter()
+            .filter(|(n, r)| **n > 3 && !used.contains(n) && per_region(r) >= 4)
+            .map(|(n, _)| *n)
+            .collect();
+        let v = self
+            .pick(&candidates)
+            .ok_or_else(|| anyhow::anyhow!("no node without buyers in a region with a spare"))?;
+        let mut c = self.cluster.lock().expect("cluster lock poisoned");
+        c.kill(v)?;
+        let data = c
+            .nodes
+            .iter()
+            .find(|n| n.id() == v)
+            .map(|n| n.config.data_dir.clone())
+            .ok_or_else(|| anyhow::anyhow!("node {v} unknown"))?;
+        std::fs::remove_dir_all(&data)?;
+        *self.lost.lock().expect("nemesis lock poisoned") = Some(v);
+        Ok((
+            format!(
+                "node {v} ({}) SIGKILLed, its data deleted: lost for good",
+                self.region(v)
+            ),
+            Undo::Nothing,
+        ))
+    }
+
     // Clocks and the gateway.
 
     /// The clocks of a hot group's voters skewed by `ms`.
@@ -432,6 +499,7 @@ impl Nemesis {
             }
             Undo::Skew(ids) => ids.iter().try_for_each(|id| self.write_skew(*id, 0)),
             Undo::Gateway(patch) => self.gateway_undo(&patch).await,
+            Undo::Nothing => Ok(()),
         }
     }
 

@@ -57,12 +57,16 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     let mut configs = lay_out_cluster(&out, args.nodes_per_region, &gateway, &planned)?;
     let skew_files = add_chaos_hooks(&mut configs, planted)?;
     let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
+    // A node can be lost for good when its region has a spare to repair
+    // onto and it has no buyer of its own (`nodes_per_region` >= 4).
+    let lose_node = args.nodes_per_region >= 4 && args.clients < planned.len();
     let schedule = plan(
         seed,
         args.duration * 1_000,
         WARMUP_MS,
         COOLDOWN_MS,
         net.supports_delay(),
+        lose_node,
     );
     let nodes = node_infos(&configs);
     let cluster = launch_cluster(bin, configs, mech).await?;
@@ -87,7 +91,14 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     run_info.events = world.all_events();
     write_json(&out.join("run.json"), &run_info)?;
 
-    let nemesis = Nemesis::new(world.clone(), cluster, net.clone(), skew_files, seed);
+    let nemesis = Nemesis::new(
+        world.clone(),
+        cluster,
+        net.clone(),
+        skew_files,
+        seed,
+        args.clients,
+    );
     let tasks = spawn_load(&world, &args, seed);
     let nem = tokio::spawn(nemesis.clone().run(schedule));
     let progress = tokio::spawn(progress(
@@ -218,6 +229,11 @@ fn lay_out_cluster(
         // The leader balancer runs, faster than its default, so its
         // hand-offs meet the faults, moves and kills.
         balance_every_ms: 3_000,
+        // A lost node (`lose-node`) is dead after 8 s, so its repair
+        // happens inside the drill; a node killed and restarted by
+        // `kill-minority` is back well before.
+        suspect_after_ms: 2_000,
+        dead_after_ms: 8_000,
         ..MovesConfig::default()
     };
     let configs = LocalCluster::builder(&out.join("cluster"))

@@ -104,12 +104,14 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         }
     };
     // Refuse absurd sizes before laying anything out.
+    // Saturating: sizes whose product or sum overflows are too large,
+    // never a wrapped small number (or a panic).
     let declared: u64 = body
         .sections
         .iter()
-        .map(|s| u64::from(s.rows) * u64::from(s.seats_per_row))
-        .sum::<u64>()
-        + body.seats.len() as u64;
+        .fold(body.seats.len() as u64, |total, s| {
+            total.saturating_add(u64::from(s.rows).saturating_mul(u64::from(s.seats_per_row)))
+        });
     if declared > MAX_CAPACITY {
         return Err(ApiError::bad(
             "invalid_event",

@@ -21,8 +21,11 @@ pub enum Command {
     /// Directory: set a fleet-wide value (the shared gateway token),
     /// readable on every directory replica.
     PutShared { key: String, value: Vec<u8> },
-    /// Several key→value commands applied in order as one entry.
-    Batch(Vec<Command>),
+    /// Several commands applied in order as one entry. Made by a group's
+    /// leader from commands it prepared, never sent by a client. Batches
+    /// nest at most two deep (the batcher's entry holds a `WriteBatch`'s
+    /// batch); decoding refuses deeper ones ([`two_levels`]).
+    Batch(#[serde(deserialize_with = "two_levels")] Vec<Command>),
     /// Directory: add or update a node (id, region, gRPC address).
     RegisterNode(NodeInfo),
     /// Directory: create a group placed by `placement`. `group_id: None`
@@ -96,7 +99,12 @@ pub enum Response {
         existed: bool,
     },
     /// The responses of a [`Command::Batch`], in order.
-    Batch(Vec<Response>),
+    Batch(#[serde(deserialize_with = "two_levels")] Vec<Response>),
+    /// The command was refused before it changed anything: it breaks a
+    /// bound every replica checks ([`Command::check_bounds`]).
+    Invalid {
+        reason: String,
+    },
     NodeRegistered {
         node_id: NodeId,
     },
@@ -127,6 +135,88 @@ pub enum Response {
     Changed,
     /// The answer recorded under a key (the first one).
     Answer(Box<crate::answers::KeyedAnswer>),
+}
+
+/// Longest owner or key a command may carry: record keys prefix an
+/// owner's length in two bytes, and nothing legitimate comes near.
+pub const MAX_OWNER_BYTES: usize = 1024;
+
+thread_local! {
+    /// How many batches the decoder of this thread is inside.
+    static BATCH_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How deep batches may nest: the batcher's entry (level 1) may hold the
+/// batch of one `WriteBatch` (level 2).
+pub const MAX_BATCH_DEPTH: u32 = 2;
+
+/// Decode a batch's items, refusing batches nested deeper than
+/// [`MAX_BATCH_DEPTH`]. Decoding is recursive, so without this one ~1 MB
+/// message of nested batches would overflow the stack of whatever thread
+/// decodes it (an RPC handler, the log reader).
+fn two_levels<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            BATCH_DEPTH.with(|c| c.set(c.get().saturating_sub(1)));
+        }
+    }
+    let depth = BATCH_DEPTH.with(|c| {
+        let d = c.get();
+        c.set(d + 1);
+        d
+    });
+    let _leave = Leave;
+    if depth >= MAX_BATCH_DEPTH {
+        return Err(serde::de::Error::custom(
+            "batches nest at most two deep (a batch of batches)",
+        ));
+    }
+    Vec::<T>::deserialize(d)
+}
+
+impl Command {
+    /// Bounds every replica checks before applying a command (and a
+    /// leader before proposing one), so that no input (a hostile sender, a
+    /// bug) can reach a panic in `apply`: batches nest at most two deep, owners
+    /// and keys of idempotency records fit their record keys. A batch's
+    /// own commands are checked as each applies. `Err`: why it is refused.
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let long = |what: &str, s: &str| {
+            (s.len() > MAX_OWNER_BYTES)
+                .then(|| format!("{what} is {} bytes, over {MAX_OWNER_BYTES}", s.len()))
+        };
+        let problem = match self {
+            // Its commands are checked one by one as they apply.
+            Command::Batch(cmds) => cmds
+                .iter()
+                .any(|c| matches!(c, Command::Batch(inner) if inner.iter().any(|x| matches!(x, Command::Batch(_)))))
+                .then(|| "batches nest at most two deep (a batch of batches)".to_string()),
+            Command::Event(c) => {
+                let keyed = c.idempotency.as_ref().and_then(|(owner, key)| {
+                    long("the idempotency owner", &owner.0)
+                        .or_else(|| long("the idempotency key", key))
+                });
+                keyed.or_else(|| match &c.action {
+                    crate::inventory::EventAction::Hold { owner, .. }
+                    | crate::inventory::EventAction::Cancel { owner, .. } => {
+                        long("the owner", &owner.0)
+                    }
+                    _ => None,
+                })
+            }
+            Command::RememberAnswer { owner, key, .. }
+            | Command::ForgetAnswer { owner, key, .. } => {
+                long("the owner", owner).or_else(|| long("the key", key))
+            }
+            _ => None,
+        };
+        problem.map_or(Ok(()), Err)
+    }
 }
 
 impl fmt::Display for Command {

@@ -22,9 +22,17 @@ fn command() -> impl Strategy<Value = Command> {
             placement: Placement::Spread { replicas },
         }),
     ];
-    simple.prop_recursive(2, 16, 4, |inner| {
+    simple.prop_recursive(3, 16, 4, |inner| {
         prop::collection::vec(inner, 0..4).prop_map(Command::Batch)
     })
+}
+
+/// How deep batches nest in `cmd` (0: not a batch).
+fn depth(cmd: &Command) -> usize {
+    match cmd {
+        Command::Batch(cs) => 1 + cs.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// A model of the key→value part: what a plain group must hold.
@@ -60,9 +68,12 @@ proptest! {
             // Deterministic: two replicas answer and change identically.
             prop_assert_eq!(&ra, &rb);
             prop_assert_eq!(&a, &b);
-            if ra.response == Response::WrongGroup {
+            if matches!(ra.response, Response::WrongGroup | Response::Invalid { .. }) {
                 prop_assert_eq!(&a, &before, "a refused command changed nothing");
             }
+            // Batches three deep are refused whole, on every replica.
+            let nested = depth(cmd) > 2;
+            prop_assert_eq!(nested, matches!(ra.response, Response::Invalid { .. }));
             for key in &ra.changed {
                 match a.encode_record(key) {
                     Some(v) => stored.insert(key.encode(), v),
@@ -75,7 +86,9 @@ proptest! {
             }
             prop_assert_eq!(&loaded, &a, "records written so far reload to the state");
             if !directory {
-                model_apply(&mut model, cmd);
+                if !nested {
+                    model_apply(&mut model, cmd);
+                }
                 let kv: BTreeMap<_, _> = a.kv.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 prop_assert_eq!(&kv, &model);
                 prop_assert!(a.directory.nodes.is_empty() && a.directory.groups.is_empty());

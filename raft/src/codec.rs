@@ -50,4 +50,36 @@ mod tests {
         assert!(decode::<(u64, String)>(&[0xff; 3]).is_err());
         assert!(decode_compressed::<u64>(&[0xff; 9]).is_err());
     }
+
+    /// ~2.4 MB of batches nested 200,000 deep: decoding refuses it at the
+    /// third level instead of overflowing the stack. Two levels (the
+    /// batcher's entry holding a WriteBatch's batch) decode.
+    #[test]
+    fn nested_batches_are_refused_not_a_stack_overflow() {
+        use seatfence_core::Command;
+        let batch_of_one = |inner: &[u8]| {
+            let mut b = 3u32.to_le_bytes().to_vec(); // Command::Batch
+            b.extend(1u64.to_le_bytes()); // one item
+            b.extend(inner);
+            b
+        };
+        let put = encode(&Command::Delete { key: "k".into() }).unwrap();
+        assert!(matches!(
+            decode::<Command>(&batch_of_one(&batch_of_one(&put))).unwrap(),
+            Command::Batch(v) if matches!(&v[..], [Command::Batch(w)] if w.len() == 1)
+        ));
+        let mut deep = Vec::with_capacity(12 * 200_000);
+        for _ in 0..200_000 {
+            deep.extend(3u32.to_le_bytes());
+            deep.extend(1u64.to_le_bytes());
+        }
+        deep.extend(&put);
+        let e = decode::<Command>(&deep).unwrap_err();
+        assert!(
+            e.to_string().contains("batches nest at most two deep"),
+            "{e}"
+        );
+        // The guard is left as it was: the next decode works.
+        assert!(decode::<Command>(&batch_of_one(&put)).is_ok());
+    }
 }

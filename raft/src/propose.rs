@@ -240,6 +240,7 @@ impl Proposer {
         cmd: Command,
         expected_term: Option<u64>,
     ) -> Result<Committed, ProposeError> {
+        refuse_batches(std::slice::from_ref(&cmd))?;
         let g = self.writable(group)?;
         g.wake_for_use().await;
         let cmd = match self.prepare(&g, cmd) {
@@ -270,6 +271,7 @@ impl Proposer {
                 reason: "empty batch".into(),
             });
         }
+        refuse_batches(&cmds)?;
         let g = self.writable(group)?;
         g.wake_for_use().await;
         let mut answers: Vec<Option<Response>> = Vec::with_capacity(cmds.len());
@@ -431,6 +433,28 @@ impl Proposer {
         }
         Ok(cmd)
     }
+}
+
+/// A caller never sends a batch: the leader makes batches of commands it
+/// prepared (epoch checked, its own time stamped, its term fenced), so a
+/// batch from outside would skip all three for the commands inside it.
+/// Commands that break a bound `apply` checks ([`Command::check_bounds`])
+/// are refused here too, so they never reach the log.
+fn refuse_batches(cmds: &[Command]) -> Result<(), ProposeError> {
+    if cmds.iter().any(|c| matches!(c, Command::Batch(_))) {
+        return Err(ProposeError::Malformed {
+            code: "malformed_command",
+            reason: "a batch is made by the group's leader; send its commands one by one \
+                     or in a WriteBatch"
+                .into(),
+        });
+    }
+    cmds.iter()
+        .try_for_each(Command::check_bounds)
+        .map_err(|reason| ProposeError::Malformed {
+            code: "malformed_command",
+            reason,
+        })
 }
 
 /// The term event commands are fenced to: the caller's, or this leader's

@@ -105,10 +105,11 @@ impl EventSpec {
         if self.sections.is_empty() {
             self.seats.len() as u64
         } else {
-            self.sections
-                .iter()
-                .map(|s| u64::from(s.rows) * u64::from(s.seats_per_row))
-                .sum()
+            // Saturating: sizes whose product or sum overflows are simply
+            // too large (wrapping would let a huge event pass as a small one).
+            self.sections.iter().fold(0u64, |total, s| {
+                total.saturating_add(u64::from(s.rows).saturating_mul(u64::from(s.seats_per_row)))
+            })
         }
     }
 
@@ -248,6 +249,21 @@ mod tests {
         let mut s = spec();
         s.sections[0].rows = 100_000;
         assert!(matches!(s.validate(), Err(SpecError::TooLarge(_))));
+        // Sizes whose product and sum overflow u64 are too large, never a
+        // wrapped small capacity.
+        let mut s = spec();
+        let huge = Section {
+            name: "H".into(),
+            rows: u32::MAX,
+            seats_per_row: u32::MAX,
+        };
+        s.sections = (0..4)
+            .map(|i| Section {
+                name: format!("H{i}"),
+                ..huge.clone()
+            })
+            .collect();
+        assert_eq!(s.validate(), Err(SpecError::TooLarge(u64::MAX)));
         let mut s = spec();
         s.event_id = EventId("a b".into());
         assert_eq!(s.validate(), Err(SpecError::BadEventId));

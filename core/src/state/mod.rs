@@ -78,6 +78,12 @@ impl State {
         cmd: &Command,
         changed: &mut Vec<RecordKey>,
     ) -> Response {
+        // Bounds every replica checks (a batch inside a batch refuses the
+        // outer batch whole; any other command is refused alone, so the
+        // commands sharing its entry still apply).
+        if let Err(reason) = cmd.check_bounds() {
+            return Response::Invalid { reason };
+        }
         // A batch is checked command by command.
         if !matches!(cmd, Command::Batch(_)) && is_directory_command(cmd) != group.is_directory() {
             return Response::WrongGroup;

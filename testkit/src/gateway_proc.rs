@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use seatfence_api::config::PaymentsConfig;
 
-use crate::cluster::{free_ports, started};
+use crate::procs::{free_ports, started};
 
 /// The mock gateway (`seatfence gateway`) as a separate process on a
 /// free port. Dropping it SIGKILLs it.

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod gateway_proc;
 pub mod http_client;
 pub mod mock_gateway;
+mod procs;
 pub mod progress;
 
 pub use cluster::{reap_all, ClusterBuilder, LocalCluster, NodeProc, REGIONS};

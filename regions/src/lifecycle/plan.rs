@@ -1,0 +1,197 @@
+//! What the directory's leader starts: repairs for voters on dead or
+//! retiring nodes, then replica rebalancing within a region; and the
+//! lifecycle gauges every node sets from its directory replica.
+
+use std::collections::BTreeMap;
+
+use crate::config::MovesConfig;
+use seatfence_core::{Directory, NodeId, NodeOp, NodeState, RepairReason};
+use seatfence_raft::metrics::METRICS;
+
+/// The lifecycle gauges, from this node's directory replica.
+pub(super) fn record_metrics(d: &Directory) {
+    let mut states = [
+        ("live", 0),
+        ("suspect", 0),
+        ("dead", 0),
+        ("decommissioning", 0),
+        ("decommissioned", 0),
+    ];
+    for n in d.nodes.keys() {
+        let name = d.node_state(*n).name();
+        if let Some(s) = states.iter_mut().find(|(s, _)| *s == name) {
+            s.1 += 1;
+        }
+    }
+    METRICS.node_lifecycle(&states, d.under_replicated().len(), d.repairs.len());
+}
+
+/// The repairs to start now: voters on dead or retiring nodes first (at
+/// most `repair_parallel` running; only where a spare node exists and the
+/// other voters are live, so the change can commit); when there are none,
+/// one replica from the fullest to the emptiest live node of a region whose
+/// counts differ by two or more (at most `rebalance_parallel` running).
+pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
+    let mut ops = Vec::new();
+    let mut running = d.repairs.len();
+    let mut needed = false;
+    let counts = d.replica_counts();
+    for g in d.groups.values() {
+        if d.repairs.contains_key(&g.id) || d.is_moving(g.id) {
+            continue;
+        }
+        for m in &g.members {
+            let reason = match d.node_state(*m) {
+                NodeState::Dead { .. } => RepairReason::Dead,
+                NodeState::Decommissioning | NodeState::Decommissioned => {
+                    RepairReason::Decommission
+                }
+                _ => continue,
+            };
+            if d.replacement(g.id, *m, &counts).is_none() || !d.repairable(g.id, *m) {
+                continue; // Under-replicated: reported, not guessed.
+            }
+            needed = true;
+            if running < config.repair_parallel {
+                running += 1;
+                ops.push(NodeOp::StartRepair {
+                    group: g.id,
+                    remove: *m,
+                    add: None,
+                    reason,
+                });
+            }
+            break;
+        }
+    }
+    let rebalancing = d
+        .repairs
+        .values()
+        .filter(|r| r.reason == RepairReason::Rebalance)
+        .count();
+    if needed || rebalancing >= config.rebalance_parallel {
+        return ops;
+    }
+    let mut by_region: BTreeMap<&seatfence_core::RegionId, Vec<(usize, NodeId)>> = BTreeMap::new();
+    for n in d.nodes.values() {
+        if d.node_state(n.id).takes_replicas() {
+            by_region
+                .entry(&n.region)
+                .or_default()
+                .push((counts.get(&n.id).copied().unwrap_or(0), n.id));
+        }
+    }
+    for nodes in by_region.values() {
+        let (Some(&(most, from)), Some(&(least, to))) = (nodes.iter().max(), nodes.iter().min())
+        else {
+            continue;
+        };
+        if most < least + 2 {
+            continue;
+        }
+        let group = d.groups_of(from).find(|g| {
+            !g.members.contains(&to)
+                && !d.repairs.contains_key(&g.id)
+                && !d.is_moving(g.id)
+                && d.repairable(g.id, from)
+        });
+        if let Some(g) = group {
+            ops.push(NodeOp::StartRepair {
+                group: g.id,
+                remove: from,
+                add: Some(to),
+                reason: RepairReason::Rebalance,
+            });
+            break; // One at a time: counts change with it.
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seatfence_core::{GroupId, GroupInfo, NodeInfo, RegionId};
+
+    /// Region a: nodes 1-3 hosting `groups` groups of three, and node 4
+    /// (empty) when `spare`.
+    fn dir(groups: u64, spare: bool) -> Directory {
+        let mut d = Directory::default();
+        for id in 1..=if spare { 4 } else { 3 } {
+            d.nodes.insert(
+                NodeId(id),
+                NodeInfo {
+                    id: NodeId(id),
+                    region: RegionId::from("a"),
+                    grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                },
+            );
+        }
+        for g in 1..=groups {
+            d.groups.insert(
+                GroupId(g),
+                GroupInfo {
+                    id: GroupId(g),
+                    members: vec![NodeId(1), NodeId(2), NodeId(3)],
+                },
+            );
+        }
+        d
+    }
+
+    #[test]
+    fn a_new_node_takes_replicas_one_at_a_time() {
+        let config = MovesConfig::default();
+        let ops = plan_repairs(&dir(3, true), &config);
+        assert_eq!(
+            ops,
+            vec![NodeOp::StartRepair {
+                group: GroupId(1),
+                remove: NodeId(3),
+                add: Some(NodeId(4)),
+                reason: RepairReason::Rebalance,
+            }]
+        );
+        // Three groups on three nodes of three: nothing to even out; the
+        // switch off: nothing either.
+        assert!(plan_repairs(&dir(3, false), &config).is_empty());
+        let off = MovesConfig {
+            rebalance_parallel: 0,
+            ..MovesConfig::default()
+        };
+        assert!(plan_repairs(&dir(3, true), &off).is_empty());
+    }
+
+    #[test]
+    fn dead_voters_are_repaired_before_anything_is_rebalanced() {
+        let mut d = dir(3, true);
+        d.node_states
+            .insert(NodeId(2), NodeState::Dead { declared: false });
+        let config = MovesConfig {
+            repair_parallel: 2,
+            ..MovesConfig::default()
+        };
+        let ops = plan_repairs(&d, &config);
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        for op in &ops {
+            assert!(
+                matches!(
+                    op,
+                    NodeOp::StartRepair {
+                        remove: NodeId(2),
+                        add: None,
+                        reason: RepairReason::Dead,
+                        ..
+                    }
+                ),
+                "{op:?}"
+            );
+        }
+        // No spare node: nothing to start, the groups are under-replicated.
+        let mut d = dir(3, false);
+        d.node_states
+            .insert(NodeId(2), NodeState::Dead { declared: true });
+        assert!(plan_repairs(&d, &config).is_empty());
+        assert_eq!(d.under_replicated().len(), 3);
+    }
+}

@@ -103,21 +103,6 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
             ))
         }
     };
-    // Refuse absurd sizes before laying anything out.
-    // Saturating: sizes whose product or sum overflows are too large,
-    // never a wrapped small number (or a panic).
-    let declared: u64 = body
-        .sections
-        .iter()
-        .fold(body.seats.len() as u64, |total, s| {
-            total.saturating_add(u64::from(s.rows).saturating_mul(u64::from(s.seats_per_row)))
-        });
-    if declared > MAX_CAPACITY {
-        return Err(ApiError::bad(
-            "invalid_event",
-            format!("capacity {declared} is above the limit of {MAX_CAPACITY} seats"),
-        ));
-    }
     let (opens_at_ms, closes_at_ms) = sale_window(&body)?;
     let spec = EventSpec {
         event_id: EventId(body.event_id),

@@ -32,25 +32,10 @@ pub async fn recommission(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
 }
 
 /// `POST /v1/admin/nodes/{id}/declare-dead`: only a node the directory
-/// already holds `suspect` (or dead): a live node is 409 `node_alive`, so
-/// a slip of the finger cannot strip a working node of its replicas.
+/// already holds `suspect` (or dead); the state machine answers a live one
+/// 409 `node_alive`, so a slip of the finger cannot strip a working node of
+/// its replicas.
 pub async fn declare_dead(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
-    req.operator(edge)?;
-    let node = NodeId(parse_id(id, "node_not_found")?);
-    let directory = edge.directory_at_leader().await?;
-    if !directory.nodes.contains_key(&node) {
-        return Err(not_found(node));
-    }
-    if directory.node_state(node) == NodeState::Live {
-        return Err(ApiError::Conflict {
-            code: "node_alive",
-            message: format!(
-                "node {node} answers the directory's leader; only a suspect node can be \
-                 declared dead (decommission a live one)"
-            ),
-            extra: json!({"node_id": node.0, "state": "live"}),
-        });
-    }
     node_op(edge, req, id, |node| NodeOp::SetState {
         node,
         state: NodeState::Dead { declared: true },
@@ -77,16 +62,11 @@ async fn node_op(
         .await
         .map_err(|e| edge.client_error(e))?;
     match answer {
-        Ok(done) => {
-            let state = match done {
-                NodeOpDone::State(s) => s,
-                NodeOpDone::Repair(_) => NodeState::Live,
-            };
-            Ok(Reply::json(
-                StatusCode::OK,
-                json!({"node_id": node.0, "state": state.name()}),
-            ))
-        }
+        Ok(NodeOpDone::State(state)) => Ok(Reply::json(
+            StatusCode::OK,
+            json!({"node_id": node.0, "state": state.name()}),
+        )),
+        Ok(other) => Err(ApiError::Internal(format!("directory answered {other:?}"))),
         Err(r) if r.code == "node_not_found" => Err(not_found(node)),
         Err(r) => Err(ApiError::Conflict {
             code: leak(&r.code),

@@ -123,6 +123,17 @@ pub struct Repair {
     pub started_ms: u64,
 }
 
+impl Repair {
+    /// The group's voters once this repair is done: `members` with
+    /// `remove` replaced by `add`, in place.
+    pub fn members_after(&self, members: &[NodeId]) -> Vec<NodeId> {
+        members
+            .iter()
+            .map(|m| if *m == self.remove { self.add } else { *m })
+            .collect()
+    }
+}
+
 /// What the directory is asked to do with node states and repairs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeOp {
@@ -354,9 +365,7 @@ impl Directory {
                 let r = self.repairs.remove(group).expect("found above");
                 changed.push(RecordKey::Repair(*group));
                 if let Some(g) = self.groups.get_mut(group) {
-                    for m in g.members.iter_mut().filter(|m| **m == r.remove) {
-                        *m = r.add;
-                    }
+                    g.members = r.members_after(&g.members);
                     changed.push(RecordKey::Group(*group));
                 }
                 Ok(NodeOpDone::Repair(None))

@@ -105,10 +105,11 @@ impl EventSpec {
         if self.sections.is_empty() {
             self.seats.len() as u64
         } else {
-            // Saturating: sizes whose product or sum overflows are simply
-            // too large (wrapping would let a huge event pass as a small one).
+            // A section's u32 × u32 fits a u64; their sum saturates, so
+            // sizes that overflow are too large, never a wrapped small
+            // capacity (which would let a huge event pass validation).
             self.sections.iter().fold(0u64, |total, s| {
-                total.saturating_add(u64::from(s.rows).saturating_mul(u64::from(s.seats_per_row)))
+                total.saturating_add(u64::from(s.rows) * u64::from(s.seats_per_row))
             })
         }
     }

@@ -292,11 +292,13 @@ impl Directory {
                 .map_err(|e| MoveRefused::new("placement_failed", e))?,
             Survival::Region => from_members.to_vec(),
         };
-        // Never lead from a drained node; prefer a voter in `to`.
+        // Never lead from a drained, retiring or dead node; prefer a voter
+        // in `to`.
         let in_to = |n: &NodeId| self.nodes.get(n).is_some_and(|i| &i.region == to);
+        let not_leading = self.not_leading();
         if let Some(i) = members
             .iter()
-            .position(|n| in_to(n) && !self.drained.contains(n))
+            .position(|n| in_to(n) && !not_leading.contains(n))
         {
             members.swap(0, i);
         }

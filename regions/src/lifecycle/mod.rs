@@ -80,13 +80,26 @@ impl Lifecycle {
         // sooner than `dead_after_ms` of silence).
         let mut silent: BTreeMap<NodeId, Instant> = BTreeMap::new();
         let every = Duration::from_millis(self.config.lifecycle_every_ms.max(100));
+        // The gauges change only with the directory: set them when it did.
+        let mut rx_applied = self
+            .registry
+            .get(GroupId::DIRECTORY)
+            .map(|d| d.sm.subscribe_applied());
+        let mut first = true;
         loop {
             tokio::select! {
                 biased;
                 _ = rx_stop.wait_for(|s| *s) => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            self.read(record_metrics);
+            let changed = rx_applied.as_mut().is_some_and(|rx| {
+                let c = rx.has_changed().unwrap_or(false);
+                rx.borrow_and_update();
+                c
+            });
+            if changed || std::mem::take(&mut first) {
+                self.read(record_metrics);
+            }
             if !self.leads_directory() {
                 silent.clear();
                 continue;
@@ -336,10 +349,7 @@ impl Lifecycle {
             }
             RepairStep::ChangeMembership => {
                 let from: Vec<u64> = members.iter().map(|m| m.0).collect();
-                let mut to: Vec<u64> = from
-                    .iter()
-                    .map(|m| if *m == r.remove.0 { r.add.0 } else { *m })
-                    .collect();
+                let mut to: Vec<u64> = r.members_after(members).iter().map(|m| m.0).collect();
                 // A leader that leaves hands over to the first: an old,
                 // caught-up voter rather than the newcomer.
                 if to.first() == Some(&r.add.0) && to.len() > 1 {
@@ -408,10 +418,7 @@ impl Lifecycle {
         have.sort_unstable();
         let mut old: Vec<u64> = members.iter().map(|m| m.0).collect();
         old.sort_unstable();
-        let mut new: Vec<u64> = old
-            .iter()
-            .map(|m| if *m == r.remove.0 { r.add.0 } else { *m })
-            .collect();
+        let mut new: Vec<u64> = r.members_after(members).iter().map(|m| m.0).collect();
         new.sort_unstable();
         anyhow::ensure!(!st.joint, "a membership change is half-way; asking again");
         if have == new {

@@ -26,6 +26,10 @@ pub struct DemoFile {
     pub jwt_secret: String,
     /// gRPC address of every node.
     pub nodes: Vec<String>,
+    /// The operator's certificate for the nodes' gRPC ports (`seatfence ctl
+    /// status`): the cluster CA, certificate and key.
+    #[serde(default)]
+    pub tls: Option<seatfence_raft::network::tls::TlsConfig>,
 }
 
 /// The sample event's id.
@@ -70,6 +74,12 @@ pub async fn run(
         events: vec![DEMO_EVENT.into()],
         jwt_secret: secret,
         nodes: cluster.addrs(),
+        tls: cluster.certs_dir().map(|d| {
+            seatfence_raft::network::tls::TlsConfig::in_dir(
+                &d,
+                &format!("operator-{}", seatfence_testkit::cluster::OPERATOR_CERT),
+            )
+        }),
     };
     let demo_path = dir.join("demo.json");
     std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;

@@ -4,11 +4,13 @@
 //! - [`demo`]: `seatfence demo` and its `demo.json`.
 //! - [`ctl`]: `seatfence ctl` (node commands over gRPC, event and operator
 //!   commands through an edge).
+//! - [`cert`]: `seatfence cert` (the cluster CA and its certificates).
 //!
 //! It must never do work a library crate owns. Everything else is a crate: `seatfence node` is `seatfence-node`,
 //! `seatfence bench` is `seatfence-bench`, `seatfence chaos` is
 //! `seatfence-chaos`, `seatfence gateway` is the mock in `seatfence-testkit`.
 
+pub mod cert;
 pub mod ctl;
 pub mod demo;
 

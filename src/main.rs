@@ -42,6 +42,12 @@ enum Cmd {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Create the cluster CA and node and operator certificates (mutual TLS
+    /// on every node's gRPC port).
+    Cert {
+        #[command(subcommand)]
+        cmd: seatfence::cert::CertCmd,
+    },
     /// Operator commands against a running cluster.
     Ctl(Box<seatfence::ctl::CtlArgs>),
     /// The mock payment gateway (DESIGN.md §8): a real HTTP server with
@@ -121,6 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
         Cmd::Gateway(args) => args.run(terminated()).await,
         Cmd::Ctl(args) => seatfence::ctl::run(*args).await,
+        Cmd::Cert { cmd } => seatfence::cert::run(cmd),
         Cmd::Chaos { cmd } => {
             init_tracing_quiet();
             let bin = std::env::current_exe().context("find own binary")?;

@@ -24,6 +24,13 @@ fn t05_node_refuses_bad_config_with_a_precise_error() {
             ),
             "grpc_addr \"localhost\" is not host:port",
         ),
+        (
+            &*format!(
+                "node_id = 1\nregion = \"us-east\"\ngrpc_addr = \"127.0.0.1:1\"\ndata_dir = {data:?}\n\
+                 [[initial_members]]\nid = 1\nregion = \"us-east\"\ngrpc_addr = \"127.0.0.1:1\"\n"
+            ),
+            "[tls]: missing: set ca, cert and key",
+        ),
     ];
     for (i, (text, expected)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.toml"));

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use seatfence_api::config::{EdgeConfig, PaymentsConfig};
 use seatfence_raft::config::RaftTuning;
+use seatfence_raft::network::tls::TlsConfig;
 use seatfence_raft::propose::PlantedBug;
 use seatfence_regions::config::MovesConfig;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,10 @@ pub struct NodeConfig {
     /// them joins: it registers through them and the directory's leader
     /// adds it to group 0 as a learner.
     pub initial_members: Vec<Peer>,
+    /// Mutual TLS on the gRPC port: the cluster CA, this node's certificate
+    /// and key (`seatfence cert`), or `insecure = true`. Required.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     #[serde(default)]
     pub raft: RaftTuning,
     /// Ownership moves: coordinator pacing and retired replicas.
@@ -95,6 +100,8 @@ pub enum ConfigError {
         theirs: String,
         ours: String,
     },
+    #[error("[tls]: {0}")]
+    Tls(String),
     #[error("{0}")]
     Raft(String),
     #[error("edge: {0}")]
@@ -155,6 +162,16 @@ impl NodeConfig {
                     });
                 }
             }
+        }
+        match &self.tls {
+            None => {
+                return Err(ConfigError::Tls(
+                    "missing: set ca, cert and key (`seatfence cert` makes them), \
+                     or insecure = true for plaintext"
+                        .into(),
+                ))
+            }
+            Some(t) => t.check().map_err(ConfigError::Tls)?,
         }
         self.raft.check().map_err(ConfigError::Raft)?;
         if let Some(e) = &self.edge {
@@ -217,6 +234,8 @@ grpc_addr = "127.0.0.1:7001"
 id = 2
 region = "eu-west"
 grpc_addr = "127.0.0.1:7002"
+[tls]
+insecure = true
 "#;
 
     #[test]

@@ -2,9 +2,10 @@
 //! a test can start a node in-process.
 //!
 //! ```text
-//!  NodeConfig (config.rs: [raft] [moves] [edge] [payments] [chaos])
+//!  NodeConfig (config.rs: [tls] [raft] [moves] [edge] [payments] [chaos])
 //!   ─▶ Node::start: open sled, reopen stored groups + the directory
-//!        ─▶ gRPC: RaftService (peers) + NodeService (clients), one Proposer
+//!        ─▶ gRPC over mutual TLS (certs.rs makes the certificates; the raft
+//!           crate's gate authorizes): RaftService + NodeService, one Proposer
 //!        ─▶ (lowest initial member) initialize the directory
 //!        ─▶ jobs: register in the directory · add directory learners
 //!                 expire idle holds · follow a drill's skew file
@@ -17,6 +18,7 @@
 //! This crate decides nothing about seats, fences or moves: it wires the
 //! crates that do, and owns only the node's lifecycle.
 
+pub mod certs;
 pub mod config;
 mod jobs;
 mod node;

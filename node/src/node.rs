@@ -9,6 +9,8 @@ use seatfence_api::Edge;
 use seatfence_core::{Command, GroupId, NodeId, Response};
 use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
+use seatfence_raft::network::gate::Gate;
+use seatfence_raft::network::tls::Principal;
 use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::NodeDb;
@@ -82,6 +84,37 @@ impl Node {
                 .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug)),
         );
 
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|t| t.load())
+            .transpose()
+            .context("[tls]")?
+            .flatten();
+        let gate = match &tls {
+            Some(t) => {
+                if *t.identity() != Principal::Node(config.node_id) {
+                    anyhow::bail!(
+                        "[tls] cert names {}, this is node {}: give each node its own certificate",
+                        t.identity(),
+                        config.node_id
+                    );
+                }
+                Gate::new(
+                    registry.clone(),
+                    config.initial_members.iter().map(|p| p.id).collect(),
+                )
+            }
+            None => {
+                tracing::warn!(
+                    node = config.node_id,
+                    "INSECURE: [tls] insecure = true, the gRPC port takes plaintext from anyone \
+                     who reaches it (no peer identity, no authorization)"
+                );
+                Gate::open()
+            }
+        };
+        seatfence_raft::network::tls::install_client(tls.as_ref());
         let listener = TcpListener::bind(&config.grpc_addr)
             .await
             .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
@@ -95,9 +128,21 @@ impl Node {
             // without it small replies wait for the peer's delayed ACK (~40 ms).
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            tonic::transport::Server::builder()
-                .add_service(RaftGrpc::new(registry.clone()).into_server())
-                .add_service(NodeApi::new(proposer.clone(), config.region.clone()).into_server())
+            let mut builder = tonic::transport::Server::builder();
+            if let Some(t) = &tls {
+                builder = builder.tls_config(t.server()).context("[tls]")?;
+            }
+            builder
+                .add_service(
+                    RaftGrpc::new(registry.clone())
+                        .with_gate(gate.clone())
+                        .into_server(),
+                )
+                .add_service(
+                    NodeApi::new(proposer.clone(), config.region.clone())
+                        .with_gate(gate)
+                        .into_server(),
+                )
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })

@@ -30,6 +30,8 @@ node_id = {id}
 region = "us-east"
 grpc_addr = "{me}"
 data_dir = {data:?}
+[tls]
+insecure = true
 [raft]
 heartbeat_ms = 50
 election_timeout_min_ms = 200

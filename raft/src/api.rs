@@ -18,6 +18,7 @@ use seatfence_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::codec;
+use crate::network::gate::{Caller, Gate, Need};
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::propose::{self, ProposeError, Proposer};
 use crate::registry::Registry;
@@ -26,11 +27,23 @@ use crate::status::to_status;
 pub struct NodeApi {
     proposer: Arc<Proposer>,
     region: String,
+    gate: Arc<Gate>,
 }
 
 impl NodeApi {
+    /// Serving every caller ([`Gate::open`]) until [`NodeApi::with_gate`].
     pub fn new(proposer: Arc<Proposer>, region: String) -> NodeApi {
-        NodeApi { proposer, region }
+        NodeApi {
+            proposer,
+            region,
+            gate: Gate::open(),
+        }
+    }
+
+    /// Who may call (a TLS server's [`Gate::new`]).
+    pub fn with_gate(mut self, gate: Arc<Gate>) -> NodeApi {
+        self.gate = gate;
+        self
     }
 
     pub fn into_server(self) -> NodeServiceServer<NodeApi> {
@@ -73,8 +86,16 @@ fn decode<T: serde::de::DeserializeOwned>(code: &'static str, b: &[u8]) -> Resul
 #[tonic::async_trait]
 impl NodeService for NodeApi {
     async fn write(&self, req: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
+        let caller = self.gate.check(&req, Need::Ping)?;
         let req = req.into_inner();
         let cmd: Command = decode("malformed_command", &req.command)?;
+        // A node the directory does not list yet may register itself, as
+        // itself, and write nothing else.
+        let joins = matches!((&caller, &cmd), (Caller::Joining(id), Command::RegisterNode(n))
+            if n.id.0 == *id && req.group_id == GroupId::DIRECTORY.0);
+        if !joins {
+            self.gate.allows(&caller, Need::Write)?;
+        }
         let result = match self
             .proposer
             .write(GroupId(req.group_id), cmd, req.expected_term)
@@ -96,6 +117,7 @@ impl NodeService for NodeApi {
         &self,
         req: Request<WriteBatchRequest>,
     ) -> Result<Response<WriteBatchReply>, Status> {
+        self.gate.check(&req, Need::Write)?;
         let req = req.into_inner();
         let cmds = req
             .commands
@@ -120,6 +142,7 @@ impl NodeService for NodeApi {
     }
 
     async fn read(&self, req: Request<ReadRequest>) -> Result<Response<ReadReply>, Status> {
+        self.gate.check(&req, Need::Operate)?;
         let req = req.into_inner();
         let g = self.proposer.group(GroupId(req.group_id))?;
         if req.linearizable {
@@ -137,6 +160,7 @@ impl NodeService for NodeApi {
     }
 
     async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        self.gate.check(&req, Need::Operate)?;
         let req = req.into_inner();
         let q: Query = decode("malformed_query", &req.query)?;
         let result = match self
@@ -156,7 +180,8 @@ impl NodeService for NodeApi {
         }))
     }
 
-    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+    async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        self.gate.check(&req, Need::Operate)?;
         let mut groups = Vec::new();
         for (id, g) in self.registry().all() {
             let m = g.raft.metrics().borrow_watched().clone();
@@ -203,6 +228,7 @@ impl NodeService for NodeApi {
         &self,
         req: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderReply>, Status> {
+        self.gate.check(&req, Need::Operate)?;
         let req = req.into_inner();
         self.proposer
             .transfer_leader(GroupId(req.group_id), req.to)
@@ -214,6 +240,7 @@ impl NodeService for NodeApi {
         &self,
         req: Request<MembershipRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        self.gate.check(&req, Need::Write)?;
         let req = req.into_inner();
         let op = decode("bad_membership_op", &req.op)?;
         let result = match self.proposer.membership(GroupId(req.group_id), op).await {

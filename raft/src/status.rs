@@ -55,7 +55,10 @@ pub fn from_status(group: GroupId, status: &Status) -> ProposeError {
             Code::NotFound => ProposeError::UnknownGroup(group),
             Code::Aborted => ProposeError::OutcomeUnknown(msg.to_string()),
             Code::InvalidArgument => malformed("malformed_command", msg.to_string()),
-            Code::FailedPrecondition => ProposeError::Refused(msg.to_string()),
+            // Refused by the node's gate: retrying cannot help.
+            Code::FailedPrecondition | Code::PermissionDenied | Code::Unauthenticated => {
+                ProposeError::Refused(msg.to_string())
+            }
             Code::Internal | Code::Unknown | Code::DataLoss => {
                 ProposeError::Internal(format!("{:?}: {msg}", status.code()))
             }

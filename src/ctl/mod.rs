@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use seatfence_raft::network::tls::TlsConfig;
 
 mod admin;
 mod events;
@@ -31,6 +32,18 @@ pub struct CtlArgs {
     /// Bearer token (default: demo.json's operator token).
     #[arg(long, global = true, help_heading = "Where to connect")]
     pub token: Option<String>,
+    /// The cluster CA (PEM) for --addr (default: demo.json's `tls`).
+    #[arg(long, global = true, help_heading = "Where to connect")]
+    pub ca: Option<PathBuf>,
+    /// Your operator certificate (PEM; `seatfence cert operator`).
+    #[arg(long, global = true, help_heading = "Where to connect")]
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, global = true, help_heading = "Where to connect")]
+    pub key: Option<PathBuf>,
+    /// Talk plaintext gRPC to a node run with `[tls] insecure = true`.
+    #[arg(long, global = true, help_heading = "Where to connect")]
+    pub insecure: bool,
     #[command(subcommand)]
     pub cmd: CtlCmd,
 }
@@ -90,14 +103,41 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             events::run(target, cmd).await
         }
         cmd => {
-            let addr = match args.addr {
-                Some(a) => a,
-                None => crate::demo::DemoFile::load(&demo)?
+            let file = match (&args.addr, args.ca.is_some() || args.insecure) {
+                (Some(_), true) => None,
+                _ => Some(crate::demo::DemoFile::load(&demo)?),
+            };
+            let addr = match (args.addr, &file) {
+                (Some(a), _) => a,
+                (None, Some(f)) => f
                     .nodes
                     .first()
                     .cloned()
                     .ok_or_else(|| anyhow::anyhow!("{} lists no nodes", demo.display()))?,
+                (None, None) => unreachable!("demo.json is read when --addr is missing"),
             };
+            let tls = if args.insecure {
+                TlsConfig {
+                    insecure: true,
+                    ..TlsConfig::default()
+                }
+            } else if args.ca.is_some() || args.cert.is_some() || args.key.is_some() {
+                TlsConfig {
+                    insecure: false,
+                    ca: args.ca,
+                    cert: args.cert,
+                    key: args.key,
+                }
+            } else {
+                file.and_then(|f| f.tls).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no certificate: pass --ca, --cert and --key (or --insecure for a \
+                         plaintext node)"
+                    )
+                })?
+            };
+            let tls = tls.load()?;
+            seatfence_raft::network::tls::install_client(tls.as_ref());
             node::run(addr, cmd).await
         }
     }

@@ -10,11 +10,16 @@ use anyhow::{bail, Context};
 use seatfence_api::config::{EdgeConfig, PaymentsConfig};
 use seatfence_core::GroupId;
 use seatfence_node::{NodeConfig, Peer};
+use seatfence_raft::network::tls::TlsConfig;
 use seatfence_raft::{ClusterClient, RaftTuning};
 use seatfence_regions::config::MovesConfig;
 
 pub use crate::procs::reap_all;
 use crate::procs::{free_ports, started};
+
+/// The operator certificate every local cluster gets
+/// (`certs/operator-operator.pem`), for `seatfence ctl`.
+pub const OPERATOR_CERT: &str = "operator";
 
 /// The regions a local cluster spreads its nodes over, in order.
 pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
@@ -200,6 +205,11 @@ impl LocalCluster {
             .collect::<anyhow::Result<_>>()?;
         let members: Vec<Peer> = all[..voters].to_vec();
         let peers = all;
+        // One CA per cluster directory; a node's certificate names its id.
+        let certs = dir.join("certs");
+        let ids: Vec<u64> = peers.iter().map(|p| p.id).collect();
+        seatfence_node::certs::make_cluster(&certs, &ids, OPERATOR_CERT)
+            .with_context(|| format!("certificates in {}", certs.display()))?;
         let mut configs = Vec::new();
         for p in &peers {
             let node_dir = dir.join(format!("n{}", p.id));
@@ -211,6 +221,7 @@ impl LocalCluster {
                 grpc_addr: p.grpc_addr.clone(),
                 data_dir: node_dir.join("data"),
                 initial_members: members.clone(),
+                tls: Some(TlsConfig::in_dir(&certs, &format!("node-{}", p.id))),
                 raft: tuning.clone(),
                 moves: moves.clone(),
                 edge: Some(EdgeConfig {
@@ -270,6 +281,17 @@ impl LocalCluster {
                 child: None,
             })
             .collect::<Vec<_>>();
+        // The harness speaks to the nodes as the lowest node (it holds the
+        // cluster's keys): tests and benchmarks write raw commands, which
+        // only a member node may. Plaintext only for `insecure` configs.
+        let harness = nodes
+            .iter()
+            .min_by_key(|n| n.config.node_id)
+            .and_then(|n| n.config.tls.as_ref())
+            .map(|t| t.load())
+            .transpose()?
+            .flatten();
+        seatfence_raft::network::tls::install_client(harness.as_ref());
         let n = nodes.len();
         let mut cluster = LocalCluster {
             bin: bin.to_path_buf(),
@@ -452,6 +474,13 @@ impl LocalCluster {
             .first()
             .and_then(|n| n.config.edge.as_ref())
             .map(|e| e.jwt_secret.clone())
+    }
+
+    /// The directory with the cluster's CA and certificates (`ca.pem`,
+    /// `node-<id>.pem`, `operator-operator.pem`, their keys), if it runs TLS.
+    pub fn certs_dir(&self) -> Option<PathBuf> {
+        let tls = self.nodes.first()?.config.tls.as_ref()?;
+        Some(tls.ca.as_ref()?.parent()?.to_path_buf())
     }
 
     pub fn client(&self) -> ClusterClient {

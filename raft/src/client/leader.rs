@@ -12,7 +12,7 @@ use seatfence_proto::v1::node_service_client::NodeServiceClient;
 use seatfence_proto::v1::{write_batch_reply, WriteBatchRequest};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::{ClientError, MemberResolver};
 use crate::codec;
@@ -97,13 +97,9 @@ impl Inner {
         let ch = match channels.get(addr) {
             Some(ch) => ch.clone(),
             None => {
-                let ch =
-                    Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
-                        .map_err(|e| ClientError::BadReply(format!("bad address {addr}: {e}")))?
-                        .local_address(crate::network::via::source_ip())
-                        .connect_timeout(Duration::from_millis(500))
-                        .tcp_nodelay(true)
-                        .connect_lazy();
+                let ch = crate::network::tls::endpoint(addr)
+                    .map_err(ClientError::BadReply)?
+                    .connect_lazy();
                 channels.insert(addr.to_string(), ch.clone());
                 ch
             }

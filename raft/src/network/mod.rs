@@ -9,8 +9,10 @@
 //! messages; snapshots travel as a stream of chunks on their own RPC.
 
 mod coalesce;
+pub mod gate;
 mod pool;
 mod service;
+pub mod tls;
 pub mod via;
 
 pub use coalesce::{IN_FLIGHT, MAX_PACK};

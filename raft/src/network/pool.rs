@@ -17,7 +17,7 @@ use openraft_multi::{GroupNetworkAdapter, GroupRouter};
 use seatfence_core::GroupId;
 use seatfence_proto::v1::raft_service_client::RaftServiceClient;
 use seatfence_proto::v1::{PingRequest, QuiesceRequest, RaftKind, SnapshotChunk};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::coalesce::Coalescer;
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
@@ -61,11 +61,7 @@ impl PeerPool {
                 return Ok(p.channel.clone());
             }
         }
-        let ch = Endpoint::from_shared(format!("http://{}", crate::network::via::resolve(addr)))
-            .map_err(|e| format!("bad address {addr}: {e}"))?
-            .local_address(crate::network::via::source_ip())
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
+        let ch = crate::network::tls::endpoint(addr)?
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_while_idle(true)
             .connect_lazy();

@@ -14,6 +14,7 @@ use seatfence_proto::v1::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
+use super::gate::{Gate, Need};
 use super::MAX_MESSAGE_BYTES;
 use crate::codec;
 use crate::propose::ProposeError;
@@ -29,11 +30,22 @@ pub const MAX_BATCH_MESSAGES: usize = 4096;
 
 pub struct RaftGrpc {
     registry: Arc<Registry>,
+    gate: Arc<Gate>,
 }
 
 impl RaftGrpc {
+    /// Serving every caller ([`Gate::open`]) until [`RaftGrpc::with_gate`].
     pub fn new(registry: Arc<Registry>) -> RaftGrpc {
-        RaftGrpc { registry }
+        RaftGrpc {
+            registry,
+            gate: Gate::open(),
+        }
+    }
+
+    /// Who may call (a TLS server's [`Gate::new`]).
+    pub fn with_gate(mut self, gate: Arc<Gate>) -> RaftGrpc {
+        self.gate = gate;
+        self
     }
 
     /// Wrap as a tonic service with the node's message size limits.
@@ -127,6 +139,8 @@ impl RaftGrpc {
         kind: RaftKind,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
+        let group = seatfence_core::GroupId(req.get_ref().group_id);
+        self.gate.check(&req, Need::Raft(group))?;
         let req = req.into_inner();
         let payload = self.handle(kind, req.group_id, &req.payload).await?;
         Ok(Response::new(RaftReply { payload }))
@@ -174,6 +188,8 @@ impl RaftService for RaftGrpc {
     /// or are independent messages of one group, as separate RPCs would
     /// be); the answers come back in the order of the messages.
     async fn batch(&self, req: Request<RaftBatch>) -> Result<Response<RaftBatchReply>, Status> {
+        // Any node not retired; each message then needs its group's right.
+        let caller = self.gate.check(&req, Need::Ping)?;
         let messages = req.into_inner().messages;
         if messages.len() > MAX_BATCH_MESSAGES {
             return Err(to_status(&ProposeError::Malformed {
@@ -184,9 +200,14 @@ impl RaftService for RaftGrpc {
                 ),
             }));
         }
+        let caller = &caller;
         let outcomes = futures::future::join_all(messages.iter().map(|m| async move {
+            let group = seatfence_core::GroupId(m.group_id);
             let answer = match RaftKind::try_from(m.kind) {
-                Ok(kind) => self.handle(kind, m.group_id, &m.payload).await,
+                Ok(kind) => match self.gate.allows(caller, Need::Raft(group)) {
+                    Ok(()) => self.handle(kind, m.group_id, &m.payload).await,
+                    Err(denied) => Err(denied),
+                },
                 Err(_) => Err(malformed(format!("unknown raft message kind {}", m.kind))),
             };
             match answer {
@@ -209,11 +230,14 @@ impl RaftService for RaftGrpc {
         &self,
         req: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftReply>, Status> {
+        let caller = self.gate.check(&req, Need::Ping)?;
         let mut stream = req.into_inner();
         let first = stream
             .message()
             .await?
             .ok_or_else(|| malformed("empty snapshot stream".into()))?;
+        self.gate
+            .allows(&caller, Need::Raft(seatfence_core::GroupId(first.group_id)))?;
         let group = self.group(first.group_id).await?;
         let vote: Vote =
             codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
@@ -246,7 +270,8 @@ impl RaftService for RaftGrpc {
         Ok(Response::new(RaftReply { payload: reply(r)? }))
     }
 
-    async fn ping(&self, _req: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
+    async fn ping(&self, req: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
+        self.gate.check(&req, Need::Ping)?;
         Ok(Response::new(PingReply {
             node_id: self.registry.node_id(),
             incarnation: crate::sleep::liveness::incarnation(),
@@ -257,6 +282,8 @@ impl RaftService for RaftGrpc {
         &self,
         req: Request<QuiesceRequest>,
     ) -> Result<Response<QuiesceReply>, Status> {
+        let group = seatfence_core::GroupId(req.get_ref().group_id);
+        self.gate.check(&req, Need::Raft(group))?;
         let req = req.into_inner();
         let g = self.group(req.group_id).await?;
         let asleep = g.quiesce_follower(req.term, req.leader, req.last_log_index);

@@ -1,0 +1,238 @@
+//! Mutual TLS on the node plane (both gRPC services): one cluster CA signs
+//! every certificate; a certificate's identity is a URI in its subject
+//! alternative names, `seatfence://node/<id>` for a node (which also names
+//! `seatfence-node` as a DNS name, the name clients verify a server by) or
+//! `seatfence://operator/<name>` for an operator's client. The server side
+//! requires a client certificate from the same CA; [`super::gate`] decides
+//! what each identity may call.
+//!
+//! The client side is process-wide, like [`super::via`]: a node process has
+//! one identity, and every channel it dials (peers, leaders, seeds) presents
+//! it. Without [`install_client`] channels dial plaintext (`insecure = true`,
+//! or a test's in-process server).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+/// The DNS name every node certificate carries and every client verifies:
+/// any node of the cluster may answer at any address (and through a drill's
+/// proxy), so the name says "a node of this cluster", the URI which one.
+pub const NODE_SERVER_NAME: &str = "seatfence-node";
+const NODE_URI: &str = "seatfence://node/";
+const OPERATOR_URI: &str = "seatfence://operator/";
+
+/// How long a TLS handshake may take before the server drops the socket
+/// (a client that connects and says nothing holds no task for long).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who a certificate says its holder is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Node(u64),
+    Operator(String),
+}
+
+impl Principal {
+    /// The URI naming this identity in a certificate.
+    pub fn uri(&self) -> String {
+        match self {
+            Principal::Node(id) => format!("{NODE_URI}{id}"),
+            Principal::Operator(name) => format!("{OPERATOR_URI}{name}"),
+        }
+    }
+
+    /// The identity a DER certificate names; `None` if it names none or
+    /// more than one (a certificate is one identity).
+    pub fn of_der(der: &[u8]) -> Option<Principal> {
+        let (_, cert) = X509Certificate::from_der(der).ok()?;
+        let san = cert.subject_alternative_name().ok()??;
+        let mut found = None;
+        for name in &san.value.general_names {
+            let GeneralName::URI(uri) = name else {
+                continue;
+            };
+            let id = if let Some(n) = uri.strip_prefix(NODE_URI) {
+                Principal::Node(n.parse().ok().filter(|n| *n > 0)?)
+            } else if let Some(name) = uri.strip_prefix(OPERATOR_URI) {
+                Principal::Operator(name.to_string())
+            } else {
+                continue;
+            };
+            if found.replace(id).is_some() {
+                return None;
+            }
+        }
+        found
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Principal::Node(id) => write!(f, "node {id}"),
+            Principal::Operator(name) => write!(f, "operator {name:?}"),
+        }
+    }
+}
+
+/// `[tls]` of a node's config, and the files `seatfence ctl` reads: PEM
+/// paths of the cluster CA, this holder's certificate and its private key.
+/// `insecure = true` instead turns TLS off (every start says so in the log).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    #[serde(default)]
+    pub insecure: bool,
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// The three files of `dir` that `seatfence cert` writes for `name`
+    /// (`node-7`, `operator-alice`).
+    pub fn in_dir(dir: &Path, name: &str) -> TlsConfig {
+        TlsConfig {
+            insecure: false,
+            ca: Some(dir.join("ca.pem")),
+            cert: Some(dir.join(format!("{name}.pem"))),
+            key: Some(dir.join(format!("{name}.key"))),
+        }
+    }
+
+    /// A config that says what it means: either `insecure = true` alone or
+    /// all three files.
+    pub fn check(&self) -> Result<(), String> {
+        match (self.insecure, &self.ca, &self.cert, &self.key) {
+            (true, None, None, None) => Ok(()),
+            (true, ..) => Err("insecure = true turns TLS off: drop ca, cert and key".into()),
+            (false, Some(_), Some(_), Some(_)) => Ok(()),
+            _ => Err(
+                "set ca, cert and key (PEM files; `seatfence cert` makes them), \
+                      or insecure = true for plaintext"
+                    .into(),
+            ),
+        }
+    }
+
+    /// The loaded files, or `None` for `insecure = true`.
+    pub fn load(&self) -> anyhow::Result<Option<Tls>> {
+        self.check().map_err(anyhow::Error::msg)?;
+        match (&self.ca, &self.cert, &self.key) {
+            (Some(ca), Some(cert), Some(key)) if !self.insecure => {
+                Tls::load(ca, cert, key).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A holder's loaded TLS material.
+#[derive(Clone)]
+pub struct Tls {
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    identity: Principal,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        write!(f, "Tls({})", self.identity)
+    }
+}
+
+impl Tls {
+    pub fn load(ca: &Path, cert: &Path, key: &Path) -> anyhow::Result<Tls> {
+        let read = |p: &Path, what: &str| {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("read {what} {}: {e}", p.display()))
+        };
+        Tls::from_pem(
+            read(ca, "CA certificate")?,
+            read(cert, "certificate")?,
+            read(key, "private key")?,
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cert.display()))
+    }
+
+    pub fn from_pem(ca: Vec<u8>, cert: Vec<u8>, key: Vec<u8>) -> anyhow::Result<Tls> {
+        let der = first_der(&cert).ok_or_else(|| anyhow::anyhow!("no PEM certificate"))?;
+        let identity = Principal::of_der(&der).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the certificate names no seatfence identity (seatfence cert makes them)"
+            )
+        })?;
+        first_der(&ca).ok_or_else(|| anyhow::anyhow!("no PEM CA certificate"))?;
+        Ok(Tls {
+            ca,
+            cert,
+            key,
+            identity,
+        })
+    }
+
+    /// Who this material says its holder is.
+    pub fn identity(&self) -> &Principal {
+        &self.identity
+    }
+
+    /// A server that presents this certificate and requires a client
+    /// certificate from the same CA.
+    pub fn server(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.cert, &self.key))
+            .client_ca_root(Certificate::from_pem(&self.ca))
+            .client_auth_optional(false)
+            .timeout(HANDSHAKE_TIMEOUT)
+    }
+
+    /// A client that presents this certificate and accepts only a node of
+    /// the same CA as the server.
+    pub fn client(&self) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .identity(Identity::from_pem(&self.cert, &self.key))
+            .domain_name(NODE_SERVER_NAME)
+            .assume_http2(true)
+    }
+}
+
+/// The DER bytes of the first certificate in a PEM text.
+fn first_der(pem: &[u8]) -> Option<Vec<u8>> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    (pem.label == "CERTIFICATE").then_some(pem.contents)
+}
+
+static CLIENT: RwLock<Option<Arc<ClientTlsConfig>>> = RwLock::new(None);
+
+/// Every channel this process dials from now on presents `tls` (`None`:
+/// plaintext). A node installs its own at start; a test harness installs
+/// the cluster's before it dials.
+pub fn install_client(tls: Option<&Tls>) {
+    *CLIENT.write().expect("tls lock poisoned") = tls.map(|t| Arc::new(t.client()));
+}
+
+/// An endpoint for `addr` (rewritten by [`super::via`]), over TLS when a
+/// client identity is installed.
+pub fn endpoint(addr: &str) -> Result<Endpoint, String> {
+    let tls = CLIENT.read().expect("tls lock poisoned").clone();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let ep = Endpoint::from_shared(format!("{scheme}://{}", super::via::resolve(addr)))
+        .map_err(|e| format!("bad address {addr}: {e}"))?
+        .local_address(super::via::source_ip())
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true);
+    match tls {
+        Some(t) => ep
+            .tls_config((*t).clone())
+            .map_err(|e| format!("TLS for {addr}: {e}")),
+        None => Ok(ep),
+    }
+}

@@ -1,0 +1,184 @@
+//! The node plane behind mutual TLS, one attack per step: a plaintext
+//! client, a TLS client without a certificate, a certificate from another
+//! CA, a valid certificate of a node that is not a member, and an operator
+//! certificate writing a raw command. Each is refused and writes nothing;
+//! the operator may still read the node's status.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId};
+use seatfence_proto::v1::node_service_client::NodeServiceClient;
+use seatfence_proto::v1::raft_service_client::RaftServiceClient;
+use seatfence_proto::v1::{
+    MembershipRequest, RaftRequest, StatusRequest, WriteBatchRequest, WriteRequest,
+};
+use seatfence_raft::network::tls::{TlsConfig, NODE_SERVER_NAME};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// A channel to `addr`: plaintext (`None`) or with `tls`.
+async fn dial(addr: &str, tls: Option<ClientTlsConfig>) -> Result<Channel, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10));
+    if let Some(t) = tls {
+        ep = ep.tls_config(t).map_err(|e| e.to_string())?;
+    }
+    ep.connect().await.map_err(|e| format!("{e:?}"))
+}
+
+fn holder(dir: &Path, stem: &str) -> ClientTlsConfig {
+    let t = TlsConfig::in_dir(dir, stem).load().unwrap().unwrap();
+    t.client()
+}
+
+fn put(key: &str) -> Vec<u8> {
+    seatfence_raft::codec::encode(&Command::Put {
+        key: key.into(),
+        value: b"stolen".to_vec(),
+    })
+    .unwrap()
+}
+
+/// A write of `key` through `channel`: its error, if it was refused.
+async fn write(channel: Result<Channel, String>, group: GroupId, key: &str) -> Option<String> {
+    let ch = match channel {
+        Ok(ch) => ch,
+        Err(e) => return Some(e),
+    };
+    NodeServiceClient::new(ch)
+        .write(WriteRequest {
+            group_id: group.0,
+            command: put(key),
+            expected_term: None,
+        })
+        .await
+        .err()
+        .map(|s| format!("{:?}: {}", s.code(), s.message()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t53_strangers_are_refused_and_write_nothing() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), test_tuning()).await;
+    let g = new_group(&cluster).await;
+    let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
+    let addr = cluster.addr(leader).unwrap();
+    let certs = cluster.certs_dir().expect("local clusters run TLS");
+    let ca = std::fs::read(certs.join("ca.pem")).unwrap();
+
+    tracing::info!("--- plaintext gRPC");
+    let e = write(dial(&addr, None).await, g, "plain").await;
+    assert!(e.is_some(), "a plaintext write was accepted");
+
+    tracing::info!("--- TLS without a client certificate");
+    let anonymous = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&ca))
+        .domain_name(NODE_SERVER_NAME);
+    let e = write(dial(&addr, Some(anonymous)).await, g, "anonymous").await;
+    assert!(e.is_some(), "a write without a certificate was accepted");
+
+    tracing::info!("--- a node certificate from another CA");
+    let other = dir.path().join("other-ca");
+    seatfence_node::certs::make_cluster(&other, &[leader], "mallory").unwrap();
+    let mut forged = holder(&other, &format!("node-{leader}"));
+    // It trusts the real CA (so the server side is what refuses it).
+    forged = forged.ca_certificate(Certificate::from_pem(&ca));
+    let e = write(dial(&addr, Some(forged)).await, g, "other-ca").await;
+    assert!(e.is_some(), "another CA's certificate was accepted");
+
+    tracing::info!("--- a valid certificate of node 99, not a member");
+    seatfence_node::certs::make_node(&certs, 99, 1).unwrap();
+    let stranger = dial(&addr, Some(holder(&certs, "node-99"))).await.unwrap();
+    let e = write(Ok(stranger.clone()), g, "stranger").await.unwrap();
+    assert!(e.starts_with("PermissionDenied: not_a_member"), "{e}");
+    let mut node = NodeServiceClient::new(stranger.clone());
+    let refusals = [
+        node.write_batch(WriteBatchRequest {
+            group_id: g.0,
+            commands: vec![put("stranger-batch")],
+            expected_term: None,
+        })
+        .await
+        .map(drop),
+        node.membership(MembershipRequest {
+            group_id: g.0,
+            op: vec![0],
+        })
+        .await
+        .map(drop),
+        node.status(StatusRequest {}).await.map(drop),
+        // Registering as another node is not joining.
+        node.write(WriteRequest {
+            group_id: GroupId::DIRECTORY.0,
+            command: seatfence_raft::codec::encode(&Command::RegisterNode(NodeInfo {
+                id: NodeId(42),
+                region: RegionId("us-east".into()),
+                grpc_addr: "127.0.0.1:1".into(),
+            }))
+            .unwrap(),
+            expected_term: None,
+        })
+        .await
+        .map(drop),
+        // Raft traffic for an event's group: refused before it is decoded.
+        RaftServiceClient::new(stranger)
+            .append_entries(RaftRequest {
+                group_id: g.0,
+                payload: b"forged".to_vec(),
+            })
+            .await
+            .map(drop),
+    ];
+    for r in refusals {
+        let e = r.expect_err("a non-member's call was accepted");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    }
+
+    tracing::info!("--- an operator certificate reads, but writes no raw command");
+    let op = dial(&addr, Some(holder(&certs, "operator-operator")))
+        .await
+        .unwrap();
+    let status = NodeServiceClient::new(op.clone())
+        .status(StatusRequest {})
+        .await
+        .expect("an operator reads a node's status")
+        .into_inner();
+    assert_eq!(status.node_id, leader);
+    let e = write(Ok(op.clone()), g, "operator").await.unwrap();
+    assert!(
+        e.starts_with("PermissionDenied: node_certificate_required"),
+        "{e}"
+    );
+    let e = RaftServiceClient::new(op)
+        .vote(RaftRequest {
+            group_id: g.0,
+            payload: b"forged".to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+
+    tracing::info!("--- nothing was written; the member still writes");
+    let client = cluster.client();
+    for key in [
+        "plain",
+        "anonymous",
+        "other-ca",
+        "stranger",
+        "stranger-batch",
+        "operator",
+    ] {
+        let r = client.read_at(&addr, g, key).await.unwrap();
+        assert!(!r.found, "{key} was written");
+    }
+    common::put(&client, g, "member", b"ok").await;
+    let dir_nodes = client.status_at(&addr).await.unwrap().directory_nodes;
+    assert_eq!(dir_nodes, 3, "a stranger registered");
+}

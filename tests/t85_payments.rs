@@ -44,6 +44,11 @@ async fn t85_the_webhook_alone_confirms_and_forged_ones_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_signed_webhook_for_another_amount_confirms_nothing() {
+    webhook_amount(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_keyed_booking_answers_once_and_refuses_another_hold() {
     keyed_booking(&scenario(&[PAY_CB]).await.env).await;
 }
@@ -346,6 +351,39 @@ async fn webhook_path(env: &Env) {
         "a correctly signed message is always answered 200"
     );
     assert_eq!(env.payment(&pid).await["captures"], 1);
+}
+
+async fn webhook_amount(env: &Env) {
+    tracing::info!("--- captured, but the signed webhook names another amount or currency");
+    env.faults(json!({"webhook": "drop"})).await;
+    let hold = env.hold("gina", "pay-cb", &["A8"]).await;
+    let b = env.book("gina", s(&hold["hold_id"])).await;
+    let (id, pid) = (
+        s(&b["booking_id"]).to_string(),
+        s(&b["payment_id"]).to_string(),
+    );
+    env.browser(s(&b["approve_url"]), true).await;
+    let (status, paid) = env.execute_at_gateway(&pid, "1.0").await;
+    assert_eq!(status, 200, "{paid}");
+    let mut body = json!({"id": "EVT-cheap", "type": "payment.completed", "payment_id": pid,
+                          "invoice": id, "txn_id": paid["txn_id"], "amount_cents": 1,
+                          "currency": b["currency"]});
+    let a = env.webhook(&body, &env.gateway.webhook_secret).await;
+    assert_eq!(a.body["result"], "amount_mismatch", "{}", a.body);
+    body["id"] = json!("EVT-dollars");
+    body["amount_cents"] = b["amount_cents"].clone();
+    body["currency"] = json!("XXX");
+    let a = env.webhook(&body, &env.gateway.webhook_secret).await;
+    assert_eq!(a.body["result"], "amount_mismatch", "{}", a.body);
+    let got = env.booking("gina", &id).await;
+    assert_eq!(got.body["status"], "pending", "{}", got.body);
+
+    tracing::info!("--- the same message with the booking's own amount and currency confirms");
+    body["id"] = json!("EVT-right");
+    body["currency"] = b["currency"].clone();
+    let a = env.webhook(&body, &env.gateway.webhook_secret).await;
+    assert_eq!(a.body["result"], "confirmed", "{}", a.body);
+    env.faults(json!({"webhook": "deliver"})).await;
 }
 
 async fn keyed_booking(env: &Env) {

@@ -243,10 +243,16 @@ impl ApiError {
 
     /// The JSON body: `{"error":{"code","message",...extra}}`. The message
     /// is cut to [`MESSAGE_MAX`] characters: it may echo what the client
-    /// sent (an id of any length).
+    /// sent (an id of any length). A server-side failure's message names no
+    /// address (of a node, a peer or the gateway): the log has them.
     pub fn body(&self) -> Value {
-        let mut err =
-            json!({"code": self.code(), "message": excerpt(&self.to_string(), MESSAGE_MAX)});
+        let message = match self.unfenced() {
+            ApiError::Unavailable { .. } | ApiError::Internal(_) => {
+                redact_addresses(&self.to_string())
+            }
+            _ => self.to_string(),
+        };
+        let mut err = json!({"code": self.code(), "message": excerpt(&message, MESSAGE_MAX)});
         if let ApiError::Conflict { extra, .. } = self.unfenced() {
             if let (Some(e), Some(x)) = (err.as_object_mut(), extra.as_object()) {
                 for (k, v) in x {
@@ -277,5 +283,54 @@ pub fn excerpt(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         None => s.to_string(),
         Some((i, _)) => format!("{}…", &s[..i]),
+    }
+}
+
+/// `s` with every word that looks like a network address (`host:port`, an
+/// IPv4 address, a URL) replaced by `[address]`.
+pub fn redact_addresses(s: &str) -> String {
+    let looks_like_address = |w: &str| {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric() && c != '[' && c != ']');
+        let port = w.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && (1..=5).contains(&port.len())
+                && port.bytes().all(|b| b.is_ascii_digit())
+        });
+        let ipv4 = w.split('.').count() == 4 && w.split('.').all(|p| p.parse::<u8>().is_ok());
+        port || ipv4 || w.contains("://")
+    };
+    s.split_inclusive(char::is_whitespace)
+        .map(|w| {
+            let word = w.trim_end();
+            if looks_like_address(word) {
+                format!("[address]{}", &w[word.len()..])
+            } else {
+                w.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_bodies_name_no_address() {
+        let e = ApiError::unavailable(
+            "group_unavailable",
+            "transport error: tcp connect error 127.0.0.1:7101 (http://10.0.0.7:7300/v1), node [::1]:9000.",
+        );
+        let body = e.body().to_string();
+        for leak in ["127.0.0.1", "7101", "10.0.0.7", "::1"] {
+            assert!(!body.contains(leak), "{body}");
+        }
+        assert!(
+            body.contains("transport error: tcp connect error [address]"),
+            "{body}"
+        );
+        // Client errors keep what they say (no address in them anyway).
+        let e = ApiError::unavailable("no_leader", "no leader for group 7 within 5s");
+        assert!(e.body().to_string().contains("group 7 within 5s"));
     }
 }

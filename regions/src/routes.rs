@@ -36,6 +36,15 @@ struct Entry {
     highest: Fence,
 }
 
+impl Entry {
+    /// No reply below `epoch` is fresh any more.
+    fn raise_to_epoch(&mut self, epoch: Epoch) {
+        if epoch > self.highest.epoch {
+            self.highest = Fence { epoch, term: 0 };
+        }
+    }
+}
+
 /// Shared by every request of one edge.
 ///
 /// Its `std::sync::Mutex` is only held for map lookups and inserts, never
@@ -89,12 +98,17 @@ impl RouteCache {
         self.lock().keys().cloned().collect()
     }
 
-    /// Cache `route` unless a newer epoch is already known.
+    /// Cache `route` unless a newer epoch is already known; a newer epoch
+    /// also raises the highest fence seen, so a late reply of the old
+    /// epoch is stale from now on even if no reply of the new one came yet.
     pub fn learn(&self, route: EventRoute) {
         let mut entries = self.lock();
         match entries.get_mut(&route.event_id) {
             Some(e) if e.route.epoch > route.epoch => {}
-            Some(e) => e.route = route,
+            Some(e) => {
+                e.raise_to_epoch(route.epoch);
+                e.route = route;
+            }
             None => {
                 entries.insert(
                     route.event_id.clone(),
@@ -118,6 +132,7 @@ impl RouteCache {
                 e.route.epoch = epoch;
                 e.route.owner_region = owner;
             }
+            e.raise_to_epoch(epoch);
         }
     }
 
@@ -212,6 +227,25 @@ mod tests {
             c.check_fence(&id, fence(1, 9)),
             FenceCheck::Stale { seen: fence(2, 1) }
         );
+    }
+
+    #[test]
+    fn a_newer_route_makes_the_old_epochs_replies_stale() {
+        let (c, id) = cache_with(1);
+        assert_eq!(c.check_fence(&id, fence(1, 5)), FenceCheck::Fresh);
+        let mut moved = route_of(&id);
+        moved.epoch = Epoch(2);
+        c.learn(moved);
+        assert_eq!(
+            c.check_fence(&id, fence(1, 9)),
+            FenceCheck::Stale { seen: fence(2, 0) }
+        );
+        c.adopt_epoch(&id, Epoch(3), RegionId("c".into()));
+        assert_eq!(
+            c.check_fence(&id, fence(2, 7)),
+            FenceCheck::Stale { seen: fence(3, 0) }
+        );
+        assert_eq!(c.check_fence(&id, fence(3, 1)), FenceCheck::Fresh);
     }
 
     #[test]

@@ -65,6 +65,20 @@ pub struct PaymentState {
     pub txn_id: Option<String>,
     #[serde(default)]
     pub invoice: Option<String>,
+    /// The amount and currency the payment is for, when the gateway says.
+    #[serde(default)]
+    pub amount_cents: Option<u64>,
+    #[serde(default)]
+    pub currency: Option<String>,
+}
+
+impl PaymentState {
+    /// Whether what the gateway reports agrees with the amount and currency
+    /// the booking's payment was created for (an unreported field agrees).
+    pub fn is_for(&self, amount_cents: u64, currency: &str) -> bool {
+        self.amount_cents.is_none_or(|a| a == amount_cents)
+            && self.currency.as_deref().is_none_or(|c| c == currency)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

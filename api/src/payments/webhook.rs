@@ -4,7 +4,9 @@
 //! A correctly signed message is always answered 200 — also when it is
 //! ignored or left to the reconciler — so the gateway stops redelivering.
 //! It is only a hint: the handler dedupes by provider event id (inbox),
-//! asks the gateway, compares the txn id, and only then confirms.
+//! asks the gateway, compares the txn id and the amount and currency (the
+//! message's and the gateway's must be the booking's), and only then
+//! confirms.
 
 use hyper::StatusCode;
 use seatfence_core::inventory::{BookingStatus, ConfirmPath};
@@ -13,7 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::gateway::{sign, PaymentStatus};
+use crate::gateway::{sign, PaymentState, PaymentStatus};
 use crate::http::{Reply, Req};
 use crate::Edge;
 
@@ -26,6 +28,10 @@ struct Notification {
     invoice: String,
     #[serde(default)]
     txn_id: Option<String>,
+    #[serde(default)]
+    amount_cents: Option<u64>,
+    #[serde(default)]
+    currency: Option<String>,
 }
 
 fn ok(result: &str) -> Result<Reply, ApiError> {
@@ -82,6 +88,24 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             return ok("deferred");
         }
     };
+    // Both the message and the gateway must name the booking's own amount
+    // and currency: a payment for another sum never confirms a booking.
+    let (amount, currency) = (b.payment.amount_cents, b.payment.currency.as_str());
+    let told = PaymentState {
+        amount_cents: n.amount_cents,
+        currency: n.currency.clone(),
+        ..state.clone()
+    };
+    if !state.is_for(amount, currency) || !told.is_for(amount, currency) {
+        edge.metrics.inc(|m| &m.webhooks_rejected);
+        tracing::error!(
+            booking = %id, payment = n.payment_id, expected_cents = amount, expected_currency = currency,
+            gateway_cents = ?state.amount_cents, gateway_currency = ?state.currency,
+            message_cents = ?n.amount_cents, message_currency = ?n.currency,
+            "webhook: the payment's amount or currency differs from the booking's: ignored"
+        );
+        return ok("amount_mismatch");
+    }
     match (state.status, &state.txn_id) {
         (PaymentStatus::Completed, Some(txn)) if Some(txn) == n.txn_id.as_ref() => {
             let b = edge

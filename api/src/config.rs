@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::secret::Secret;
+
 /// How the node reaches the payment gateway and runs the payment workers
 /// (reconciler, outbox) for the groups it leads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,9 +18,10 @@ pub struct PaymentsConfig {
     pub gateway_url: String,
     /// Credentials for the gateway's token grant.
     pub client_id: String,
-    pub client_secret: String,
+    /// The value, `env:NAME` or `file:/path` ([`Secret`]), as every secret.
+    pub client_secret: Secret,
     /// HMAC secret of the gateway's webhooks (at least 16 bytes).
-    pub webhook_secret: String,
+    pub webhook_secret: Secret,
     /// Base URL of this edge as the gateway and browsers reach it (for
     /// `return_url` and `webhook_url`); default `http://{edge.http_addr}`.
     #[serde(default)]
@@ -76,8 +79,9 @@ fn default_outbox_interval() -> u64 {
 pub struct EdgeConfig {
     /// `host:port` the HTTP edge listens on.
     pub http_addr: String,
-    /// HS256 secret for bearer tokens (at least 16 bytes).
-    pub jwt_secret: String,
+    /// HS256 secret for bearer tokens (at least 16 bytes; the value,
+    /// `env:NAME` or `file:/path`).
+    pub jwt_secret: Secret,
     /// Mutations in flight on this edge before it answers 429.
     #[serde(default = "default_inflight")]
     pub max_inflight_mutations: usize,
@@ -136,6 +140,15 @@ fn default_timeout() -> u64 {
 
 impl EdgeConfig {
     /// Why this edge cannot start, if it cannot.
+    /// Read `env:` and `file:` secrets (at start, before [`check`](Self::check)).
+    pub fn resolve_secrets(&mut self) -> Result<(), String> {
+        self.jwt_secret = self
+            .jwt_secret
+            .resolve()
+            .map_err(|e| format!("jwt_secret: {e}"))?;
+        Ok(())
+    }
+
     pub fn check(&self) -> Result<(), String> {
         if self.http_addr.parse::<SocketAddr>().is_err() {
             return Err(format!("http_addr {:?} is not ip:port", self.http_addr));
@@ -168,6 +181,15 @@ impl EdgeConfig {
 
 impl PaymentsConfig {
     /// Why these payments settings cannot run, if they cannot.
+    /// Read `env:` and `file:` secrets (at start, before [`check`](Self::check)).
+    pub fn resolve_secrets(&mut self) -> Result<(), String> {
+        self.client_secret =
+            (self.client_secret.resolve()).map_err(|e| format!("client_secret: {e}"))?;
+        self.webhook_secret =
+            (self.webhook_secret.resolve()).map_err(|e| format!("webhook_secret: {e}"))?;
+        Ok(())
+    }
+
     pub fn check(&self) -> Result<(), String> {
         let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
         if !url_ok(&self.gateway_url) || self.public_url.as_deref().is_some_and(|u| !url_ok(u)) {

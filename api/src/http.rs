@@ -79,7 +79,7 @@ impl Req {
     pub fn caller(&self, edge: &Edge) -> Result<Caller, ApiError> {
         match &self.verified {
             Some(c) => Ok(c.clone()),
-            None => auth::verify(&edge.config.jwt_secret, self.auth.as_deref()),
+            None => auth::verify(edge.config.jwt_secret.expose(), self.auth.as_deref()),
         }
     }
 

@@ -42,6 +42,7 @@ pub mod metrics;
 pub mod moves;
 pub mod payments;
 pub mod routes;
+pub mod secret;
 mod whole;
 
 use std::collections::HashMap;

@@ -121,9 +121,22 @@ impl ConfigError {
 
 impl NodeConfig {
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
-        let c: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut c: NodeConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        c.resolve_secrets()?;
         c.validate()?;
         Ok(c)
+    }
+
+    /// Read the secrets given as `env:NAME` or `file:/path`.
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        if let Some(e) = &mut self.edge {
+            e.resolve_secrets().map_err(ConfigError::Edge)?;
+        }
+        if let Some(p) = &mut self.payments {
+            p.resolve_secrets().map_err(ConfigError::Payments)?;
+        }
+        Ok(())
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -226,7 +226,7 @@ impl LocalCluster {
                 moves: moves.clone(),
                 edge: Some(EdgeConfig {
                     http_addr: format!("127.0.0.1:{}", ports[n + p.id as usize - 1]),
-                    jwt_secret: secret.clone(),
+                    jwt_secret: seatfence_api::config::Secret::new(secret.clone()),
                     max_inflight_mutations: 4096,
                     user_rate_per_sec: 20,
                     user_burst: 40,
@@ -473,7 +473,7 @@ impl LocalCluster {
         self.nodes
             .first()
             .and_then(|n| n.config.edge.as_ref())
-            .map(|e| e.jwt_secret.clone())
+            .map(|e| e.jwt_secret.expose().to_string())
     }
 
     /// The directory with the cluster's CA and certificates (`ca.pem`,

@@ -220,7 +220,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 &http,
                 &p.config.gateway_url,
                 &p.config.client_id,
-                &p.config.client_secret,
+                p.config.client_secret.expose(),
             )
         };
         match refresh_once(&Directory(&edge), &me, now, forced, grant).await {

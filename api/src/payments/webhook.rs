@@ -41,7 +41,7 @@ fn ok(result: &str) -> Result<Reply, ApiError> {
 pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let payments = edge.payments()?;
     let header = req.gateway_signature.as_deref();
-    if !sign::verify_webhook(&payments.config.webhook_secret, &req.body, header) {
+    if !sign::verify_webhook(payments.config.webhook_secret.expose(), &req.body, header) {
         edge.metrics.inc(|m| &m.webhooks_rejected);
         return Err(ApiError::InvalidSignature(
             "X-Gateway-Signature does not match the body",

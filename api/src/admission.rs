@@ -18,6 +18,8 @@ struct Bucket {
 
 pub struct Admission {
     inflight: Arc<Semaphore>,
+    /// Every other request (reads, operator calls, callbacks, webhooks).
+    other: Arc<Semaphore>,
     rate: f64,
     burst: f64,
     /// Held only for one map update, never across `.await`.
@@ -25,9 +27,10 @@ pub struct Admission {
 }
 
 impl Admission {
-    pub fn new(max_inflight: usize, rate_per_sec: u32, burst: u32) -> Admission {
+    pub fn new(max_inflight: usize, max_other: usize, rate_per_sec: u32, burst: u32) -> Admission {
         Admission {
             inflight: Arc::new(Semaphore::new(max_inflight.max(1))),
+            other: Arc::new(Semaphore::new(max_other.max(1))),
             rate: f64::from(rate_per_sec.max(1)),
             burst: f64::from(burst.max(1)),
             buckets: Mutex::new(HashMap::new()),
@@ -62,8 +65,17 @@ impl Admission {
 
     /// A slot for one mutation, released when the permit drops.
     pub fn enter(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        self.inflight
-            .clone()
+        Self::slot(&self.inflight)
+    }
+
+    /// A slot for any other request, from its own pool (a flood of reads
+    /// or callbacks never takes the buyers' mutation slots).
+    pub fn enter_other(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        Self::slot(&self.other)
+    }
+
+    fn slot(pool: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, ApiError> {
+        pool.clone()
             .try_acquire_owned()
             .map_err(|_| ApiError::TooManyRequests {
                 code: "overloaded",
@@ -78,7 +90,7 @@ mod tests {
 
     #[test]
     fn a_user_beyond_the_burst_is_refused_and_others_are_not() {
-        let a = Admission::new(2, 1, 3);
+        let a = Admission::new(2, 2, 1, 3);
         let alice = UserId("alice".into());
         for _ in 0..3 {
             a.check_rate(&alice).unwrap();
@@ -89,10 +101,15 @@ mod tests {
 
     #[test]
     fn inflight_is_bounded_and_released() {
-        let a = Admission::new(1, 1, 1);
+        let a = Admission::new(1, 1, 1, 1);
         let p = a.enter().unwrap();
         assert_eq!(a.enter().unwrap_err().code(), "overloaded");
+        // Reads have their own pool: mutations in flight do not starve them.
+        let r = a.enter_other().unwrap();
+        assert_eq!(a.enter_other().unwrap_err().code(), "overloaded");
         drop(p);
+        drop(r);
         let _again = a.enter().unwrap();
+        let _read = a.enter_other().unwrap();
     }
 }

@@ -85,6 +85,11 @@ pub struct EdgeConfig {
     /// Mutations in flight on this edge before it answers 429.
     #[serde(default = "default_inflight")]
     pub max_inflight_mutations: usize,
+    /// Every other request in flight (reads, operator calls, the payment
+    /// callback and webhook) before it answers 429 `overloaded`; probes
+    /// and `/metrics` are never refused.
+    #[serde(default = "default_inflight")]
+    pub max_inflight_other: usize,
     /// Per-user token bucket: sustained requests per second, and burst.
     #[serde(default = "default_rate")]
     pub user_rate_per_sec: u32,
@@ -166,9 +171,13 @@ impl EdgeConfig {
                     .into(),
             );
         }
-        if self.max_inflight_mutations == 0 || self.user_rate_per_sec == 0 || self.user_burst == 0 {
+        if self.max_inflight_mutations == 0
+            || self.max_inflight_other == 0
+            || self.user_rate_per_sec == 0
+            || self.user_burst == 0
+        {
             return Err(
-                "max_inflight_mutations, user_rate_per_sec and user_burst must be at least 1"
+                "max_inflight_mutations, max_inflight_other, user_rate_per_sec and user_burst must be at least 1"
                     .into(),
             );
         }

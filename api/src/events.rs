@@ -283,7 +283,9 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                 .client
                 .query(
                     route.group,
-                    &Query::Availability { max_seats: limit },
+                    &Query::Availability {
+                        max_seats: limit.max(crate::AVAILABILITY_FETCH),
+                    },
                     false,
                 )
                 .await
@@ -308,11 +310,11 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                 "available_seats_truncated": (free_seats.len() as u64) < ev.available,
                 "owner_region": ev.owner.0,
                 "epoch": ev.epoch.0,
-                "limit": limit,
+                "limit": limit.max(crate::AVAILABILITY_FETCH),
             });
             let at = Instant::now();
             edge.store_availability(&event_id, at, body.clone());
-            (body, at)
+            (crate::availability_cut(&body, limit), at)
         }
     };
     body["stale_ms"] = json!(at.elapsed().as_millis() as u64);
@@ -350,6 +352,22 @@ mod tests {
         }))
         .unwrap();
         sale_window(&body).ok()
+    }
+
+    #[test]
+    fn one_cached_answer_serves_every_smaller_limit() {
+        let cached = serde_json::json!({
+            "available": 3, "available_seats": ["A1", "A2", "A3"],
+            "available_seats_truncated": false, "limit": 1000,
+        });
+        let two = crate::availability_cut(&cached, 2);
+        assert_eq!(two["available_seats"], serde_json::json!(["A1", "A2"]));
+        assert_eq!(two["available_seats_truncated"], true);
+        assert_eq!(two["limit"], 2);
+        let counts = crate::availability_cut(&cached, 0);
+        assert_eq!(counts["available_seats"], serde_json::json!([]));
+        let all = crate::availability_cut(&cached, 1000);
+        assert_eq!(all["available_seats_truncated"], false);
     }
 
     #[test]

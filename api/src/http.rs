@@ -259,8 +259,9 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
     })
 }
 
-/// Route the request through [`routes::ROUTES`]: admission for buyer
-/// mutations, the handler, and an audit record for operator actions (who,
+/// Route the request through [`routes::ROUTES`]: admission (buyer
+/// mutations: a rate token and a mutation slot; every other request but
+/// probes and `/metrics`: a slot of its own pool), the handler, and an audit record for operator actions (who,
 /// what, on what, with what result), refused ones included.
 async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, ApiError> {
     let def = match matched {
@@ -284,7 +285,9 @@ async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, 
         if def.audit.is_some() {
             req.verified = req.caller(edge).ok();
         }
-        None
+        // Probes and /metrics answer even when the edge is saturated.
+        let probe = matches!(def.route, Route::Healthz | Route::Readyz | Route::Metrics);
+        (!probe).then(|| edge.admit_other()).transpose()?
     };
     let result = call(edge, &req, def.route, &params).await;
     if let Some(audit) = def.audit {

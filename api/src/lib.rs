@@ -90,6 +90,23 @@ pub struct Edge {
 /// How long an availability answer is reused.
 pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
 
+/// The fewest free seats an availability answer asks the leader for: any
+/// smaller `limit` is served from the same cached answer, so varying
+/// `limit` does not reach the leader more often.
+pub const AVAILABILITY_FETCH: u32 = 1000;
+
+/// A cached availability answer cut to `limit` free seats.
+fn availability_cut(body: &serde_json::Value, limit: u32) -> serde_json::Value {
+    let mut body = body.clone();
+    if let Some(seats) = body["available_seats"].as_array_mut() {
+        seats.truncate(limit as usize);
+    }
+    let listed = body["available_seats"].as_array().map_or(0, |a| a.len()) as u64;
+    body["available_seats_truncated"] = (listed < body["available"].as_u64().unwrap_or(0)).into();
+    body["limit"] = limit.into();
+    body
+}
+
 impl Edge {
     /// An edge of `region` that reaches groups through `client` (built by
     /// the node with `ClusterClient::with_local`, so the groups this node
@@ -105,6 +122,7 @@ impl Edge {
             region,
             admission: Admission::new(
                 config.max_inflight_mutations,
+                config.max_inflight_other,
                 config.user_rate_per_sec,
                 config.user_burst,
             ),
@@ -321,10 +339,10 @@ impl Edge {
             .availability
             .lock()
             .expect("availability lock poisoned");
-        cache
-            .get(event)
-            .filter(|(at, body)| at.elapsed() < AVAILABILITY_CACHE && body["limit"] == limit)
-            .map(|(at, body)| (body.clone(), *at))
+        let (at, body) = cache.get(event).filter(|(at, body)| {
+            at.elapsed() < AVAILABILITY_CACHE && body["limit"].as_u64() >= Some(u64::from(limit))
+        })?;
+        Some((availability_cut(body, limit), *at))
     }
 
     fn store_availability(&self, event: &EventId, at: Instant, body: serde_json::Value) {
@@ -356,6 +374,13 @@ impl Edge {
 
     /// Admission for one mutation by `user`: their rate, then a slot among
     /// the edge's mutations in flight (held until the permit drops).
+    /// A slot for a request that is not a buyer's mutation.
+    pub fn admit_other(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.admission
+            .enter_other()
+            .inspect_err(|_| self.metrics.inc(|m| &m.rejected_inflight))
+    }
+
     pub fn admit(
         &self,
         user: &seatfence_core::UserId,

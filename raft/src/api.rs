@@ -70,6 +70,24 @@ fn not_leader_or_status(e: ProposeError) -> Result<NotLeader, Status> {
     }
 }
 
+/// Whether `caller` may write `cmds` to `group`: a member may write
+/// anything; a node the directory does not list yet may register itself,
+/// as itself, and write nothing else (its registration may travel in a
+/// `Write` or, packed by its client, a `WriteBatch`).
+fn may_write(gate: &Gate, caller: &Caller, group: u64, cmds: &[Command]) -> Result<(), Status> {
+    let joins = |id: u64| {
+        group == GroupId::DIRECTORY.0
+            && !cmds.is_empty()
+            && cmds
+                .iter()
+                .all(|c| matches!(c, Command::RegisterNode(n) if n.id.0 == id))
+    };
+    match caller {
+        Caller::Joining(id) if joins(*id) => Ok(()),
+        _ => gate.allows(caller, Need::Write),
+    }
+}
+
 fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, Status> {
     codec::encode(v).map_err(|e| to_status(&ProposeError::Internal(e.to_string())))
 }
@@ -89,13 +107,12 @@ impl NodeService for NodeApi {
         let caller = self.gate.check(&req, Need::Ping)?;
         let req = req.into_inner();
         let cmd: Command = decode("malformed_command", &req.command)?;
-        // A node the directory does not list yet may register itself, as
-        // itself, and write nothing else.
-        let joins = matches!((&caller, &cmd), (Caller::Joining(id), Command::RegisterNode(n))
-            if n.id.0 == *id && req.group_id == GroupId::DIRECTORY.0);
-        if !joins {
-            self.gate.allows(&caller, Need::Write)?;
-        }
+        may_write(
+            &self.gate,
+            &caller,
+            req.group_id,
+            std::slice::from_ref(&cmd),
+        )?;
         let result = match self
             .proposer
             .write(GroupId(req.group_id), cmd, req.expected_term)
@@ -117,13 +134,14 @@ impl NodeService for NodeApi {
         &self,
         req: Request<WriteBatchRequest>,
     ) -> Result<Response<WriteBatchReply>, Status> {
-        self.gate.check(&req, Need::Write)?;
+        let caller = self.gate.check(&req, Need::Ping)?;
         let req = req.into_inner();
         let cmds = req
             .commands
             .iter()
             .map(|c| decode::<Command>("malformed_command", c))
             .collect::<Result<Vec<_>, _>>()?;
+        may_write(&self.gate, &caller, req.group_id, &cmds)?;
         let result = match self
             .proposer
             .write_batch(GroupId(req.group_id), cmds, req.expected_term)

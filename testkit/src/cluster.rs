@@ -228,6 +228,7 @@ impl LocalCluster {
                     http_addr: format!("127.0.0.1:{}", ports[n + p.id as usize - 1]),
                     jwt_secret: seatfence_api::config::Secret::new(secret.clone()),
                     max_inflight_mutations: 4096,
+                    max_inflight_other: 4096,
                     user_rate_per_sec: 20,
                     user_burst: 40,
                     request_timeout_ms: 5000,

@@ -56,11 +56,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     tracing::info!("--- a Raft RPC for a group this node does not host");
     // As a member node (the harness holds node 1's certificate): what
     // reaches the handlers here has passed TLS and the gate.
-    let channel = seatfence_raft::network::tls::endpoint(&addr)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = cluster.endpoint(&addr).unwrap().connect().await.unwrap();
     let mut raft = RaftServiceClient::new(channel);
     let err = raft
         .append_entries(RaftRequest {

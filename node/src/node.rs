@@ -57,6 +57,29 @@ pub struct Node {
 impl Node {
     pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
         config.validate()?;
+        // TLS before anything dials: a stored group that leads at once
+        // opens its peers' channels, and a channel keeps its scheme.
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|t| t.load())
+            .transpose()
+            .context("[tls]")?
+            .flatten();
+        match &tls {
+            Some(t) if *t.identity() != Principal::Node(config.node_id) => anyhow::bail!(
+                "[tls] cert names {}, this is node {}: give each node its own certificate",
+                t.identity(),
+                config.node_id
+            ),
+            Some(_) => {}
+            None => tracing::warn!(
+                node = config.node_id,
+                "INSECURE: [tls] insecure = true, the gRPC port takes plaintext from anyone \
+                 who reaches it (no peer identity, no authorization)"
+            ),
+        }
+        seatfence_raft::network::tls::install_client(tls.as_ref());
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let db = NodeDb::open(&config.data_dir, config.raft.flush)
@@ -84,37 +107,13 @@ impl Node {
                 .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug)),
         );
 
-        let tls = config
-            .tls
-            .as_ref()
-            .map(|t| t.load())
-            .transpose()
-            .context("[tls]")?
-            .flatten();
         let gate = match &tls {
-            Some(t) => {
-                if *t.identity() != Principal::Node(config.node_id) {
-                    anyhow::bail!(
-                        "[tls] cert names {}, this is node {}: give each node its own certificate",
-                        t.identity(),
-                        config.node_id
-                    );
-                }
-                Gate::new(
-                    registry.clone(),
-                    config.initial_members.iter().map(|p| p.id).collect(),
-                )
-            }
-            None => {
-                tracing::warn!(
-                    node = config.node_id,
-                    "INSECURE: [tls] insecure = true, the gRPC port takes plaintext from anyone \
-                     who reaches it (no peer identity, no authorization)"
-                );
-                Gate::open()
-            }
+            Some(_) => Gate::new(
+                registry.clone(),
+                config.initial_members.iter().map(|p| p.id).collect(),
+            ),
+            None => Gate::open(),
         };
-        seatfence_raft::network::tls::install_client(tls.as_ref());
         let listener = TcpListener::bind(&config.grpc_addr)
             .await
             .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use seatfence_api::config::{EdgeConfig, PaymentsConfig};
 use seatfence_core::GroupId;
 use seatfence_node::{NodeConfig, Peer};
-use seatfence_raft::network::tls::TlsConfig;
+use seatfence_raft::network::tls::{Tls, TlsConfig};
 use seatfence_raft::{ClusterClient, RaftTuning};
 use seatfence_regions::config::MovesConfig;
 
@@ -65,6 +65,8 @@ impl NodeProc {
 pub struct LocalCluster {
     bin: PathBuf,
     pub nodes: Vec<NodeProc>,
+    /// The identity the harness speaks to its nodes with (node 1's).
+    harness: Option<Tls>,
 }
 
 /// How a local cluster is laid out: `LocalCluster::builder(dir)`, then
@@ -292,11 +294,15 @@ impl LocalCluster {
             .map(|t| t.load())
             .transpose()?
             .flatten();
+        // Also the process's, for code that dials without a client (a
+        // drill runs one cluster per process); a test process may run
+        // several clusters at once, so `client` carries its own.
         seatfence_raft::network::tls::install_client(harness.as_ref());
         let n = nodes.len();
         let mut cluster = LocalCluster {
             bin: bin.to_path_buf(),
             nodes,
+            harness,
         };
         for i in 0..n {
             cluster.spawn(i)?;
@@ -484,8 +490,20 @@ impl LocalCluster {
         Some(tls.ca.as_ref()?.parent()?.to_path_buf())
     }
 
+    /// A client of this cluster, speaking as the harness (node 1).
     pub fn client(&self) -> ClusterClient {
-        ClusterClient::new(self.addrs())
+        let client = ClusterClient::new(self.addrs());
+        match &self.harness {
+            Some(t) => client.with_tls(t),
+            None => client,
+        }
+    }
+
+    /// A gRPC endpoint of the node at `addr`, as the harness (for a test
+    /// that speaks raw RPCs).
+    pub fn endpoint(&self, addr: &str) -> anyhow::Result<tonic::transport::Endpoint> {
+        let tls = self.harness.as_ref().map(|t| t.client());
+        seatfence_raft::network::tls::endpoint_with(addr, tls.as_ref()).map_err(anyhow::Error::msg)
     }
 
     /// Wait until every running node hosts `group` and one of them leads it;

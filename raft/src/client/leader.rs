@@ -23,6 +23,9 @@ use crate::status::from_status;
 pub(super) struct Inner {
     pub(super) seeds: Vec<String>,
     pub(super) members: Option<MemberResolver>,
+    /// This client's own TLS identity; `None`: the process's
+    /// ([`crate::network::tls::install_client`]).
+    pub(super) tls: Option<tonic::transport::ClientTlsConfig>,
     pub(super) channels: Mutex<HashMap<String, Channel>>,
     pub(super) leaders: Mutex<HashMap<GroupId, String>>,
     /// `not_leader` answers followed (for the edge's metrics).
@@ -92,12 +95,28 @@ pub(super) async fn run_queue(
 }
 
 impl Inner {
+    pub(super) fn fresh(
+        seeds: Vec<String>,
+        members: Option<MemberResolver>,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> Inner {
+        Inner {
+            seeds,
+            members,
+            tls,
+            channels: Default::default(),
+            leaders: Default::default(),
+            redirects: AtomicU64::new(0),
+            rotation: Default::default(),
+        }
+    }
+
     pub(super) fn node(&self, addr: &str) -> Result<NodeServiceClient<Channel>, ClientError> {
         let mut channels = self.channels.lock().expect("channel lock poisoned");
         let ch = match channels.get(addr) {
             Some(ch) => ch.clone(),
             None => {
-                let ch = crate::network::tls::endpoint(addr)
+                let ch = crate::network::tls::endpoint_with(addr, self.tls.as_ref())
                     .map_err(ClientError::BadReply)?
                     .connect_lazy();
                 channels.insert(addr.to_string(), ch.clone());

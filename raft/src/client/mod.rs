@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use seatfence_core::{Command, GroupId, Query, QueryResult};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
@@ -98,14 +98,7 @@ impl ClusterClient {
     /// `seeds`: gRPC addresses of any nodes of the cluster.
     pub fn new(seeds: Vec<String>) -> ClusterClient {
         ClusterClient {
-            inner: Arc::new(Inner {
-                seeds,
-                members: None,
-                channels: Default::default(),
-                leaders: Default::default(),
-                redirects: AtomicU64::new(0),
-                rotation: Default::default(),
-            }),
+            inner: Arc::new(Inner::fresh(seeds, None, None)),
             queues: Default::default(),
             deadline: Duration::from_secs(15),
             local: None,
@@ -115,14 +108,28 @@ impl ClusterClient {
     /// Try the members `resolver` names for a group (then the seeds) when
     /// its leader is unknown, instead of the seeds alone.
     pub fn with_members(self, resolver: MemberResolver) -> ClusterClient {
-        let inner = Inner {
-            seeds: self.inner.seeds.clone(),
-            members: Some(resolver),
-            channels: Default::default(),
-            leaders: Default::default(),
-            redirects: AtomicU64::new(0),
-            rotation: Default::default(),
-        };
+        let inner = Inner::fresh(
+            self.inner.seeds.clone(),
+            Some(resolver),
+            self.inner.tls.clone(),
+        );
+        ClusterClient {
+            inner: Arc::new(inner),
+            queues: Default::default(),
+            deadline: self.deadline,
+            local: self.local,
+        }
+    }
+
+    /// Present `tls` (and trust its CA) on every channel of this client,
+    /// whatever identity the process installed: a test process may drive
+    /// several clusters, each with its own CA.
+    pub fn with_tls(self, tls: &crate::network::tls::Tls) -> ClusterClient {
+        let inner = Inner::fresh(
+            self.inner.seeds.clone(),
+            self.inner.members.clone(),
+            Some(tls.client()),
+        );
         ClusterClient {
             inner: Arc::new(inner),
             queues: Default::default(),

@@ -222,7 +222,15 @@ pub fn install_client(tls: Option<&Tls>) {
 /// An endpoint for `addr` (rewritten by [`super::via`]), over TLS when a
 /// client identity is installed.
 pub fn endpoint(addr: &str) -> Result<Endpoint, String> {
-    let tls = CLIENT.read().expect("tls lock poisoned").clone();
+    endpoint_with(addr, None)
+}
+
+/// [`endpoint`] presenting `tls` instead of the process's identity.
+pub fn endpoint_with(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, String> {
+    let tls = match tls {
+        Some(t) => Some(Arc::new(t.clone())),
+        None => CLIENT.read().expect("tls lock poisoned").clone(),
+    };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let ep = Endpoint::from_shared(format!("{scheme}://{}", super::via::resolve(addr)))
         .map_err(|e| format!("bad address {addr}: {e}"))?

@@ -31,6 +31,9 @@ const OPERATOR_URI: &str = "seatfence://operator/";
 /// (a client that connects and says nothing holds no task for long).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a client waits for a server's side of the TLS handshake.
+const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Who a certificate says its holder is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -201,6 +204,10 @@ impl Tls {
             .identity(Identity::from_pem(&self.cert, &self.key))
             .domain_name(NODE_SERVER_NAME)
             .assume_http2(true)
+            // A peer that accepts the TCP connection but never answers (a
+            // stopped process: the kernel still completes the connect)
+            // must not hold a call forever.
+            .timeout(CLIENT_HANDSHAKE_TIMEOUT)
     }
 }
 

@@ -140,3 +140,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// clap's own consistency checks over every subcommand (two arguments
+    /// with one id, as `ctl --key` and `ctl put KEY` once were, panic at
+    /// parse time otherwise), and the command that panicked.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "seatfence",
+            "ctl",
+            "--key",
+            "k.pem",
+            "put",
+            "--group",
+            "1",
+            "k",
+            "v",
+        ]);
+        assert!(cli.is_ok(), "{:?}", cli.err());
+    }
+}

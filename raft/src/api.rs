@@ -104,7 +104,7 @@ fn decode<T: serde::de::DeserializeOwned>(code: &'static str, b: &[u8]) -> Resul
 #[tonic::async_trait]
 impl NodeService for NodeApi {
     async fn write(&self, req: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
-        let caller = self.gate.check(&req, Need::Ping)?;
+        let caller = self.gate.caller(&req)?;
         let req = req.into_inner();
         let cmd: Command = decode("malformed_command", &req.command)?;
         may_write(
@@ -134,7 +134,7 @@ impl NodeService for NodeApi {
         &self,
         req: Request<WriteBatchRequest>,
     ) -> Result<Response<WriteBatchReply>, Status> {
-        let caller = self.gate.check(&req, Need::Ping)?;
+        let caller = self.gate.caller(&req)?;
         let req = req.into_inner();
         let cmds = req
             .commands

@@ -33,14 +33,14 @@ pub struct CtlArgs {
     #[arg(long, global = true, help_heading = "Where to connect")]
     pub token: Option<String>,
     /// The cluster CA (PEM) for --addr (default: demo.json's `tls`).
-    #[arg(long, global = true, help_heading = "Where to connect")]
-    pub ca: Option<PathBuf>,
+    #[arg(long = "ca", global = true, help_heading = "Where to connect")]
+    pub tls_ca: Option<PathBuf>,
     /// Your operator certificate (PEM; `seatfence cert operator`).
-    #[arg(long, global = true, help_heading = "Where to connect")]
-    pub cert: Option<PathBuf>,
+    #[arg(long = "cert", global = true, help_heading = "Where to connect")]
+    pub tls_cert: Option<PathBuf>,
     /// Its private key (PEM).
-    #[arg(long, global = true, help_heading = "Where to connect")]
-    pub key: Option<PathBuf>,
+    #[arg(long = "key", global = true, help_heading = "Where to connect")]
+    pub tls_key: Option<PathBuf>,
     /// Talk plaintext gRPC to a node run with `[tls] insecure = true`.
     #[arg(long, global = true, help_heading = "Where to connect")]
     pub insecure: bool,
@@ -103,7 +103,7 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             events::run(target, cmd).await
         }
         cmd => {
-            let file = match (&args.addr, args.ca.is_some() || args.insecure) {
+            let file = match (&args.addr, args.tls_ca.is_some() || args.insecure) {
                 (Some(_), true) => None,
                 _ => Some(crate::demo::DemoFile::load(&demo)?),
             };
@@ -121,12 +121,12 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                     insecure: true,
                     ..TlsConfig::default()
                 }
-            } else if args.ca.is_some() || args.cert.is_some() || args.key.is_some() {
+            } else if args.tls_ca.is_some() || args.tls_cert.is_some() || args.tls_key.is_some() {
                 TlsConfig {
                     insecure: false,
-                    ca: args.ca,
-                    cert: args.cert,
-                    key: args.key,
+                    ca: args.tls_ca,
+                    cert: args.tls_cert,
+                    key: args.tls_key,
                 }
             } else {
                 file.and_then(|f| f.tls).ok_or_else(|| {

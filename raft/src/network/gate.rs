@@ -115,7 +115,9 @@ impl Gate {
         })
     }
 
-    fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+    /// Who calls `req` (a retired node or an unusable certificate is
+    /// refused here already); what it may do is [`Gate::allows`].
+    pub fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
         if !self.secure {
             return Ok(Caller::Plaintext);
         }

@@ -7,22 +7,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use seatfence_api::config::{EdgeConfig, PaymentsConfig};
 use seatfence_core::GroupId;
-use seatfence_node::{NodeConfig, Peer};
-use seatfence_raft::network::tls::{Tls, TlsConfig};
-use seatfence_raft::{ClusterClient, RaftTuning};
-use seatfence_regions::config::MovesConfig;
+use seatfence_node::NodeConfig;
+use seatfence_raft::network::tls::Tls;
+use seatfence_raft::ClusterClient;
 
+pub use crate::layout::{ClusterBuilder, OPERATOR_CERT, REGIONS};
 pub use crate::procs::reap_all;
-use crate::procs::{free_ports, started};
-
-/// The operator certificate every local cluster gets
-/// (`certs/operator-operator.pem`), for `seatfence ctl`.
-pub const OPERATOR_CERT: &str = "operator";
-
-/// The regions a local cluster spreads its nodes over, in order.
-pub const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+use crate::procs::started;
 
 pub struct NodeProc {
     pub config: NodeConfig,
@@ -69,108 +61,7 @@ pub struct LocalCluster {
     harness: Option<Tls>,
 }
 
-/// How a local cluster is laid out: `LocalCluster::builder(dir)`, then
-/// [`regions`](ClusterBuilder::regions) or [`voters`](ClusterBuilder::voters),
-/// optional tuning, payments and moves, then [`start`](ClusterBuilder::start)
-/// (or [`layout`](ClusterBuilder::layout) to adjust the configs first and
-/// [`LocalCluster::launch`] them).
-#[derive(Debug, Clone)]
-pub struct ClusterBuilder {
-    dir: PathBuf,
-    voters: usize,
-    nodes: usize,
-    tuning: RaftTuning,
-    payments: Option<PaymentsConfig>,
-    moves: MovesConfig,
-}
-
-impl ClusterBuilder {
-    /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
-    /// each, ids round-robin over the regions (node `i` is in region
-    /// `(i-1) % regions`); the first node of each region is its directory
-    /// voter.
-    pub fn regions(mut self, regions: usize, per_region: usize) -> ClusterBuilder {
-        self.voters = regions;
-        self.nodes = regions * per_region;
-        self
-    }
-
-    /// `voters` directory voters (one per region, ids `1..=voters`) plus
-    /// `joiners` nodes that join the cluster (regions round-robin).
-    pub fn voters(mut self, voters: usize, joiners: usize) -> ClusterBuilder {
-        self.voters = voters;
-        self.nodes = voters + joiners;
-        self
-    }
-
-    pub fn tuning(mut self, tuning: RaftTuning) -> ClusterBuilder {
-        self.tuning = tuning;
-        self
-    }
-
-    /// Every node takes payments through this gateway.
-    pub fn payments(mut self, payments: PaymentsConfig) -> ClusterBuilder {
-        self.payments = Some(payments);
-        self
-    }
-
-    /// Every node coordinates moves with `moves` (tests slow the steps
-    /// down to act between them).
-    pub fn moves(mut self, moves: MovesConfig) -> ClusterBuilder {
-        self.moves = moves;
-        self
-    }
-
-    /// Fresh configs (ports chosen, directories created) for a caller that
-    /// adjusts them before [`LocalCluster::launch`].
-    pub fn layout(&self) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
-        if self.voters == 0 || self.voters > REGIONS.len() || self.nodes < self.voters {
-            bail!(
-                "1 to {} directory voters (one per region), at least one node each",
-                REGIONS.len()
-            );
-        }
-        LocalCluster::layout(
-            &self.dir,
-            self.voters,
-            self.nodes,
-            self.tuning.clone(),
-            self.payments.clone(),
-            self.moves.clone(),
-        )
-    }
-
-    /// Write the configs and start the nodes with the binary `bin`. If the
-    /// directory holds the configs of an earlier start, they are reused
-    /// (same ports, same data).
-    pub fn start(&self, bin: &Path) -> anyhow::Result<LocalCluster> {
-        if let Some(existing) = LocalCluster::existing_configs(&self.dir, self.nodes)? {
-            return LocalCluster::from_configs(bin, existing, |_| None);
-        }
-        LocalCluster::launch(bin, self.layout()?, |_| None)
-    }
-}
-
 impl LocalCluster {
-    /// A cluster under `dir`: by default one directory voter in each of
-    /// the three regions and nothing else.
-    pub fn builder(dir: &Path) -> ClusterBuilder {
-        ClusterBuilder {
-            dir: dir.to_path_buf(),
-            voters: REGIONS.len(),
-            nodes: REGIONS.len(),
-            tuning: RaftTuning::default(),
-            payments: None,
-            // Tests place leaders where they want them; the balancer would
-            // move them back. A test (or drill) that wants it sets `moves`.
-            moves: MovesConfig {
-                balance_every_ms: 0,
-                rebalance_parallel: 0,
-                ..MovesConfig::default()
-            },
-        }
-    }
-
     /// Write each config to `{node_dir}/node.toml` (validated) and start
     /// the nodes, node `id` running (and restarting) inside the network
     /// namespace `netns(id)` when that is `Some`.
@@ -186,90 +77,7 @@ impl LocalCluster {
         Self::from_configs(bin, configs, netns)
     }
 
-    fn layout(
-        dir: &Path,
-        voters: usize,
-        n: usize,
-        tuning: RaftTuning,
-        payments: Option<PaymentsConfig>,
-        moves: MovesConfig,
-    ) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
-        let secret = format!("{:032x}", rand::random::<u128>());
-        let ports = free_ports(2 * n)?;
-        let all: Vec<Peer> = (0..n)
-            .map(|i| {
-                Ok(Peer {
-                    id: i as u64 + 1,
-                    region: REGIONS[i % voters].to_string(),
-                    grpc_addr: format!("127.0.0.1:{}", ports[i]),
-                })
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let members: Vec<Peer> = all[..voters].to_vec();
-        let peers = all;
-        // One CA per cluster directory; a node's certificate names its id.
-        let certs = dir.join("certs");
-        let ids: Vec<u64> = peers.iter().map(|p| p.id).collect();
-        seatfence_node::certs::make_cluster(&certs, &ids, OPERATOR_CERT)
-            .with_context(|| format!("certificates in {}", certs.display()))?;
-        let mut configs = Vec::new();
-        for p in &peers {
-            let node_dir = dir.join(format!("n{}", p.id));
-            fs::create_dir_all(&node_dir)
-                .with_context(|| format!("create {}", node_dir.display()))?;
-            let config = NodeConfig {
-                node_id: p.id,
-                region: p.region.clone(),
-                grpc_addr: p.grpc_addr.clone(),
-                data_dir: node_dir.join("data"),
-                initial_members: members.clone(),
-                tls: Some(TlsConfig::in_dir(&certs, &format!("node-{}", p.id))),
-                raft: tuning.clone(),
-                moves: moves.clone(),
-                edge: Some(EdgeConfig {
-                    http_addr: format!("127.0.0.1:{}", ports[n + p.id as usize - 1]),
-                    jwt_secret: seatfence_api::config::Secret::new(secret.clone()),
-                    max_inflight_mutations: 4096,
-                    max_inflight_other: 4096,
-                    user_rate_per_sec: 20,
-                    user_burst: 40,
-                    request_timeout_ms: 5000,
-                    header_timeout_ms: 10_000,
-                    body_timeout_ms: 30_000,
-                    idle_timeout_ms: 60_000,
-                    max_connections: 10_000,
-                }),
-                payments: payments.clone(),
-                chaos: None,
-            };
-            configs.push((node_dir, config));
-        }
-        Ok(configs)
-    }
-
-    /// Configs written by an earlier `start` in `dir`, so a cluster can be
-    /// started again on its data (same ports, same membership).
-    fn existing_configs(
-        dir: &Path,
-        n: usize,
-    ) -> anyhow::Result<Option<Vec<(PathBuf, NodeConfig)>>> {
-        let mut out = Vec::new();
-        for id in 1..=n {
-            let node_dir = dir.join(format!("n{id}"));
-            let path = node_dir.join("node.toml");
-            if !path.exists() {
-                return Ok(None);
-            }
-            let text =
-                fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-            let config = NodeConfig::from_toml(&text)
-                .with_context(|| format!("invalid {}", path.display()))?;
-            out.push((node_dir, config));
-        }
-        Ok(Some(out))
-    }
-
-    fn from_configs(
+    pub(crate) fn from_configs(
         bin: &Path,
         configs: Vec<(PathBuf, NodeConfig)>,
         netns: impl Fn(u64) -> Option<String>,

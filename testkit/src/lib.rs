@@ -3,7 +3,8 @@
 //!
 //! - [`cluster`]: [`LocalCluster`], real `seatfence node` processes on
 //!   127.0.0.1 (one data dir and port per node), laid out by one builder;
-//!   SIGKILL, SIGTERM, SIGSTOP/SIGCONT and restart.
+//!   SIGKILL, SIGTERM, SIGSTOP/SIGCONT and restart; `layout.rs` writes
+//!   each node's config and the cluster's certificates (mutual TLS).
 //! - [`gateway_proc`]: [`GatewayProc`], the mock gateway as its own process.
 //! - [`mock_gateway`]: the mock payment provider itself (`seatfence
 //!   gateway`): approvals, captures at most once, fencing tokens, signed
@@ -17,6 +18,7 @@
 pub mod cluster;
 pub mod gateway_proc;
 pub mod http_client;
+mod layout;
 pub mod mock_gateway;
 mod procs;
 pub mod progress;

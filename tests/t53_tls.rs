@@ -1,8 +1,8 @@
 //! The node plane behind mutual TLS, one attack per step: a plaintext
 //! client, a TLS client without a certificate, a certificate from another
 //! CA, a valid certificate of a node that is not a member, and an operator
-//! certificate writing a raw command. Each is refused and writes nothing;
-//! the operator may still read the node's status.
+//! certificate writing a raw command or reading a raw key. Each is refused
+//! and writes nothing; the operator may still read the node's status.
 
 mod common;
 
@@ -141,7 +141,7 @@ async fn t53_strangers_are_refused_and_write_nothing() {
         assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
     }
 
-    tracing::info!("--- an operator certificate reads, but writes no raw command");
+    tracing::info!("--- an operator certificate reads the status, no raw key or command");
     let op = dial(&addr, Some(holder(&certs, "operator-operator")))
         .await
         .unwrap();
@@ -151,6 +151,16 @@ async fn t53_strangers_are_refused_and_write_nothing() {
         .expect("an operator reads a node's status")
         .into_inner();
     assert_eq!(status.node_id, leader);
+    // Raw reads too: the directory holds the gateway's token.
+    let e = NodeServiceClient::new(op.clone())
+        .read(seatfence_proto::v1::ReadRequest {
+            group_id: GroupId::DIRECTORY.0,
+            key: "gateway/token".into(),
+            linearizable: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
     let e = write(Ok(op.clone()), g, "operator").await.unwrap();
     assert!(
         e.starts_with("PermissionDenied: node_certificate_required"),

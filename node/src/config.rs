@@ -122,7 +122,7 @@ impl ConfigError {
 impl NodeConfig {
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
         let mut c: NodeConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+            toml::from_str(text).map_err(|e| ConfigError::Parse(parse_error(text, &e)))?;
         c.resolve_secrets()?;
         c.validate()?;
         Ok(c)
@@ -221,6 +221,20 @@ impl NodeConfig {
     }
 }
 
+/// A parse error without the source line it quotes (which may hold a
+/// secret): the message and where.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
 fn check_addr(addr: &str) -> Result<(), ConfigError> {
     addr.parse::<SocketAddr>()
         .map(drop)
@@ -298,5 +312,12 @@ insecure = true
         );
         let e = NodeConfig::from_toml(&format!("{GOOD}\nbogus = 1\n")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+        // A parse error names the place, never the line's text (a secret).
+        let e = NodeConfig::from_toml(&format!(
+            "{GOOD}\n[edge]\nhttp_addr = \"127.0.0.1:1\"\njwt_secret = \"s3cret\\q-0123456789\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("line"), "{e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 }

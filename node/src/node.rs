@@ -55,7 +55,9 @@ pub struct Node {
 }
 
 impl Node {
-    pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
+    pub async fn start(mut config: NodeConfig) -> anyhow::Result<Node> {
+        // `env:`/`file:` secrets, for a config not read by `from_toml`.
+        config.resolve_secrets()?;
         config.validate()?;
         // TLS before anything dials: a stored group that leads at once
         // opens its peers' channels, and a channel keeps its scheme.

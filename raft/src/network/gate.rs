@@ -6,11 +6,13 @@
 //! | a member node (in the directory, or an initial member; not retired) | everything |
 //! | a node the directory does not list yet | Raft traffic of the directory group (group 0), ping, and registering itself |
 //! | a retired node (decommissioned, or declared dead) | nothing |
-//! | an operator | status, reads, queries, leader transfers |
+//! | an operator | the node's status |
 //!
-//! No operator certificate writes a raw command, changes a membership or
-//! speaks Raft: commands reach a group through a node (an edge, which
-//! checks the buyer's or operator's JWT, or a node's own jobs). A replica
+//! No operator certificate writes or reads a raw command or key, changes a
+//! membership, transfers a leader or speaks Raft: that goes through a node
+//! (an edge, which checks the buyer's or operator's JWT, checks and audits
+//! operator actions, or a node's own jobs). Raw reads are a node's too: the
+//! directory holds shared secrets (the gateway's token). A replica
 //! that is behind on the directory cannot know a newer member yet, so the
 //! directory's own traffic is accepted from any node certificate that is
 //! not retired: it is where the replica learns the members.
@@ -31,9 +33,12 @@ pub enum Need {
     Raft(GroupId),
     /// Node-level liveness.
     Ping,
-    /// A write, a batch of writes or a membership change.
+    /// A write, a batch of writes, a membership change or a leader
+    /// transfer.
     Write,
-    /// Status, reads, queries, leader transfers: what an operator may call.
+    /// A raw read or a query of a group's state.
+    Read,
+    /// The node's status: what an operator may call.
     Operate,
 }
 
@@ -105,7 +110,7 @@ impl Gate {
         Err(match caller {
             Caller::Operator(name) => denied(
                 "node_certificate_required",
-                format!("operator {name:?} may read and transfer leaders; {need:?} needs a node"),
+                format!("operator {name:?} may read a node's status; {need:?} needs a node"),
             ),
             Caller::Joining(id) => denied(
                 "not_a_member",

@@ -98,6 +98,6 @@ if [ -z "$healthy" ]; then
 fi
 
 cargo build --release --features etcd -q
-./target/release/seatfence bench compare \
+"${CARGO_TARGET_DIR:-target}/release/seatfence" bench compare \
     --pg "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres" \
     --etcd "$endpoints" "$@"

@@ -25,10 +25,7 @@ pub struct Caller {
 
 /// Sign a token for `user` valid for `ttl_secs`.
 pub fn mint(secret: &str, user: &str, operator: bool, ttl_secs: u64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let now = now_secs();
     let claims = Claims {
         sub: user.to_string(),
         exp: now + ttl_secs,
@@ -42,15 +39,29 @@ pub fn mint(secret: &str, user: &str, operator: bool, ttl_secs: u64) -> String {
     .expect("HS256 signing cannot fail")
 }
 
-/// Check the `Authorization` header value.
-pub fn verify(secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
-    // The scheme is case-insensitive (RFC 7235).
-    let token = header
+/// The token of an `Authorization` header value (the scheme is
+/// case-insensitive, RFC 7235).
+fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
+    header
         .and_then(|h| h.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, t)| t.trim())
-        .ok_or(ApiError::Unauthorized("missing bearer token"))?;
+        .ok_or(ApiError::Unauthorized("missing bearer token"))
+}
+
+/// Seconds a token stays valid past its `exp` (jsonwebtoken's default
+/// leeway, which [`verify`] keeps; the cache keeps the same rule).
+const LEEWAY_SECS: u64 = 60;
+
+/// Check the `Authorization` header value.
+pub fn verify(secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
+    verify_token(secret, bearer(header)?).map(|(caller, _)| caller)
+}
+
+/// Verify `token`: the caller and the token's `exp`.
+fn verify_token(secret: &str, token: &str) -> Result<(Caller, u64), ApiError> {
     let mut v = Validation::new(Algorithm::HS256);
+    v.leeway = LEEWAY_SECS;
     v.set_required_spec_claims(&["exp", "sub"]);
     let data = decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &v)
         .map_err(|_| ApiError::Unauthorized("invalid or expired token"))?;
@@ -60,10 +71,84 @@ pub fn verify(secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
             "token subject must be 1-128 printable characters",
         ));
     }
-    Ok(Caller {
+    let caller = Caller {
         user: UserId(sub),
         operator: data.claims.role.as_deref() == Some("operator"),
-    })
+    };
+    Ok((caller, data.claims.exp))
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Tokens this edge verified, so a buyer's next request skips the HMAC
+/// and the claims' JSON (a bearer sends the same token for its whole
+/// session). Keyed by the whole token string, so only the exact bytes
+/// that verified hit; only verified tokens enter (garbage cannot fill
+/// it); each hit checks the token's `exp` as [`verify`] does. Two
+/// generations of at most `cap` tokens each: when the newer fills up,
+/// the older is dropped, so memory is bounded and busy tokens stay.
+pub struct TokenCache {
+    cap: usize,
+    inner: std::sync::Mutex<Generations>,
+}
+
+#[derive(Default)]
+struct Generations {
+    young: std::collections::HashMap<String, (Caller, u64)>,
+    old: std::collections::HashMap<String, (Caller, u64)>,
+}
+
+/// Tokens per generation of the edge's [`TokenCache`].
+pub const TOKEN_CACHE: usize = 50_000;
+
+impl TokenCache {
+    pub fn new(cap: usize) -> TokenCache {
+        TokenCache {
+            cap: cap.max(1),
+            inner: Default::default(),
+        }
+    }
+
+    /// [`verify`], answered from the cache when this exact token verified
+    /// before and has not expired.
+    pub fn verify(&self, secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
+        let token = bearer(header)?;
+        let now = now_secs();
+        let fresh = |exp: u64| exp.saturating_add(LEEWAY_SECS) >= now;
+        {
+            let mut g = self.inner.lock().expect("token cache lock poisoned");
+            if let Some((caller, exp)) = g.young.get(token).filter(|(_, e)| fresh(*e)) {
+                return Ok(caller.clone());
+            }
+            if let Some((caller, exp)) = g.old.remove(token).filter(|(_, e)| fresh(*e)) {
+                let hit = caller.clone();
+                g.young.insert(token.to_string(), (caller, exp));
+                return Ok(hit);
+            }
+        }
+        let (caller, exp) = verify_token(secret, token)?;
+        let mut g = self.inner.lock().expect("token cache lock poisoned");
+        if g.young.len() >= self.cap {
+            g.old = std::mem::take(&mut g.young);
+        }
+        g.young.insert(token.to_string(), (caller.clone(), exp));
+        Ok(caller)
+    }
+
+    /// Tokens held (both generations).
+    pub fn len(&self) -> usize {
+        let g = self.inner.lock().expect("token cache lock poisoned");
+        g.young.len() + g.old.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
@@ -87,5 +172,56 @@ mod tests {
                 .unwrap()
                 .operator
         );
+    }
+
+    #[test]
+    fn the_cache_answers_as_verify_does() {
+        let secret = "0123456789abcdef";
+        let cache = TokenCache::new(2);
+        let alice = format!("Bearer {}", mint(secret, "alice", false, 60));
+        for _ in 0..3 {
+            assert_eq!(cache.verify(secret, Some(&alice)).unwrap().user.0, "alice");
+        }
+        assert_eq!(cache.len(), 1);
+        // Another secret's token, a tampered one, garbage: refused, not kept.
+        let other = format!("Bearer {}", mint("another-secret-xx", "alice", false, 60));
+        assert!(cache.verify(secret, Some(&other)).is_err());
+        let mut tampered = alice.clone();
+        tampered.pop();
+        assert!(cache.verify(secret, Some(&tampered)).is_err());
+        assert!(cache.verify(secret, Some("Bearer x.y.z")).is_err());
+        assert!(cache.verify(secret, None).is_err());
+        assert_eq!(cache.len(), 1);
+        // Expired beyond the leeway: refused even though it once verified.
+        let claims = Claims {
+            sub: "bob".into(),
+            exp: now_secs() - LEEWAY_SECS - 5,
+            role: None,
+        };
+        let expired = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap();
+        let expired = format!("Bearer {expired}");
+        assert!(cache.verify(secret, Some(&expired)).is_err());
+        cache.inner.lock().unwrap().young.insert(
+            expired["Bearer ".len()..].to_string(),
+            (
+                Caller {
+                    user: UserId("bob".into()),
+                    operator: false,
+                },
+                claims.exp,
+            ),
+        );
+        assert!(cache.verify(secret, Some(&expired)).is_err());
+        // Bounded: two generations of two.
+        for u in ["c", "d", "e", "f", "g"] {
+            let t = format!("Bearer {}", mint(secret, u, false, 60));
+            cache.verify(secret, Some(&t)).unwrap();
+        }
+        assert!(cache.len() <= 4, "{} tokens kept", cache.len());
     }
 }

@@ -12,7 +12,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::auth::{self, Caller};
+use crate::auth::Caller;
 pub use crate::conn::serve;
 use crate::error::ApiError;
 use crate::routes::{self, Matched, Route};
@@ -79,7 +79,9 @@ impl Req {
     pub fn caller(&self, edge: &Edge) -> Result<Caller, ApiError> {
         match &self.verified {
             Some(c) => Ok(c.clone()),
-            None => auth::verify(edge.config.jwt_secret.expose(), self.auth.as_deref()),
+            None => edge
+                .tokens
+                .verify(edge.config.jwt_secret.expose(), self.auth.as_deref()),
         }
     }
 

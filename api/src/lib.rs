@@ -85,6 +85,8 @@ pub struct Edge {
     /// Availability answers, reused for a short while to absorb refresh
     /// storms. Held only for a lookup or insert, never across `.await`.
     availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
+    /// Bearer tokens this edge verified (bounded; see [`auth::TokenCache`]).
+    pub tokens: auth::TokenCache,
 }
 
 /// How long an availability answer is reused.
@@ -135,6 +137,7 @@ impl Edge {
             payments: None,
             catch_up_slack: seatfence_regions::transfer::CATCH_UP_SLACK,
             availability: Mutex::new(HashMap::new()),
+            tokens: auth::TokenCache::new(auth::TOKEN_CACHE),
         }
     }
 

@@ -11,7 +11,8 @@
 # data dirs under a temporary directory, durability on for both (PostgreSQL
 # fsync = on, synchronous_commit = on; etcd fsyncs its WAL, as always),
 # builds seatfence with the etcd client, runs all three, prints the table,
-# and stops what it started. COMPARE_KEEP=1 keeps the data dirs and logs.
+# and stops what it started. COMPARE_KEEP=1 keeps the data dirs and logs;
+# SEATFENCE_BIN=path compares an already built binary instead of this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,7 +98,11 @@ if [ -z "$healthy" ]; then
     exit 2
 fi
 
-cargo build --release --features etcd -q
-"${CARGO_TARGET_DIR:-target}/release/seatfence" bench compare \
+# SEATFENCE_BIN=path runs that binary (built with --features etcd) instead
+# of building this tree: two builds side by side in one session.
+if [ -z "${SEATFENCE_BIN:-}" ]; then
+    cargo build --release --features etcd -q
+fi
+"${SEATFENCE_BIN:-${CARGO_TARGET_DIR:-target}/release/seatfence}" bench compare \
     --pg "host=127.0.0.1 port=$PG_PORT user=postgres dbname=postgres" \
     --etcd "$endpoints" "$@"

@@ -122,7 +122,7 @@ impl TokenCache {
         let fresh = |exp: u64| exp.saturating_add(LEEWAY_SECS) >= now;
         {
             let mut g = self.inner.lock().expect("token cache lock poisoned");
-            if let Some((caller, exp)) = g.young.get(token).filter(|(_, e)| fresh(*e)) {
+            if let Some((caller, _)) = g.young.get(token).filter(|(_, e)| fresh(*e)) {
                 return Ok(caller.clone());
             }
             if let Some((caller, exp)) = g.old.remove(token).filter(|(_, e)| fresh(*e)) {

@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status};
 use crate::codec;
 use crate::network::gate::{Caller, Gate, Need};
 use crate::network::MAX_MESSAGE_BYTES;
-use crate::propose::{self, ProposeError, Proposer};
+use crate::propose::{self, ProposeError, Proposer, Read};
 use crate::registry::Registry;
 use crate::status::to_status;
 
@@ -185,7 +185,7 @@ impl NodeService for NodeApi {
         let q: Query = decode("malformed_query", &req.query)?;
         let result = match self
             .proposer
-            .query(GroupId(req.group_id), &q, req.linearizable)
+            .query_with(GroupId(req.group_id), &q, read_of(&req))
             .await
         {
             Ok(a) => query_reply::Result::Answer(QueryAnswer {
@@ -284,4 +284,13 @@ pub fn state_digest(state: &seatfence_core::State) -> u64 {
         }
     }
     h
+}
+
+/// The freshness a query asks for.
+fn read_of(req: &QueryRequest) -> Read {
+    match (req.linearizable, req.lease) {
+        (false, _) => Read::Replica,
+        (true, true) => Read::Lease,
+        (true, false) => Read::ReadIndex,
+    }
 }

@@ -54,4 +54,4 @@ pub mod types;
 
 pub use client::{ClientError, ClusterClient};
 pub use config::RaftTuning;
-pub use propose::{Committed, ProposeError, Proposer};
+pub use propose::{Committed, ProposeError, Proposer, Read};

@@ -140,6 +140,51 @@ impl ProposeError {
     }
 }
 
+/// How fresh a query's answer must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// This replica's applied state, however far behind.
+    Replica,
+    /// The leader's, with leadership confirmed by its lease when a quorum
+    /// acknowledged it within the lease (no round trip; assumes bounded
+    /// clock drift, as openraft's lease does), else by a read-index round.
+    /// For reads whose decision a later commit checks again; never for
+    /// one that decides an epoch.
+    Lease,
+    /// The leader's, after a read-index round (a quorum confirms it still
+    /// leads).
+    ReadIndex,
+}
+
+/// Confirm this node leads `group` as `read` asks (not for
+/// [`Read::Replica`]), then wait until its state machine applied every
+/// entry committed before the read.
+pub async fn confirm_leadership(
+    raft: &Raft,
+    group: GroupId,
+    read: Read,
+) -> Result<(), ProposeError> {
+    let refused = |e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>| match e {
+        RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => {
+            ProposeError::not_leader(group, f)
+        }
+        other => ProposeError::unavailable(other),
+    };
+    if read == Read::Lease {
+        match raft.ensure_linearizable(ReadPolicy::LeaseRead).await {
+            Ok(_) => return Ok(()),
+            // The lease lapsed (no quorum acknowledgement within it): a
+            // read-index round decides instead.
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {}
+            Err(e) => return Err(refused(e)),
+        }
+    }
+    raft.ensure_linearizable(ReadPolicy::ReadIndex)
+        .await
+        .map(|_| ())
+        .map_err(refused)
+}
+
 /// Bugs a drill can plant (`seatfence chaos drill --plant-bug NAME`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -327,19 +372,28 @@ impl Proposer {
         q: &Query,
         linearizable: bool,
     ) -> Result<Answer, ProposeError> {
+        let read = if linearizable {
+            Read::ReadIndex
+        } else {
+            Read::Replica
+        };
+        self.query_with(group, q, read).await
+    }
+
+    /// Answer `q` from this replica of `group` as fresh as `read` asks.
+    pub async fn query_with(
+        &self,
+        group: GroupId,
+        q: &Query,
+        read: Read,
+    ) -> Result<Answer, ProposeError> {
         let g = self.group(group)?;
-        if linearizable {
+        if read != Read::Replica {
             if removed_leader(&g) {
                 return Err(removed(group));
             }
             g.wake_for_use().await;
-            match g.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-                Ok(_) => {}
-                Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                    return Err(ProposeError::not_leader(group, f))
-                }
-                Err(other) => return Err(ProposeError::unavailable(other)),
-            }
+            confirm_leadership(&g.raft, group, read).await?;
         }
         let term = g.term();
         Ok(g.sm.read(|s| Answer {

@@ -31,6 +31,7 @@ use seatfence_core::inventory::{
     Booking, ConfirmPath, EventAction, EventReply, Hold, Outcome, PaymentAction,
 };
 use seatfence_core::{BookingId, EventId, Fence, Query, QueryResult};
+use seatfence_raft::Read;
 
 use crate::error::ApiError;
 use crate::gateway::{Gateway, GatewayError, PaymentStatus};
@@ -98,14 +99,17 @@ impl Edge {
     }
 
     /// Read hold `id.seq` and its booking at its group's leader; `None`
-    /// when the group or hold does not exist.
+    /// when the group or hold does not exist. A lease read: whatever a
+    /// caller decides from it is checked again by the command it commits
+    /// (`Attach`, `ExecuteIntent`, `Confirm` each verify the state they
+    /// expect in apply).
     pub async fn load_booking(&self, id: BookingId) -> Result<Option<Loaded>, ApiError> {
         if id.group.is_directory() || !self.group_exists(id.group).await? {
             return Ok(None);
         }
         let (answer, _) = self
             .client
-            .query(id.group, &Query::Booking(id.seq), true)
+            .query_with(id.group, &Query::Booking(id.seq), Read::Lease)
             .await
             .map_err(|e| self.client_error(e))?;
         Ok(match answer {

@@ -3,14 +3,15 @@
 //! The HMAC signature over the raw body is checked first (401 otherwise).
 //! A correctly signed message is always answered 200 — also when it is
 //! ignored or left to the reconciler — so the gateway stops redelivering.
-//! It is only a hint: the handler dedupes by provider event id (inbox),
-//! asks the gateway, compares the txn id and the amount and currency (the
+//! It is only a hint: a decided booking answers its status; otherwise the
+//! handler dedupes by provider event id (inbox), asks the gateway, compares the txn id and the amount and currency (the
 //! message's and the gateway's must be the booking's), and only then
 //! confirms.
 
 use hyper::StatusCode;
 use seatfence_core::inventory::{BookingStatus, ConfirmPath};
 use seatfence_core::{BookingId, Query, QueryResult};
+use seatfence_raft::Read;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -64,20 +65,22 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     else {
         return ok("ignored");
     };
-    let (seen, _) = edge
-        .client
-        .query(id.group, &Query::Inbox(n.id.clone()), true)
-        .await
-        .map_err(|e| edge.client_error(e))?;
-    if seen == QueryResult::Inbox(true) {
-        edge.metrics.inc(|m| &m.webhooks_duplicate);
-        return ok("duplicate");
-    }
+    // A decided booking answers its status: nothing a message could say
+    // changes it, so neither the inbox nor the gateway is asked.
     if matches!(
         b.status,
         BookingStatus::Confirmed | BookingStatus::Refunded | BookingStatus::RefundPending
     ) {
         return ok(b.status.as_str());
+    }
+    let (seen, _) = edge
+        .client
+        .query_with(id.group, &Query::Inbox(n.id.clone()), Read::Lease)
+        .await
+        .map_err(|e| edge.client_error(e))?;
+    if seen == QueryResult::Inbox(true) {
+        edge.metrics.inc(|m| &m.webhooks_duplicate);
+        return ok("duplicate");
     }
     // The message is a hint: the gateway's own answer decides.
     let state = match payments.gateway.query(&n.payment_id).await {

@@ -175,6 +175,7 @@ async fn read_replica(w: &World, node: u64, group: u64) -> ReplicaFinal {
         group_id: group,
         query,
         linearizable: false,
+        lease: false,
     });
     req.set_timeout(Duration::from_secs(3));
     match client.query(req).await.map(|r| r.into_inner().result) {

@@ -26,7 +26,7 @@ mod leader;
 use leader::{run_queue, Attempt, Inner, Queued};
 
 use crate::codec;
-use crate::propose::{Committed, ProposeError, Proposer};
+use crate::propose::{Committed, ProposeError, Proposer, Read};
 use crate::status::from_status;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -209,8 +209,24 @@ impl ClusterClient {
         q: &Query,
         linearizable: bool,
     ) -> Result<(QueryResult, u64), ClientError> {
+        let read = if linearizable {
+            Read::ReadIndex
+        } else {
+            Read::Replica
+        };
+        self.query_with(group, q, read).await
+    }
+
+    /// [`ClusterClient::query`] as fresh as `read` asks ([`Read::Lease`]:
+    /// the leader's lease confirms it when fresh, see [`Read`]).
+    pub async fn query_with(
+        &self,
+        group: GroupId,
+        q: &Query,
+        read: Read,
+    ) -> Result<(QueryResult, u64), ClientError> {
         if let Some(p) = self.local_leader(group) {
-            if let Some(r) = self.local(group, p.query(group, q, linearizable)).await {
+            if let Some(r) = self.local(group, p.query_with(group, q, read)).await {
                 return r.map(|a| (a.result, a.term));
             }
         }
@@ -223,7 +239,8 @@ impl ClusterClient {
                     let mut req = tonic::Request::new(QueryRequest {
                         group_id: group.0,
                         query: bytes,
-                        linearizable,
+                        linearizable: read != Read::Replica,
+                        lease: read == Read::Lease,
                     });
                     req.set_timeout(Duration::from_secs(2));
                     let reply = inner.node(&addr)?.query(req).await;

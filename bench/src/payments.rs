@@ -52,6 +52,9 @@ pub struct PaymentsBenchReport {
     pub errors: u64,
     pub duration_secs: f64,
     pub inflight: usize,
+    /// Confirmation emails in the nodes' mail dirs when the run ended (the
+    /// outbox's work done within the run; `confirmed - emails` is its lag).
+    pub emails: u64,
 }
 
 impl std::fmt::Display for PaymentsBenchReport {
@@ -59,9 +62,9 @@ impl std::fmt::Display for PaymentsBenchReport {
         let r = self;
         write!(
             f,
-            "bench payments: {:.0} confirmed bookings/s; p50/p99 ms: hold {:.1}/{:.1}, booking {:.1}/{:.1}, callback {:.1}/{:.1}, hold→confirmed {:.1}/{:.1}; confirmed {}, sold {}, captures {}, capacity {}, oversold {}, counters_match {}, errors {}, {} in flight, {:.1} s",
+            "bench payments: {:.0} confirmed bookings/s; p50/p99 ms: hold {:.1}/{:.1}, booking {:.1}/{:.1}, callback {:.1}/{:.1}, hold→confirmed {:.1}/{:.1}; confirmed {}, sold {}, captures {}, capacity {}, oversold {}, counters_match {}, errors {}, {} in flight, {:.1} s, {} emails sent",
             r.bookings_per_sec, r.hold_p50_ms, r.hold_p99_ms, r.book_p50_ms, r.book_p99_ms, r.callback_p50_ms, r.callback_p99_ms,
-            r.total_p50_ms, r.total_p99_ms, r.confirmed, r.sold, r.captures, r.capacity, r.oversold, r.counters_match, r.errors, r.inflight, r.duration_secs
+            r.total_p50_ms, r.total_p99_ms, r.confirmed, r.sold, r.captures, r.capacity, r.oversold, r.counters_match, r.errors, r.inflight, r.duration_secs, r.emails
         )
     }
 }
@@ -237,6 +240,7 @@ pub async fn run_payments_bench(
         h.add(&t.await?)?;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let emails = count_emails(&dir);
     let (available, held, sold) = crate::holds::seat_counts(&http, &edges[0], &op, EVENT).await?;
     let stats: Value = http
         .get(&format!("{}/_stats", gateway.url), None)
@@ -266,5 +270,26 @@ pub async fn run_payments_bench(
         errors: errors.load(Ordering::Relaxed),
         duration_secs: elapsed,
         inflight: args.inflight,
+        emails,
     })
+}
+
+/// `.eml` files under `dir` (every node's mail dir; temporary files, whose
+/// names start with a dot, are not delivered yet).
+fn count_emails(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                count_emails(&path)
+            } else {
+                u64::from(name.ends_with(".eml") && !name.starts_with('.'))
+            }
+        })
+        .sum()
 }

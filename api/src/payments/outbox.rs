@@ -37,12 +37,24 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let mut retry: HashMap<(GroupId, u64), (u32, Instant)> = HashMap::new();
     // Refunds alerted on by this node (one alert each; bounded).
     let mut alerted: HashSet<(GroupId, u64)> = HashSet::new();
+    let mut busy = false;
     loop {
-        tokio::select! {
-            biased;
-            _ = rx_stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(interval) => {}
+        // A scan that found a full page and delivered something goes on at
+        // once: the outbox keeps up with a sale's booking rate instead of
+        // delivering one page per interval.
+        if busy {
+            if *rx_stop.borrow() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        } else {
+            tokio::select! {
+                biased;
+                _ = rx_stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
         }
+        busy = false;
         let mut backlog = 0;
         let mut refund_age = 0;
         let now_ms = edge.clock.now_ms();
@@ -61,6 +73,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
             let Some((event_id, epoch)) = epoch else {
                 continue;
             };
+            let full = items.len() as u32 >= SCAN_LIMIT;
             backlog += items.len() as u64;
             for (item, _) in items.iter().filter(|(i, _)| i.kind == OutboxKind::Refund) {
                 let age = now_ms.saturating_sub(item.created_ms);
@@ -75,28 +88,31 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 }
             }
             let fence = Fence { epoch, term };
-            for (item, booking) in items {
+            let (emails, refunds): (Vec<_>, Vec<_>) = items
+                .into_iter()
+                .filter(|(item, _)| {
+                    retry
+                        .get(&(gid, item.id))
+                        .is_none_or(|(_, at)| Instant::now() >= *at)
+                })
+                .partition(|(item, _)| item.kind == OutboxKind::ConfirmationEmail);
+            let delivered =
+                deliver_emails(&edge, &p, gid, &event_id, emails, fence, &mut retry).await;
+            busy |= full && delivered > 0;
+            for (item, booking) in refunds {
                 let key = (gid, item.id);
-                if retry.get(&key).is_some_and(|(_, at)| Instant::now() < *at) {
-                    continue;
-                }
                 let id = BookingId {
                     group: gid,
                     seq: booking.seq,
                 };
-                let fence = match item.kind {
-                    OutboxKind::ConfirmationEmail => fence,
-                    // A refund carries the fence of a committed intent.
-                    OutboxKind::Refund => {
-                        let intent = PaymentAction::RefundIntent { id: item.id };
-                        match edge.payment_command(&event_id, intent).await {
-                            Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
-                            Ok(_) => continue,
-                            Err(e) => {
-                                tracing::warn!(booking = %id, "outbox: refund intent failed: {e}");
-                                continue;
-                            }
-                        }
+                // A refund carries the fence of a committed intent.
+                let intent = PaymentAction::RefundIntent { id: item.id };
+                let fence = match edge.payment_command(&event_id, intent).await {
+                    Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(booking = %id, "outbox: refund intent failed: {e}");
+                        continue;
                     }
                 };
                 match deliver(&p, &event_id, id, &item, &booking, fence).await {
@@ -108,10 +124,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                         match edge.payment_command(&event_id, done).await {
                             Ok(_) => {
                                 retry.remove(&key);
-                                edge.metrics.inc(|m| match item.kind {
-                                    OutboxKind::ConfirmationEmail => &m.emails_sent,
-                                    OutboxKind::Refund => &m.refunds_done,
-                                });
+                                edge.metrics.inc(|m| &m.refunds_done);
                                 tracing::info!(booking = %id, kind = item.kind.as_str(), "outbox item delivered");
                             }
                             Err(e) => {
@@ -119,12 +132,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                             }
                         }
                     }
-                    Err(e) => {
-                        let (n, _) = retry.get(&key).copied().unwrap_or((0, Instant::now()));
-                        let wait = Duration::from_millis((250u64 << n.min(10)).min(300_000));
-                        retry.insert(key, (n + 1, Instant::now() + wait));
-                        tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt = n + 1, "outbox delivery failed ({e}); retry in {wait:?}");
-                    }
+                    Err(e) => backoff(&mut retry, key, id, &item, &e),
                 }
             }
         }
@@ -139,6 +147,96 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     }
 }
 
+/// A failed delivery waits 250 ms, doubling up to 5 min, before the next try.
+fn backoff(
+    retry: &mut HashMap<(GroupId, u64), (u32, Instant)>,
+    key: (GroupId, u64),
+    id: BookingId,
+    item: &OutboxItem,
+    e: &anyhow::Error,
+) {
+    let (n, _) = retry.get(&key).copied().unwrap_or((0, Instant::now()));
+    let wait = Duration::from_millis((250u64 << n.min(10)).min(300_000));
+    retry.insert(key, (n + 1, Instant::now() + wait));
+    tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt = n + 1, "outbox delivery failed ({e}); retry in {wait:?}");
+}
+
+/// Write a page of confirmation emails (each flushed before it is renamed
+/// into place) on a blocking thread, then record every delivered one with
+/// its own `OutboxDone`, all at once (the leader batches them into few log
+/// entries). Returns how many were recorded.
+async fn deliver_emails(
+    edge: &Edge,
+    p: &Arc<Payments>,
+    gid: GroupId,
+    event_id: &EventId,
+    emails: Vec<(OutboxItem, Booking)>,
+    fence: Fence,
+    retry: &mut HashMap<(GroupId, u64), (u32, Instant)>,
+) -> usize {
+    if emails.is_empty() {
+        return 0;
+    }
+    let written = {
+        let (p, event_id) = (p.clone(), event_id.clone());
+        tokio::task::spawn_blocking(move || {
+            // Every file written first, then each flushed and renamed: the
+            // first flush commits the others' data with it (one journal
+            // commit for the page, not one per email).
+            let written: Vec<_> = emails
+                .into_iter()
+                .map(|(item, booking)| {
+                    let id = BookingId {
+                        group: gid,
+                        seq: booking.seq,
+                    };
+                    let r = write_email(&p, &event_id, id, &item, &booking, fence);
+                    (item, id, r)
+                })
+                .collect();
+            written
+                .into_iter()
+                .map(|(item, id, r)| (item, id, r.and_then(Unsynced::sync)))
+                .collect::<Vec<_>>()
+        })
+        .await
+    };
+    let Ok(written) = written else {
+        tracing::warn!("outbox: the email writer panicked");
+        return 0;
+    };
+    let mut done = Vec::new();
+    for (item, id, r) in written {
+        match r {
+            Ok(()) => done.push((item, id)),
+            Err(e) => backoff(retry, (gid, item.id), id, &item, &e),
+        }
+    }
+    let recorded = futures::future::join_all(done.iter().map(|(item, _)| {
+        edge.payment_command(
+            event_id,
+            PaymentAction::OutboxDone {
+                id: item.id,
+                refund_id: None,
+            },
+        )
+    }))
+    .await;
+    let mut n = 0;
+    for ((item, id), r) in done.iter().zip(recorded) {
+        match r {
+            Ok(_) => {
+                n += 1;
+                retry.remove(&(gid, item.id));
+                edge.metrics.inc(|m| &m.emails_sent);
+                tracing::debug!(booking = %id, "outbox: confirmation email delivered");
+            }
+            Err(e) => tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}"),
+        }
+    }
+    n
+}
+
 /// Deliver one item; `Ok(refund_id)` for a refund.
 async fn deliver(
     p: &Payments,
@@ -150,7 +248,7 @@ async fn deliver(
 ) -> anyhow::Result<Option<String>> {
     match item.kind {
         OutboxKind::ConfirmationEmail => {
-            write_email(p, event_id, id, item, booking, fence)?;
+            write_email(p, event_id, id, item, booking, fence)?.sync()?;
             Ok(None)
         }
         OutboxKind::Refund => {
@@ -172,6 +270,22 @@ async fn deliver(
     }
 }
 
+/// An email written under its temporary name, not flushed yet.
+struct Unsynced {
+    file: std::fs::File,
+    tmp: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl Unsynced {
+    /// Flush the email, then give it its real name: delivered.
+    fn sync(self) -> anyhow::Result<()> {
+        self.file.sync_all()?;
+        std::fs::rename(&self.tmp, &self.path)?;
+        Ok(())
+    }
+}
+
 fn write_email(
     p: &Payments,
     event_id: &EventId,
@@ -179,7 +293,7 @@ fn write_email(
     item: &OutboxItem,
     booking: &Booking,
     fence: Fence,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Unsynced> {
     std::fs::create_dir_all(&p.mail_dir)?;
     let name = format!("{}-{id}-{}.eml", event_id.0, item.id);
     let path = p.mail_dir.join(&name);
@@ -193,11 +307,9 @@ fn write_email(
         amount = format_amount(booking.payment.amount_cents),
         cur = booking.payment.currency,
     );
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(body.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(())
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(body.as_bytes())?;
+    Ok(Unsynced { file, tmp, path })
 }
 
 /// Minor units as a decimal amount: 10000 → "100.00".

@@ -288,9 +288,9 @@ pub fn state_digest(state: &seatfence_core::State) -> u64 {
 
 /// The freshness a query asks for.
 fn read_of(req: &QueryRequest) -> Read {
-    match (req.linearizable, req.lease) {
-        (false, _) => Read::Replica,
-        (true, true) => Read::Lease,
-        (true, false) => Read::ReadIndex,
+    if req.linearizable && req.lease {
+        Read::Lease
+    } else {
+        Read::linearizable(req.linearizable)
     }
 }

@@ -156,6 +156,17 @@ pub enum Read {
     ReadIndex,
 }
 
+impl Read {
+    /// [`Read::ReadIndex`] when `linearizable`, else [`Read::Replica`].
+    pub fn linearizable(linearizable: bool) -> Read {
+        if linearizable {
+            Read::ReadIndex
+        } else {
+            Read::Replica
+        }
+    }
+}
+
 /// Confirm this node leads `group` as `read` asks (not for
 /// [`Read::Replica`]), then wait until its state machine applied every
 /// entry committed before the read.
@@ -372,12 +383,8 @@ impl Proposer {
         q: &Query,
         linearizable: bool,
     ) -> Result<Answer, ProposeError> {
-        let read = if linearizable {
-            Read::ReadIndex
-        } else {
-            Read::Replica
-        };
-        self.query_with(group, q, read).await
+        self.query_with(group, q, Read::linearizable(linearizable))
+            .await
     }
 
     /// Answer `q` from this replica of `group` as fresh as `read` asks.

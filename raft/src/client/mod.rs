@@ -209,12 +209,8 @@ impl ClusterClient {
         q: &Query,
         linearizable: bool,
     ) -> Result<(QueryResult, u64), ClientError> {
-        let read = if linearizable {
-            Read::ReadIndex
-        } else {
-            Read::Replica
-        };
-        self.query_with(group, q, read).await
+        self.query_with(group, q, Read::linearizable(linearizable))
+            .await
     }
 
     /// [`ClusterClient::query`] as fresh as `read` asks ([`Read::Lease`]:

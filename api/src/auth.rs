@@ -93,6 +93,8 @@ fn now_secs() -> u64 {
 /// generations of at most `cap` tokens each: when the newer fills up,
 /// the older is dropped, so memory is bounded and busy tokens stay.
 pub struct TokenCache {
+    /// The secret every cached token verified with.
+    secret: crate::secret::Secret,
     cap: usize,
     inner: std::sync::Mutex<Generations>,
 }
@@ -107,16 +109,18 @@ struct Generations {
 pub const TOKEN_CACHE: usize = 50_000;
 
 impl TokenCache {
-    pub fn new(cap: usize) -> TokenCache {
+    /// A cache of tokens verified with `secret`.
+    pub fn new(secret: crate::secret::Secret, cap: usize) -> TokenCache {
         TokenCache {
+            secret,
             cap: cap.max(1),
             inner: Default::default(),
         }
     }
 
-    /// [`verify`], answered from the cache when this exact token verified
-    /// before and has not expired.
-    pub fn verify(&self, secret: &str, header: Option<&str>) -> Result<Caller, ApiError> {
+    /// [`verify`] with the cache's secret, answered from the cache when
+    /// this exact token verified before and has not expired.
+    pub fn verify(&self, header: Option<&str>) -> Result<Caller, ApiError> {
         let token = bearer(header)?;
         let now = now_secs();
         let fresh = |exp: u64| exp.saturating_add(LEEWAY_SECS) >= now;
@@ -131,12 +135,20 @@ impl TokenCache {
                 return Ok(hit);
             }
         }
-        let (caller, exp) = verify_token(secret, token)?;
-        let mut g = self.inner.lock().expect("token cache lock poisoned");
-        if g.young.len() >= self.cap {
-            g.old = std::mem::take(&mut g.young);
-        }
-        g.young.insert(token.to_string(), (caller.clone(), exp));
+        let (caller, exp) = verify_token(self.secret.expose(), token)?;
+        let dropped = {
+            let mut g = self.inner.lock().expect("token cache lock poisoned");
+            let dropped = if g.young.len() >= self.cap {
+                let young = std::mem::take(&mut g.young);
+                Some(std::mem::replace(&mut g.old, young))
+            } else {
+                None
+            };
+            g.young.insert(token.to_string(), (caller.clone(), exp));
+            dropped
+        };
+        // The old generation is freed outside the lock.
+        drop(dropped);
         Ok(caller)
     }
 
@@ -177,20 +189,20 @@ mod tests {
     #[test]
     fn the_cache_answers_as_verify_does() {
         let secret = "0123456789abcdef";
-        let cache = TokenCache::new(2);
+        let cache = TokenCache::new(crate::secret::Secret::new(secret), 2);
         let alice = format!("Bearer {}", mint(secret, "alice", false, 60));
         for _ in 0..3 {
-            assert_eq!(cache.verify(secret, Some(&alice)).unwrap().user.0, "alice");
+            assert_eq!(cache.verify(Some(&alice)).unwrap().user.0, "alice");
         }
         assert_eq!(cache.len(), 1);
         // Another secret's token, a tampered one, garbage: refused, not kept.
         let other = format!("Bearer {}", mint("another-secret-xx", "alice", false, 60));
-        assert!(cache.verify(secret, Some(&other)).is_err());
+        assert!(cache.verify(Some(&other)).is_err());
         let mut tampered = alice.clone();
         tampered.pop();
-        assert!(cache.verify(secret, Some(&tampered)).is_err());
-        assert!(cache.verify(secret, Some("Bearer x.y.z")).is_err());
-        assert!(cache.verify(secret, None).is_err());
+        assert!(cache.verify(Some(&tampered)).is_err());
+        assert!(cache.verify(Some("Bearer x.y.z")).is_err());
+        assert!(cache.verify(None).is_err());
         assert_eq!(cache.len(), 1);
         // Expired beyond the leeway: refused even though it once verified.
         let claims = Claims {
@@ -205,7 +217,7 @@ mod tests {
         )
         .unwrap();
         let expired = format!("Bearer {expired}");
-        assert!(cache.verify(secret, Some(&expired)).is_err());
+        assert!(cache.verify(Some(&expired)).is_err());
         cache.inner.lock().unwrap().young.insert(
             expired["Bearer ".len()..].to_string(),
             (
@@ -216,11 +228,11 @@ mod tests {
                 claims.exp,
             ),
         );
-        assert!(cache.verify(secret, Some(&expired)).is_err());
+        assert!(cache.verify(Some(&expired)).is_err());
         // Bounded: two generations of two.
         for u in ["c", "d", "e", "f", "g"] {
             let t = format!("Bearer {}", mint(secret, u, false, 60));
-            cache.verify(secret, Some(&t)).unwrap();
+            cache.verify(Some(&t)).unwrap();
         }
         assert!(cache.len() <= 4, "{} tokens kept", cache.len());
     }

@@ -158,11 +158,6 @@ async fn serve_connection(
         );
     tokio::pin!(conn);
     let mut closing = false;
-    // One timer for the connection's life: a `sleep` made in the loop
-    // would be registered and removed again at every request.
-    let every = (idle / 4).max(Duration::from_millis(1));
-    let mut check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             done = conn.as_mut() => {
@@ -182,7 +177,7 @@ async fn serve_connection(
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }
-            _ = check.tick(), if !closing => {
+            _ = tokio::time::sleep(idle / 4), if !closing => {
                 let last = activity.last_ms.load(Relaxed).max(activity.read_ms.load(Relaxed));
                 let since = (opened.elapsed().as_millis() as u64 + 1).saturating_sub(last);
                 if activity.idle() && since >= idle.as_millis() as u64 {

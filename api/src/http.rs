@@ -79,9 +79,7 @@ impl Req {
     pub fn caller(&self, edge: &Edge) -> Result<Caller, ApiError> {
         match &self.verified {
             Some(c) => Ok(c.clone()),
-            None => edge
-                .tokens
-                .verify(edge.config.jwt_secret.expose(), self.auth.as_deref()),
+            None => edge.tokens.verify(self.auth.as_deref()),
         }
     }
 

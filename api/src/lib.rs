@@ -120,6 +120,7 @@ impl Edge {
         registry: Arc<Registry>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
+        let tokens = auth::TokenCache::new(config.jwt_secret.clone(), auth::TOKEN_CACHE);
         Edge {
             region,
             admission: Admission::new(
@@ -137,7 +138,7 @@ impl Edge {
             payments: None,
             catch_up_slack: seatfence_regions::transfer::CATCH_UP_SLACK,
             availability: Mutex::new(HashMap::new()),
-            tokens: auth::TokenCache::new(auth::TOKEN_CACHE),
+            tokens,
         }
     }
 

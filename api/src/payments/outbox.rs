@@ -23,6 +23,11 @@ use crate::Edge;
 /// Items looked at per scan and group.
 const SCAN_LIMIT: u32 = 64;
 
+/// The pause between scans while a full page keeps being delivered (at
+/// most `outbox_interval_ms`): the outbox keeps up with a sale without
+/// spinning.
+const BUSY_PAUSE: Duration = Duration::from_millis(10);
+
 /// A refund still undelivered this long after its capture was recorded
 /// raises an alert: money kept for nothing.
 const REFUND_ALERT_MS: u64 = 5 * 60 * 1000;
@@ -42,17 +47,15 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         // A scan that found a full page and delivered something goes on at
         // once: the outbox keeps up with a sale's booking rate instead of
         // delivering one page per interval.
-        if busy {
-            if *rx_stop.borrow() {
-                return;
-            }
-            tokio::task::yield_now().await;
+        let pause = if busy {
+            BUSY_PAUSE.min(interval)
         } else {
-            tokio::select! {
-                biased;
-                _ = rx_stop.wait_for(|s| *s) => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
+            interval
+        };
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(pause) => {}
         }
         busy = false;
         let mut backlog = 0;
@@ -109,17 +112,27 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 let intent = PaymentAction::RefundIntent { id: item.id };
                 let fence = match edge.payment_command(&event_id, intent).await {
                     Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
-                    Ok(_) => continue,
+                    Ok((r, _)) => {
+                        let e = anyhow::anyhow!("refund intent answered {:?}", r.outcome);
+                        backoff(&mut retry, key, id, &item, &e);
+                        continue;
+                    }
                     Err(e) => {
-                        tracing::warn!(booking = %id, "outbox: refund intent failed: {e}");
+                        backoff(
+                            &mut retry,
+                            key,
+                            id,
+                            &item,
+                            &anyhow::anyhow!("refund intent failed: {e}"),
+                        );
                         continue;
                     }
                 };
-                match deliver(&p, &event_id, id, &item, &booking, fence).await {
+                match refund(&p, &booking, fence).await {
                     Ok(refund_id) => {
                         let done = PaymentAction::OutboxDone {
                             id: item.id,
-                            refund_id,
+                            refund_id: Some(refund_id),
                         };
                         match edge.payment_command(&event_id, done).await {
                             Ok(_) => {
@@ -180,9 +193,22 @@ async fn deliver_emails(
     let written = {
         let (p, event_id) = (p.clone(), event_id.clone());
         tokio::task::spawn_blocking(move || {
-            // Every file written first, then each flushed and renamed: the
-            // first flush commits the others' data with it (one journal
-            // commit for the page, not one per email).
+            if let Err(e) = std::fs::create_dir_all(&p.mail_dir) {
+                let e = anyhow::Error::from(e);
+                return emails
+                    .into_iter()
+                    .map(|(item, booking)| {
+                        let id = BookingId {
+                            group: gid,
+                            seq: booking.seq,
+                        };
+                        (item, id, Err(anyhow::anyhow!("mail dir: {e}")))
+                    })
+                    .collect::<Vec<_>>();
+            }
+            // Every file written first, then each flushed and renamed,
+            // then the directory flushed once (the renames): only then is
+            // any of them recorded as delivered.
             let written: Vec<_> = emails
                 .into_iter()
                 .map(|(item, booking)| {
@@ -194,10 +220,16 @@ async fn deliver_emails(
                     (item, id, r)
                 })
                 .collect();
-            written
+            let mut synced: Vec<_> = written
                 .into_iter()
                 .map(|(item, id, r)| (item, id, r.and_then(Unsynced::sync)))
-                .collect::<Vec<_>>()
+                .collect();
+            if let Err(e) = std::fs::File::open(&p.mail_dir).and_then(|d| d.sync_all()) {
+                for (_, _, r) in synced.iter_mut().filter(|(_, _, r)| r.is_ok()) {
+                    *r = Err(anyhow::anyhow!("flushing the mail dir: {e}"));
+                }
+            }
+            synced
         })
         .await
     };
@@ -225,11 +257,14 @@ async fn deliver_emails(
     let mut n = 0;
     for ((item, id), r) in done.iter().zip(recorded) {
         match r {
-            Ok(_) => {
+            Ok((reply, _)) if matches!(reply.outcome, Outcome::OutboxDone) => {
                 n += 1;
                 retry.remove(&(gid, item.id));
                 edge.metrics.inc(|m| &m.emails_sent);
                 tracing::debug!(booking = %id, "outbox: confirmation email delivered");
+            }
+            Ok((reply, _)) => {
+                tracing::warn!(booking = %id, outcome = ?reply.outcome, "outbox: delivery not recorded")
             }
             Err(e) => tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}"),
         }
@@ -237,36 +272,20 @@ async fn deliver_emails(
     n
 }
 
-/// Deliver one item; `Ok(refund_id)` for a refund.
-async fn deliver(
-    p: &Payments,
-    event_id: &EventId,
-    id: BookingId,
-    item: &OutboxItem,
-    booking: &Booking,
-    fence: Fence,
-) -> anyhow::Result<Option<String>> {
-    match item.kind {
-        OutboxKind::ConfirmationEmail => {
-            write_email(p, event_id, id, item, booking, fence)?.sync()?;
-            Ok(None)
+/// Ask the gateway to refund `booking`'s payment with the fence of the
+/// committed refund intent: the refund's id.
+async fn refund(p: &Payments, booking: &Booking, fence: Fence) -> anyhow::Result<String> {
+    let key = format!("refund-{}", booking.payment.provider_key);
+    match p
+        .gateway
+        .refund(&booking.payment.payment_id, &key, fence)
+        .await
+    {
+        Ok(r) => Ok(r.refund_id),
+        Err(GatewayError::StaleFence) => {
+            anyhow::bail!("gateway saw a newer fence than {fence}: a newer leader owns this refund")
         }
-        OutboxKind::Refund => {
-            let key = format!("refund-{}", booking.payment.provider_key);
-            match p
-                .gateway
-                .refund(&booking.payment.payment_id, &key, fence)
-                .await
-            {
-                Ok(r) => Ok(Some(r.refund_id)),
-                Err(GatewayError::StaleFence) => {
-                    anyhow::bail!(
-                        "gateway saw a newer fence than {fence}: a newer leader owns this refund"
-                    )
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -294,7 +313,6 @@ fn write_email(
     booking: &Booking,
     fence: Fence,
 ) -> anyhow::Result<Unsynced> {
-    std::fs::create_dir_all(&p.mail_dir)?;
     let name = format!("{}-{id}-{}.eml", event_id.0, item.id);
     let path = p.mail_dir.join(&name);
     let tmp = p.mail_dir.join(format!(".{name}.tmp"));

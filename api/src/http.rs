@@ -319,7 +319,9 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         )),
         Route::Metrics => Ok(Reply::text(
             StatusCode::OK,
-            edge.metrics.render(edge.client.redirects()) + &moves::progress_metrics(edge),
+            edge.metrics.render(edge.client.redirects())
+                + &moves::progress_metrics(edge)
+                + &crate::metrics::runtime_metrics(edge.client.write_queues()),
             "text/plain; version=0.0.4",
         )),
         Route::CreateEvent => events::create(edge, req).await,

@@ -57,20 +57,53 @@ const MAX_CLIENT_BATCH: usize = 512;
 /// in the queue and leave together.
 const MAX_CLIENT_INFLIGHT: usize = 4;
 
+/// A group's write queue idle this long stops (its task ends and it leaves
+/// the client's map); the next write to the group starts another. Without
+/// it a long-lived client (a node's edge) kept a task and a map entry for
+/// every group it ever wrote to.
+pub(super) const QUEUE_IDLE: Duration = Duration::from_secs(30);
+
+/// The write queues of a client, one per group.
+pub(super) type Queues = Arc<Mutex<HashMap<GroupId, mpsc::UnboundedSender<Queued>>>>;
+
 /// The queue task of one group: take what is queued, send it as one batch.
+/// `me` is the sender the map holds for it: after [`QUEUE_IDLE`] without a
+/// write the task removes it from `queues` (if it is still there), closes
+/// the channel, sends what was queued before the close, and ends; a writer
+/// whose send then fails starts a fresh queue.
 pub(super) async fn run_queue(
     inner: Arc<Inner>,
     deadline: Duration,
     group: GroupId,
+    queues: Queues,
+    me: mpsc::UnboundedSender<Queued>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
 ) {
     let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENT_INFLIGHT));
     let mut buf = Vec::with_capacity(MAX_CLIENT_BATCH);
+    let mut me = Some(me);
     loop {
         let Ok(permit) = inflight.clone().acquire_owned().await else {
             return;
         };
-        if rx.recv_many(&mut buf, MAX_CLIENT_BATCH).await == 0 {
+        let got = match &me {
+            None => rx.recv_many(&mut buf, MAX_CLIENT_BATCH).await,
+            // `recv_many` is cancel safe: a timeout loses nothing.
+            Some(sender) => {
+                match tokio::time::timeout(QUEUE_IDLE, rx.recv_many(&mut buf, MAX_CLIENT_BATCH))
+                    .await
+                {
+                    Ok(n) => n,
+                    Err(_idle) => {
+                        leave(&queues, group, sender);
+                        me = None;
+                        rx.close();
+                        continue;
+                    }
+                }
+            }
+        };
+        if got == 0 {
             return;
         }
         let batch: Vec<Queued> = std::mem::take(&mut buf);
@@ -91,6 +124,14 @@ pub(super) async fn run_queue(
                 }
             }
         });
+    }
+}
+
+/// Remove `sender` from `queues` if it is still `group`'s queue.
+pub(super) fn leave(queues: &Queues, group: GroupId, sender: &mpsc::UnboundedSender<Queued>) {
+    let mut q = queues.lock().expect("queue lock poisoned");
+    if q.get(&group).is_some_and(|s| s.same_channel(sender)) {
+        q.remove(&group);
     }
 }
 
@@ -289,5 +330,39 @@ impl Inner {
             waited: start.elapsed(),
             last,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle queue ends its task and leaves the map; a write after that
+    /// finds its old sender closed (and the client starts a fresh queue).
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_queue_stops_and_leaves_the_map() {
+        let queues: Queues = Default::default();
+        let (tx, rx) = mpsc::unbounded_channel();
+        queues.lock().unwrap().insert(GroupId(7), tx.clone());
+        let inner = Arc::new(Inner::fresh(Vec::new(), None, None));
+        let task = tokio::spawn(run_queue(
+            inner,
+            Duration::from_secs(1),
+            GroupId(7),
+            queues.clone(),
+            tx.clone(),
+            rx,
+        ));
+        tokio::time::sleep(QUEUE_IDLE / 2).await;
+        assert_eq!(queues.lock().unwrap().len(), 1, "not idle long enough yet");
+        tokio::time::sleep(QUEUE_IDLE).await;
+        task.await.expect("the queue task ends");
+        assert!(queues.lock().unwrap().is_empty());
+        let (otx, _orx) = oneshot::channel();
+        let late = Queued {
+            cmd: Vec::new(),
+            tx: otx,
+        };
+        assert!(tx.send(late).is_err(), "a stopped queue refuses the send");
     }
 }

@@ -7,8 +7,7 @@
 //! node's [`Proposer`] directly for the groups this node leads: no encode,
 //! no gRPC, no tonic types on that path.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::sync::atomic::Ordering;
@@ -23,7 +22,7 @@ use tonic::transport::Channel;
 
 mod leader;
 
-use leader::{run_queue, Attempt, Inner, Queued};
+use leader::{leave, run_queue, Attempt, Inner, Queued, Queues};
 
 use crate::codec;
 use crate::propose::{Committed, ProposeError, Proposer, Read};
@@ -84,7 +83,7 @@ impl ClientError {
 #[derive(Clone)]
 pub struct ClusterClient {
     inner: Arc<Inner>,
-    queues: Arc<Mutex<HashMap<GroupId, mpsc::UnboundedSender<Queued>>>>,
+    queues: Queues,
     deadline: Duration,
     /// This node's own leader side, for the groups it leads.
     local: Option<Arc<Proposer>>,
@@ -171,23 +170,46 @@ impl ClusterClient {
         }
         let bytes = codec::encode(cmd).map_err(|e| ClientError::BadReply(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
-        let queued = Queued { cmd: bytes, tx };
-        let sender = {
-            let mut queues = self.queues.lock().expect("queue lock poisoned");
-            queues
-                .entry(group)
-                .or_insert_with(|| {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    tokio::spawn(run_queue(self.inner.clone(), self.deadline, group, rx));
-                    tx
-                })
-                .clone()
-        };
-        sender
-            .send(queued)
-            .map_err(|_| ClientError::BadReply("write queue stopped".into()))?;
+        let mut queued = Queued { cmd: bytes, tx };
+        loop {
+            let sender = self.queue(group);
+            match sender.send(queued) {
+                Ok(()) => break,
+                // The queue went idle and closed between the lookup and
+                // the send: the next lookup starts a fresh one.
+                Err(mpsc::error::SendError(q)) => {
+                    leave(&self.queues, group, &sender);
+                    queued = q;
+                }
+            }
+        }
         rx.await
             .map_err(|_| ClientError::BadReply("write queue stopped".into()))?
+    }
+
+    /// `group`'s write queue, started if it has none.
+    fn queue(&self, group: GroupId) -> mpsc::UnboundedSender<Queued> {
+        let mut queues = self.queues.lock().expect("queue lock poisoned");
+        queues
+            .entry(group)
+            .or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(run_queue(
+                    self.inner.clone(),
+                    self.deadline,
+                    group,
+                    self.queues.clone(),
+                    tx.clone(),
+                    rx,
+                ));
+                tx
+            })
+            .clone()
+    }
+
+    /// Groups with a write queue (a task each) now.
+    pub fn write_queues(&self) -> usize {
+        self.queues.lock().expect("queue lock poisoned").len()
     }
 
     /// How many `not_leader` answers this client has followed.

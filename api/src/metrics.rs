@@ -311,6 +311,23 @@ impl EdgeMetrics {
     }
 }
 
+/// The process's own gauges, read at scrape time: live tokio tasks (a task
+/// count that only grows is a leak the soak looks for) and the edge
+/// client's per-group write queues (one task each).
+pub fn runtime_metrics(write_queues: usize) -> String {
+    let tasks = tokio::runtime::Handle::try_current()
+        .map(|h| h.metrics().num_alive_tasks())
+        .unwrap_or(0);
+    format!(
+        "# HELP seatfence_tokio_alive_tasks Tasks alive in this process's tokio runtime.\n\
+         # TYPE seatfence_tokio_alive_tasks gauge\n\
+         seatfence_tokio_alive_tasks {tasks}\n\
+         # HELP seatfence_client_write_queues Groups the edge's cluster client has a write queue (and task) for.\n\
+         # TYPE seatfence_client_write_queues gauge\n\
+         seatfence_client_write_queues {write_queues}\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,21 +356,4 @@ mod tests {
             "every series from zero"
         );
     }
-}
-
-/// The process's own gauges, read at scrape time: live tokio tasks (a task
-/// count that only grows is a leak the soak looks for) and the edge
-/// client's per-group write queues (one task each).
-pub fn runtime_metrics(write_queues: usize) -> String {
-    let tasks = tokio::runtime::Handle::try_current()
-        .map(|h| h.metrics().num_alive_tasks())
-        .unwrap_or(0);
-    format!(
-        "# HELP seatfence_tokio_alive_tasks Tasks alive in this process's tokio runtime.\n\
-         # TYPE seatfence_tokio_alive_tasks gauge\n\
-         seatfence_tokio_alive_tasks {tasks}\n\
-         # HELP seatfence_client_write_queues Groups the edge's cluster client has a write queue (and task) for.\n\
-         # TYPE seatfence_client_write_queues gauge\n\
-         seatfence_client_write_queues {write_queues}\n"
-    )
 }

@@ -30,6 +30,18 @@ pub struct RunInfo {
     #[serde(default)]
     pub planted_bug: Option<String>,
     pub nodes: Vec<NodeInfo>,
+    /// A soak's settings (`chaos soak`); none for a drill.
+    #[serde(default)]
+    pub soak: Option<SoakInfo>,
+}
+
+/// What a soak recorded besides a drill's: how often it killed, moved and
+/// sampled (the samples are in `samples.jsonl`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoakInfo {
+    pub kill_every_ms: u64,
+    pub move_every_ms: u64,
+    pub sample_every_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -208,6 +208,39 @@ pub fn plan(
     out
 }
 
+/// The plan for a soak of `duration_ms`: after `warmup_ms`, a leader kill
+/// (`kill-minority`: the hottest group's leader and a directory voter,
+/// SIGKILLed, restarted 5 s later) every `every_ms`, each drawn up to a
+/// quarter of the interval late, none in the last `cooldown_ms`.
+pub fn plan_soak(
+    seed: u64,
+    duration_ms: u64,
+    warmup_ms: u64,
+    cooldown_ms: u64,
+    every_ms: u64,
+) -> Vec<ScheduledFault> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let every_ms = every_ms.max(10_000);
+    let end = duration_ms.saturating_sub(cooldown_ms);
+    let mut out = Vec::new();
+    let mut slot = warmup_ms;
+    while slot < end {
+        let at_ms = slot + rng.gen_range(0..=every_ms / 4);
+        let duration_ms = 5_000;
+        if at_ms + duration_ms > end {
+            break;
+        }
+        out.push(ScheduledFault {
+            id: out.len() as u32,
+            at_ms,
+            duration_ms,
+            fault: Fault::KillMinority,
+        });
+        slot += every_ms;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +270,17 @@ mod tests {
         for w in net.windows(2) {
             assert!(w[0].at_ms + w[0].duration_ms <= w[1].at_ms, "{:?}", w);
         }
+    }
+
+    #[test]
+    fn a_soak_kills_a_leader_at_every_interval() {
+        let a = plan_soak(3, 3_600_000, 60_000, 30_000, 180_000);
+        assert_eq!(a, plan_soak(3, 3_600_000, 60_000, 30_000, 180_000));
+        assert!(a.len() >= 18, "{} kills in an hour", a.len());
+        assert!(a.iter().all(|f| f.fault == Fault::KillMinority));
+        for w in a.windows(2) {
+            assert!(w[0].at_ms + w[0].duration_ms < w[1].at_ms, "{w:?}");
+        }
+        assert!(a.last().unwrap().at_ms + 5_000 <= 3_570_000);
     }
 }

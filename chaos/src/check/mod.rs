@@ -17,6 +17,7 @@ pub mod confirmations;
 pub mod counters;
 pub mod coverage;
 pub mod double_sale;
+pub mod growth;
 pub mod linearizable;
 pub mod money;
 pub mod stale_epoch;

@@ -14,15 +14,17 @@
 //! ```
 
 mod nemesis;
+mod net_setup;
 mod runner;
 mod settle;
+mod soak;
 mod workload;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::check::{check_all, Input, Status};
+use crate::check::{check_all, growth, Input, Status};
 use crate::history::{History, Recorder};
 use crate::report;
 use crate::run::{read_json, write_json, EventInfo, FinalState, RunInfo};
@@ -38,6 +40,11 @@ pub enum ChaosCmd {
     /// buy, check the history. Exit 0 PASS, 1 FAIL, 2 when the harness
     /// itself could not run.
     Drill(DrillArgs),
+    /// Run a soak: the drill's cluster and checkers under a steady sale for
+    /// hours (a leader kill and a move every few minutes), sampling every
+    /// node's memory, descriptors, tasks, disk and log; fails like a drill,
+    /// or when any of those keeps growing. Exit codes as `drill`.
+    Soak(soak::SoakArgs),
     /// Check a recorded drill again (DIR from `drill --out`): rewrites its
     /// summary.json and report.html, exits like the drill.
     Check { dir: PathBuf },
@@ -106,28 +113,10 @@ pub const EXIT_HARNESS: i32 = 2;
 
 pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
     match cmd {
-        ChaosCmd::Drill(args) => {
-            let result = tokio::select! {
-                r = runner::run(bin, args) => Some(r),
-                _ = interrupted() => None,
-            };
-            // Whatever happened, no node or gateway outlives the drill
-            // (the caller exits without waiting for tasks to drop them).
-            seatfence_testkit::cluster::reap_all();
-            match result {
-                Some(Ok(status)) => exit_code(status),
-                Some(Err(e)) => {
-                    eprintln!("chaos drill could not run: {e:#}");
-                    EXIT_HARNESS
-                }
-                None => {
-                    crate::net::remove_after_interrupt();
-                    eprintln!(
-                        "\nchaos drill: interrupted; nodes and gateway stopped, partitions removed"
-                    );
-                    EXIT_HARNESS
-                }
-            }
+        ChaosCmd::Drill(args) => run_drill(bin, args, None).await,
+        ChaosCmd::Soak(s) => {
+            let (args, info) = s.into_drill();
+            run_drill(bin, args, Some(info)).await
         }
         ChaosCmd::Check { dir } => match check_dir(&dir) {
             Ok(status) => exit_code(status),
@@ -136,6 +125,29 @@ pub async fn run(bin: &Path, cmd: ChaosCmd) -> i32 {
                 EXIT_HARNESS
             }
         },
+    }
+}
+
+/// A drill (with `soak`, a soak) until its verdict or an interrupt.
+async fn run_drill(bin: &Path, args: DrillArgs, soak: Option<crate::run::SoakInfo>) -> i32 {
+    let result = tokio::select! {
+        r = runner::run(bin, args, soak) => Some(r),
+        _ = interrupted() => None,
+    };
+    // Whatever happened, no node or gateway outlives the drill (the caller
+    // exits without waiting for tasks to drop them).
+    seatfence_testkit::cluster::reap_all();
+    match result {
+        Some(Ok(status)) => exit_code(status),
+        Some(Err(e)) => {
+            eprintln!("chaos drill could not run: {e:#}");
+            EXIT_HARNESS
+        }
+        None => {
+            crate::net::remove_after_interrupt();
+            eprintln!("\nchaos drill: interrupted; nodes and gateway stopped, partitions removed");
+            EXIT_HARNESS
+        }
     }
 }
 
@@ -167,13 +179,26 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
     let history = History::read(&dir.join("history.jsonl"))?;
     let finals: FinalState = read_json(&dir.join("final.json"))?;
     let input = Input::new(&run, &history, &finals);
-    let verdicts = check_all(&input);
+    let mut verdicts = check_all(&input);
+    // A soak's samples: the growth checker, and charts in the report.
+    let samples_path = dir.join("samples.jsonl");
+    let samples = if samples_path.exists() {
+        let samples = growth::read(&samples_path)?;
+        verdicts.push(growth::check(&samples));
+        Some(samples)
+    } else {
+        None
+    };
     let summary = report::summarize(&run, &history, &input.ops, &verdicts, &finals);
     write_json(&dir.join("summary.json"), &summary)?;
-    std::fs::write(
-        dir.join("report.html"),
-        report::html(&run, &history, &input.ops, &verdicts, &summary),
-    )?;
+    let mut page = report::html(&run, &history, &input.ops, &verdicts, &summary);
+    if let Some(samples) = &samples {
+        let (fits, _) = growth::fits(samples);
+        let at = page.rfind("</body>").unwrap_or(page.len());
+        page.insert_str(at, &report::resources::section(samples, &fits));
+        std::fs::write(dir.join("resources.svg"), report::resources::svg(samples))?;
+    }
+    std::fs::write(dir.join("report.html"), page)?;
     std::fs::write(
         dir.join("timeline.svg"),
         report::timeline_svg(&history, &input.ops, &verdicts),

@@ -71,6 +71,16 @@ impl Nemesis {
         })
     }
 
+    /// Every node: id, process id while running, data directory.
+    pub fn processes(&self) -> Vec<(u64, Option<u32>, PathBuf)> {
+        let cluster = self.cluster.lock().expect("cluster lock poisoned");
+        cluster
+            .nodes
+            .iter()
+            .map(|n| (n.id(), n.pid(), n.config.data_dir.clone()))
+            .collect()
+    }
+
     /// Run the schedule until it ends or the drill stops; each fault is
     /// healed by its own timer.
     pub async fn run(self: Arc<Self>, schedule: Vec<ScheduledFault>) {

@@ -3,16 +3,16 @@
 //! clients, the observer and the nemesis for `--duration`; heal, settle,
 //! read every replica; check; write the summary and the report.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::check::Status;
 use crate::history::Recorder;
-use crate::net::{IptablesNet, NetnsNet, Partitioner, ProxyNet};
-use crate::run::{write_json, NodeInfo, RunInfo};
-use crate::schedule::{plan, MAX_SKEW_MS};
+use crate::net::NetnsNet;
+use crate::run::{write_json, NodeInfo, RunInfo, SoakInfo};
+use crate::schedule::{plan, plan_soak, MAX_SKEW_MS};
 use anyhow::{bail, Context};
 use seatfence_node::ChaosHooks;
 use seatfence_node::NodeConfig;
@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::nemesis::Nemesis;
+use super::net_setup::{choose_mechanism, start_partitioner};
 use super::{settle, workload, DrillArgs, NetChoice, World};
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::progress::Progress;
@@ -37,7 +38,7 @@ const COOLDOWN_MS: u64 = 10_000;
 
 /// Run one drill: its verdict, or an error when the harness itself could
 /// not run.
-pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
+pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow::Result<Status> {
     // A random seed stays short enough to type back in.
     let seed = args
         .seed
@@ -60,14 +61,23 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     // A node can be lost for good when its region has a spare to repair
     // onto and it has no buyer of its own (`nodes_per_region` >= 4).
     let lose_node = args.nodes_per_region >= 4 && args.clients < planned.len();
-    let schedule = plan(
-        seed,
-        args.duration * 1_000,
-        WARMUP_MS,
-        COOLDOWN_MS,
-        net.supports_delay(),
-        lose_node,
-    );
+    let schedule = match &soak {
+        Some(s) => plan_soak(
+            seed,
+            args.duration * 1_000,
+            WARMUP_MS,
+            COOLDOWN_MS,
+            s.kill_every_ms,
+        ),
+        None => plan(
+            seed,
+            args.duration * 1_000,
+            WARMUP_MS,
+            COOLDOWN_MS,
+            net.supports_delay(),
+            lose_node,
+        ),
+    };
     let nodes = node_infos(&configs);
     let cluster = launch_cluster(bin, configs, mech).await?;
     let secret = cluster.jwt_secret().context("nodes have no edge")?;
@@ -82,6 +92,7 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         unavailable_mechanisms: unavailable,
         planted_bug: args.plant_bug.clone(),
         nodes: nodes.clone(),
+        soak: soak.clone(),
     };
     write_json(&out.join("schedule.json"), &schedule)?;
 
@@ -99,7 +110,15 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
         seed,
         args.clients,
     );
-    let tasks = spawn_load(&world, &args, seed);
+    let tasks = spawn_load(&world, &args, seed, soak.is_some());
+    let sampler = soak.as_ref().map(|s| {
+        tokio::spawn(super::soak::sample(
+            world.clone(),
+            nemesis.clone(),
+            out.clone(),
+            Duration::from_millis(s.sample_every_ms),
+        ))
+    });
     let nem = tokio::spawn(nemesis.clone().run(schedule));
     let progress = tokio::spawn(progress(
         world.clone(),
@@ -109,6 +128,13 @@ pub async fn run(bin: &Path, args: DrillArgs) -> anyhow::Result<Status> {
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
     stop_load(&tx_stop, nem, &nemesis, tasks).await?;
     progress.abort();
+    if let Some(sampler) = sampler {
+        match sampler.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => bail!("the soak's sampler failed: {e:#}"),
+            Err(e) => bail!("the soak's sampler failed: {e}"),
+        }
+    }
 
     settle_and_record(&world, &out, &mut run_info).await?;
     stop_cluster(nemesis, &world, &out, &planned, args.keep_data).await;
@@ -150,51 +176,6 @@ fn create_out_dir(out: &Path, seed: u64, duration: u64) -> anyhow::Result<()> {
         out.display(),
     );
     Ok(())
-}
-
-/// The partition mechanism: `auto` takes the first that works here of
-/// namespaces, loopback iptables and the proxy; a named one must work.
-/// Also why each of the others was passed over (recorded in the run).
-fn choose_mechanism(choice: NetChoice) -> anyhow::Result<(NetChoice, Vec<(String, String)>)> {
-    let mut unavailable = Vec::new();
-    let mech = match choice {
-        NetChoice::Proxy => NetChoice::Proxy,
-        NetChoice::Netns => {
-            NetnsNet::probe().map_err(|why| anyhow::anyhow!("--net netns: {why}"))?;
-            NetChoice::Netns
-        }
-        NetChoice::Iptables => {
-            IptablesNet::probe().map_err(|why| anyhow::anyhow!("--net iptables: {why}"))?;
-            NetChoice::Iptables
-        }
-        NetChoice::Auto => match NetnsNet::probe() {
-            Ok(()) => NetChoice::Netns,
-            Err(why) => {
-                unavailable.push(("netns".to_string(), why));
-                match IptablesNet::probe() {
-                    Ok(()) => NetChoice::Iptables,
-                    Err(why) => {
-                        unavailable.push(("iptables".to_string(), why));
-                        NetChoice::Proxy
-                    }
-                }
-            }
-        },
-    };
-    if choice != NetChoice::Auto {
-        for (name, m) in [
-            ("netns", NetChoice::Netns),
-            ("iptables", NetChoice::Iptables),
-        ] {
-            if m != mech {
-                unavailable.push((
-                    name.to_string(),
-                    format!("not chosen (--net {:?})", choice).to_lowercase(),
-                ));
-            }
-        }
-    }
-    Ok((mech, unavailable))
 }
 
 /// The mock payment gateway, listening where the nodes reach it: on the
@@ -265,60 +246,6 @@ fn add_chaos_hooks(
         });
     }
     Ok(skew_files)
-}
-
-/// The partition mechanism, running: the namespaces (already started, as
-/// `netns`), loopback iptables rules over the nodes `ids`, or a proxy per
-/// link. The configs change to match: each node on its own address, or
-/// dialing through the proxies.
-async fn start_partitioner(
-    configs: &mut [(PathBuf, NodeConfig)],
-    mech: NetChoice,
-    netns: Option<Arc<NetnsNet>>,
-    ids: &[u64],
-) -> anyhow::Result<Arc<dyn Partitioner>> {
-    let net: Arc<dyn Partitioner> = if let Some(ns) = netns {
-        for (_, c) in configs.iter_mut() {
-            give_own_address(c, NetnsNet::ip_of, false);
-        }
-        ns
-    } else if mech == NetChoice::Iptables {
-        for (_, c) in configs.iter_mut() {
-            give_own_address(c, IptablesNet::ip_of, true);
-        }
-        Arc::new(IptablesNet::start(ids)?)
-    } else {
-        Arc::new(start_proxies(configs).await?)
-    };
-    Ok(net)
-}
-
-/// A proxy per link, on ports no node was given; each node dials its peers
-/// through them.
-async fn start_proxies(configs: &mut [(PathBuf, NodeConfig)]) -> anyhow::Result<ProxyNet> {
-    let addrs: BTreeMap<u64, String> = configs
-        .iter()
-        .map(|(_, c)| (c.node_id, c.grpc_addr.clone()))
-        .collect();
-    let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
-    let avoid: BTreeSet<u16> = configs
-        .iter()
-        .flat_map(|(_, c)| {
-            [
-                Some(c.grpc_addr.as_str()),
-                c.edge.as_ref().map(|e| e.http_addr.as_str()),
-            ]
-        })
-        .flatten()
-        .filter_map(port)
-        .collect();
-    let proxy = ProxyNet::start(&addrs, &avoid).await?;
-    for (_, c) in configs.iter_mut() {
-        if let Some(h) = c.chaos.as_mut() {
-            h.via = proxy.via_for(c.node_id);
-        }
-    }
-    Ok(proxy)
 }
 
 /// What the run records of each node: id, region, gRPC address, edge URL.
@@ -419,9 +346,15 @@ async fn create_first_events(
     Ok(())
 }
 
-/// Start the load: the observer, a buyer per `--clients`, the operator,
-/// the zombie and the event generations.
-fn spawn_load(world: &Arc<World>, args: &DrillArgs, seed: u64) -> Vec<JoinHandle<()>> {
+/// Start the load: the observer, a buyer per `--clients`, the operator
+/// (`move_on_fault`: it also moves as each fault starts), the zombie and
+/// the event generations.
+fn spawn_load(
+    world: &Arc<World>,
+    args: &DrillArgs,
+    seed: u64,
+    move_on_fault: bool,
+) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(workload::observer(world.clone()))];
     for i in 0..args.clients {
         tasks.push(tokio::spawn(workload::buyer(world.clone(), i, seed)));
@@ -430,6 +363,7 @@ fn spawn_load(world: &Arc<World>, args: &DrillArgs, seed: u64) -> Vec<JoinHandle
         world.clone(),
         seed,
         args.move_every_ms,
+        move_on_fault,
     )));
     tasks.push(tokio::spawn(workload::zombie(world.clone(), seed)));
     tasks.push(tokio::spawn(workload::generations(
@@ -511,25 +445,6 @@ async fn stop_cluster(
                 );
             }
         }
-    }
-}
-
-/// Node `id` listens (gRPC and HTTP) on its own address `ip_of(id)` (and
-/// with `bind_source`, dials from it), so rules can tell the nodes apart.
-fn give_own_address(c: &mut NodeConfig, ip_of: fn(u64) -> String, bind_source: bool) {
-    let own = |addr: &str, id: u64| -> String {
-        let port = addr.rsplit(':').next().unwrap_or("0");
-        format!("{}:{port}", ip_of(id))
-    };
-    c.grpc_addr = own(&c.grpc_addr, c.node_id);
-    for p in &mut c.initial_members {
-        p.grpc_addr = own(&p.grpc_addr, p.id);
-    }
-    if let Some(e) = c.edge.as_mut() {
-        e.http_addr = own(&e.http_addr, c.node_id);
-    }
-    if let Some(h) = c.chaos.as_mut().filter(|_| bind_source) {
-        h.source_ip = ip_of(c.node_id).parse().ok();
     }
 }
 

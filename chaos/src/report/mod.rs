@@ -5,6 +5,7 @@
 //! `timeline` (also written alone as `timeline.svg`).
 
 mod page;
+pub mod resources;
 mod series;
 mod timeline;
 

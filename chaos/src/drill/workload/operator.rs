@@ -17,14 +17,16 @@ use serde_json::json;
 
 use super::{code_of, send, Answer};
 
-/// The operator: every `every_ms`, move the next live event to another
-/// region through any edge that answers, and wait for the move to finish.
-pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64) {
+/// The operator: every `every_ms` (and with `on_fault`, also as soon as a
+/// fault starts, so moves meet faults however rare both are), move the
+/// next live event to another region through any edge that answers, and
+/// wait for the move to finish.
+pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64, on_fault: bool) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0BE7_A70B);
     let token = w.token("chaos-operator", true);
     let edges: Vec<String> = w.edges.values().cloned().collect();
     let mut k = 0usize;
-    while w.pause(every_ms).await {
+    while next_turn(&w, every_ms, on_fault).await {
         // The hot events, and the cold one now and then.
         let mut live = w.live(true);
         live.extend(w.live(false));
@@ -63,6 +65,25 @@ pub async fn operator(w: Arc<World>, seed: u64, every_ms: u64) {
         let outcome = wait_for_move(&w, &order, &token, move_id).await;
         record_move(&w, op, &ev.event_id, outcome);
     }
+}
+
+/// Wait for the next move: `every_ms`, or (`on_fault`) until a fault
+/// starts if one does first. False when the drill stops.
+async fn next_turn(w: &World, every_ms: u64, on_fault: bool) -> bool {
+    if !on_fault {
+        return w.pause(every_ms).await;
+    }
+    let faults = w.rec.tally().faults;
+    let until = std::time::Instant::now() + Duration::from_millis(every_ms);
+    while std::time::Instant::now() < until {
+        if !w.pause(250).await {
+            return false;
+        }
+        if w.rec.tally().faults > faults {
+            return true;
+        }
+    }
+    !w.stopped()
 }
 
 /// The region that owns `event`, as the first of the edges `order` that

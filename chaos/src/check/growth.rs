@@ -154,14 +154,17 @@ fn window(m: &Metric, samples: &[&Sample], half_ms: u64) -> Vec<(u64, f64)> {
             all.push((s.t_ms, v as f64));
         }
     }
-    if !m.per_process {
-        return all;
-    }
-    lives
-        .into_values()
-        .map(|(_, pts)| pts)
-        .max_by_key(|pts| pts.len())
-        .unwrap_or_default()
+    let mut pts = if m.per_process {
+        lives
+            .into_values()
+            .map(|(_, pts)| pts)
+            .max_by_key(|pts| pts.len())
+            .unwrap_or_default()
+    } else {
+        all
+    };
+    pts.sort_by_key(|p| p.0);
+    pts
 }
 
 /// Every node's fit of every judged metric, and what could not be judged.
@@ -178,7 +181,7 @@ pub fn fits(samples: &[Sample]) -> (Vec<Fit>, Vec<String>) {
         for (node, ss) in &by_node {
             let pts = window(m, ss, half_ms);
             let span = match (pts.first(), pts.last()) {
-                (Some(a), Some(b)) => b.0 - a.0,
+                (Some(a), Some(b)) => b.0.saturating_sub(a.0),
                 _ => 0,
             };
             if pts.len() < MIN_POINTS || span < MIN_SPAN_MS {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
 
 use super::nemesis::Nemesis;
@@ -39,13 +40,13 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 10)]
     pub clients: usize,
     /// Time between leader kills (the hottest group's leader and a
-    /// directory voter, SIGKILLed, restarted 5 s later).
+    /// directory voter, SIGKILLed, restarted 5 s later); at least 10 s.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3m")]
     pub kill_every: Duration,
     /// Time between ownership moves (one more starts with every kill).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
     pub move_every: Duration,
-    /// Time between resource samples of every node.
+    /// Time between resource samples of every node; at least 1 s.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub sample_every: Duration,
     /// Seats of each of the two hot events of a generation.
@@ -60,11 +61,14 @@ pub struct SoakArgs {
     pub keep_data: bool,
 }
 
+/// The shortest time between kills (a kill lasts 5 s).
+const MIN_KILL_EVERY_MS: u64 = 10_000;
+
 impl SoakArgs {
     /// The drill this soak runs, and what it records besides.
     pub fn into_drill(self) -> (DrillArgs, SoakInfo) {
         let info = SoakInfo {
-            kill_every_ms: self.kill_every.as_millis() as u64,
+            kill_every_ms: (self.kill_every.as_millis() as u64).max(MIN_KILL_EVERY_MS),
             move_every_ms: self.move_every.as_millis() as u64,
             sample_every_ms: (self.sample_every.as_millis() as u64).max(1_000),
         };
@@ -86,19 +90,25 @@ impl SoakArgs {
     }
 }
 
+/// Create `out/samples.jsonl` (before the load starts: a soak that cannot
+/// record its samples fails at once, not after its hour).
+pub(super) fn create_samples(out: &Path) -> anyhow::Result<std::fs::File> {
+    let path = out.join("samples.jsonl");
+    std::fs::File::create(&path).with_context(|| format!("create {}", path.display()))
+}
+
 /// Sample every node each `every` until the drill stops, appending to
-/// `out/samples.jsonl`.
+/// `file`. A sample that cannot be written is reported, and the soak goes
+/// on (the growth checker judges what was recorded).
 pub(super) async fn sample(
     w: Arc<World>,
     nemesis: Arc<Nemesis>,
     out: PathBuf,
+    mut file: std::fs::File,
     every: Duration,
-) -> anyhow::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(out.join("samples.jsonl"))?;
+) {
     let cluster_dir = out.join("cluster");
+    let mut failed = 0u64;
     loop {
         let t_ms = w.rec.now() / 1_000;
         for (node, pid, data_dir) in nemesis.processes() {
@@ -106,7 +116,9 @@ pub(super) async fn sample(
                 Some(edge) => scrape_tasks(&w, edge).await,
                 None => None,
             };
-            let s = Sample {
+            let log = cluster_dir.join(format!("n{node}/node.log"));
+            // Directory walks and /proc reads off the runtime's workers.
+            let s = tokio::task::spawn_blocking(move || Sample {
                 t_ms,
                 node,
                 pid,
@@ -114,16 +126,26 @@ pub(super) async fn sample(
                 fds: pid.and_then(open_fds),
                 data_bytes: dir_bytes(&data_dir, Some("mail")),
                 mail_bytes: dir_bytes(&data_dir.join("mail"), None),
-                log_bytes: std::fs::metadata(cluster_dir.join(format!("n{node}/node.log")))
-                    .map(|m| m.len())
-                    .ok(),
+                log_bytes: std::fs::metadata(log).map(|m| m.len()).ok(),
                 tasks,
+            })
+            .await;
+            let written = match s {
+                Ok(s) => serde_json::to_string(&s)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|line| Ok(writeln!(file, "{line}")?)),
+                Err(e) => Err(anyhow::anyhow!("sampling node {node}: {e}")),
             };
-            writeln!(file, "{}", serde_json::to_string(&s)?)?;
+            if let Err(e) = written {
+                failed += 1;
+                if failed <= 3 {
+                    eprintln!("chaos soak: a sample was not recorded: {e:#}");
+                }
+            }
         }
-        file.flush()?;
+        let _ = file.flush();
         if !w.pause(every.as_millis() as u64).await {
-            return Ok(());
+            return;
         }
     }
 }

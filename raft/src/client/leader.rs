@@ -64,19 +64,21 @@ const MAX_CLIENT_INFLIGHT: usize = 4;
 pub(super) const QUEUE_IDLE: Duration = Duration::from_secs(30);
 
 /// The write queues of a client, one per group.
-pub(super) type Queues = Arc<Mutex<HashMap<GroupId, mpsc::UnboundedSender<Queued>>>>;
+pub(super) type QueueMap = HashMap<GroupId, mpsc::UnboundedSender<Queued>>;
+pub(super) type Queues = Arc<Mutex<QueueMap>>;
 
 /// The queue task of one group: take what is queued, send it as one batch.
 /// `me` is the sender the map holds for it: after [`QUEUE_IDLE`] without a
 /// write the task removes it from `queues` (if it is still there), closes
 /// the channel, sends what was queued before the close, and ends; a writer
-/// whose send then fails starts a fresh queue.
+/// whose send then fails starts a fresh queue. Both are weak: a client
+/// dropped with all its clones ends its queues at once.
 pub(super) async fn run_queue(
     inner: Arc<Inner>,
     deadline: Duration,
     group: GroupId,
-    queues: Queues,
-    me: mpsc::UnboundedSender<Queued>,
+    queues: std::sync::Weak<Mutex<QueueMap>>,
+    me: mpsc::WeakUnboundedSender<Queued>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
 ) {
     let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENT_INFLIGHT));
@@ -95,7 +97,9 @@ pub(super) async fn run_queue(
                 {
                     Ok(n) => n,
                     Err(_idle) => {
-                        leave(&queues, group, sender);
+                        if let (Some(q), Some(s)) = (queues.upgrade(), sender.upgrade()) {
+                            leave(&q, group, &s);
+                        }
                         me = None;
                         rx.close();
                         continue;
@@ -349,8 +353,8 @@ mod tests {
             inner,
             Duration::from_secs(1),
             GroupId(7),
-            queues.clone(),
-            tx.clone(),
+            Arc::downgrade(&queues),
+            tx.downgrade(),
             rx,
         ));
         tokio::time::sleep(QUEUE_IDLE / 2).await;

@@ -171,16 +171,18 @@ impl ClusterClient {
         let bytes = codec::encode(cmd).map_err(|e| ClientError::BadReply(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         let mut queued = Queued { cmd: bytes, tx };
-        loop {
+        // A queue that went idle and closed between the lookup and the
+        // send: the next lookup starts a fresh one (which cannot close
+        // before the send, unless the runtime is shutting down).
+        for attempt in 0.. {
             let sender = self.queue(group);
             match sender.send(queued) {
                 Ok(()) => break,
-                // The queue went idle and closed between the lookup and
-                // the send: the next lookup starts a fresh one.
-                Err(mpsc::error::SendError(q)) => {
+                Err(mpsc::error::SendError(q)) if attempt < 2 => {
                     leave(&self.queues, group, &sender);
                     queued = q;
                 }
+                Err(_) => return Err(ClientError::BadReply("write queue stopped".into())),
             }
         }
         rx.await
@@ -198,8 +200,8 @@ impl ClusterClient {
                     self.inner.clone(),
                     self.deadline,
                     group,
-                    self.queues.clone(),
-                    tx.clone(),
+                    Arc::downgrade(&self.queues),
+                    tx.downgrade(),
                     rx,
                 ));
                 tx

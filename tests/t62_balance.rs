@@ -77,19 +77,23 @@ async fn t62_balancer_spreads_leaders_around_a_stopped_voter_and_back() {
         })
         .await;
     }
-    let spread = eventually("three groups each on nodes 1 and 2", || async {
+    // Balanced, and stable: three each now and still two seconds later. A
+    // hand-off the balancer planned from a view older than the last of
+    // the test's own transfers may still land once after the first 3/3
+    // (the next round undoes it), so stability is asked of the settled
+    // spread, not of the first one seen.
+    let spread = eventually("three groups each on nodes 1 and 2, stable", || async {
+        let three_each = |c: &BTreeMap<u64, usize>| c.get(&1) == Some(&3) && c.get(&2) == Some(&3);
         let c = led(&cluster, &groups).await;
-        (c.get(&1) == Some(&3) && c.get(&2) == Some(&3)).then_some(c)
+        if !three_each(&c) {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let later = led(&cluster, &groups).await;
+        (later == c).then_some(c)
     })
     .await;
     tracing::info!(?spread, "while node 3 lags");
-    // Balanced: further rounds change nothing.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    assert_eq!(
-        led(&cluster, &groups).await,
-        spread,
-        "stable while node 3 lags"
-    );
 
     tracing::info!("--- node 3 runs again, catches up and gets its share");
     cluster.resume(3).unwrap();

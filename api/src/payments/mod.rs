@@ -99,10 +99,11 @@ impl Edge {
     }
 
     /// Read hold `id.seq` and its booking at its group's leader; `None`
-    /// when the group or hold does not exist. A lease read: whatever a
-    /// caller decides from it is checked again by the command it commits
-    /// (`Attach`, `ExecuteIntent`, `Confirm` each verify the state they
-    /// expect in apply).
+    /// when the group or hold does not exist. A lease read (linearizable
+    /// while clock rates drift within the lease's margin; GET answers
+    /// show it as is): whatever a caller decides from it is checked again
+    /// by the command it commits (`Attach`, `ExecuteIntent`, `Confirm`
+    /// each verify the state they expect in apply).
     pub async fn load_booking(&self, id: BookingId) -> Result<Option<Loaded>, ApiError> {
         if id.group.is_directory() || !self.group_exists(id.group).await? {
             return Ok(None);

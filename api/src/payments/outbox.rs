@@ -44,8 +44,8 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     let mut alerted: HashSet<(GroupId, u64)> = HashSet::new();
     let mut busy = false;
     loop {
-        // A scan that found a full page and delivered something goes on at
-        // once: the outbox keeps up with a sale's booking rate instead of
+        // A scan that found a full page and delivered something goes on
+        // after `BUSY_PAUSE`: the outbox keeps up with a sale's booking rate instead of
         // delivering one page per interval.
         let pause = if busy {
             BUSY_PAUSE.min(interval)

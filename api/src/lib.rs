@@ -211,12 +211,16 @@ impl Edge {
     }
 
     /// The answer for a failed cluster call: 503 `no_leader` when no leader
-    /// answered in time (counted), 503 `group_unavailable` otherwise.
+    /// answered in time (counted), 503 `storage_full` when the leader's disk
+    /// is below its reserve, 503 `group_unavailable` otherwise.
     pub(crate) fn client_error(&self, e: ClientError) -> ApiError {
         match e {
             ClientError::NoLeader { .. } => {
                 self.metrics.inc(|m| &m.no_leader);
                 ApiError::unavailable("no_leader", format!("{e}"))
+            }
+            ClientError::Rejected(ProposeError::StorageFull(m)) => {
+                ApiError::unavailable("storage_full", m)
             }
             other => ApiError::unavailable("group_unavailable", other.to_string()),
         }

@@ -21,15 +21,29 @@ use tokio::sync::watch;
 use crate::config::NodeConfig;
 use crate::jobs;
 
-/// Run a node until `shutdown` resolves, then stop it.
+/// Run a node until `shutdown` resolves, then stop it; or until a flush of
+/// its storage fails, then exit at once with the reason (no graceful stop:
+/// that would flush again, and a failed flush is final; see
+/// `seatfence_raft::storage::health`).
 pub async fn run(
     config: NodeConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let node = Node::start(config).await?;
-    shutdown.await;
-    node.stop().await;
-    Ok(())
+    let mut failed = node.registry.db().watch_failed();
+    tokio::select! {
+        _ = shutdown => {
+            node.stop().await;
+            Ok(())
+        }
+        why = failed.wait_for(Option::is_some) => {
+            let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
+            anyhow::bail!(
+                "storage failed ({why}): exiting without another flush; nothing that flush \
+                 covered was acknowledged, and a restart recovers from what the disk holds"
+            )
+        }
+    }
 }
 
 /// A running node: its replicas, its gRPC server, the move coordinator,
@@ -86,6 +100,7 @@ impl Node {
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let db = NodeDb::open(&config.data_dir, config.raft.flush)
             .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
+        db.watch_space(config.raft.min_free_mb.saturating_mul(1 << 20));
         let sleep_after_ms = config.raft.sleep_after_ms;
         let registry = Arc::new(
             Registry::new(

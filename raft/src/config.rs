@@ -23,6 +23,10 @@ pub struct RaftTuning {
     /// A group nobody has used for this long sleeps (no ticks, heartbeats
     /// or elections) until used again; 0: groups never sleep.
     pub sleep_after_ms: u64,
+    /// Free space (MiB) the data directory's filesystem keeps: below it the
+    /// node takes no new writes or entries (`storage_full`) until space is
+    /// back above it plus a quarter. 0: never refuse.
+    pub min_free_mb: u64,
 }
 
 impl Default for RaftTuning {
@@ -35,6 +39,7 @@ impl Default for RaftTuning {
             logs_to_keep: 5_000,
             flush: FlushMode::Shared,
             sleep_after_ms: 10_000,
+            min_free_mb: 128,
         }
     }
 }

@@ -36,6 +36,8 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (Kind::Gauge, "seatfence_nodes", "Nodes of the cluster by lifecycle state (live, suspect, dead, decommissioning, decommissioned), as this node's directory replica records them."),
     (Kind::Gauge, "seatfence_groups_under_replicated", "Groups with a voter on a dead or decommissioning node that no repair is replacing because no live node of its region can take it."),
     (Kind::Gauge, "seatfence_repairs_running", "Replica repairs running (a voter being replaced: dead or decommissioning node, or a region's rebalancing), as the directory records them."),
+    (Kind::Gauge, "seatfence_storage_full", "1 while the data directory's free space is below the reserve ([raft] min_free_mb): new writes are refused storage_full until space returns."),
+    (Kind::Gauge, "seatfence_storage_free_bytes", "Free bytes of the data directory's filesystem, checked every half second."),
     (Kind::Gauge, "seatfence_groups_sleeping", "Replicas on this node that sleep: idle, timers stopped until a proposal, a read, a leader's entries, a vote or node liveness wakes them."),
 ];
 
@@ -115,6 +117,9 @@ pub struct RaftMetrics {
     move_last_pause: Gauge,
     /// Replicas on this node whose timers are stopped (see `sleep`).
     pub groups_sleeping: Gauge,
+    /// 1 while free space is below the reserve (`storage::health`).
+    pub storage_full: Gauge,
+    pub storage_free_bytes: Gauge,
 }
 
 /// This process's consensus-layer series (the recorder is installed first).
@@ -135,6 +140,8 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
         move_last_duration: gauge!("seatfence_move_last_duration_seconds"),
         move_last_pause: gauge!("seatfence_move_last_pause_seconds"),
         groups_sleeping: gauge!("seatfence_groups_sleeping"),
+        storage_full: gauge!("seatfence_storage_full"),
+        storage_free_bytes: gauge!("seatfence_storage_free_bytes"),
     }
 });
 

@@ -91,6 +91,10 @@ pub enum ProposeError {
     /// A peer answered something this node cannot read.
     #[error("{0}")]
     Internal(String),
+    /// The leader's disk is below its free-space reserve: it takes no new
+    /// entries until space returns (`storage::health`).
+    #[error("{0}")]
+    StorageFull(String),
 }
 
 impl ProposeError {
@@ -106,6 +110,7 @@ impl ProposeError {
             ProposeError::NotAVoter { .. } => "not_a_voter",
             ProposeError::MembershipFailed(_) => "membership_change_failed",
             ProposeError::Internal(_) => "internal",
+            ProposeError::StorageFull(_) => "storage_full",
         }
     }
 
@@ -118,6 +123,7 @@ impl ProposeError {
                 | ProposeError::Malformed { .. }
                 | ProposeError::Refused(_)
                 | ProposeError::NotAVoter { .. }
+                | ProposeError::StorageFull(_)
         )
     }
 
@@ -444,9 +450,15 @@ impl Proposer {
             .map_err(ProposeError::unavailable)
     }
 
-    /// The replica of `group`, unless it is a leader a move removed.
+    /// The replica of `group`, unless it is a leader a move removed or
+    /// this node's disk is full.
     fn writable(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
         let g = self.group(group)?;
+        if self.registry.db().is_full() && g.leads() {
+            return Err(ProposeError::StorageFull(format!(
+                "the leader of group {group} is out of disk space (below its reserve): no new writes until space returns"
+            )));
+        }
         if removed_leader(&g) {
             return Err(removed(group));
         }

@@ -169,6 +169,20 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// How node `id` ended, once its process has exited by itself (it is
+    /// then no longer running); `None` while it runs.
+    pub fn exited(&mut self, id: u64) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        let i = self.index(id)?;
+        let Some(c) = self.nodes[i].child.as_mut() else {
+            bail!("node {id} is not running");
+        };
+        let status = c.try_wait()?;
+        if status.is_some() {
+            self.nodes[i].child = None;
+        }
+        Ok(status)
+    }
+
     /// SIGTERM every running node at once, then wait for all of them (10 s
     /// in all; stragglers are SIGKILLed and named in the error).
     pub fn stop_all(&mut self) -> anyhow::Result<()> {

@@ -82,6 +82,20 @@ impl RaftGrpc {
         Ok((group, msg))
     }
 
+    /// Refuse new data (entries, snapshots) while this node's disk is below
+    /// its free-space reserve; heartbeats and votes still pass (a few bytes
+    /// each, which the reserve is for). The leader retries, and this replica
+    /// catches up once space returns.
+    fn room_for_data(&self) -> Result<(), Status> {
+        if self.registry.db().is_full() {
+            return Err(to_status(&ProposeError::StorageFull(format!(
+                "node {} is out of disk space (below its reserve): no new entries until space returns",
+                self.registry.node_id()
+            ))));
+        }
+        Ok(())
+    }
+
     /// One Raft message of `kind` for `group_id`: the encoded reply. Both
     /// the unary RPCs and [`RaftService::batch`] come here.
     async fn handle(
@@ -94,6 +108,9 @@ impl RaftGrpc {
             RaftKind::AppendEntries => {
                 let (g, rpc): (_, AppendEntriesRequest<TypeConfig>) =
                     self.decode(group_id, payload).await?;
+                if !rpc.entries.is_empty() {
+                    self.room_for_data()?;
+                }
                 // A heartbeat from the leader it follows leaves a sleeping
                 // replica asleep (a sleeping leader renewing its lease sends
                 // those); entries or another leader wake it, after the
@@ -239,6 +256,7 @@ impl RaftService for RaftGrpc {
         self.gate
             .allows(&caller, Need::Raft(seatfence_core::GroupId(first.group_id)))?;
         let group = self.group(first.group_id).await?;
+        self.room_for_data()?;
         let vote: Vote =
             codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
         let meta: SnapshotMeta =

@@ -9,6 +9,7 @@ use seatfence_core::GroupId;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::health::Health;
 use super::io_err;
 use super::space::{group_of, Space};
 
@@ -42,6 +43,7 @@ struct Inner {
     sm: sled::Tree,
     snapshot_dir: PathBuf,
     mode: FlushMode,
+    health: Arc<Health>,
     tx_flush: mpsc::UnboundedSender<Box<dyn FnOnce(io::Result<()>) + Send>>,
 }
 
@@ -89,8 +91,9 @@ impl NodeDb {
         }
         let tree = |name: &str| db.open_tree(name).map_err(io_err);
         let (log, meta, sm) = (tree("log")?, tree("meta")?, tree("sm")?);
+        let health = Health::new(dir);
         let (tx_flush, rx_flush) = mpsc::unbounded_channel();
-        tokio::spawn(run_flusher(db.clone(), rx_flush));
+        tokio::spawn(run_flusher(db.clone(), health.clone(), rx_flush));
         Ok(NodeDb {
             inner: Arc::new(Inner {
                 db,
@@ -99,6 +102,7 @@ impl NodeDb {
                 sm,
                 snapshot_dir,
                 mode,
+                health,
                 tx_flush,
             }),
         })
@@ -174,7 +178,24 @@ impl NodeDb {
 
     /// Flush everything written so far, awaited by the caller.
     pub async fn flush(&self) -> io::Result<()> {
-        flush_blocking(self.inner.db.clone()).await
+        self.inner.health.flush(&self.inner.db).await
+    }
+
+    /// Resolves with the reason once a flush of this storage has failed
+    /// (final: see `health`).
+    pub fn watch_failed(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.health.watch_failed()
+    }
+
+    /// Whether the data directory's free space is below the reserve: new
+    /// data is refused until it is back (see `health`).
+    pub fn is_full(&self) -> bool {
+        self.inner.health.is_full()
+    }
+
+    /// Start watching free space against `reserve` bytes (0: never full).
+    pub fn watch_space(&self, reserve: u64) {
+        self.inner.health.watch_space(reserve)
     }
 
     /// Wait for the node-wide flusher's next flush that starts after this
@@ -200,11 +221,12 @@ impl NodeDb {
 /// Group commit: take every queued callback, run one flush, answer them all.
 async fn run_flusher(
     db: sled::Db,
+    health: Arc<Health>,
     mut rx: mpsc::UnboundedReceiver<Box<dyn FnOnce(io::Result<()>) + Send>>,
 ) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, 4096).await > 0 {
-        let result = flush_blocking(db.clone()).await;
+        let result = health.flush(&db).await;
         for cb in batch.drain(..) {
             cb(match &result {
                 Ok(()) => Ok(()),
@@ -212,15 +234,4 @@ async fn run_flusher(
             });
         }
     }
-}
-
-/// `sled::Db::flush` on tokio's blocking pool. Not `flush_async`: that runs
-/// on sled's own small thread pool, which stalled completely with 100 groups
-/// flushing at once (bench raft --groups 100 committed nothing).
-async fn flush_blocking(db: sled::Db) -> io::Result<()> {
-    tokio::task::spawn_blocking(move || db.flush())
-        .await
-        .map_err(io_err)?
-        .map(drop)
-        .map_err(io_err)
 }

@@ -11,9 +11,14 @@
 //! - `save_vote` returns only after a flush;
 //! - a state machine apply writes its records and the applied log id in one
 //!   atomic sled batch; a snapshot install replaces the whole tree in one
-//!   atomic batch, then flushes, so a half-installed snapshot never survives.
+//!   atomic batch, then flushes, so a half-installed snapshot never survives;
+//! - a failed flush is final: no later flush runs, nothing is acknowledged,
+//!   the node exits ([`health`]);
+//! - below the free-space reserve the node takes no new data, and takes it
+//!   again by itself once space is back ([`health`]).
 
 mod db;
+pub mod health;
 mod log_store;
 mod space;
 mod state_machine;

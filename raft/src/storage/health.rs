@@ -1,0 +1,220 @@
+//! [`Health`]: whether the node's storage may still be written and trusted.
+//!
+//! Two conditions, both node-wide:
+//! - **Failed**: a flush (sled's write + fsync) returned an error. What that
+//!   flush covered may or may not be on disk, and a later flush that
+//!   succeeds proves nothing about it (Linux may drop the failed pages and
+//!   clear the error: PostgreSQL's "fsyncgate"). So the first failure is
+//!   final: every later flush fails without touching the disk, nothing it
+//!   covered is acknowledged, and the node exits (`seatfence_node::run`);
+//!   a restart recovers from what the disk really holds.
+//! - **Full**: the data directory's free space is below the reserve
+//!   (`[raft] min_free_mb`). The node stops taking new data (proposals are
+//!   refused `storage_full`, appends carrying entries and snapshots are
+//!   refused to leaders) while it still reads, answers heartbeats and votes
+//!   (a few bytes each, which the reserve covers). A watcher rechecks every
+//!   [`SPACE_EVERY`] and lifts it once free space is back above the reserve
+//!   plus a quarter, so the node recovers by itself.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::{watch, Mutex};
+
+use super::io_err;
+
+/// How often the free-space watcher looks.
+pub const SPACE_EVERY: Duration = Duration::from_millis(500);
+
+/// The name of the file that makes every flush fail (builds with the
+/// `fault-injection` feature only; see [`Health::flush`]).
+pub const FAULT_FSYNC_FILE: &str = "FAULT_FSYNC";
+
+pub(crate) struct Health {
+    dir: PathBuf,
+    /// Flushes one at a time, so a flush that starts after a failure sees
+    /// it (two overlapping flushes: the second could succeed over pages the
+    /// first lost).
+    flushing: Mutex<()>,
+    /// Why the first failed flush failed; `None` while none has.
+    tx_failed: watch::Sender<Option<String>>,
+    full: AtomicBool,
+    free_bytes: AtomicU64,
+}
+
+impl Health {
+    pub fn new(dir: &Path) -> Arc<Health> {
+        Arc::new(Health {
+            dir: dir.to_path_buf(),
+            flushing: Mutex::new(()),
+            tx_failed: watch::Sender::new(None),
+            full: AtomicBool::new(false),
+            free_bytes: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// Flush `db` unless an earlier flush failed; a failure here is
+    /// recorded and final.
+    pub async fn flush(&self, db: &sled::Db) -> io::Result<()> {
+        let _one = self.flushing.lock().await;
+        if let Some(why) = self.failed() {
+            return Err(io::Error::other(format!(
+                "storage failed earlier ({why}): nothing is flushed after a failed flush"
+            )));
+        }
+        let r = self.flush_blocking(db.clone()).await;
+        if let Err(e) = &r {
+            let why = e.to_string();
+            tracing::error!(dir = %self.dir.display(), error = %why, "storage flush FAILED: nothing it covered is acknowledged; the node stops");
+            self.tx_failed.send_if_modified(|v| {
+                let first = v.is_none();
+                if first {
+                    *v = Some(why);
+                }
+                first
+            });
+        }
+        r
+    }
+
+    /// `sled::Db::flush` on tokio's blocking pool. Not `flush_async`: that
+    /// runs on sled's own small thread pool, which stalled completely with
+    /// 100 groups flushing at once (bench raft --groups 100 committed
+    /// nothing).
+    async fn flush_blocking(&self, db: sled::Db) -> io::Result<()> {
+        #[cfg(any(test, feature = "fault-injection"))]
+        let fault = self.dir.join(FAULT_FSYNC_FILE);
+        tokio::task::spawn_blocking(move || {
+            let r = db.flush().map(drop).map_err(io_err);
+            // The write happened; its fsync "failed": the data may or may
+            // not be on disk, as after a real EIO.
+            #[cfg(any(test, feature = "fault-injection"))]
+            if r.is_ok() && fault.exists() {
+                return Err(io::Error::other(format!(
+                    "injected fsync failure ({} exists)",
+                    fault.display()
+                )));
+            }
+            r
+        })
+        .await
+        .map_err(io_err)?
+    }
+
+    /// Why the first failed flush failed, once one has.
+    pub fn failed(&self) -> Option<String> {
+        self.tx_failed.borrow().clone()
+    }
+
+    /// Resolves with the reason once a flush has failed.
+    pub fn watch_failed(&self) -> watch::Receiver<Option<String>> {
+        self.tx_failed.subscribe()
+    }
+
+    /// Whether free space is below the reserve (last look).
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    /// Free bytes of the data directory's filesystem (last look).
+    #[cfg(test)]
+    pub fn free_bytes(&self) -> u64 {
+        self.free_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Look at free space now; set or lift "full" against `reserve`.
+    pub fn check_space(&self, reserve: u64) {
+        let free = match fs2::available_space(&self.dir) {
+            Ok(free) => free,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read free space");
+                return;
+            }
+        };
+        self.free_bytes.store(free, Ordering::Relaxed);
+        let was = self.is_full();
+        let full = if was {
+            free < reserve.saturating_add(reserve / 4)
+        } else {
+            free < reserve
+        };
+        if full != was {
+            self.full.store(full, Ordering::Relaxed);
+            if full {
+                tracing::error!(dir = %self.dir.display(), free, reserve, "storage FULL: refusing new writes (storage_full) until space returns");
+            } else {
+                tracing::warn!(dir = %self.dir.display(), free, reserve, "storage has room again: taking writes");
+            }
+        }
+        let m = &crate::metrics::METRICS;
+        m.storage_full.set(if full { 1.0 } else { 0.0 });
+        m.storage_free_bytes.set(free as f64);
+    }
+
+    /// Check free space every [`SPACE_EVERY`] until `self` is dropped
+    /// (reserve 0: never full, free space still reported).
+    pub fn watch_space(self: &Arc<Self>, reserve: u64) {
+        self.check_space(reserve);
+        let weak: Weak<Health> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SPACE_EVERY).await;
+                let Some(h) = weak.upgrade() else { return };
+                let h2 = h.clone();
+                // statvfs can block on a sick disk: off the runtime.
+                let _ = tokio::task::spawn_blocking(move || h2.check_space(reserve)).await;
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_flush_is_final() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new()
+            .path(dir.path().join("sled"))
+            .open()
+            .unwrap();
+        let h = Health::new(dir.path());
+        db.insert(b"a", b"1").unwrap();
+        h.flush(&db).await.unwrap();
+        assert_eq!(h.failed(), None);
+
+        std::fs::write(dir.path().join(FAULT_FSYNC_FILE), b"").unwrap();
+        db.insert(b"b", b"2").unwrap();
+        let e = h.flush(&db).await.unwrap_err();
+        assert!(e.to_string().contains("injected fsync failure"), "{e}");
+        assert!(h.failed().is_some());
+        assert!(h.watch_failed().borrow().is_some());
+
+        // The disk "recovers": a flush would succeed now, and must not be
+        // taken as proof that the failed one's data is safe.
+        std::fs::remove_file(dir.path().join(FAULT_FSYNC_FILE)).unwrap();
+        db.insert(b"c", b"3").unwrap();
+        let e = h.flush(&db).await.unwrap_err();
+        assert!(e.to_string().contains("storage failed earlier"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn full_below_the_reserve_and_back_above_it_plus_a_quarter() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = Health::new(dir.path());
+        h.check_space(0);
+        let free = h.free_bytes();
+        assert!(free > 0 && free < u64::MAX && !h.is_full());
+        h.check_space(u64::MAX);
+        assert!(h.is_full());
+        // Free space between the reserve and reserve × 1.25: still full.
+        h.check_space(free - free / 10);
+        assert!(h.is_full());
+        h.check_space(free / 2);
+        assert!(!h.is_full());
+    }
+}

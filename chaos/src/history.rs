@@ -183,6 +183,9 @@ pub enum Reply {
         hold: String,
         seats: Vec<String>,
         epoch: u64,
+        /// The hold's `expires_at` (Unix ms), as its leader stamped it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at_ms: Option<u64>,
     },
     Cancelled {
         epoch: u64,
@@ -508,6 +511,7 @@ mod tests {
                 hold: "h1-1".into(),
                 seats: vec!["S1".into()],
                 epoch: 1,
+                expires_at_ms: Some(1_800_000_000_000),
             },
         );
         rec.fail("c2", b, "seats_unavailable", vec!["S1".into()]);

@@ -33,6 +33,11 @@ pub struct RunInfo {
     /// A soak's settings (`chaos soak`); none for a drill.
     #[serde(default)]
     pub soak: Option<SoakInfo>,
+    /// Wall-clock time (Unix ms) at the history's time 0, so the checkers
+    /// can place each hold's own `expires_at`; 0 in runs recorded before
+    /// it was kept (the checkers then fall back to the TTL and the slack).
+    #[serde(default)]
+    pub started_unix_ms: u64,
 }
 
 /// What a soak recorded besides a drill's: how often it killed, moved and

@@ -37,6 +37,10 @@ pub enum Fault {
     CutEdge,
     /// Skew the hottest group's leader clock by `ms`.
     ClockSkew { ms: i64 },
+    /// The hottest group's leader's timers (elections, heartbeats, its
+    /// lease, hold expiry ticks, payment sweeps) run at `permille` / 1000
+    /// of the wall clock's speed.
+    TimerSkew { permille: u32 },
     /// Every link delays each chunk by `ms` (the proxy mechanism only).
     SlowNetwork { ms: u64 },
     /// SIGKILL a node for good and delete its data (a dead disk): the
@@ -68,6 +72,7 @@ impl Fault {
             Fault::LoseNode => "lose-node",
             Fault::CutEdge => "cut-edge",
             Fault::ClockSkew { .. } => "clock-skew",
+            Fault::TimerSkew { .. } => "timer-skew",
             Fault::SlowNetwork { .. } => "slow-network",
             Fault::Gateway { .. } => "gateway",
         }
@@ -101,6 +106,12 @@ pub struct ScheduledFault {
 /// The largest clock skew the schedule uses.
 pub const MAX_SKEW_MS: u64 = 1_500;
 
+/// The timer rates the schedule uses, per mille: slow and fast. One node
+/// at a time, so timer clocks differ by a ratio of 0.8 at worst, inside
+/// the share of the leader lease lease reads rely on
+/// (`seatfence_raft::propose::LEASE_SHARE`, 0.75).
+pub const TIMER_RATES: [u32; 2] = [800, 1_250];
+
 /// Every kind of fault, each variant once (`SlowNetwork` only when the
 /// partition mechanism can delay).
 pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
@@ -120,6 +131,9 @@ pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
         Fault::CutEdge,
         Fault::ClockSkew {
             ms: MAX_SKEW_MS as i64,
+        },
+        Fault::TimerSkew {
+            permille: TIMER_RATES[1],
         },
     ];
     for mode in [
@@ -142,7 +156,7 @@ pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
 /// every kind of fault once in a seeded order, each for 2.5–5 s (held
 /// captures 12–15 s) with 1–2.5 s
 /// of calm after it. Network faults never overlap each other; gateway faults
-/// and clock skew run alongside the next fault (so moves and payments see
+/// and clock and timer skews run alongside the next fault (so moves and payments see
 /// both at once).
 pub fn plan(
     seed: u64,
@@ -165,11 +179,17 @@ pub fn plan(
             kinds.push(Fault::LoseNode);
         }
         kinds.shuffle(&mut rng);
-        // Clock skew goes either way.
+        // Clock skew goes either way; timers run slow or fast.
         for k in &mut kinds {
-            if let Fault::ClockSkew { ms } = k {
-                let mag = rng.gen_range(500..=MAX_SKEW_MS as i64);
-                *ms = if rng.gen_bool(0.5) { mag } else { -mag };
+            match k {
+                Fault::ClockSkew { ms } => {
+                    let mag = rng.gen_range(500..=MAX_SKEW_MS as i64);
+                    *ms = if rng.gen_bool(0.5) { mag } else { -mag };
+                }
+                Fault::TimerSkew { permille } => {
+                    *permille = *TIMER_RATES.choose(&mut rng).expect("rates");
+                }
+                _ => {}
             }
         }
         for fault in kinds {

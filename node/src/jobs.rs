@@ -106,7 +106,7 @@ pub(crate) async fn expire_holds(
         tokio::select! {
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = seatfence_raft::timer::sleep(Duration::from_millis(500)) => {}
         }
         let now = clock.now_ms();
         for (gid, g) in proposer.registry().all() {
@@ -138,27 +138,55 @@ pub(crate) async fn expire_holds(
     }
 }
 
-/// Drills only: keep the leader clock's skew equal to the integer in `path`
-/// (missing or unreadable: 0), re-read every 100 ms.
+/// Drills only: follow the file at `path`, re-read every 100 ms: `MS
+/// [RATE]` — the leader clock's skew in ms, and the rate of the node's
+/// timer clock (`seatfence_raft::timer`; absent: 1). Missing or
+/// unreadable: no skew, rate 1.
 pub(crate) async fn follow_skew_file(
     path: std::path::PathBuf,
     clock: Arc<SystemClock>,
     mut rx_stop: watch::Receiver<bool>,
 ) {
     loop {
-        let skew = tokio::fs::read_to_string(&path)
-            .await
-            .ok()
-            .and_then(|t| t.trim().parse::<i64>().ok())
-            .unwrap_or(0);
+        let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+        let (skew, rate) = parse_skew(&text);
         if skew != clock.skew() {
             tracing::warn!(skew_ms = skew, "clock skew changed (drill)");
             clock.set_skew(skew);
+        }
+        if rate != seatfence_raft::timer::rate() {
+            tracing::warn!(rate, "timer rate changed (drill)");
+            seatfence_raft::timer::set_rate(rate);
         }
         tokio::select! {
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
+    }
+}
+
+/// `MS [RATE]` of a skew file; anything unreadable counts as 0 and 1.
+fn parse_skew(text: &str) -> (i64, f64) {
+    let mut words = text.split_whitespace();
+    let skew = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+    let rate = words
+        .next()
+        .and_then(|w| w.parse::<f64>().ok())
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .unwrap_or(1.0);
+    (skew, rate)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn skew_files_parse() {
+        use super::parse_skew;
+        assert_eq!(parse_skew("1500\n"), (1500, 1.0));
+        assert_eq!(parse_skew("-200 1.25"), (-200, 1.25));
+        assert_eq!(parse_skew("0 0.8\n"), (0, 0.8));
+        assert_eq!(parse_skew("garbage -3"), (0, 1.0));
+        assert_eq!(parse_skew(""), (0, 1.0));
     }
 }

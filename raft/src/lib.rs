@@ -50,6 +50,7 @@ pub mod registry;
 pub mod sleep;
 pub mod status;
 pub mod storage;
+pub mod timer;
 pub mod types;
 
 pub use client::{ClientError, ClusterClient};

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
 use openraft::impls::ProgressResponder;
-use openraft::ReadPolicy;
+use openraft::{LinearizerOption, ReadPolicy};
 use seatfence_core::inventory::{EventAction, EventReply, Outcome};
 use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
 
@@ -152,8 +152,9 @@ pub enum Read {
     /// This replica's applied state, however far behind.
     Replica,
     /// The leader's, with leadership confirmed by its lease when a quorum
-    /// acknowledged it within the lease (no round trip; assumes bounded
-    /// clock drift, as openraft's lease does), else by a read-index round.
+    /// acknowledged it within [`LEASE_SHARE`] of the lease (no round trip;
+    /// assumes timer clocks drift apart by less than that share), else by
+    /// a read-index round.
     /// For reads whose decision a later commit checks again; never for
     /// one that decides an epoch.
     Lease,
@@ -187,21 +188,30 @@ pub async fn confirm_leadership(
         }
         other => ProposeError::unavailable(other),
     };
-    if read == Read::Lease {
-        match raft.ensure_linearizable(ReadPolicy::LeaseRead).await {
-            Ok(_) => return Ok(()),
-            // The lease lapsed (no quorum acknowledgement within it): a
-            // read-index round decides instead.
-            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {}
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    raft.ensure_linearizable(ReadPolicy::ReadIndex)
+    let option = match read {
+        // A recent enough quorum acknowledgement answers at once; an older
+        // one makes the leader heartbeat and wait for a fresh one (a
+        // read-index round).
+        Read::Lease => LinearizerOption::new(Some(lease_for_reads(raft)), true),
+        Read::Replica | Read::ReadIndex => ReadPolicy::ReadIndex.into(),
+    };
+    raft.ensure_linearizable(option)
         .await
         .map(|_| ())
         .map_err(refused)
 }
 
+/// The part of openraft's leader lease (`election_timeout_max`) a lease
+/// read may rely on. Followers refuse other candidates for a whole lease
+/// after the leader's message, timed by their own timer clocks; a leader
+/// that relies on only this share of it stays right while its timer clock
+/// runs at least this share as fast as any follower's (a drill's timer
+/// skew of ×0.8 or ×1.25 on one node: ratio 0.8).
+pub const LEASE_SHARE: f64 = 0.75;
+
+fn lease_for_reads(raft: &Raft) -> std::time::Duration {
+    std::time::Duration::from_millis(raft.config().election_timeout_max).mul_f64(LEASE_SHARE)
+}
 /// Bugs a drill can plant (`seatfence chaos drill --plant-bug NAME`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

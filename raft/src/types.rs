@@ -10,7 +10,9 @@ use seatfence_core::{Command, Response};
 openraft::declare_raft_types!(
     /// seatfence's Raft types: `u64` node ids and terms, `BasicNode` (gRPC
     /// address) as node info, and the standard leader id so that a term has
-    /// at most one leader and the term is usable as a fencing value.
+    /// at most one leader and the term is usable as a fencing value; tokio
+    /// with the node's timer clock (`timer`), which a drill can run fast or
+    /// slow.
     pub TypeConfig:
         D = Command,
         R = Response,
@@ -18,6 +20,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Term = u64,
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+        AsyncRuntime = crate::timer::TimerRuntime,
 );
 
 /// What a snapshot travels as: the bincode-encoded state.

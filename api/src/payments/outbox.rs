@@ -55,7 +55,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         tokio::select! {
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(pause) => {}
+            _ = seatfence_raft::timer::sleep(pause) => {}
         }
         busy = false;
         let mut backlog = 0;

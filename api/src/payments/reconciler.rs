@@ -58,7 +58,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         tokio::select! {
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = seatfence_raft::timer::sleep(interval) => {}
         }
         let mut backlog = 0;
         // (unsettled bookings, captured payments neither booked nor refunded)

@@ -142,6 +142,19 @@ pub(crate) mod fixtures {
     use crate::history::{Call, Entry, History, Reply};
     use crate::run::{EventFinal, EventInfo, FinalState, ReplicaFinal, RunInfo};
 
+    /// The wall-clock start of [`run_with_wall_clock`]'s history.
+    pub const STARTED_UNIX_MS: u64 = 1_800_000_000_000;
+
+    /// [`run`] with its wall-clock start recorded (holds' own expiries
+    /// count).
+    pub fn run_with_wall_clock() -> RunInfo {
+        RunInfo {
+            started_unix_ms: STARTED_UNIX_MS,
+            max_skew_ms: 1_500,
+            ..run()
+        }
+    }
+
     pub fn run() -> RunInfo {
         RunInfo {
             seed: 1,
@@ -227,10 +240,55 @@ pub(crate) mod fixtures {
                     hold: h.into(),
                     seats: vec![seat.into()],
                     epoch: 1,
+                    expires_at_ms: None,
                 }),
                 None => Done::Fail("seats_unavailable", vec![seat.into()]),
             };
             self.op(p, call, t0, t1, done)
+        }
+
+        /// A hold of `seat` answered 201 with its own `expires_at`:
+        /// `expires_s` seconds after history time 0 of a run that started
+        /// at [`STARTED_UNIX_MS`].
+        pub fn hold_until(
+            &mut self,
+            p: &str,
+            seat: &str,
+            t: (f64, f64),
+            hold: &str,
+            expires_s: f64,
+        ) -> u64 {
+            let call = Call::Hold {
+                event: "e".into(),
+                seats: vec![seat.into()],
+                edge: "n1".into(),
+            };
+            let reply = Reply::Held {
+                hold: hold.into(),
+                seats: vec![seat.into()],
+                epoch: 1,
+                expires_at_ms: Some(STARTED_UNIX_MS + (expires_s * 1e3) as u64),
+            };
+            self.op(p, call, t.0, t.1, Done::Ok(reply))
+        }
+
+        /// The nemesis skewed clocks `ms` ahead from `t0` to `t1` (s), as
+        /// fault `id` of `run`'s schedule.
+        pub fn clock_skew(&mut self, run: &mut RunInfo, id: u32, ms: i64, t0: f64, t1: f64) {
+            let us = |s: f64| (s * 1e6) as u64;
+            run.schedule.push(crate::schedule::ScheduledFault {
+                id,
+                at_ms: us(t0) / 1_000,
+                duration_ms: us(t1 - t0) / 1_000,
+                fault: crate::schedule::Fault::ClockSkew { ms },
+            });
+            self.entries.push(Entry::Fault {
+                t: us(t0),
+                id,
+                kind: "clock-skew".into(),
+                detail: format!("{ms:+} ms"),
+            });
+            self.entries.push(Entry::Heal { t: us(t1), id });
         }
 
         /// `c1` books hold `h5-1` (seat S1) as booking `b5-1`.

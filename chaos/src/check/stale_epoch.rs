@@ -163,6 +163,7 @@ mod tests {
                 hold: "h5-4".into(),
                 seats: vec!["S2".into()],
                 epoch: 1,
+                expires_at_ms: None,
             }),
         );
         let run = run();

@@ -17,6 +17,7 @@ mod nemesis;
 mod net_setup;
 mod runner;
 mod settle;
+mod skew;
 mod soak;
 mod workload;
 

@@ -17,6 +17,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::json;
 
+use super::skew::{Skews, NORMAL_RATE};
 use super::World;
 use seatfence_testkit::cluster::LocalCluster;
 
@@ -25,7 +26,10 @@ enum Undo {
     Net,
     Resume(Vec<u64>),
     Restart(Vec<u64>),
+    /// Clocks back to no skew.
     Skew(Vec<u64>),
+    /// A node's timers back to the normal rate.
+    Timers(u64),
     /// The gateway switches the fault set.
     Gateway(serde_json::Value),
     /// Nothing: a lost node stays lost.
@@ -37,7 +41,7 @@ pub struct Nemesis {
     /// std mutexes: held for a signal or a spawn, never across an `.await`.
     cluster: Mutex<LocalCluster>,
     net: Arc<dyn Partitioner>,
-    skew_files: BTreeMap<u64, PathBuf>,
+    skews: Skews,
     rng: Mutex<StdRng>,
     active: Mutex<BTreeMap<u32, Undo>>,
     /// The heal timers (aborted by `heal_all`, so none outlives the drill).
@@ -62,7 +66,7 @@ impl Nemesis {
             w,
             cluster: Mutex::new(cluster),
             net,
-            skew_files,
+            skews: Skews::new(skew_files),
             rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0x0E3E_5155)),
             active: Mutex::new(BTreeMap::new()),
             timers: Mutex::new(Vec::new()),
@@ -167,9 +171,7 @@ impl Nemesis {
             self.heal(id).await;
         }
         self.net.heal()?;
-        for id in self.skew_files.keys() {
-            self.write_skew(*id, 0)?;
-        }
+        self.skews.reset_all()?;
         self.gateway_defaults().await?;
         let mut c = self.cluster.lock().expect("cluster lock poisoned");
         let lost = self.lost();
@@ -274,6 +276,7 @@ impl Nemesis {
             Fault::KillMinority => self.kill_minority().await,
             Fault::LoseNode => self.lose_node(),
             Fault::ClockSkew { ms } => self.skew_clocks(*ms).await,
+            Fault::TimerSkew { permille } => self.skew_timers(*permille).await,
             Fault::Gateway { mode } => self.gateway_fault(mode).await,
         }
     }
@@ -468,11 +471,26 @@ impl Nemesis {
     async fn skew_clocks(&self, ms: i64) -> anyhow::Result<(String, Undo)> {
         let (ev, g, _, voters) = self.hot_group().await?;
         for v in &voters {
-            self.write_skew(*v, ms)?;
+            self.skews.set_clock(*v, ms)?;
         }
         Ok((
             format!("clocks of group {g} ({ev}) voters {voters:?} skewed {ms:+} ms"),
             Undo::Skew(voters),
+        ))
+    }
+
+    /// The timers of a hot group's leader run at `permille` / 1000 of the
+    /// wall clock's speed (elections, heartbeats, its lease, hold expiry
+    /// ticks, payment sweeps).
+    async fn skew_timers(&self, permille: u32) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, _) = self.hot_group().await?;
+        self.skews.set_rate(l, permille)?;
+        Ok((
+            format!(
+                "timers of node {l} (leader of group {g}, {ev}) at x{}",
+                permille as f64 / 1000.0
+            ),
+            Undo::Timers(l),
         ))
     }
 
@@ -507,19 +525,11 @@ impl Nemesis {
                 let mut c = self.cluster.lock().expect("cluster lock poisoned");
                 ids.iter().try_for_each(|id| c.restart(*id))
             }
-            Undo::Skew(ids) => ids.iter().try_for_each(|id| self.write_skew(*id, 0)),
+            Undo::Skew(ids) => ids.iter().try_for_each(|id| self.skews.set_clock(*id, 0)),
+            Undo::Timers(id) => self.skews.set_rate(id, NORMAL_RATE),
             Undo::Gateway(patch) => self.gateway_undo(&patch).await,
             Undo::Nothing => Ok(()),
         }
-    }
-
-    fn write_skew(&self, node: u64, ms: i64) -> anyhow::Result<()> {
-        let path = self
-            .skew_files
-            .get(&node)
-            .ok_or_else(|| anyhow::anyhow!("no skew file for node {node}"))?;
-        std::fs::write(path, ms.to_string())?;
-        Ok(())
     }
 
     /// Reset the switches `patch` set, then re-apply those of the gateway

@@ -93,11 +93,16 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         planted_bug: args.plant_bug.clone(),
         nodes: nodes.clone(),
         soak: soak.clone(),
+        started_unix_ms: 0,
     };
     write_json(&out.join("schedule.json"), &schedule)?;
 
     let (tx_stop, rx_stop) = watch::channel(false);
     let world = Arc::new(new_world(&out, &nodes, &gateway, secret, rx_stop)?);
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    run_info.started_unix_ms = unix_ms.saturating_sub(world.rec.now() / 1_000);
     create_first_events(&world, &cluster, args.hot_seats, args.sleeping_events).await?;
     run_info.events = world.all_events();
     write_json(&out.join("run.json"), &run_info)?;

@@ -114,7 +114,7 @@ pub async fn run(registry: Arc<Registry>, sleep_after_ms: u64, mut stop: watch::
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(CHECK_EVERY) => {}
+            _ = crate::timer::sleep(CHECK_EVERY) => {}
         }
         let candidates: Vec<_> = registry
             .all()

@@ -20,7 +20,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use openraft::Instant as _;
+
+// The node's timer clock: a drill that runs this node's timers fast or slow
+// runs its liveness with them, as it does openraft's election timers.
+use crate::timer::TimerInstant as Instant;
 
 use openraft::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
@@ -83,7 +89,7 @@ pub async fn run(registry: Arc<Registry>, timing: Timing, mut stop: watch::Recei
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(timing.ping_every) => {}
+            _ = crate::timer::sleep(timing.ping_every) => {}
         }
         let me = registry.node_id();
         let nodes: Vec<(u64, String)> = registry
@@ -125,7 +131,7 @@ pub async fn run(registry: Arc<Registry>, timing: Timing, mut stop: watch::Recei
                     };
                 }
                 None if p.down_since.is_none()
-                    && now.duration_since(p.last_ok) > timing.election_timeout_max =>
+                    && now.saturating_duration_since(p.last_ok) > timing.election_timeout_max =>
                 {
                     tracing::info!(peer = id, "peer down: waking the groups it led");
                     p.down_since = Some(now);
@@ -188,10 +194,13 @@ fn should_wake(
                 let voters: BTreeSet<u64> = g.raft.voter_ids().collect();
                 let first_up = voters.iter().find(|v| !down.contains_key(v));
                 first_up == Some(&me)
-                    || now.duration_since(*since) > timing.election_timeout_max * 2
+                    || now.saturating_duration_since(*since) > timing.election_timeout_max * 2
             }
             None => false,
         },
-        None => g.asleep_for_ms() > long.as_millis() as u64 && now.duration_since(started) > long,
+        None => {
+            g.asleep_for_ms() > long.as_millis() as u64
+                && now.saturating_duration_since(started) > long
+        }
     }
 }

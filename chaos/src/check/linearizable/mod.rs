@@ -18,13 +18,16 @@
 //!
 //! The system changes a seat by itself too, and the model allows it: a hold
 //! expires or is released by the reconciler (`Held(h) → Free`), but never
-//! before `ttl - slack` after the hold was asked for; a payment confirms
-//! (`Held(h) → Sold(h)`), but only after the hold's booking was asked for.
-//! `slack` covers the clock skew the drill injects.
+//! before its own `expires_at` less the forward clock skew injected around
+//! then (`clocks`; a hold whose answer never came: `ttl - slack` after it
+//! was asked for, `slack` covering the largest skew the drill injects); a
+//! payment confirms (`Held(h) → Sold(h)`), but only after the hold's
+//! booking was asked for.
 //!
 //! Here: the checker and the model's types; `project` turns the history
 //! into each seat's operations, `search` looks for an order of them.
 
+mod clocks;
 mod project;
 mod search;
 #[cfg(test)]
@@ -112,7 +115,8 @@ impl Holds {
 pub fn check(input: &Input<'_>) -> Verdict {
     let ttl = input.run.hold_ttl_ms * 1_000;
     let slack = input.run.expiry_slack_us();
-    let (per_seat, holds) = seat_ops(&input.ops, ttl, slack);
+    let clocks = clocks::Clocks::of(input.run, input.history);
+    let (per_seat, holds) = seat_ops(&input.ops, ttl, slack, &clocks);
     let mut violations = Vec::new();
     let mut unknown = Vec::new();
     let mut checked = 0usize;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::clocks::Clocks;
 use super::{Holds, Kind, SeatOp};
 use crate::history::{Call, Op, Outcome, Reply};
 
@@ -13,7 +14,7 @@ pub(super) type PerSeat = BTreeMap<(String, String), Vec<SeatOp>>;
 
 /// Project the history onto seats: each seat's operations (sorted by
 /// invoke time), and the holds they name. `ttl` and `slack` in µs.
-pub(super) fn seat_ops(ops: &[Op], ttl: u64, slack: u64) -> (PerSeat, Holds) {
+pub(super) fn seat_ops(ops: &[Op], ttl: u64, slack: u64, clocks: &Clocks) -> (PerSeat, Holds) {
     let mut holds = Holds::default();
     note_payments(ops, &mut holds);
     let mut p = Projection {
@@ -21,6 +22,7 @@ pub(super) fn seat_ops(ops: &[Op], ttl: u64, slack: u64) -> (PerSeat, Holds) {
         holds,
         ttl,
         slack,
+        clocks,
     };
     for o in ops {
         match (&o.call, &o.outcome) {
@@ -75,16 +77,17 @@ fn note_payments(ops: &[Op], holds: &mut Holds) {
 }
 
 /// The seat operations found so far, and the holds they name.
-struct Projection {
+struct Projection<'a> {
     per: PerSeat,
     holds: Holds,
     /// The events' hold TTL, µs.
     ttl: u64,
     /// How much earlier than the TTL a hold may lapse (clock skew), µs.
     slack: u64,
+    clocks: &'a Clocks,
 }
 
-impl Projection {
+impl Projection<'_> {
     /// Add `op` to the operations of `seat` of `event`.
     fn add(&mut self, event: &str, seat: &str, op: SeatOp) {
         self.per
@@ -105,11 +108,16 @@ impl Projection {
     fn hold(&mut self, o: &Op, event: &str, seats: &[String], outcome: &Outcome) {
         match outcome {
             Outcome::Ok(Reply::Held {
-                hold, seats: got, ..
+                hold,
+                seats: got,
+                expires_at_ms,
+                ..
             }) => {
                 let h = self.holds.id(hold);
+                let own = expires_at_ms.and_then(|e| self.clocks.free_from(e));
                 let m = &mut self.holds.meta[h as usize];
-                m.expire_from = (o.invoked + self.ttl).saturating_sub(self.slack);
+                m.expire_from =
+                    own.unwrap_or_else(|| (o.invoked + self.ttl).saturating_sub(self.slack));
                 let end = self.window_end(o);
                 for s in got {
                     self.add(event, s, seat_op(o, Kind::Acquire(h), false, end));

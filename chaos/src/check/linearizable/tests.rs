@@ -3,7 +3,7 @@
 //! caught.
 
 use super::check;
-use crate::check::fixtures::{finals, good_dump, run, Done, H};
+use crate::check::fixtures::{finals, good_dump, run, run_with_wall_clock, Done, H};
 use crate::check::{Input, Status, Verdict};
 use crate::history::Call;
 
@@ -172,4 +172,42 @@ fn many_concurrent_ops_stay_fast() {
         t += 0.3;
     }
     assert_eq!(verdict(&h).status, Status::Pass);
+}
+
+/// A hold's own `expires_at` decides when it may lapse: freed a second
+/// early with no clock ahead is caught (the TTL-and-slack model, 2.5 s of
+/// slack with the drill's 1.5 s skews, let it pass), and passes while a
+/// clock ran 1.5 s ahead.
+#[test]
+fn a_hold_freed_before_its_own_expiry_is_caught() {
+    let verdict_of = |skew: Option<i64>| {
+        let mut run = run_with_wall_clock();
+        let mut h = H::default();
+        h.hold_until("c1", "S1", (0.0, 0.1), "h5-1", 4.0);
+        if let Some(ms) = skew {
+            h.clock_skew(&mut run, 0, ms, 1.0, 3.5);
+        }
+        let bad = h.hold("c2", "S1", 3.0, 3.1, Some("h5-2"));
+        let hist = h.history();
+        let finals = finals(vec![good_dump()]);
+        (check(&Input::new(&run, &hist, &finals)), bad)
+    };
+    let (v, bad) = verdict_of(None);
+    assert_eq!(v.status, Status::Fail, "{v:?}");
+    assert!(v.violations[0].ops.contains(&bad), "{v:?}");
+    // A clock behind frees nothing early.
+    assert_eq!(verdict_of(Some(-1_500)).0.status, Status::Fail);
+    assert_eq!(verdict_of(Some(1_500)).0.status, Status::Pass);
+
+    // At its own expiry (less the tolerance), it may lapse.
+    let run = run_with_wall_clock();
+    let mut h = H::default();
+    h.hold_until("c1", "S1", (0.0, 0.1), "h5-1", 4.0);
+    h.hold("c2", "S1", 3.8, 3.9, Some("h5-2"));
+    let hist = h.history();
+    let finals = finals(vec![good_dump()]);
+    assert_eq!(
+        check(&Input::new(&run, &hist, &finals)).status,
+        Status::Pass
+    );
 }

@@ -143,6 +143,7 @@ impl Buyer<'_> {
                         hold: hold.clone(),
                         seats: got.clone(),
                         epoch: a.epoch.unwrap_or(0),
+                        expires_at_ms: unix_ms(&a.body["expires_at"]),
                     },
                 );
                 Some((hold, got))
@@ -295,4 +296,10 @@ impl Buyer<'_> {
             other => self.record_other(op, other),
         }
     }
+}
+
+/// An RFC 3339 time of an answer (`expires_at`) as Unix ms.
+fn unix_ms(v: &Value) -> Option<u64> {
+    let t = humantime::parse_rfc3339(v.as_str()?).ok()?;
+    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64)
 }

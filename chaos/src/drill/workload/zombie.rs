@@ -107,6 +107,7 @@ fn record_answer(w: &World, op: u64, group: u64, answer: Option<Result<Committed
                         hold: format!("h{group}-{}", h.seq),
                         seats: h.seats,
                         epoch: reply.epoch.0,
+                        expires_at_ms: Some(h.expires_at_ms),
                     },
                 ),
                 Outcome::StaleEpoch { .. } => w.rec.fail("zombie", op, "stale_epoch", vec![]),

@@ -98,8 +98,12 @@ impl Node {
         seatfence_raft::network::tls::install_client(tls.as_ref());
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-        let db = NodeDb::open(&config.data_dir, config.raft.flush)
-            .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
+        let db = NodeDb::open_with_cache(
+            &config.data_dir,
+            config.raft.flush,
+            config.raft.cache_mb.saturating_mul(1 << 20),
+        )
+        .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
         db.watch_space(config.raft.min_free_mb.saturating_mul(1 << 20));
         let sleep_after_ms = config.raft.sleep_after_ms;
         let registry = Arc::new(

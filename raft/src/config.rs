@@ -27,6 +27,9 @@ pub struct RaftTuning {
     /// node takes no new writes or entries (`storage_full`) until space is
     /// back above it plus a quarter. 0: never refuse.
     pub min_free_mb: u64,
+    /// sled's page cache (MiB): it fills up to this as data is written
+    /// and read, then stays there.
+    pub cache_mb: u64,
 }
 
 impl Default for RaftTuning {
@@ -40,6 +43,7 @@ impl Default for RaftTuning {
             flush: FlushMode::Shared,
             sleep_after_ms: 10_000,
             min_free_mb: 128,
+            cache_mb: crate::storage::DEFAULT_CACHE_MB,
         }
     }
 }

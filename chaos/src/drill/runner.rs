@@ -57,6 +57,13 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
     let gateway = start_gateway(bin, &out, netns.is_some())?;
     let mut configs = lay_out_cluster(&out, args.nodes_per_region, &gateway, &planned)?;
     let skew_files = add_chaos_hooks(&mut configs, planted)?;
+    if soak.is_some() {
+        // A bounded cache that fills in minutes, so what grows in the
+        // second half is not sled's page cache warming up.
+        for (_, c) in configs.iter_mut() {
+            c.raft.cache_mb = SOAK_CACHE_MB;
+        }
+    }
     let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
     // A node can be lost for good when its region has a spare to repair
     // onto and it has no buyer of its own (`nodes_per_region` >= 4).
@@ -231,6 +238,9 @@ fn lay_out_cluster(
     anyhow::ensure!(ids == planned, "node ids {ids:?}, expected {planned:?}");
     Ok(configs)
 }
+
+/// sled's page cache of a soak's nodes (MiB).
+const SOAK_CACHE_MB: u64 = 32;
 
 /// Give every node the drill's hooks: a clock-skew file in its directory
 /// (0 to start with; the nemesis writes it) and the planted bug, if any.

@@ -29,6 +29,9 @@ pub enum FlushMode {
     Shared,
 }
 
+/// sled's page cache unless `[raft] cache_mb` says otherwise.
+pub const DEFAULT_CACHE_MB: u64 = 256;
+
 /// The node's sled database. Cheap to clone.
 #[derive(Clone)]
 pub struct NodeDb {
@@ -63,11 +66,16 @@ impl NodeDb {
     /// snapshot files in `dir/snapshots`. Must be called from inside a tokio
     /// runtime: it starts the flusher task.
     pub fn open(dir: &Path, mode: FlushMode) -> io::Result<NodeDb> {
+        Self::open_with_cache(dir, mode, DEFAULT_CACHE_MB << 20)
+    }
+
+    /// [`open`](Self::open) with sled's page cache bounded at `cache_bytes`.
+    pub fn open_with_cache(dir: &Path, mode: FlushMode, cache_bytes: u64) -> io::Result<NodeDb> {
         let snapshot_dir = dir.join("snapshots");
         std::fs::create_dir_all(&snapshot_dir)?;
         let db = sled::Config::new()
             .path(dir.join("sled"))
-            .cache_capacity(256 * 1024 * 1024)
+            .cache_capacity(cache_bytes)
             // sled writes any value above a quarter segment to its own blob
             // file (a create + write + unlink each). With 512 KiB segments a
             // busy batch's delta (~300 bytes per hold) crossed that 128 KiB

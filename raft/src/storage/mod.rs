@@ -23,7 +23,7 @@ mod log_store;
 mod space;
 mod state_machine;
 
-pub use db::{FlushMode, NodeDb};
+pub use db::{FlushMode, NodeDb, DEFAULT_CACHE_MB};
 pub use log_store::LogStore;
 pub use state_machine::{GroupState, StateMachineStore};
 

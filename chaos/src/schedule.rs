@@ -41,6 +41,9 @@ pub enum Fault {
     /// lease, hold expiry ticks, payment sweeps) run at `permille` / 1000
     /// of the wall clock's speed.
     TimerSkew { permille: u32 },
+    /// The hottest group's leader acts as if its disk were full: it
+    /// refuses writes `storage_full` and takes no entries, until healed.
+    DiskFull,
     /// Every link delays each chunk by `ms` (the proxy mechanism only).
     SlowNetwork { ms: u64 },
     /// SIGKILL a node for good and delete its data (a dead disk): the
@@ -73,6 +76,7 @@ impl Fault {
             Fault::CutEdge => "cut-edge",
             Fault::ClockSkew { .. } => "clock-skew",
             Fault::TimerSkew { .. } => "timer-skew",
+            Fault::DiskFull => "disk-full",
             Fault::SlowNetwork { .. } => "slow-network",
             Fault::Gateway { .. } => "gateway",
         }
@@ -135,6 +139,7 @@ pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
         Fault::TimerSkew {
             permille: TIMER_RATES[1],
         },
+        Fault::DiskFull,
     ];
     for mode in [
         "execute-timeout",

@@ -139,17 +139,19 @@ pub(crate) async fn expire_holds(
 }
 
 /// Drills only: follow the file at `path`, re-read every 100 ms: `MS
-/// [RATE]` — the leader clock's skew in ms, and the rate of the node's
-/// timer clock (`seatfence_raft::timer`; absent: 1). Missing or
-/// unreadable: no skew, rate 1.
+/// [RATE [FULL]]` — the leader clock's skew in ms, the rate of the node's
+/// timer clock (`seatfence_raft::timer`; absent: 1), and 1 to behave as if
+/// the disk were full (absent: 0). Missing or unreadable: none of them.
 pub(crate) async fn follow_skew_file(
     path: std::path::PathBuf,
     clock: Arc<SystemClock>,
+    db: seatfence_raft::storage::NodeDb,
     mut rx_stop: watch::Receiver<bool>,
 ) {
     loop {
         let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
-        let (skew, rate) = parse_skew(&text);
+        let (skew, rate, full) = parse_skew(&text);
+        db.force_full(full);
         if skew != clock.skew() {
             tracing::warn!(skew_ms = skew, "clock skew changed (drill)");
             clock.set_skew(skew);
@@ -166,8 +168,9 @@ pub(crate) async fn follow_skew_file(
     }
 }
 
-/// `MS [RATE]` of a skew file; anything unreadable counts as 0 and 1.
-fn parse_skew(text: &str) -> (i64, f64) {
+/// `MS [RATE [FULL]]` of a skew file; anything unreadable counts as 0,
+/// 1 and not full.
+fn parse_skew(text: &str) -> (i64, f64, bool) {
     let mut words = text.split_whitespace();
     let skew = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
     let rate = words
@@ -175,7 +178,8 @@ fn parse_skew(text: &str) -> (i64, f64) {
         .and_then(|w| w.parse::<f64>().ok())
         .filter(|r| r.is_finite() && *r > 0.0)
         .unwrap_or(1.0);
-    (skew, rate)
+    let full = words.next() == Some("1");
+    (skew, rate, full)
 }
 
 #[cfg(test)]
@@ -183,10 +187,11 @@ mod tests {
     #[test]
     fn skew_files_parse() {
         use super::parse_skew;
-        assert_eq!(parse_skew("1500\n"), (1500, 1.0));
-        assert_eq!(parse_skew("-200 1.25"), (-200, 1.25));
-        assert_eq!(parse_skew("0 0.8\n"), (0, 0.8));
-        assert_eq!(parse_skew("garbage -3"), (0, 1.0));
-        assert_eq!(parse_skew(""), (0, 1.0));
+        assert_eq!(parse_skew("1500\n"), (1500, 1.0, false));
+        assert_eq!(parse_skew("-200 1.25"), (-200, 1.25, false));
+        assert_eq!(parse_skew("0 0.8 1\n"), (0, 0.8, true));
+        assert_eq!(parse_skew("0 1 0"), (0, 1.0, false));
+        assert_eq!(parse_skew("garbage -3"), (0, 1.0, false));
+        assert_eq!(parse_skew(""), (0, 1.0, false));
     }
 }

@@ -207,7 +207,12 @@ impl Node {
             rx_stop.clone(),
         ));
         if let Some(path) = config.chaos.as_ref().and_then(|c| c.skew_file.clone()) {
-            tokio::spawn(jobs::follow_skew_file(path, clock.clone(), rx_stop.clone()));
+            tokio::spawn(jobs::follow_skew_file(
+                path,
+                clock.clone(),
+                registry.db().clone(),
+                rx_stop.clone(),
+            ));
         }
         if config.moves.balance_every_ms > 0 {
             tokio::spawn(seatfence_regions::balance::run(

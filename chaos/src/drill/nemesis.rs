@@ -17,6 +17,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::json;
 
+mod node_faults;
+
 use super::skew::{Skews, NORMAL_RATE};
 use super::World;
 use seatfence_testkit::cluster::LocalCluster;
@@ -30,6 +32,8 @@ enum Undo {
     Skew(Vec<u64>),
     /// A node's timers back to the normal rate.
     Timers(u64),
+    /// A node's disk no longer full.
+    DiskFull(u64),
     /// The gateway switches the fault set.
     Gateway(serde_json::Value),
     /// Nothing: a lost node stays lost.
@@ -277,6 +281,7 @@ impl Nemesis {
             Fault::LoseNode => self.lose_node(),
             Fault::ClockSkew { ms } => self.skew_clocks(*ms).await,
             Fault::TimerSkew { permille } => self.skew_timers(*permille).await,
+            Fault::DiskFull => self.fill_disk().await,
             Fault::Gateway { mode } => self.gateway_fault(mode).await,
         }
     }
@@ -467,33 +472,6 @@ impl Nemesis {
 
     // Clocks and the gateway.
 
-    /// The clocks of a hot group's voters skewed by `ms`.
-    async fn skew_clocks(&self, ms: i64) -> anyhow::Result<(String, Undo)> {
-        let (ev, g, _, voters) = self.hot_group().await?;
-        for v in &voters {
-            self.skews.set_clock(*v, ms)?;
-        }
-        Ok((
-            format!("clocks of group {g} ({ev}) voters {voters:?} skewed {ms:+} ms"),
-            Undo::Skew(voters),
-        ))
-    }
-
-    /// The timers of a hot group's leader run at `permille` / 1000 of the
-    /// wall clock's speed (elections, heartbeats, its lease, hold expiry
-    /// ticks, payment sweeps).
-    async fn skew_timers(&self, permille: u32) -> anyhow::Result<(String, Undo)> {
-        let (ev, g, l, _) = self.hot_group().await?;
-        self.skews.set_rate(l, permille)?;
-        Ok((
-            format!(
-                "timers of node {l} (leader of group {g}, {ev}) at x{}",
-                permille as f64 / 1000.0
-            ),
-            Undo::Timers(l),
-        ))
-    }
-
     /// A gateway misbehaviour switched on (`mode`), off again at the heal.
     async fn gateway_fault(&self, mode: &str) -> anyhow::Result<(String, Undo)> {
         let patch = match mode {
@@ -527,6 +505,7 @@ impl Nemesis {
             }
             Undo::Skew(ids) => ids.iter().try_for_each(|id| self.skews.set_clock(*id, 0)),
             Undo::Timers(id) => self.skews.set_rate(id, NORMAL_RATE),
+            Undo::DiskFull(id) => self.skews.set_full(id, false),
             Undo::Gateway(patch) => self.gateway_undo(&patch).await,
             Undo::Nothing => Ok(()),
         }

@@ -201,6 +201,11 @@ impl NodeDb {
         self.inner.health.is_full()
     }
 
+    /// Drills only: behave as if the disk were full until told otherwise.
+    pub fn force_full(&self, on: bool) {
+        self.inner.health.force_full(on)
+    }
+
     /// Start watching free space against `reserve` bytes (0: never full).
     pub fn watch_space(&self, reserve: u64) {
         self.inner.health.watch_space(reserve)

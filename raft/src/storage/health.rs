@@ -42,6 +42,8 @@ pub(crate) struct Health {
     /// Why the first failed flush failed; `None` while none has.
     tx_failed: watch::Sender<Option<String>>,
     full: AtomicBool,
+    /// Drills only: full whatever the free space (`force_full`).
+    forced_full: AtomicBool,
     free_bytes: AtomicU64,
 }
 
@@ -52,6 +54,7 @@ impl Health {
             flushing: Mutex::new(()),
             tx_failed: watch::Sender::new(None),
             full: AtomicBool::new(false),
+            forced_full: AtomicBool::new(false),
             free_bytes: AtomicU64::new(u64::MAX),
         })
     }
@@ -114,9 +117,18 @@ impl Health {
         self.tx_failed.subscribe()
     }
 
-    /// Whether free space is below the reserve (last look).
+    /// Whether free space is below the reserve (last look), or a drill
+    /// says so.
     pub fn is_full(&self) -> bool {
-        self.full.load(Ordering::Relaxed)
+        self.full.load(Ordering::Relaxed) || self.forced_full.load(Ordering::Relaxed)
+    }
+
+    /// Drills only: behave as if the disk were full (`true`) until told
+    /// otherwise, whatever the free space.
+    pub fn force_full(&self, on: bool) {
+        if self.forced_full.swap(on, Ordering::Relaxed) != on {
+            tracing::warn!(full = on, "storage full forced (drill)");
+        }
     }
 
     /// Free bytes of the data directory's filesystem (last look).
@@ -135,7 +147,7 @@ impl Health {
             }
         };
         self.free_bytes.store(free, Ordering::Relaxed);
-        let was = self.is_full();
+        let was = self.full.load(Ordering::Relaxed);
         let full = if was {
             free < reserve.saturating_add(reserve / 4)
         } else {
@@ -150,7 +162,7 @@ impl Health {
             }
         }
         let m = &crate::metrics::METRICS;
-        m.storage_full.set(if full { 1.0 } else { 0.0 });
+        m.storage_full.set(if self.is_full() { 1.0 } else { 0.0 });
         m.storage_free_bytes.set(free as f64);
     }
 

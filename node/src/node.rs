@@ -38,6 +38,10 @@ pub async fn run(
         }
         why = failed.wait_for(Option::is_some) => {
             let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
+            // Not dropped: dropping it would end every task (its stop
+            // channel closes) and the last `NodeDb` would flush in sled's
+            // `Drop`, past the failed-flush gate. The process exits next.
+            std::mem::forget(node);
             anyhow::bail!(
                 "storage failed ({why}): exiting without another flush; nothing that flush \
                  covered was acknowledged, and a restart recovers from what the disk holds"

@@ -70,7 +70,11 @@ impl Skews {
         let s = now.entry(node).or_insert(NONE);
         f(s);
         let rate = s.permille as f64 / 1000.0;
-        std::fs::write(path, format!("{} {rate} {}\n", s.ms, u8::from(s.full)))?;
+        // Written aside and renamed: the node re-reads the file every
+        // 100 ms and must never see it empty (no skew, not full).
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{} {rate} {}\n", s.ms, u8::from(s.full)))?;
+        std::fs::rename(&tmp, path)?;
         Ok(())
     }
 }

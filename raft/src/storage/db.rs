@@ -19,7 +19,8 @@ use super::space::{group_of, Space};
 pub enum FlushMode {
     /// `append()` awaits a flush before it returns and then fires the
     /// callback; openraft queues the next appends meanwhile and hands them
-    /// over together.
+    /// over together. Flushes run one at a time node-wide (`health`), so
+    /// with many busy groups their fsyncs queue behind each other.
     Inline,
     /// `append()` returns at once and hands its callback to one node-wide
     /// flusher task, which runs one flush for every callback queued across

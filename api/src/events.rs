@@ -3,7 +3,9 @@
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use hyper::StatusCode;
-use seatfence_core::inventory::{EventAction, EventSpec, Outcome, Section, Survival, MAX_CAPACITY};
+use seatfence_core::inventory::{
+    EventAction, EventSpec, Outcome, Section, Survival, DEFAULT_RETENTION_MS, MAX_CAPACITY,
+};
 use seatfence_core::{Command, EventId, GroupId, Query, QueryResult, RegionId, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -44,6 +46,8 @@ struct CreateBody {
     #[serde(default, deserialize_with = "crate::whole::opt")]
     price_cents: Option<u64>,
     currency: Option<String>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
+    retention_secs: Option<u64>,
 }
 
 /// Seat price when the operator gives none.
@@ -126,6 +130,9 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         opens_at_ms,
         closes_at_ms,
         survival,
+        retention_ms: body
+            .retention_secs
+            .map_or(DEFAULT_RETENTION_MS, |s| s.saturating_mul(1000)),
     };
     spec.validate()
         .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
@@ -262,6 +269,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "sale_open": open,
             "price_cents": ev.price_cents,
             "currency": ev.currency,
+            "retention_secs": ev.retention_ms / 1000,
         }),
     ))
 }

@@ -38,6 +38,10 @@ pub struct RunInfo {
     /// it was kept (the checkers then fall back to the TTL and the slack).
     #[serde(default)]
     pub started_unix_ms: u64,
+    /// How long the run's events keep finished records (their
+    /// `retention_secs`, in ms); 0 in runs recorded before events had one.
+    #[serde(default)]
+    pub retention_ms: u64,
 }
 
 /// What a soak recorded besides a drill's: how often it killed, moved and
@@ -82,6 +86,13 @@ impl RunInfo {
     /// a second for scheduling and replication.
     pub fn expiry_slack_us(&self) -> u64 {
         (self.max_skew_ms + 1_000) * 1_000
+    }
+
+    /// Whether a finished booking may have left the state by the end of the
+    /// run (its event's retention is shorter than the run): then a
+    /// refunded booking missing from a replica is pruned, not lost.
+    pub fn prunes(&self) -> bool {
+        self.retention_ms > 0 && self.retention_ms < self.duration_s.saturating_mul(1000)
     }
 }
 

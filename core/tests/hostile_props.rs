@@ -30,6 +30,7 @@ fn spec(sections: Vec<(u32, u32)>) -> EventSpec {
         survival: Default::default(),
         price_cents: 100,
         currency: "EUR".into(),
+        retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
     }
 }
 

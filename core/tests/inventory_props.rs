@@ -9,6 +9,7 @@ use common::{check, cmd, outcome, pay_action, spec, spec_with, PayStep, SEATS, T
 use proptest::prelude::*;
 use seatfence_core::inventory::{
     BookingStatus, EventAction, HoldStatus, Outcome, SeatPick, SeatState, INBOX_TTL_MS,
+    MIN_RETENTION_MS,
 };
 use seatfence_core::{Epoch, GroupId, RegionId, State, UserId};
 
@@ -71,7 +72,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0u8..5, 1u64..12, prop::option::of(0u8..6))
             .prop_map(|(owner, hold, key)| Step::Cancel { owner, hold, key }),
         2 => (0usize..64, any::<bool>()).prop_map(|(n, other_payload)| Step::Replay { n, other_payload }),
-        1 => (0u64..2 * TTL_MS).prop_map(Step::Advance),
+        1 => (0u64..4 * TTL_MS).prop_map(Step::Advance),
         1 => Just(Step::StaleEpoch),
         4 => (1u64..12, 0u8..4, pay_step()).prop_map(|(hold, pay, what)| Step::Pay { hold, pay, what }),
     ]
@@ -84,15 +85,22 @@ proptest! {
     fn inventory_invariants_hold_after_every_step(
         steps in prop::collection::vec(step(), 1..80),
         buyer_limit in any::<bool>(),
+        short_retention in any::<bool>(),
     ) {
         let g = GroupId(1);
         let mut s = State::default();
         let mut now = 1_000u64;
-        let spec = spec_with(buyer_limit.then_some(5));
+        let mut spec = spec_with(buyer_limit.then_some(5));
+        if short_retention {
+            // Keys are forgotten and finished records pruned within a run.
+            spec.retention_ms = MIN_RETENTION_MS;
+        }
+        let retention = spec.retention_ms;
         let created = outcome(s.apply(g, &cmd(now, 0, None, EventAction::Create(Box::new(spec)))).response);
         prop_assert_eq!(created, Outcome::Created { capacity: 8 });
-        // Keyed commands sent so far with their first outcome.
-        let mut sent: Vec<(UserId, String, EventAction, Outcome)> = Vec::new();
+        // Keyed commands sent so far with their first outcome, while the
+        // event still remembers them (it forgets them after `retention`).
+        let mut sent: Vec<(UserId, String, EventAction, Outcome, u64)> = Vec::new();
         for st in steps {
             let (key, action) = match st {
                 Step::Hold { owner, pick, key } => {
@@ -104,8 +112,9 @@ proptest! {
                     (key.map(|k| (owner.clone(), format!("k{k}"))), EventAction::Cancel { owner, hold })
                 }
                 Step::Replay { n, other_payload } => {
+                    sent.retain(|c| c.4 + retention > now);
                     if sent.is_empty() { continue; }
-                    let (owner, key, action, first) = sent[n % sent.len()].clone();
+                    let (owner, key, action, first, _) = sent[n % sent.len()].clone();
                     let action2 = if other_payload {
                         EventAction::Hold { owner: owner.clone(), pick: SeatPick::Quantity { section: None, quantity: 99 } }
                     } else {
@@ -185,10 +194,11 @@ proptest! {
                     continue;
                 }
             };
-            let reused = key.as_ref().and_then(|k| sent.iter().find(|(o, kk, _, _)| (o, kk) == (&k.0, &k.1)).cloned());
+            sent.retain(|c| c.4 + retention > now);
+            let reused = key.as_ref().and_then(|k| sent.iter().find(|(o, kk, ..)| (o, kk) == (&k.0, &k.1)).cloned());
             let got = outcome(s.apply(g, &cmd(now, 1, key.clone(), action.clone())).response);
             match reused {
-                Some((_, _, a, first)) if a == action => prop_assert_eq!(&got, &first),
+                Some((_, _, a, first, _)) if a == action => prop_assert_eq!(&got, &first),
                 Some(_) => prop_assert_eq!(&got, &Outcome::IdempotencyKeyReused),
                 None => {
                     if let Outcome::Held(h) = &got {
@@ -196,7 +206,7 @@ proptest! {
                         prop_assert_eq!(h.expires_at_ms, now + TTL_MS);
                     }
                     if let Some((o, k)) = key {
-                        sent.push((o, k, action, got.clone()));
+                        sent.push((o, k, action, got.clone(), now));
                     }
                 }
             }

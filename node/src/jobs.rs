@@ -91,11 +91,18 @@ pub(crate) async fn add_directory_learners(
     }
 }
 
+/// How long finished records may wait past their time on an idle event
+/// before a `Tick` is proposed for them alone: one tick a minute at most
+/// per idle event (a busy one forgets them with its next command anyway).
+const CLEANUP_LAG_MS: u64 = 60_000;
+
 /// On each event group this node leads: once a hold's deadline has passed,
 /// propose a `Tick` so the hold is expired and its seats counted free again
 /// even when no other command arrives. (Any command expires due holds
 /// first; this only keeps idle events current.) Holds with a payment are
-/// never expired by time; only the reconciler releases those.
+/// never expired by time; only the reconciler releases those. The same
+/// tick forgets idempotency records and prunes finished records whose
+/// retention ended (`CLEANUP_LAG_MS` late at most).
 pub(crate) async fn expire_holds(
     proposer: Arc<Proposer>,
     clock: Arc<SystemClock>,
@@ -115,7 +122,11 @@ pub(crate) async fn expire_holds(
             }
             let due = g.sm.read(|s| {
                 let inv = &s.state.inventory;
-                let first = inv.index.deadlines.get_min().map(|(at, _)| *at);
+                let expiry = inv.index.deadlines.get_min().map(|(at, _)| *at);
+                let cleanup = inv
+                    .next_cleanup_ms()
+                    .map(|at| at.saturating_add(CLEANUP_LAG_MS));
+                let first = expiry.into_iter().chain(cleanup).min();
                 match (&inv.event, first) {
                     (Some(e), Some(at)) if at <= now => Some((e.event_id.clone(), e.epoch)),
                     _ => None,

@@ -84,6 +84,7 @@ fn create() -> Command {
             survival: Survival::Zone,
             price_cents: 100,
             currency: "EUR".into(),
+            retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
         })),
     )
 }

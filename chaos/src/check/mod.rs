@@ -369,6 +369,7 @@ pub(crate) mod fixtures {
             next_outbox_id: 1,
             price_cents: 100,
             currency: "EUR".into(),
+            retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
             clock_ms: 0,
         }
     }

@@ -43,6 +43,8 @@ pub fn check(input: &Input<'_>) -> Verdict {
             let fine = match status {
                 Some(BookingStatus::Confirmed) => p.refunds == 0,
                 Some(BookingStatus::Refunded) => p.refunds == 1,
+                // Refunded, then pruned after its event's retention.
+                None => p.refunds == 1 && input.run.prunes(),
                 _ => false,
             };
             if !fine {
@@ -101,6 +103,7 @@ mod tests {
     use super::*;
     use crate::check::fixtures::{booking, finals, good_dump, run, H};
     use crate::check::Status;
+    use crate::run::RunInfo;
 
     fn pay(id: &str, captures: u32, refunds: u32) -> GatewayPayment {
         GatewayPayment {
@@ -155,5 +158,24 @@ mod tests {
             let all: String = v.violations.iter().map(|x| x.message.clone()).collect();
             assert!(all.contains(what), "{what}: {all}");
         }
+    }
+
+    #[test]
+    fn only_a_refunded_booking_may_be_missing_and_only_after_pruning() {
+        let missing = |run: &RunInfo, p: GatewayPayment| {
+            let hist = H::default().history();
+            let mut d = good_dump();
+            d.bookings.clear();
+            let mut f = finals(vec![d.clone(), d]);
+            f.gateway = vec![p];
+            check(&Input::new(run, &hist, &f)).status
+        };
+        let mut pruning = run();
+        pruning.retention_ms = 10_000;
+        assert_eq!(missing(&pruning, pay("p1", 1, 1)), Status::Pass);
+        // A captured, unrefunded payment is a seat: its booking never goes.
+        assert_eq!(missing(&pruning, pay("p1", 1, 0)), Status::Fail);
+        // Events keeping records longer than the run: nothing is pruned.
+        assert_eq!(missing(&run(), pay("p1", 1, 1)), Status::Fail);
     }
 }

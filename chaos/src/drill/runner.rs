@@ -32,6 +32,10 @@ use seatfence_testkit::{GatewayProc, LocalCluster};
 
 /// Hold TTL of the drill's events: short, so seats churn.
 pub(super) const HOLD_TTL_SECS: u64 = 4;
+/// How long the drill's events keep finished records (idempotency keys,
+/// ended holds, settled bookings): five minutes, so a soak's second half
+/// runs at the retention's steady state and pruning runs under faults.
+pub(super) const RETENTION_SECS: u64 = 300;
 /// Quiet time before the first fault and after the last.
 const WARMUP_MS: u64 = 8_000;
 const COOLDOWN_MS: u64 = 10_000;
@@ -101,6 +105,7 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         nodes: nodes.clone(),
         soak: soak.clone(),
         started_unix_ms: 0,
+        retention_ms: RETENTION_SECS * 1_000,
     };
     write_json(&out.join("schedule.json"), &schedule)?;
 

@@ -33,7 +33,14 @@ impl Inventory {
     /// Apply one event command; `changed` collects the records it touched.
     pub fn apply(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> EventReply {
         let mut replayed = false;
+        let first = changed.len();
         let outcome = self.apply_inner(cmd, changed, &mut replayed);
+        self.refresh_prunes(&changed[first..]);
+        // What this command finished whose time has already come (an event
+        // idle for longer than its retention) goes now, not a command later.
+        if let Some(now) = self.event.as_ref().map(|e| e.clock_ms) {
+            self.prune_finished(now, changed);
+        }
         let (epoch, owner) = match &self.event {
             Some(e) => (e.epoch, e.owner.clone()),
             None => (Epoch(0), RegionId(String::new())),
@@ -72,6 +79,7 @@ impl Inventory {
         self.event_mut(changed).clock_ms = now;
         let expired = self.expire(now, changed);
         self.forget_old_operations(now, changed);
+        self.prune_finished(now, changed);
 
         let op_key = match (&cmd.idempotency, &cmd.action) {
             (
@@ -128,7 +136,8 @@ impl Inventory {
             EventAction::Payment(p) => self.payment(p, now, changed),
         };
         if let Some(k) = op_key {
-            self.index.op_times.insert((k.forget_at(now), k.clone()));
+            let forget_at = k.forget_at(now, self.retention_ms());
+            self.index.op_times.insert((forget_at, k.clone()));
             changed.push(RecordKey::Op(k.owner.clone(), k.key.clone()));
             self.ops.insert(
                 k,
@@ -204,6 +213,7 @@ impl Inventory {
             next_outbox_id: 1,
             price_cents: spec.price_cents,
             currency: spec.currency.clone(),
+            retention_ms: spec.retention_ms,
             clock_ms: now,
         });
         changed.push(RecordKey::Event);

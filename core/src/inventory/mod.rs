@@ -20,6 +20,7 @@
 mod apply;
 mod booking;
 mod release;
+mod retention;
 mod spec;
 
 pub use apply::{fnv as apply_fnv, request_hash};
@@ -27,17 +28,19 @@ pub use booking::{
     Booking, BookingStatus, ConfirmPath, OutboxItem, OutboxKind, PaymentAction, PaymentAttempt,
     ReleaseReason, MAX_EXTENSIONS,
 };
+pub use retention::PruneKey;
 pub use spec::{
-    EventSpec, Section, SpecError, Survival, MAX_CAPACITY, MAX_HOLD_TTL_MS, MAX_PRICE_CENTS,
-    MAX_SEATS_PER_HOLD_LIMIT, MIN_HOLD_TTL_MS,
+    EventSpec, Section, SpecError, Survival, DEFAULT_RETENTION_MS, MAX_CAPACITY, MAX_HOLD_TTL_MS,
+    MAX_PRICE_CENTS, MAX_RETENTION_MS, MAX_SEATS_PER_HOLD_LIMIT, MIN_HOLD_TTL_MS, MIN_RETENTION_MS,
 };
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Epoch, EventId, RegionId, UserId};
 
-/// Idempotency records of clients' keys are forgotten after this long.
-pub const OPERATION_TTL_MS: u64 = 24 * 3600 * 1000;
+/// Idempotency records of clients' keys are forgotten after this long,
+/// unless the event keeps its finished records for another time.
+pub const OPERATION_TTL_MS: u64 = DEFAULT_RETENTION_MS;
 
 /// Webhook event ids are remembered this long (a provider redelivers for
 /// a few days at most), then forgotten.
@@ -126,6 +129,8 @@ pub struct Event {
     pub next_outbox_id: u64,
     pub price_cents: u64,
     pub currency: String,
+    /// How long finished records are kept (the spec's `retention_ms`).
+    pub retention_ms: u64,
     /// The highest `now_ms` applied: time never runs backwards in `apply`,
     /// whatever the clocks of successive leaders say.
     pub clock_ms: u64,
@@ -356,12 +361,13 @@ pub struct OpKey {
 }
 
 impl OpKey {
-    /// When a record made at `at_ms` under this key is forgotten.
-    pub fn forget_at(&self, at_ms: u64) -> u64 {
+    /// When a record made at `at_ms` under this key is forgotten, for an
+    /// event keeping finished records `retention_ms`.
+    pub fn forget_at(&self, at_ms: u64, retention_ms: u64) -> u64 {
         let ttl = if self.key.starts_with(AUTO_KEY_PREFIX) {
-            AUTO_OPERATION_TTL_MS
+            AUTO_OPERATION_TTL_MS.min(retention_ms)
         } else {
-            OPERATION_TTL_MS
+            retention_ms
         };
         at_ms.saturating_add(ttl)
     }
@@ -403,6 +409,10 @@ pub struct Indexes {
     /// Seats in each buyer's live holds (only for events with a per-buyer
     /// limit).
     pub buyer_seats: imbl::OrdMap<UserId, u32>,
+    /// Finished records and when `apply` removes them (`retention.rs`):
+    /// `(prune_at_ms, what)`, and the same by what.
+    pub prune_queue: imbl::OrdSet<(u64, PruneKey)>,
+    pub prune_at: imbl::OrdMap<PruneKey, u64>,
 }
 
 /// One event's replicated inventory.
@@ -456,13 +466,21 @@ impl Inventory {
                 ix.outbox_pending.insert(item.id);
             }
         }
+        let retention = self.retention_ms();
         for (k, op) in &self.ops {
-            ix.op_times.insert((k.forget_at(op.at_ms), k.clone()));
+            ix.op_times
+                .insert((k.forget_at(op.at_ms, retention), k.clone()));
         }
         for (id, at) in &self.inbox {
             ix.inbox_times.insert((*at, id.clone()));
         }
         self.index = ix;
+        let keys: Vec<PruneKey> = (self.holds.keys().map(|s| PruneKey::Hold(*s)))
+            .chain(self.outbox.keys().map(|i| PruneKey::Outbox(*i)))
+            .collect();
+        for key in keys {
+            self.refresh_prune(key);
+        }
     }
 
     /// Whether seats per buyer are tracked: only for an event with a

@@ -51,7 +51,18 @@ pub struct EventSpec {
     pub price_cents: u64,
     /// ISO 4217 code, e.g. `EUR`.
     pub currency: String,
+    /// How long finished records are kept: idempotency keys, ended holds
+    /// and their finished bookings, delivered outbox items (see
+    /// `retention.rs`). [`DEFAULT_RETENTION_MS`] unless the operator says.
+    pub retention_ms: u64,
 }
+
+/// Finished records are kept a day unless the event says otherwise.
+pub const DEFAULT_RETENTION_MS: u64 = 24 * 3600 * 1000;
+/// The shortest retention an event may ask for.
+pub const MIN_RETENTION_MS: u64 = 60 * 1000;
+/// The longest: a week.
+pub const MAX_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// Why a spec is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
@@ -84,6 +95,8 @@ pub enum SpecError {
     BadWindow,
     #[error("price_cents must be at most {MAX_PRICE_CENTS} and currency three capital letters")]
     BadPrice,
+    #[error("retention_secs must be between 60 s and 7 days")]
+    BadRetention,
 }
 
 /// The highest seat price accepted, in minor units.
@@ -180,6 +193,9 @@ impl EventSpec {
                 return Err(SpecError::BadWindow);
             }
         }
+        if !(MIN_RETENTION_MS..=MAX_RETENTION_MS).contains(&self.retention_ms) {
+            return Err(SpecError::BadRetention);
+        }
         Ok(())
     }
 
@@ -224,6 +240,7 @@ mod tests {
             survival: Survival::Zone,
             price_cents: 5_000,
             currency: "EUR".into(),
+            retention_ms: DEFAULT_RETENTION_MS,
         }
     }
 

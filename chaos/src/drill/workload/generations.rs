@@ -67,6 +67,7 @@ async fn create_event(
         "home_region": home,
         "seats": seats,
         "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
+        "retention_secs": crate::drill::runner::RETENTION_SECS,
         "max_seats_per_hold": 4,
     });
     let body = &body;

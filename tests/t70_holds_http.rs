@@ -460,4 +460,38 @@ async fn t70_a_hold_past_its_ttl_expires_on_its_own() {
     })
     .await;
     assert_eq!(r.counts(&r.us, "brief").await, (3, 0, 0));
+    // The ended hold is kept for the event's retention: a day by default.
+    let ev = r
+        .http
+        .get(&format!("{}/v1/events/brief", r.us), Some(&tok))
+        .await
+        .unwrap();
+    assert_eq!(ev.body["retention_secs"], 86_400, "{}", ev.body);
+    // An operator may choose it, within a minute and a week.
+    let op = token(&r.cluster, "ops", true);
+    let body = |id: &str, secs: u64| {
+        json!({"event_id": id, "name": "Kept", "home_region": "eu-west",
+               "seats": ["K1"], "retention_secs": secs})
+    };
+    let short = r
+        .http
+        .post(
+            &format!("{}/v1/events", r.eu),
+            Some(&op),
+            None,
+            &body("k", 59),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (short.status.as_u16(), short.code()),
+        (400, Some("invalid_event"))
+    );
+    create_event(&r.cluster, &r.eu, body("kept", 3_600)).await;
+    let ev = r
+        .http
+        .get(&format!("{}/v1/events/kept", r.us), Some(&tok))
+        .await
+        .unwrap();
+    assert_eq!(ev.body["retention_secs"], 3_600, "{}", ev.body);
 }

@@ -44,6 +44,10 @@ pub enum Fault {
     /// The hottest group's leader acts as if its disk were full: it
     /// refuses writes `storage_full` and takes no entries, until healed.
     DiskFull,
+    /// The hottest group's leader's next flush fails (the storage fault
+    /// hook, in builds with `fault-injection`, as the tests' are): the node
+    /// acknowledges nothing it covered and exits; restarted at heal.
+    FsyncFail,
     /// Every link delays each chunk by `ms` (the proxy mechanism only).
     SlowNetwork { ms: u64 },
     /// SIGKILL a node for good and delete its data (a dead disk): the
@@ -77,6 +81,7 @@ impl Fault {
             Fault::ClockSkew { .. } => "clock-skew",
             Fault::TimerSkew { .. } => "timer-skew",
             Fault::DiskFull => "disk-full",
+            Fault::FsyncFail => "fsync-fail",
             Fault::SlowNetwork { .. } => "slow-network",
             Fault::Gateway { .. } => "gateway",
         }
@@ -140,6 +145,7 @@ pub fn all_kinds(with_delay: bool) -> Vec<Fault> {
             permille: TIMER_RATES[1],
         },
         Fault::DiskFull,
+        Fault::FsyncFail,
     ];
     for mode in [
         "execute-timeout",
@@ -213,7 +219,7 @@ pub fn plan(
             let side = !fault.needs_network()
                 && !matches!(
                     fault,
-                    Fault::KillMinority | Fault::PauseLeader | Fault::LoseNode
+                    Fault::KillMinority | Fault::PauseLeader | Fault::LoseNode | Fault::FsyncFail
                 );
             out.push(ScheduledFault {
                 id,

@@ -34,6 +34,8 @@ enum Undo {
     Timers(u64),
     /// A node's disk no longer full.
     DiskFull(u64),
+    /// A node's flushes succeed again; restarted if its failure ended it.
+    FsyncFail(u64),
     /// The gateway switches the fault set.
     Gateway(serde_json::Value),
     /// Nothing: a lost node stays lost.
@@ -87,6 +89,15 @@ impl Nemesis {
             .iter()
             .map(|n| (n.id(), n.pid(), n.config.data_dir.clone()))
             .collect()
+    }
+
+    /// Node `id`'s data directory.
+    fn data_dir(&self, id: u64) -> anyhow::Result<PathBuf> {
+        self.processes()
+            .into_iter()
+            .find(|n| n.0 == id)
+            .map(|n| n.2)
+            .ok_or_else(|| anyhow::anyhow!("node {id} unknown"))
     }
 
     /// Run the schedule until it ends or the drill stops; each fault is
@@ -282,6 +293,7 @@ impl Nemesis {
             Fault::ClockSkew { ms } => self.skew_clocks(*ms).await,
             Fault::TimerSkew { permille } => self.skew_timers(*permille).await,
             Fault::DiskFull => self.fill_disk().await,
+            Fault::FsyncFail => self.fail_fsync().await,
             Fault::Gateway { mode } => self.gateway_fault(mode).await,
         }
     }
@@ -451,14 +463,11 @@ impl Nemesis {
         let v = self
             .pick(&candidates)
             .ok_or_else(|| anyhow::anyhow!("no node without buyers in a region with a spare"))?;
-        let mut c = self.cluster.lock().expect("cluster lock poisoned");
-        c.kill(v)?;
-        let data = c
-            .nodes
-            .iter()
-            .find(|n| n.id() == v)
-            .map(|n| n.config.data_dir.clone())
-            .ok_or_else(|| anyhow::anyhow!("node {v} unknown"))?;
+        let data = self.data_dir(v)?;
+        self.cluster
+            .lock()
+            .expect("cluster lock poisoned")
+            .kill(v)?;
         std::fs::remove_dir_all(&data)?;
         *self.lost.lock().expect("nemesis lock poisoned") = Some(v);
         Ok((
@@ -506,6 +515,7 @@ impl Nemesis {
             Undo::Skew(ids) => ids.iter().try_for_each(|id| self.skews.set_clock(*id, 0)),
             Undo::Timers(id) => self.skews.set_rate(id, NORMAL_RATE),
             Undo::DiskFull(id) => self.skews.set_full(id, false),
+            Undo::FsyncFail(id) => self.heal_fsync(id),
             Undo::Gateway(patch) => self.gateway_undo(&patch).await,
             Undo::Nothing => Ok(()),
         }

@@ -1,6 +1,9 @@
 //! Faults that change how one node behaves rather than what reaches it:
 //! its leader clock skewed, its timers run fast or slow, its disk full
-//! (all through the node's skew file, `drill::skew`).
+//! (all through the node's skew file, `drill::skew`), its fsyncs failing
+//! (the storage's fault hook file).
+
+use seatfence_raft::storage::health::FAULT_FSYNC_FILE;
 
 use super::{Nemesis, Undo};
 
@@ -41,5 +44,35 @@ impl Nemesis {
             format!("disk of node {l} (leader of group {g}, {ev}) full"),
             Undo::DiskFull(l),
         ))
+    }
+
+    /// A hot group's leader's flushes fail from now on: at its next one
+    /// it acknowledges none of the writes that flush covered and exits
+    /// (`seatfence_raft::storage::health`). Only builds with the
+    /// `fault-injection` feature read the hook file (test builds; a
+    /// release build carries on, and the heal finds it running).
+    pub(super) async fn fail_fsync(&self) -> anyhow::Result<(String, Undo)> {
+        let (ev, g, l, _) = self.hot_group().await?;
+        std::fs::write(self.data_dir(l)?.join(FAULT_FSYNC_FILE), b"")?;
+        Ok((
+            format!("fsyncs of node {l} (leader of group {g}, {ev}) fail"),
+            Undo::FsyncFail(l),
+        ))
+    }
+
+    /// Flushes succeed again; the node, if its failed flush ended it, is
+    /// started again on its data.
+    pub(super) fn heal_fsync(&self, node: u64) -> anyhow::Result<()> {
+        match std::fs::remove_file(self.data_dir(node)?.join(FAULT_FSYNC_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        let mut c = self.cluster.lock().expect("cluster lock poisoned");
+        match c.exited(node) {
+            Ok(Some(_)) => c.restart(node),
+            // Still running (no flush yet, or no hook in this build), or
+            // stopped by another fault that restarts it itself.
+            Ok(None) | Err(_) => Ok(()),
+        }
     }
 }

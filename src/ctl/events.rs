@@ -59,6 +59,10 @@ pub enum EventCmd {
         /// zone (3 voters in the home region) or region (one per region).
         #[arg(long)]
         survival: Option<String>,
+        /// How long finished holds, bookings and idempotency keys are kept
+        /// (60-604800; default 86400).
+        #[arg(long)]
+        retention_secs: Option<u64>,
         /// Print the edge's JSON answer as is.
         #[arg(long)]
         json: bool,
@@ -277,6 +281,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             max_seats_per_hold,
             max_seats_per_buyer,
             survival,
+            retention_secs,
             json: as_json,
         } => {
             let options = [
@@ -284,6 +289,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 ("max_seats_per_hold", max_seats_per_hold.map(|v| json!(v))),
                 ("max_seats_per_buyer", max_seats_per_buyer.map(|v| json!(v))),
                 ("survival", survival.map(|v| json!(v))),
+                ("retention_secs", retention_secs.map(|v| json!(v))),
             ];
             let body = event_body(id, name, region, seats, &section, options)?;
             create_event(&edge, &body, as_json).await
@@ -395,7 +401,7 @@ fn event_body(
     region: String,
     seats: Vec<String>,
     sections: &[String],
-    options: [(&str, Option<Value>); 4],
+    options: [(&str, Option<Value>); 5],
 ) -> anyhow::Result<Value> {
     let mut body = json!({"event_id": id, "name": name, "home_region": region});
     if !seats.is_empty() {

@@ -8,8 +8,11 @@ use seatfence_node::NodeConfig;
 
 // sled allocates and frees many small buffers per write; glibc malloc spent
 // ~20% of a node's CPU on them (perf, bench raft at 256 in flight).
+// Counted: `seatfence_heap_bytes` tells the program's own memory from
+// what the allocator keeps (a soak judges both).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: seatfence_raft::heap::Counted<mimalloc::MiMalloc> =
+    seatfence_raft::heap::Counted(mimalloc::MiMalloc);
 
 #[derive(Parser)]
 #[command(

@@ -312,19 +312,24 @@ impl EdgeMetrics {
 }
 
 /// The process's own gauges, read at scrape time: live tokio tasks (a task
-/// count that only grows is a leak the soak looks for) and the edge
-/// client's per-group write queues (one task each).
+/// count that only grows is a leak the soak looks for), the edge client's
+/// per-group write queues (one task each) and the bytes the process's
+/// allocations hold (`seatfence_raft::heap`).
 pub fn runtime_metrics(write_queues: usize) -> String {
     let tasks = tokio::runtime::Handle::try_current()
         .map(|h| h.metrics().num_alive_tasks())
         .unwrap_or(0);
+    let heap = seatfence_raft::heap::held_bytes().unwrap_or(0);
     format!(
         "# HELP seatfence_tokio_alive_tasks Tasks alive in this process's tokio runtime.\n\
          # TYPE seatfence_tokio_alive_tasks gauge\n\
          seatfence_tokio_alive_tasks {tasks}\n\
          # HELP seatfence_client_write_queues Groups the edge's cluster client has a write queue (and task) for.\n\
          # TYPE seatfence_client_write_queues gauge\n\
-         seatfence_client_write_queues {write_queues}\n"
+         seatfence_client_write_queues {write_queues}\n\
+         # HELP seatfence_heap_bytes Bytes this process's allocations hold now (0: the binary does not count them).\n\
+         # TYPE seatfence_heap_bytes gauge\n\
+         seatfence_heap_bytes {heap}\n"
     )
 }
 

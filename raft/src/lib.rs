@@ -42,6 +42,7 @@ pub mod client;
 pub mod clock;
 pub mod codec;
 pub mod config;
+pub mod heap;
 pub mod membership;
 pub mod metrics;
 pub mod network;

@@ -37,6 +37,10 @@ pub struct Sample {
     pub mail_bytes: Option<u64>,
     pub log_bytes: Option<u64>,
     pub tasks: Option<u64>,
+    /// Bytes the node's allocations hold (`seatfence_heap_bytes`): the
+    /// program's own share of `rss_bytes`. Absent in runs recorded before.
+    #[serde(default)]
+    pub heap_bytes: Option<u64>,
 }
 
 /// A judged metric and its limit.
@@ -56,13 +60,20 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// what a steady sale on a healthy build showed (docs/CHAOS.md, "Soak") and
 /// well below what a leak of one entry or task per request, group or
 /// connection produces over an hour.
-pub const METRICS: [Metric; 5] = [
+pub const METRICS: [Metric; 6] = [
     Metric {
         name: "rss",
         unit: "MiB",
         per_process: true,
         limit_per_hour: 64.0,
         get: |s| s.rss_bytes.map(|b| (b as f64 / MIB) as u64),
+    },
+    Metric {
+        name: "heap",
+        unit: "MiB",
+        per_process: true,
+        limit_per_hour: 64.0,
+        get: |s| s.heap_bytes.map(|b| (b as f64 / MIB) as u64),
     },
     Metric {
         name: "open_fds",
@@ -305,6 +316,9 @@ mod tests {
                     mail_bytes: Some(i * 1000),
                     log_bytes: Some(1 << 20),
                     tasks: Some(300 + (i % 4)),
+                    // The program's own memory steady: the leak shows
+                    // in RSS alone (an allocator keeping freed memory).
+                    heap_bytes: Some(((40 + (i % 3)) as f64 * MIB) as u64),
                 });
             }
         }
@@ -341,13 +355,14 @@ mod tests {
                     s.pid = Some(100 + life as u32);
                     s.tasks = Some((age * 2.0) as u64);
                     s.rss_bytes = Some(((60.0 + age) * MIB) as u64);
+                    s.heap_bytes = Some(((20.0 + age) * MIB) as u64);
                 }
                 s
             })
             .collect();
         let v = check(&samples);
         assert_eq!(v.status, Status::Pass, "{v:?}");
-        assert!(v.summary.contains("3 not judged"), "{}", v.summary);
+        assert!(v.summary.contains("4 not judged"), "{}", v.summary);
         // Node 1 is judged on its disk and logs only.
         let (fits, _) = fits(&samples);
         let node1: Vec<&str> = fits

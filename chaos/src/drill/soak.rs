@@ -112,9 +112,9 @@ pub(super) async fn sample(
     loop {
         let t_ms = w.rec.now() / 1_000;
         for (node, pid, data_dir) in nemesis.processes() {
-            let tasks = match w.edges.get(&node) {
-                Some(edge) => scrape_tasks(&w, edge).await,
-                None => None,
+            let (tasks, heap) = match w.edges.get(&node) {
+                Some(edge) => scrape(&w, edge).await,
+                None => (None, None),
             };
             let log = cluster_dir.join(format!("n{node}/node.log"));
             // Directory walks and /proc reads off the runtime's workers.
@@ -128,6 +128,7 @@ pub(super) async fn sample(
                 mail_bytes: dir_bytes(&data_dir.join("mail"), None),
                 log_bytes: std::fs::metadata(log).map(|m| m.len()).ok(),
                 tasks,
+                heap_bytes: heap,
             })
             .await;
             let written = match s {
@@ -188,12 +189,20 @@ fn dir_bytes(dir: &Path, skip: Option<&str>) -> Option<u64> {
     Some(total)
 }
 
-/// `seatfence_tokio_alive_tasks` from the node's `/metrics`.
-async fn scrape_tasks(w: &World, edge: &str) -> Option<u64> {
-    let a = w.http.get(&format!("{edge}/metrics"), None).await.ok()?;
-    a.body
-        .as_str()?
-        .lines()
-        .find_map(|l| l.strip_prefix("seatfence_tokio_alive_tasks "))
-        .and_then(|v| v.trim().parse().ok())
+/// `seatfence_tokio_alive_tasks` and `seatfence_heap_bytes` (when the
+/// binary counts it: not 0) from the node's `/metrics`.
+async fn scrape(w: &World, edge: &str) -> (Option<u64>, Option<u64>) {
+    let Ok(a) = w.http.get(&format!("{edge}/metrics"), None).await else {
+        return (None, None);
+    };
+    let text = a.body.as_str().unwrap_or_default();
+    let gauge = |name: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    (
+        gauge("seatfence_tokio_alive_tasks"),
+        gauge("seatfence_heap_bytes").filter(|b| *b > 0),
+    )
 }

@@ -19,9 +19,12 @@ const COLORS: [&str; 9] = [
 
 type Get = fn(&Sample) -> Option<f64>;
 
-const PANELS: [(&str, &str, Get); 6] = [
+const PANELS: [(&str, &str, Get); 7] = [
     ("resident memory", "MiB", |s| {
         s.rss_bytes.map(|b| b as f64 / 1048576.0)
+    }),
+    ("heap in use (held by allocations)", "MiB", |s| {
+        s.heap_bytes.map(|b| b as f64 / 1048576.0)
     }),
     ("open file descriptors", "", |s| s.fds.map(|v| v as f64)),
     ("live tokio tasks", "", |s| s.tasks.map(|v| v as f64)),

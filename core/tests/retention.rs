@@ -47,6 +47,13 @@ fn pay(s: &mut State, now: u64, seq: u64, step: PayStep) -> Outcome {
     got
 }
 
+/// The one outbox item waiting for delivery.
+fn pending_item(s: &State, what: &str) -> u64 {
+    let pending: Vec<u64> = s.inventory.index.outbox_pending.iter().copied().collect();
+    assert_eq!(pending.len(), 1, "one {what} queued: {pending:?}");
+    pending[0]
+}
+
 /// Whether the state still stores `key` (what a restart would load).
 fn stored(s: &State, key: RecordKey) -> bool {
     s.records().any(|(k, _)| k == key.encode())
@@ -133,13 +140,7 @@ fn a_confirmed_booking_stays_and_its_delivered_email_leaves() {
     pay(&mut s, 2, seq, PayStep::Attach);
     pay(&mut s, 3, seq, PayStep::Confirm);
     assert_eq!(s.inventory.bookings[&seq].status, BookingStatus::Confirmed);
-    let item = *s
-        .inventory
-        .index
-        .outbox_pending
-        .iter()
-        .next()
-        .expect("email");
+    let item = pending_item(&s, "email");
     // Undelivered: kept however long it takes.
     tick(&mut s, 10 * R);
     assert!(s.inventory.outbox.contains_key(&item));
@@ -170,13 +171,7 @@ fn a_refunded_booking_leaves_a_retention_after_its_refund() {
     );
     tick(&mut s, 10 * R);
     assert!(s.inventory.bookings.contains_key(&seq));
-    let item = *s
-        .inventory
-        .index
-        .outbox_pending
-        .iter()
-        .next()
-        .expect("refund");
+    let item = pending_item(&s, "refund");
     let done = 10 * R + 1;
     pay(&mut s, done, item, PayStep::OutboxDone { id: item });
     assert_eq!(s.inventory.bookings[&seq].status, BookingStatus::Refunded);

@@ -6,6 +6,9 @@
 //! a new leader (node liveness wakes one, its vote wakes the other) and
 //! every acknowledged write survives; the killed node comes back (its
 //! replica asleep from the start) and catches up without an election.
+//! Followers asleep long enough leave memory (dormant): the group still
+//! takes writes and reads on every replica with no election, and when the
+//! leader's node dies the dormant followers come back and elect.
 
 mod common;
 
@@ -147,5 +150,93 @@ async fn t25_idle_groups_sleep_wake_on_use_and_fail_over_asleep() {
     );
     for (node, _, _, l) in views(&cluster, g).await {
         assert_eq!(l, Some(new_leader), "node {node} follows another leader");
+    }
+}
+
+/// `(node, dormant, asleep, term)` of `group` on each running node.
+async fn residency(cluster: &LocalCluster, group: GroupId) -> Vec<(u64, bool, bool, u64)> {
+    let client = cluster.client();
+    let mut out = Vec::new();
+    for n in cluster.nodes.iter().filter(|n| n.is_running()) {
+        if let Ok(s) = client.status_at(n.addr()).await {
+            if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
+                out.push((n.id(), g.dormant, g.asleep, g.term));
+            }
+        }
+    }
+    out
+}
+
+/// Wait until `leader` sleeps in memory and every other replica of
+/// `group` is dormant, all in one term; that term.
+async fn followers_dormant(cluster: &LocalCluster, group: GroupId, leader: u64) -> u64 {
+    eventually(
+        &format!("{group}: followers of {leader} dormant"),
+        || async {
+            let v = residency(cluster, group).await;
+            let term = v.first()?.3;
+            let ok = v.len() == 3
+                && v.iter().all(|(node, dormant, asleep, t)| {
+                    *asleep && *t == term && *dormant == (*node != leader)
+                });
+            ok.then_some(term)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t25_sleeping_followers_unload_and_come_back() {
+    let _one = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let tuning = seatfence_raft::RaftTuning {
+        unload_after_ms: 1_000,
+        ..sleepy()
+    };
+    let mut cluster = start(dir.path(), tuning).await;
+    let g = new_group(&cluster).await;
+    let client = cluster.client().with_deadline(Duration::from_secs(30));
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        let (k, v) = (format!("k{i}"), format!("v{i}").into_bytes());
+        put(&client, g, &k, &v).await;
+        acked.push((k, v));
+    }
+    let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
+
+    tracing::info!("--- idle: the followers leave memory, the leader sleeps in it");
+    let term = followers_dormant(&cluster, g, leader).await;
+
+    tracing::info!(
+        "--- a write through a client that asks the followers first, then replica reads"
+    );
+    let fresh = cluster.client().with_deadline(Duration::from_secs(30));
+    put(&fresh, g, "after-unload", b"1").await;
+    acked.push(("after-unload".into(), b"1".to_vec()));
+    for n in [1, 2, 3] {
+        assert_keys_on(&cluster, &cluster.addr(n).unwrap(), g, &acked).await;
+    }
+    assert_eq!(
+        followers_dormant(&cluster, g, leader).await,
+        term,
+        "an election after the dormant followers came back"
+    );
+
+    tracing::info!("--- SIGKILL the leader's node: the dormant followers come back and elect");
+    cluster.kill(leader).unwrap();
+    let new_leader = eventually("a new leader among the survivors", || async {
+        match cluster.wait_leader(g, Duration::from_secs(1)).await {
+            Ok(l) if l != leader => Some(l),
+            _ => None,
+        }
+    })
+    .await;
+    put(&client, g, "after-kill", b"2").await;
+    acked.push(("after-kill".into(), b"2".to_vec()));
+    assert_keys_on(&cluster, &cluster.addr(new_leader).unwrap(), g, &acked).await;
+    let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|n| *n != leader).collect();
+    for n in survivors {
+        assert_keys_on(&cluster, &cluster.addr(n).unwrap(), g, &acked).await;
     }
 }

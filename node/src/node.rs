@@ -183,6 +183,7 @@ impl Node {
             tokio::spawn(seatfence_raft::sleep::controller::run(
                 registry.clone(),
                 sleep_after_ms,
+                config.raft.unload_after_ms,
                 rx_stop.clone(),
             ));
             tokio::spawn(seatfence_raft::sleep::liveness::run(

@@ -21,7 +21,7 @@ use crate::codec;
 use crate::network::gate::{Caller, Gate, Need};
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::propose::{self, ProposeError, Proposer, Read};
-use crate::registry::Registry;
+use crate::registry::{GroupHandle, Registry};
 use crate::status::to_status;
 
 pub struct NodeApi {
@@ -164,7 +164,7 @@ impl NodeService for NodeApi {
         // token): a member node's read only.
         self.gate.check(&req, Need::Read)?;
         let req = req.into_inner();
-        let g = self.proposer.group(GroupId(req.group_id))?;
+        let g = self.proposer.group(GroupId(req.group_id)).await?;
         if req.linearizable {
             g.raft
                 .ensure_linearizable(ReadPolicy::ReadIndex)
@@ -202,35 +202,14 @@ impl NodeService for NodeApi {
 
     async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         self.gate.check(&req, Need::Operate)?;
-        let mut groups = Vec::new();
-        for (id, g) in self.registry().all() {
-            let m = g.raft.metrics().borrow_watched().clone();
-            let (digest, keys) =
-                g.sm.read(|s| (state_digest(&s.state), s.state.kv.len() as u64));
-            let membership = m.membership_config.membership();
-            groups.push(GroupStatus {
-                group_id: id.0,
-                role: match m.state {
-                    ServerState::Leader => "leader",
-                    ServerState::Follower => "follower",
-                    ServerState::Candidate => "candidate",
-                    ServerState::Learner => "learner",
-                    ServerState::Shutdown => "shutdown",
-                }
-                .to_string(),
-                term: m.current_term,
-                leader: m.current_leader,
-                last_log_index: m.last_log_index.unwrap_or(0),
-                applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
-                snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
-                purged_index: m.purged.map(|l| l.index).unwrap_or(0),
-                voters: membership.voter_ids().collect(),
-                learners: membership.learner_ids().collect(),
-                state_digest: digest,
-                key_count: keys,
-                asleep: g.is_asleep(),
-            });
-        }
+        let mut groups: Vec<GroupStatus> = self
+            .registry()
+            .all()
+            .iter()
+            .map(|(id, g)| group_status(*id, g))
+            .collect();
+        groups.extend(self.registry().dormant_status());
+        groups.sort_by_key(|g| g.group_id);
         let directory_nodes = self
             .registry()
             .get(GroupId::DIRECTORY)
@@ -275,6 +254,37 @@ impl NodeService for NodeApi {
 }
 
 /// FNV-1a over every stored record: equal digests mean equal replicas.
+/// What `Status` reports of one replica held in memory.
+pub(crate) fn group_status(id: GroupId, g: &GroupHandle) -> GroupStatus {
+    let m = g.raft.metrics().borrow_watched().clone();
+    let (digest, keys) =
+        g.sm.read(|s| (state_digest(&s.state), s.state.kv.len() as u64));
+    let membership = m.membership_config.membership();
+    GroupStatus {
+        group_id: id.0,
+        role: match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        }
+        .to_string(),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
+        snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
+        purged_index: m.purged.map(|l| l.index).unwrap_or(0),
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+        state_digest: digest,
+        key_count: keys,
+        asleep: g.is_asleep(),
+        dormant: false,
+    }
+}
+
 pub fn state_digest(state: &seatfence_core::State) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (k, v) in state.records() {

@@ -23,6 +23,10 @@ pub struct RaftTuning {
     /// A group nobody has used for this long sleeps (no ticks, heartbeats
     /// or elections) until used again; 0: groups never sleep.
     pub sleep_after_ms: u64,
+    /// A follower asleep for this long is unloaded from memory (its
+    /// storage stays; reopened when a message, a use or its leader's
+    /// failure needs it); 0: never. Only with sleeping on.
+    pub unload_after_ms: u64,
     /// Free space (MiB) the data directory's filesystem keeps: below it the
     /// node takes no new writes or entries (`storage_full`) until space is
     /// back above it plus a quarter. 0: never refuse.
@@ -42,6 +46,7 @@ impl Default for RaftTuning {
             logs_to_keep: 5_000,
             flush: FlushMode::Shared,
             sleep_after_ms: 10_000,
+            unload_after_ms: 60_000,
             min_free_mb: 128,
             cache_mb: crate::storage::DEFAULT_CACHE_MB,
         }

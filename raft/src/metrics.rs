@@ -38,6 +38,7 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (Kind::Gauge, "seatfence_repairs_running", "Replica repairs running (a voter being replaced: dead or decommissioning node, or a region's rebalancing), as the directory records them."),
     (Kind::Gauge, "seatfence_storage_full", "1 while the data directory's free space is below the reserve ([raft] min_free_mb): new writes are refused storage_full until space returns."),
     (Kind::Gauge, "seatfence_storage_free_bytes", "Free bytes of the data directory's filesystem, checked every half second."),
+    (Kind::Gauge, "seatfence_groups_dormant", "Replicas on this node unloaded from memory after sleeping for raft.unload_after_ms: followers, reopened from storage by a Raft message, a use, or their leader's node going down."),
     (Kind::Gauge, "seatfence_groups_sleeping", "Replicas on this node that sleep: idle, timers stopped until a proposal, a read, a leader's entries, a vote or node liveness wakes them."),
 ];
 
@@ -117,6 +118,7 @@ pub struct RaftMetrics {
     move_last_pause: Gauge,
     /// Replicas on this node whose timers are stopped (see `sleep`).
     pub groups_sleeping: Gauge,
+    pub groups_dormant: Gauge,
     /// 1 while free space is below the reserve (`storage::health`).
     pub storage_full: Gauge,
     pub storage_free_bytes: Gauge,
@@ -140,6 +142,7 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
         move_last_duration: gauge!("seatfence_move_last_duration_seconds"),
         move_last_pause: gauge!("seatfence_move_last_pause_seconds"),
         groups_sleeping: gauge!("seatfence_groups_sleeping"),
+        groups_dormant: gauge!("seatfence_groups_dormant"),
         storage_full: gauge!("seatfence_storage_full"),
         storage_free_bytes: gauge!("seatfence_storage_free_bytes"),
     }

@@ -292,10 +292,11 @@ impl Proposer {
         &self.registry
     }
 
-    /// The hosted replica of `group`.
-    pub fn group(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
+    /// The hosted replica of `group` (reopened if dormant).
+    pub async fn group(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
         self.registry
-            .get(group)
+            .hosted(group)
+            .await
             .ok_or(ProposeError::UnknownGroup(group))
     }
 
@@ -313,7 +314,7 @@ impl Proposer {
         expected_term: Option<u64>,
     ) -> Result<Committed, ProposeError> {
         refuse_batches(std::slice::from_ref(&cmd))?;
-        let g = self.writable(group)?;
+        let g = self.writable(group).await?;
         g.wake_for_use().await;
         let cmd = match self.prepare(&g, cmd) {
             Ok(cmd) => cmd,
@@ -344,7 +345,7 @@ impl Proposer {
             });
         }
         refuse_batches(&cmds)?;
-        let g = self.writable(group)?;
+        let g = self.writable(group).await?;
         g.wake_for_use().await;
         let mut answers: Vec<Option<Response>> = Vec::with_capacity(cmds.len());
         let mut to_propose = Vec::with_capacity(cmds.len());
@@ -410,7 +411,7 @@ impl Proposer {
         q: &Query,
         read: Read,
     ) -> Result<Answer, ProposeError> {
-        let g = self.group(group)?;
+        let g = self.group(group).await?;
         if read != Read::Replica {
             if removed_leader(&g) {
                 return Err(removed(group));
@@ -432,7 +433,7 @@ impl Proposer {
         group: GroupId,
         op: MembershipOp,
     ) -> Result<MembershipStatus, ProposeError> {
-        let g = self.group(group)?;
+        let g = self.group(group).await?;
         g.wake_for_use().await;
         membership::apply(&g, op).await.map_err(|e| match e {
             MembershipError::NotLeader(hint) => ProposeError::NotLeader {
@@ -445,7 +446,7 @@ impl Proposer {
 
     /// Ask `group`'s replica here to hand leadership to the voter `to`.
     pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(), ProposeError> {
-        let g = self.group(group)?;
+        let g = self.group(group).await?;
         if !g.leads() {
             return Err(removed(group));
         }
@@ -462,8 +463,8 @@ impl Proposer {
 
     /// The replica of `group`, unless it is a leader a move removed or
     /// this node's disk is full.
-    fn writable(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
-        let g = self.group(group)?;
+    async fn writable(&self, group: GroupId) -> Result<Arc<GroupHandle>, ProposeError> {
+        let g = self.group(group).await?;
         if self.registry.db().is_full() && g.leads() {
             return Err(ProposeError::StorageFull(format!(
                 "the leader of group {group} is out of disk space (below its reserve): no new writes until space returns"

@@ -9,6 +9,7 @@ use seatfence_core::GroupId;
 
 use crate::batcher::Batcher;
 use crate::network::{NetworkFactory, PeerPool};
+use crate::sleep::dormant::Dormant;
 use crate::sleep::Activity;
 use crate::storage::{LogStore, NodeDb, StateMachineStore};
 use crate::types::Raft;
@@ -69,6 +70,8 @@ pub struct Registry {
     pool: PeerPool,
     config: Arc<openraft::Config>,
     groups: RwLock<HashMap<GroupId, Arc<GroupHandle>>>,
+    /// Replicas hosted here but unloaded from memory (`sleep::dormant`).
+    dormant: RwLock<HashMap<GroupId, Dormant>>,
     opening: tokio::sync::Mutex<()>,
     /// Whether replicas opened here sleep until spoken to.
     sleepy: bool,
@@ -89,6 +92,7 @@ impl Registry {
             pool,
             config,
             groups: RwLock::new(HashMap::new()),
+            dormant: RwLock::new(HashMap::new()),
             opening: tokio::sync::Mutex::new(()),
             sleepy: false,
             peers: Default::default(),
@@ -121,6 +125,122 @@ impl Registry {
             .expect("registry lock poisoned")
             .get(&id)
             .cloned()
+    }
+
+    /// The replica of `id` hosted here, reopened from storage if it is
+    /// dormant (see [`crate::sleep::dormant`]); `None` if not hosted here.
+    pub async fn hosted(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
+        if let Some(h) = self.get(id) {
+            return Some(h);
+        }
+        if !self.is_dormant(id) {
+            return None;
+        }
+        match self.open(id).await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!(group = id.0, "reopen dormant replica: {e:#}");
+                None
+            }
+        }
+    }
+
+    /// Whether `id` is hosted here, in memory or dormant.
+    pub fn is_hosted(&self, id: GroupId) -> bool {
+        self.get(id).is_some() || self.is_dormant(id)
+    }
+
+    pub fn is_dormant(&self, id: GroupId) -> bool {
+        self.dormant
+            .read()
+            .expect("registry lock poisoned")
+            .contains_key(&id)
+    }
+
+    /// The record of a dormant replica.
+    pub fn dormant_record(&self, id: GroupId) -> Option<Dormant> {
+        self.dormant
+            .read()
+            .expect("registry lock poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    /// Every group hosted here, in memory or dormant.
+    pub fn hosted_ids(&self) -> std::collections::BTreeSet<GroupId> {
+        let mut ids: std::collections::BTreeSet<GroupId> = self
+            .groups
+            .read()
+            .expect("registry lock poisoned")
+            .keys()
+            .copied()
+            .collect();
+        ids.extend(self.dormant.read().expect("registry lock poisoned").keys());
+        ids
+    }
+
+    /// `Status` entries of the dormant replicas (as they were unloaded).
+    pub fn dormant_status(&self) -> Vec<seatfence_proto::v1::GroupStatus> {
+        let dormant = self.dormant.read().expect("registry lock poisoned");
+        dormant.values().map(|d| d.status.clone()).collect()
+    }
+
+    /// Unload `g` (a sleeping follower, see [`crate::sleep::dormant::plan`])
+    /// from memory, keeping `record`; unless it woke or went away meanwhile.
+    /// Whether it was unloaded.
+    pub async fn unload(&self, g: &Arc<GroupHandle>, record: Dormant) -> bool {
+        let _guard = self.opening.lock().await;
+        {
+            let mut groups = self.groups.write().expect("registry lock poisoned");
+            match groups.get(&g.id) {
+                Some(h) if Arc::ptr_eq(h, g) && g.is_asleep() => {}
+                _ => return false,
+            }
+            groups.remove(&g.id);
+        }
+        g.leave_sleep_count();
+        self.dormant
+            .write()
+            .expect("registry lock poisoned")
+            .insert(g.id, record);
+        crate::metrics::METRICS.groups_dormant.increment(1.0);
+        if let Err(e) = g.raft.shutdown().await {
+            tracing::warn!(group = g.id.0, "shutdown of unloaded replica: {e}");
+        }
+        tracing::debug!(group = g.id.0, "unloaded sleeping follower");
+        true
+    }
+
+    /// Reopen the dormant replicas whose leader is on a node in `down`, so
+    /// node liveness can wake them to elect.
+    pub async fn reopen_dormant_led_by<V>(&self, down: &HashMap<u64, V>) {
+        if down.is_empty() {
+            return;
+        }
+        let ids: Vec<GroupId> = {
+            let dormant = self.dormant.read().expect("registry lock poisoned");
+            dormant
+                .iter()
+                .filter(|(_, d)| down.contains_key(&d.leader))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        for id in ids {
+            self.hosted(id).await;
+        }
+    }
+
+    /// Forget `id`'s dormant record; whether there was one.
+    fn forget_dormant(&self, id: GroupId) -> Option<Dormant> {
+        let d = self
+            .dormant
+            .write()
+            .expect("registry lock poisoned")
+            .remove(&id);
+        if d.is_some() {
+            crate::metrics::METRICS.groups_dormant.decrement(1.0);
+        }
+        d
     }
 
     /// The leader of group `id` as this node's replica knows it.
@@ -191,6 +311,7 @@ impl Registry {
         if let Some(h) = self.get(id) {
             return Ok(h);
         }
+        let was_dormant = self.forget_dormant(id);
         let log = LogStore::open(&self.db, id).with_context(|| format!("open log of {id}"))?;
         let sm =
             StateMachineStore::open(&self.db, id).with_context(|| format!("open state of {id}"))?;
@@ -215,11 +336,17 @@ impl Registry {
         if self.sleepy && !id.is_directory() && !handle.raft.is_leader() {
             handle.doze_at_open();
         }
+        if let Some(d) = &was_dormant {
+            handle.set_leader_hint(d.leader);
+        }
         self.groups
             .write()
             .expect("registry lock poisoned")
             .insert(id, handle.clone());
-        tracing::info!(group = id.0, "opened group replica");
+        match was_dormant {
+            Some(_) => tracing::debug!(group = id.0, "reopened dormant replica"),
+            None => tracing::info!(group = id.0, "opened group replica"),
+        }
         Ok(handle)
     }
 
@@ -294,8 +421,9 @@ impl Registry {
             .write()
             .expect("registry lock poisoned")
             .remove(&id);
+        self.forget_dormant(id);
         if let Some(h) = removed {
-            h.wake(); // keeps the sleeping gauge true
+            h.leave_sleep_count();
             if let Err(e) = h.raft.shutdown().await {
                 tracing::warn!(group = id.0, "shutdown of retired replica: {e}");
             }

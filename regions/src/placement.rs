@@ -58,7 +58,8 @@ pub async fn place_groups(
             });
         let wanted_ids: std::collections::BTreeSet<GroupId> = wanted.iter().map(|w| w.0).collect();
         for (gid, order, members) in wanted {
-            if hosted.contains(&gid) && registry.get(gid).is_some() {
+            // A dormant replica is hosted: it reopens when it is needed.
+            if hosted.contains(&gid) && registry.is_hosted(gid) {
                 continue;
             }
             if retired.remove(&gid).is_some() {
@@ -80,7 +81,7 @@ pub async fn place_groups(
                 Err(e) => tracing::warn!(group = gid.0, "cannot host group: {e:#}"),
             }
         }
-        for gid in registry.all().into_keys() {
+        for gid in registry.hosted_ids() {
             // Only groups the directory knows: a replica lagging behind a
             // group's creation must not retire it.
             if gid.is_directory() || wanted_ids.contains(&gid) || !known.contains(&gid) {

@@ -57,11 +57,12 @@ impl RaftGrpc {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// The group `id` hosted here, opened now if the directory has just
-    /// placed it here ([`Registry::open_if_placed`]); else NOT_FOUND.
+    /// The group `id` hosted here (reopened if dormant), opened now if the
+    /// directory has just placed it here ([`Registry::open_if_placed`]);
+    /// else NOT_FOUND.
     async fn group(&self, id: u64) -> Result<Arc<GroupHandle>, Status> {
         let id = seatfence_core::GroupId(id);
-        if let Some(g) = self.registry.get(id) {
+        if let Some(g) = self.registry.hosted(id).await {
             return Ok(g);
         }
         self.registry
@@ -303,6 +304,12 @@ impl RaftService for RaftGrpc {
         let group = seatfence_core::GroupId(req.get_ref().group_id);
         self.gate.check(&req, Need::Raft(group))?;
         let req = req.into_inner();
+        // A dormant replica agreed to exactly this before it was unloaded.
+        if let Some(d) = self.registry.dormant_record(group) {
+            if d.agrees(req.term, req.leader, req.last_log_index) {
+                return Ok(Response::new(QuiesceReply { asleep: true }));
+            }
+        }
         let g = self.group(req.group_id).await?;
         let asleep = g.quiesce_follower(req.term, req.leader, req.last_log_index);
         Ok(Response::new(QuiesceReply { asleep }))

@@ -105,9 +105,15 @@ pub async fn put_to_sleep(registry: &Registry, g: &GroupHandle, plan: SleepPlan)
     agreed.iter().all(|ok| *ok) && g.doze_leader(plan.active_at)
 }
 
-/// Runs on every node: puts idle groups this node leads to sleep.
-/// `sleep_after_ms` 0 disables sleeping.
-pub async fn run(registry: Arc<Registry>, sleep_after_ms: u64, mut stop: watch::Receiver<bool>) {
+/// Runs on every node: puts idle groups this node leads to sleep, and
+/// unloads followers asleep for `unload_after_ms` (see [`super::dormant`];
+/// 0: never). `sleep_after_ms` 0 disables sleeping.
+pub async fn run(
+    registry: Arc<Registry>,
+    sleep_after_ms: u64,
+    unload_after_ms: u64,
+    mut stop: watch::Receiver<bool>,
+) {
     if sleep_after_ms == 0 {
         return;
     }
@@ -131,5 +137,19 @@ pub async fn run(registry: Arc<Registry>, sleep_after_ms: u64, mut stop: watch::
                 }
             })
             .await;
+        unload_sleepers(&registry, unload_after_ms).await;
+    }
+}
+
+/// Unload every follower that may go dormant now.
+async fn unload_sleepers(registry: &Registry, after_ms: u64) {
+    if after_ms == 0 {
+        return;
+    }
+    let me = registry.node_id();
+    for g in registry.all().into_values() {
+        if let Some(record) = super::dormant::plan(&g, &registry.peers, me, after_ms) {
+            registry.unload(&g, record).await;
+        }
     }
 }

@@ -148,6 +148,9 @@ pub async fn run(registry: Arc<Registry>, timing: Timing, mut stop: watch::Recei
         // ping cost ~5% of a core.
         round += 1;
         if !down.is_empty() || round.is_multiple_of(10) {
+            // Dormant followers of a leader that is down come back first,
+            // then wake below as any sleeping follower would.
+            registry.reopen_dormant_led_by(&down).await;
             for g in registry.all().into_values() {
                 if g.is_asleep() && should_wake(&g, me, &down, now, started, timing) {
                     g.wake();
@@ -179,11 +182,8 @@ fn should_wake(
     started: Instant,
     timing: Timing,
 ) -> bool {
-    let (leader, state) = {
-        let m = g.raft.metrics();
-        let m = m.borrow_watched();
-        (m.current_leader, m.state)
-    };
+    let state = g.raft.metrics().borrow_watched().state;
+    let leader = g.leader_or_hint();
     if state == openraft::ServerState::Leader {
         return false;
     }

@@ -34,6 +34,7 @@
 //! groups").
 
 pub mod controller;
+pub mod dormant;
 pub mod liveness;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -68,6 +69,9 @@ pub struct Activity {
     /// False from a wake until a heartbeat round has confirmed (as leader)
     /// the lease that lapsed while asleep.
     lease_confirmed: AtomicBool,
+    /// The leader a dormant replica slept under (0: none), for a replica
+    /// reopened from dormancy until openraft knows its leader again.
+    leader_hint: AtomicU64,
     /// Held while the runtime switches change, so the flag and the
     /// switches never disagree.
     transition: Mutex<()>,
@@ -80,6 +84,7 @@ impl Activity {
             asleep_since_ms: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
             lease_confirmed: AtomicBool::new(true),
+            leader_hint: AtomicU64::new(0),
             transition: Mutex::new(()),
         }
     }
@@ -101,6 +106,35 @@ impl GroupHandle {
         match self.activity.asleep_since_ms.load(SeqCst) {
             0 => 0,
             since => now_ms().saturating_sub(since),
+        }
+    }
+
+    /// The leader this replica slept under before it went dormant, if it
+    /// was reopened from dormancy (see [`dormant`]).
+    pub fn leader_hint(&self) -> Option<u64> {
+        match self.activity.leader_hint.load(SeqCst) {
+            0 => None,
+            l => Some(l),
+        }
+    }
+
+    pub(crate) fn set_leader_hint(&self, leader: u64) {
+        self.activity.leader_hint.store(leader, SeqCst);
+    }
+
+    /// The leader as openraft knows it, else the hint.
+    pub(crate) fn leader_or_hint(&self) -> Option<u64> {
+        let known = self.raft.metrics().borrow_watched().current_leader;
+        known.or(self.leader_hint())
+    }
+
+    /// Stop counting this replica as sleeping without touching its timers:
+    /// it is about to be shut down (unloaded or retired).
+    pub(crate) fn leave_sleep_count(&self) {
+        let _t = self.activity.transition.lock().expect("transition lock");
+        if self.activity.asleep.swap(false, SeqCst) {
+            self.activity.asleep_since_ms.store(0, SeqCst);
+            METRICS.groups_sleeping.decrement(1.0);
         }
     }
 
@@ -209,9 +243,12 @@ impl GroupHandle {
         if !self.is_asleep() {
             return None;
         }
+        let leader = self.leader_or_hint()?;
         let m = self.raft.metrics();
         let m = m.borrow_watched();
-        let leader = m.current_leader.filter(|l| *l != m.id)?;
+        if leader == m.id {
+            return None;
+        }
         peers
             .is_up(leader)
             .then(|| VoteResponse::new(m.vote, m.last_applied, false))

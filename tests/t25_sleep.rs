@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use seatfence_core::{GroupId, Query};
+use seatfence_proto::v1::GroupStatus;
 use seatfence_raft::ClusterClient;
 use seatfence_testkit::LocalCluster;
 
@@ -28,18 +29,26 @@ fn sleepy() -> seatfence_raft::RaftTuning {
     }
 }
 
-/// `(asleep, term, leader)` of `group` on each running node.
-async fn views(cluster: &LocalCluster, group: GroupId) -> Vec<(u64, bool, u64, Option<u64>)> {
+/// `group`'s `Status` entry on each running node.
+async fn statuses(cluster: &LocalCluster, group: GroupId) -> Vec<(u64, GroupStatus)> {
     let client = cluster.client();
     let mut out = Vec::new();
     for n in cluster.nodes.iter().filter(|n| n.is_running()) {
         if let Ok(s) = client.status_at(n.addr()).await {
-            if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
-                out.push((n.id(), g.asleep, g.term, g.leader));
+            if let Some(g) = s.groups.into_iter().find(|g| g.group_id == group.0) {
+                out.push((n.id(), g));
             }
         }
     }
     out
+}
+
+/// `(node, asleep, term, leader)` of `group` on each running node.
+async fn views(cluster: &LocalCluster, group: GroupId) -> Vec<(u64, bool, u64, Option<u64>)> {
+    let v = statuses(cluster, group).await;
+    v.into_iter()
+        .map(|(n, g)| (n, g.asleep, g.term, g.leader))
+        .collect()
 }
 
 /// Wait until every running replica of `group` sleeps; the term it sleeps in.
@@ -155,16 +164,10 @@ async fn t25_idle_groups_sleep_wake_on_use_and_fail_over_asleep() {
 
 /// `(node, dormant, asleep, term)` of `group` on each running node.
 async fn residency(cluster: &LocalCluster, group: GroupId) -> Vec<(u64, bool, bool, u64)> {
-    let client = cluster.client();
-    let mut out = Vec::new();
-    for n in cluster.nodes.iter().filter(|n| n.is_running()) {
-        if let Ok(s) = client.status_at(n.addr()).await {
-            if let Some(g) = s.groups.iter().find(|g| g.group_id == group.0) {
-                out.push((n.id(), g.dormant, g.asleep, g.term));
-            }
-        }
-    }
-    out
+    let v = statuses(cluster, group).await;
+    v.into_iter()
+        .map(|(n, g)| (n, g.dormant, g.asleep, g.term))
+        .collect()
 }
 
 /// Wait until `leader` sleeps in memory and every other replica of

@@ -136,13 +136,7 @@ impl Registry {
         if !self.is_dormant(id) {
             return None;
         }
-        match self.open(id).await {
-            Ok(h) => Some(h),
-            Err(e) => {
-                tracing::warn!(group = id.0, "reopen dormant replica: {e:#}");
-                None
-            }
-        }
+        self.open_or_warn(id, "reopen dormant replica").await
     }
 
     /// Whether `id` is hosted here, in memory or dormant.
@@ -376,10 +370,15 @@ impl Registry {
         if self.db.is_stored(id).ok()? {
             return None;
         }
+        self.open_or_warn(id, "open on first message").await
+    }
+
+    /// [`open`](Self::open), logging a failure as `what`.
+    async fn open_or_warn(&self, id: GroupId, what: &str) -> Option<Arc<GroupHandle>> {
         match self.open(id).await {
             Ok(h) => Some(h),
             Err(e) => {
-                tracing::warn!(group = id.0, "open on first message: {e:#}");
+                tracing::warn!(group = id.0, "{what}: {e:#}");
                 None
             }
         }

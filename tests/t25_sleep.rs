@@ -133,18 +133,7 @@ async fn t25_idle_groups_sleep_wake_on_use_and_fail_over_asleep() {
     );
 
     tracing::info!("--- SIGKILL the sleeping leader's node");
-    cluster.kill(leader).unwrap();
-    let new_leader = eventually("a new leader among the survivors", || async {
-        match cluster.wait_leader(g, Duration::from_secs(1)).await {
-            Ok(l) if l != leader => Some(l),
-            _ => None,
-        }
-    })
-    .await;
-    put(&client, g, "after-kill", b"3").await;
-    acked.push(("after-kill".into(), b"3".to_vec()));
-    let new_addr = cluster.addr(new_leader).unwrap();
-    assert_keys_on(&cluster, &new_addr, g, &acked).await;
+    let new_leader = kill_leader_and_write(&mut cluster, &client, g, leader, &mut acked).await;
 
     tracing::info!("--- the killed node comes back and catches up, no election");
     let term = views(&cluster, g).await[0].2;
@@ -227,6 +216,23 @@ async fn t25_sleeping_followers_unload_and_come_back() {
     );
 
     tracing::info!("--- SIGKILL the leader's node: the dormant followers come back and elect");
+    kill_leader_and_write(&mut cluster, &client, g, leader, &mut acked).await;
+    let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|n| *n != leader).collect();
+    for n in survivors {
+        assert_keys_on(&cluster, &cluster.addr(n).unwrap(), g, &acked).await;
+    }
+}
+
+/// SIGKILL `leader`'s node, wait for a new leader among the survivors,
+/// write one more key through it and read every acked key there; the new
+/// leader.
+async fn kill_leader_and_write(
+    cluster: &mut LocalCluster,
+    client: &ClusterClient,
+    g: GroupId,
+    leader: u64,
+    acked: &mut Vec<(String, Vec<u8>)>,
+) -> u64 {
     cluster.kill(leader).unwrap();
     let new_leader = eventually("a new leader among the survivors", || async {
         match cluster.wait_leader(g, Duration::from_secs(1)).await {
@@ -235,11 +241,8 @@ async fn t25_sleeping_followers_unload_and_come_back() {
         }
     })
     .await;
-    put(&client, g, "after-kill", b"2").await;
-    acked.push(("after-kill".into(), b"2".to_vec()));
-    assert_keys_on(&cluster, &cluster.addr(new_leader).unwrap(), g, &acked).await;
-    let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|n| *n != leader).collect();
-    for n in survivors {
-        assert_keys_on(&cluster, &cluster.addr(n).unwrap(), g, &acked).await;
-    }
+    put(client, g, "after-kill", b"k").await;
+    acked.push(("after-kill".into(), b"k".to_vec()));
+    assert_keys_on(cluster, &cluster.addr(new_leader).unwrap(), g, acked).await;
+    new_leader
 }

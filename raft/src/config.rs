@@ -25,7 +25,7 @@ pub struct RaftTuning {
     pub sleep_after_ms: u64,
     /// A follower asleep for this long is unloaded from memory (its
     /// storage stays; reopened when a message, a use or its leader's
-    /// failure needs it); 0 (the default): never. Only with sleeping on.
+    /// failure needs it); 0: never. Only with sleeping on.
     pub unload_after_ms: u64,
     /// Free space (MiB) the data directory's filesystem keeps: below it the
     /// node takes no new writes or entries (`storage_full`) until space is
@@ -46,9 +46,7 @@ impl Default for RaftTuning {
             logs_to_keep: 5_000,
             flush: FlushMode::Shared,
             sleep_after_ms: 10_000,
-            // Off until the stale-replica failure t98 found with it on
-            // (seed 1: a moved event's replicas stayed at epoch 1) is fixed.
-            unload_after_ms: 0,
+            unload_after_ms: 60_000,
             min_free_mb: 128,
             cache_mb: crate::storage::DEFAULT_CACHE_MB,
         }

@@ -136,7 +136,21 @@ impl Registry {
         if !self.is_dormant(id) {
             return None;
         }
-        self.open_or_warn(id, "reopen dormant replica").await
+        let _guard = self.opening.lock().await;
+        if let Some(h) = self.get(id) {
+            return Some(h);
+        }
+        // Checked again under the lock: the record may have gone while this
+        // waited (retired, because the directory moved the group away).
+        // Reopening then would bring back a replica nothing tracks any more
+        // — one placement might later find still running when the group
+        // comes back here, and serve its stale state.
+        let record = self.forget_dormant(id)?;
+        warn_failed(
+            id,
+            "reopen dormant replica",
+            self.open_locked(id, Some(record)).await,
+        )
     }
 
     /// Whether `id` is hosted here, in memory or dormant.
@@ -306,6 +320,16 @@ impl Registry {
             return Ok(h);
         }
         let was_dormant = self.forget_dormant(id);
+        self.open_locked(id, was_dormant).await
+    }
+
+    /// Open `id` (the caller holds `opening` and found it not in memory);
+    /// `was_dormant` is its dormant record, if it had one.
+    async fn open_locked(
+        &self,
+        id: GroupId,
+        was_dormant: Option<Dormant>,
+    ) -> anyhow::Result<Arc<GroupHandle>> {
         let log = LogStore::open(&self.db, id).with_context(|| format!("open log of {id}"))?;
         let sm =
             StateMachineStore::open(&self.db, id).with_context(|| format!("open state of {id}"))?;
@@ -344,17 +368,21 @@ impl Registry {
         Ok(handle)
     }
 
-    /// Initialize `id` with `members` if it has never been initialized.
     /// A Raft message came for `id`, which this node does not host yet:
     /// open it now if this node's directory replica already makes it a
     /// voter here and no data of it is stored here (a new group whose
     /// first member campaigns before `place_groups` opened it here; without
     /// this the vote fails and the election waits a whole timeout). A
     /// replica with stored data is left to `place_groups`, which knows
-    /// whether that data is stale.
+    /// whether that data is stale. Checked under the opening lock, so a
+    /// group retired meanwhile is not brought back.
     pub async fn open_if_placed(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
         if id.is_directory() {
             return None;
+        }
+        let _guard = self.opening.lock().await;
+        if let Some(h) = self.get(id) {
+            return Some(h);
         }
         let me = seatfence_core::NodeId(self.node_id);
         let placed = self.get(GroupId::DIRECTORY)?.sm.read(|s| {
@@ -364,26 +392,17 @@ impl Registry {
                 .get(&id)
                 .is_some_and(|g| g.members.contains(&me))
         });
-        if !placed {
+        if !placed || self.db.is_stored(id).ok()? {
             return None;
         }
-        if self.db.is_stored(id).ok()? {
-            return None;
-        }
-        self.open_or_warn(id, "open on first message").await
+        warn_failed(
+            id,
+            "open on first message",
+            self.open_locked(id, None).await,
+        )
     }
 
-    /// [`open`](Self::open), logging a failure as `what`.
-    async fn open_or_warn(&self, id: GroupId, what: &str) -> Option<Arc<GroupHandle>> {
-        match self.open(id).await {
-            Ok(h) => Some(h),
-            Err(e) => {
-                tracing::warn!(group = id.0, "{what}: {e:#}");
-                None
-            }
-        }
-    }
-
+    /// Initialize `id` with `members` if it has never been initialized.
     pub async fn initialize(
         &self,
         id: GroupId,
@@ -442,6 +461,17 @@ impl Registry {
             tracing::warn!("final flush failed: {e}");
         }
     }
+}
+
+/// The opened replica, or `None` with the failure logged as `what`.
+fn warn_failed(
+    id: GroupId,
+    what: &str,
+    opened: anyhow::Result<Arc<GroupHandle>>,
+) -> Option<Arc<GroupHandle>> {
+    opened
+        .inspect_err(|e| tracing::warn!(group = id.0, "{what}: {e:#}"))
+        .ok()
 }
 
 /// Log every change of a group's role, leader or term (group id and term in

@@ -64,7 +64,9 @@ pub async fn place_groups(
             }
             if retired.remove(&gid).is_some() {
                 // Placed here again before its old data was deleted: start
-                // from nothing rather than from a stale log.
+                // from nothing rather than from a stale log, with no replica
+                // still running on that data.
+                registry.retire(gid).await;
                 if let Err(e) = registry.db().drop_group(gid) {
                     tracing::warn!(group = gid.0, "drop stale replica data: {e}");
                 }

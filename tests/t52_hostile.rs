@@ -36,7 +36,7 @@ async fn event(cluster: &LocalCluster, id: &str) -> GroupId {
 }
 
 fn hold(event: &str, owner: String, now_ms: u64) -> Command {
-    Command::Event(EventCommand {
+    Command::event(EventCommand {
         event_id: EventId(event.into()),
         epoch: Epoch(1),
         now_ms,

@@ -11,7 +11,7 @@ use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
 fn hold(epoch: u64, key: &str) -> Command {
-    Command::Event(EventCommand {
+    Command::event(EventCommand {
         event_id: EventId("fenced".into()),
         epoch: Epoch(epoch),
         now_ms: 0,

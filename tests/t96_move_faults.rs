@@ -190,7 +190,7 @@ async fn assert_old_replicas_take_no_write(cluster: &LocalCluster, gid: u64, old
     let client = cluster.client();
     for n in &old {
         for epoch in [1, 2] {
-            let cmd = seatfence_core::Command::Event(seatfence_core::inventory::EventCommand {
+            let cmd = seatfence_core::Command::event(seatfence_core::inventory::EventCommand {
                 event_id: seatfence_core::EventId("cut".into()),
                 epoch: seatfence_core::Epoch(epoch),
                 now_ms: 0,

@@ -241,7 +241,7 @@ impl Edge {
                 tokio::time::sleep(Duration::from_millis(20 << attempt.min(4))).await;
             }
             cmd.epoch = route.epoch;
-            let out = match self.write(route.group, Command::Event(cmd.clone())).await {
+            let out = match self.write(route.group, Command::event(cmd.clone())).await {
                 Ok(out) => out,
                 Err(ClientError::Rejected(e @ ProposeError::OutcomeUnknown(_))) => {
                     // Entry discarded by a leader change: the same key makes

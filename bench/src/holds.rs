@@ -316,7 +316,7 @@ async fn hold_http(load: &Shared, user: usize, key: &str) -> Option<bool> {
 /// `None` any other outcome.
 async fn hold_grpc(load: &Shared, user: usize, key: String) -> Option<bool> {
     let owner = UserId(format!("buyer{user}"));
-    let cmd = Command::Event(EventCommand {
+    let cmd = Command::event(EventCommand {
         event_id: EventId(EVENT.into()),
         epoch: Epoch(1),
         now_ms: 0,

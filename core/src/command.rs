@@ -59,8 +59,12 @@ pub enum Command {
         op: crate::lifecycle::NodeOp,
         at_ms: u64,
     },
-    /// Event groups: a seat inventory command.
-    Event(EventCommand),
+    /// Event groups: a seat inventory command. Boxed: it is the largest
+    /// command by far (a payment attempt carries five strings), and every
+    /// variant pays for the largest — in each log entry openraft holds, and
+    /// in the 4,096-slot command ring it reserves per group. Build one with
+    /// [`Command::event`].
+    Event(Box<EventCommand>),
     /// Directory: set a fleet-wide value only if it is `expected` now
     /// (`None`: absent). A compare-and-set: of two writers that read the
     /// same value, one wins and the other is told [`Response::Changed`].
@@ -180,6 +184,11 @@ where
 }
 
 impl Command {
+    /// A seat inventory command for an event group.
+    pub fn event(c: EventCommand) -> Command {
+        Command::Event(Box::new(c))
+    }
+
     /// Bounds every replica checks before applying a command (and a
     /// leader before proposing one), so that no input (a hostile sender, a
     /// bug) can reach a panic in `apply`: batches nest at most two deep, owners
@@ -244,5 +253,20 @@ impl fmt::Display for Command {
 impl fmt::Display for Response {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod size {
+    /// Every log entry openraft holds and every slot of the command ring
+    /// it reserves per group (4,096) is as large as the largest command:
+    /// keep it small (box big variants), so that ring stays under 1 MiB.
+    #[test]
+    fn a_command_stays_small() {
+        let size = std::mem::size_of::<super::Command>();
+        assert!(
+            size <= 160,
+            "Command is {size} bytes; box its largest variant"
+        );
     }
 }

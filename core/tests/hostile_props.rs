@@ -35,7 +35,7 @@ fn spec(sections: Vec<(u32, u32)>) -> EventSpec {
 }
 
 fn event(action: EventAction, key: Option<(String, String)>, now_ms: u64) -> Command {
-    Command::Event(EventCommand {
+    Command::event(EventCommand {
         event_id: EventId("e".into()),
         epoch: Epoch(1),
         now_ms,

@@ -135,7 +135,7 @@ pub(crate) async fn expire_holds(
             let Some((event_id, epoch)) = due else {
                 continue;
             };
-            let cmd = Command::Event(EventCommand {
+            let cmd = Command::event(EventCommand {
                 event_id,
                 epoch,
                 now_ms: now,

@@ -58,7 +58,7 @@ async fn one_node() -> OneNode {
 }
 
 fn event_cmd(epoch: u64, action: EventAction) -> Command {
-    Command::Event(EventCommand {
+    Command::event(EventCommand {
         event_id: EventId("e".into()),
         epoch: Epoch(epoch),
         now_ms: 0,

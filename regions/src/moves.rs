@@ -369,7 +369,7 @@ impl Coordinator {
     /// epoch. A repeat after success is refused as stale, naming it.
     async fn bump_epoch(&self, m: &MoveRecord) -> anyhow::Result<()> {
         let next = Epoch(m.from_epoch.0 + 1);
-        let cmd = Command::Event(EventCommand {
+        let cmd = Command::event(EventCommand {
             event_id: m.event_id.clone(),
             epoch: m.from_epoch,
             now_ms: 0,

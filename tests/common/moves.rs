@@ -256,7 +256,7 @@ pub async fn verify_moved(cluster: &LocalCluster, event: &str, gid: u64, to: &st
     };
     let before = held().await;
     for i in 0..10 {
-        let cmd = Command::Event(EventCommand {
+        let cmd = Command::event(EventCommand {
             event_id: EventId(event.to_string()),
             epoch: Epoch(1),
             now_ms: 0,

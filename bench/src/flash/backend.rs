@@ -96,7 +96,7 @@ impl HttpBackend {
 impl GrpcBackend {
     async fn hold(&self, buyer: u64, attempt: u32, seats: &[u32]) -> HoldAnswer {
         let owner = UserId(format!("buyer{buyer}"));
-        let cmd = Command::Event(EventCommand {
+        let cmd = Command::event(EventCommand {
             event_id: EventId(self.event.clone()),
             epoch: Epoch(1),
             now_ms: 0,

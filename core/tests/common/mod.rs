@@ -131,7 +131,7 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
 }
 
 pub fn cmd(now: u64, epoch: u64, key: Option<(UserId, String)>, action: EventAction) -> Command {
-    Command::Event(EventCommand {
+    Command::event(EventCommand {
         event_id: EventId("e".into()),
         epoch: Epoch(epoch),
         now_ms: now,

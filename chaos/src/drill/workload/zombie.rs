@@ -82,7 +82,7 @@ async fn free_seat(w: &World, token: &str, ev: &EventInfo, rng: &mut StdRng) -> 
 /// under `zombie-{op}`.
 fn stale_hold(ev: &EventInfo, epoch: u64, seat: String, op: u64) -> Command {
     let owner = UserId("zombie".into());
-    Command::Event(EventCommand {
+    Command::event(EventCommand {
         event_id: EventId(ev.event_id.clone()),
         epoch: Epoch(epoch),
         now_ms: 0,

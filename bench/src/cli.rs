@@ -9,6 +9,7 @@ use seatfence_raft::storage::FlushMode;
 use seatfence_raft::RaftTuning;
 
 use crate::create::{run_create_bench, CreateBenchArgs};
+use crate::dormant::{run_dormant_bench, DormantBenchArgs};
 use crate::failover::{run_failover_bench, FailoverBenchArgs};
 use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
 use crate::moves::{run_move_bench, MoveBenchArgs};
@@ -66,6 +67,22 @@ pub enum BenchCmd {
         before: u64,
         #[arg(long, default_value_t = 2)]
         after: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// N groups of a local 3-node cluster asleep, their followers dormant
+    /// (`--unload-after-ms` > 0) or not: each node's heap, and the first
+    /// write to each group (its wake-up and any reopening). Run with 0 and
+    /// with it on, side by side.
+    Dormant {
+        #[arg(long, default_value_t = 200)]
+        groups: usize,
+        /// `raft.sleep_after_ms` of the nodes.
+        #[arg(long, default_value_t = 2_000)]
+        sleep_after_ms: u64,
+        /// `raft.unload_after_ms` of the nodes; 0: followers stay loaded.
+        #[arg(long, default_value_t = 5_000)]
+        unload_after_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -252,6 +269,24 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             emit(&r, json)?;
             if r.errors > 0 {
                 anyhow::bail!("{} creates failed", r.errors);
+            }
+            Ok(())
+        }
+        BenchCmd::Dormant {
+            groups,
+            sleep_after_ms,
+            unload_after_ms,
+            json,
+        } => {
+            let args = DormantBenchArgs {
+                groups,
+                sleep_after_ms,
+                unload_after_ms,
+            };
+            let r = run_dormant_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.failed > 0 {
+                anyhow::bail!("{} writes failed after the groups slept", r.failed);
             }
             Ok(())
         }

@@ -10,6 +10,7 @@
 //! - [`holds`]: `bench holds`, holds/s on one hot event (HTTP or gRPC).
 //! - [`payments`]: `bench payments`, confirmed bookings/s with the mock gateway.
 //! - [`moves`]: `bench move`, an ownership move under load.
+//! - [`dormant`]: `bench dormant`, dormant followers' memory and wake-up.
 //! - [`flash`]: `bench flash-sale` and `bench compare` (PostgreSQL, etcd;
 //!   `bench/compare.sh` starts those servers).
 //! - [`cli`]: the subcommands' flags; each report renders itself (`Display`).
@@ -17,6 +18,7 @@
 
 pub mod cli;
 pub mod create;
+pub mod dormant;
 pub mod failover;
 pub mod flash;
 pub mod holds;

@@ -3,7 +3,7 @@
 //! storage, and it is opened again from there when something needs it.
 //!
 //! A sleeping replica costs no CPU but still holds its openraft runtime:
-//! ~1 MiB of command and response queues per group (openraft reserves them
+//! ~1.5 MiB of command and response queues per group (openraft reserves them
 //! at `Raft::new`, and their pages become resident as a group works), plus
 //! its state. A node hosting thousands of events would hold gigabytes for
 //! groups nobody uses; a dormant replica holds a few hundred bytes (this

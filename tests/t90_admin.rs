@@ -155,6 +155,46 @@ async fn t90_the_cluster_view_shows_regions_nodes_and_groups() {
         ok && out.contains("adm") && out.contains("(directory)"),
         "{out}"
     );
+
+    tracing::info!("--- the console: page and modules under a strict CSP; ctl's sign-in link");
+    let page = http.get(&format!("{edge}/console"), None).await.unwrap();
+    assert_eq!(page.status.as_u16(), 200);
+    assert!(page.header("content-type").starts_with("text/html"));
+    let csp = page.header("content-security-policy");
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe"),
+        "{csp}"
+    );
+    assert!(page.body.as_str().unwrap().contains("/console/console.js"));
+    let js = http
+        .get(&format!("{edge}/console/console.js"), None)
+        .await
+        .unwrap();
+    assert_eq!(js.status.as_u16(), 200);
+    assert!(js.header("content-type").starts_with("text/javascript"));
+    assert_eq!(js.header("content-security-policy"), csp);
+    let other = http
+        .get(&format!("{edge}/console/README-console.md"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (other.status.as_u16(), other.body["error"]["code"].clone()),
+        (404, json!("not_found"))
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_seatfence"))
+        .args(["ctl", "--edge", edge, "console", "--user", "alice"])
+        .env("SEATFENCE_JWT_SECRET", cluster.jwt_secret().unwrap())
+        .output()
+        .expect("run seatfence ctl console");
+    let link = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let jwt = link
+        .strip_prefix(&format!("{edge}/console#token="))
+        .unwrap_or_else(|| panic!("not a console link: {link:?}"));
+    let signed_in = http
+        .get(&format!("{edge}/v1/admin/cluster"), Some(jwt))
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status.as_u16(), 200, "{}", signed_in.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,7 @@ pub mod admission;
 pub mod auth;
 pub mod config;
 mod conn;
+pub mod console;
 pub mod error;
 pub mod events;
 pub mod gateway;

@@ -16,6 +16,8 @@ pub enum Route {
     Healthz,
     Readyz,
     Metrics,
+    Console,
+    ConsoleAsset,
     CreateEvent,
     GetEvent,
     Availability,
@@ -91,6 +93,13 @@ pub const ROUTES: &[RouteDef] = &[
     row(Route::Healthz, Method::GET, "/healthz", "other"),
     row(Route::Readyz, Method::GET, "/readyz", "other"),
     row(Route::Metrics, Method::GET, "/metrics", "other"),
+    row(Route::Console, Method::GET, "/console", "other"),
+    row(
+        Route::ConsoleAsset,
+        Method::GET,
+        "/console/{asset}",
+        "other",
+    ),
     audited(
         row(Route::CreateEvent, Method::POST, "/v1/events", "events"),
         "create-event",

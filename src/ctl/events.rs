@@ -30,6 +30,20 @@ pub enum EventCmd {
         #[arg(long, default_value_t = 86_400)]
         ttl_secs: u64,
     },
+    /// Print a sign-in link to the operator console of the edge
+    /// (`--edge`, else demo.json's first): `{edge}/console#token=JWT`, a
+    /// fresh operator token for `--user`. The token rides in the link's
+    /// fragment, which browsers never send; the page keeps it in the tab's
+    /// session storage and erases it from the address bar. Signed with the
+    /// demo's secret (or $SEATFENCE_JWT_SECRET), like `token`.
+    Console {
+        /// The operator (the token's subject, named in the audit trail).
+        #[arg(long, default_value = "console")]
+        user: String,
+        /// How long the token is valid, in seconds.
+        #[arg(long, default_value_t = 3_600)]
+        ttl_secs: u64,
+    },
     /// Create an event (operator).
     CreateEvent {
         /// The event id: [A-Za-z0-9_-], 1-64 characters.
@@ -260,7 +274,14 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
         ttl_secs,
     } = &cmd
     {
-        return print_token(&demo, user, *operator, *ttl_secs);
+        println!("{}", mint_token(&demo, user, *operator, *ttl_secs)?);
+        return Ok(());
+    }
+    if let EventCmd::Console { user, ttl_secs } = &cmd {
+        let url = edge_url(&target, &demo)?;
+        let jwt = mint_token(&demo, user, true, *ttl_secs)?;
+        println!("{}/console#token={jwt}", url.trim_end_matches('/'));
+        return Ok(());
     }
     let url = edge_url(&target, &demo)?;
     let token = bearer_token(&target, &demo)?;
@@ -270,7 +291,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
         token,
     };
     match cmd {
-        EventCmd::Token { .. } => unreachable!("handled above"),
+        EventCmd::Token { .. } | EventCmd::Console { .. } => unreachable!("handled above"),
         EventCmd::CreateEvent {
             id,
             name,
@@ -344,12 +365,14 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
 
 /// `token`: print a bearer token for `user`, signed with
 /// `SEATFENCE_JWT_SECRET`, else with the demo's secret.
-fn print_token(
+/// A bearer token for `user`, signed with $SEATFENCE_JWT_SECRET or the
+/// demo's secret.
+fn mint_token(
     demo: &anyhow::Result<DemoFile>,
     user: &str,
     operator: bool,
     ttl_secs: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     if user.is_empty() || user.len() > 128 || !user.bytes().all(|b| b.is_ascii_graphic()) {
         bail!("--user must be 1-128 printable ASCII characters (the edge refuses anything else)");
     }
@@ -358,11 +381,7 @@ fn print_token(
         (_, Ok(d)) => d.jwt_secret.clone(),
         (_, Err(e)) => bail!("no secret: set SEATFENCE_JWT_SECRET or start the demo ({e:#})"),
     };
-    println!(
-        "{}",
-        seatfence_api::auth::mint(&secret, user, operator, ttl_secs)
-    );
-    Ok(())
+    Ok(seatfence_api::auth::mint(&secret, user, operator, ttl_secs))
 }
 
 /// The edge's URL: `--edge`, else the first edge demo.json lists.

@@ -22,6 +22,8 @@ pub struct HttpAnswer {
     pub retry_after: Option<String>,
     pub epoch: Option<u64>,
     pub cache_control: Option<String>,
+    /// Every header of the answer.
+    pub headers: hyper::HeaderMap,
 }
 
 #[derive(Clone)]
@@ -98,6 +100,7 @@ impl HttpClient {
         let retry_after = h("retry-after");
         let epoch = h("x-seatfence-epoch").and_then(|v| v.parse().ok());
         let cache_control = h("cache-control");
+        let headers = resp.headers().clone();
         let bytes = resp
             .into_body()
             .collect()
@@ -116,6 +119,7 @@ impl HttpClient {
             retry_after,
             epoch,
             cache_control,
+            headers,
         })
     }
 
@@ -135,6 +139,14 @@ impl HttpClient {
 }
 
 impl HttpAnswer {
+    /// The value of header `name` ("" when absent or not text).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
     /// The stable error code of an error answer.
     pub fn code(&self) -> Option<&str> {
         self.body["error"]["code"].as_str()

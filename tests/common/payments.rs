@@ -298,6 +298,7 @@ impl Env {
             retry_after: None,
             epoch: None,
             cache_control: None,
+            headers: Default::default(),
         }
     }
 

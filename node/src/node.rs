@@ -100,6 +100,7 @@ impl Node {
             ),
         }
         seatfence_raft::network::tls::install_client(tls.as_ref());
+        seatfence_raft::heap::set_pretouch(config.raft.pretouch);
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let db = NodeDb::open_with_cache(

@@ -34,6 +34,11 @@ pub struct RaftTuning {
     /// sled's page cache (MiB): it fills up to this as data is written
     /// and read, then stays there.
     pub cache_mb: u64,
+    /// Fault in every page of each large allocation (64 KiB or more) when
+    /// it is made, so RSS is what is allocated from the start rather than
+    /// rising toward it as reserved queues are first written
+    /// (`seatfence_raft::heap`). Off by default; the soak turns it on.
+    pub pretouch: bool,
 }
 
 impl Default for RaftTuning {
@@ -49,6 +54,7 @@ impl Default for RaftTuning {
             unload_after_ms: 60_000,
             min_free_mb: 128,
             cache_mb: crate::storage::DEFAULT_CACHE_MB,
+            pretouch: false,
         }
     }
 }

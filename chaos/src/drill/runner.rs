@@ -66,6 +66,9 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         // second half is not sled's page cache warming up.
         for (_, c) in configs.iter_mut() {
             c.raft.cache_mb = SOAK_CACHE_MB;
+            // RSS counts what is allocated from the start, not as
+            // openraft's reserved rings are first written (raft/src/heap.rs).
+            c.raft.pretouch = true;
         }
     }
     let net = start_partitioner(&mut configs, mech, netns, &planned).await?;

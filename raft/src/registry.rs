@@ -145,7 +145,7 @@ impl Registry {
         // Reopening then would bring back a replica nothing tracks any more
         // — one placement might later find still running when the group
         // comes back here, and serve its stale state.
-        let record = self.forget_dormant(id)?;
+        let record = self.dormant_record(id)?;
         warn_failed(
             id,
             "reopen dormant replica",
@@ -198,20 +198,23 @@ impl Registry {
     /// Whether it was unloaded.
     pub async fn unload(&self, g: &Arc<GroupHandle>, record: Dormant) -> bool {
         let _guard = self.opening.lock().await;
-        {
-            let mut groups = self.groups.write().expect("registry lock poisoned");
-            match groups.get(&g.id) {
-                Some(h) if Arc::ptr_eq(h, g) && g.is_asleep() => {}
-                _ => return false,
-            }
-            groups.remove(&g.id);
+        match self.get(g.id) {
+            Some(h) if Arc::ptr_eq(&h, g) && g.is_asleep() => {}
+            _ => return false,
         }
-        g.leave_sleep_count();
+        // The record first, then out of the map (every change of either is
+        // made under `opening`): a lookup finds one or the other, never
+        // neither, so a message or a use meanwhile never hears "not hosted".
         self.dormant
             .write()
             .expect("registry lock poisoned")
             .insert(g.id, record);
         crate::metrics::METRICS.groups_dormant.increment(1.0);
+        self.groups
+            .write()
+            .expect("registry lock poisoned")
+            .remove(&g.id);
+        g.leave_sleep_count();
         if let Err(e) = g.raft.shutdown().await {
             tracing::warn!(group = g.id.0, "shutdown of unloaded replica: {e}");
         }
@@ -319,12 +322,16 @@ impl Registry {
         if let Some(h) = self.get(id) {
             return Ok(h);
         }
-        let was_dormant = self.forget_dormant(id);
+        let was_dormant = self.dormant_record(id);
         self.open_locked(id, was_dormant).await
     }
 
     /// Open `id` (the caller holds `opening` and found it not in memory);
-    /// `was_dormant` is its dormant record, if it had one.
+    /// `was_dormant` is its dormant record, if it has one. The record goes
+    /// only once the replica is in the map (a lookup meanwhile finds the
+    /// record, and placement still sees the group hosted), and stays if
+    /// the open fails (the group stays hosted, to be reopened when next
+    /// needed).
     async fn open_locked(
         &self,
         id: GroupId,
@@ -361,6 +368,7 @@ impl Registry {
             .write()
             .expect("registry lock poisoned")
             .insert(id, handle.clone());
+        self.forget_dormant(id);
         match was_dormant {
             Some(_) => tracing::debug!(group = id.0, "reopened dormant replica"),
             None => tracing::info!(group = id.0, "opened group replica"),
@@ -374,25 +382,18 @@ impl Registry {
     /// first member campaigns before `place_groups` opened it here; without
     /// this the vote fails and the election waits a whole timeout). A
     /// replica with stored data is left to `place_groups`, which knows
-    /// whether that data is stale. Checked under the opening lock, so a
-    /// group retired meanwhile is not brought back.
+    /// whether that data is stale. Checked before taking the opening lock
+    /// (a message for a group not placed here waits for nobody's open) and
+    /// again under it (a group retired meanwhile is not brought back).
     pub async fn open_if_placed(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
-        if id.is_directory() {
+        if id.is_directory() || !self.placed_here_and_new(id) {
             return None;
         }
         let _guard = self.opening.lock().await;
         if let Some(h) = self.get(id) {
             return Some(h);
         }
-        let me = seatfence_core::NodeId(self.node_id);
-        let placed = self.get(GroupId::DIRECTORY)?.sm.read(|s| {
-            s.state
-                .directory
-                .groups
-                .get(&id)
-                .is_some_and(|g| g.members.contains(&me))
-        });
-        if !placed || self.db.is_stored(id).ok()? {
+        if !self.placed_here_and_new(id) {
             return None;
         }
         warn_failed(
@@ -400,6 +401,22 @@ impl Registry {
             "open on first message",
             self.open_locked(id, None).await,
         )
+    }
+
+    /// Whether this node's directory replica places `id` here and no data
+    /// of it is stored here.
+    fn placed_here_and_new(&self, id: GroupId) -> bool {
+        let me = seatfence_core::NodeId(self.node_id);
+        let placed = self.get(GroupId::DIRECTORY).is_some_and(|dir| {
+            dir.sm.read(|s| {
+                s.state
+                    .directory
+                    .groups
+                    .get(&id)
+                    .is_some_and(|g| g.members.contains(&me))
+            })
+        });
+        placed && self.db.is_stored(id).is_ok_and(|stored| !stored)
     }
 
     /// Initialize `id` with `members` if it has never been initialized.

@@ -419,6 +419,7 @@ async fn t70_every_documented_route_is_served() {
             path.replace("{event_id}", "race")
                 .replace("{hold_id}", hold_id)
                 .replace("{booking_id}", "b1")
+                .replace("{asset}", "console.js")
         );
         let a = r
             .http

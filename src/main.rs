@@ -1,6 +1,8 @@
 //! `seatfence`: one binary, thin. The work lives in the library crates.
 
+use std::cell::Cell;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -106,15 +108,45 @@ async fn terminated() {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(trim_allocator)
+        .build()
+        .expect("start the tokio runtime");
     // A user's error is its message chain, never a backtrace (even with
     // RUST_BACKTRACE set); panics, which are bugs, keep theirs.
-    if let Err(e) = run(cli).await {
+    if let Err(e) = runtime.block_on(run(cli)) {
         eprintln!("Error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// How often an idle runtime worker hands its allocator's spare pages back.
+const TRIM_EVERY: Duration = Duration::from_secs(5);
+
+/// mimalloc keeps each thread's freed pages for that thread to reuse, and
+/// pages freed from other threads wait for their owner to collect them; on
+/// a node that runs for weeks, with replicas unloading and reopening and
+/// connections coming and going, what it keeps crept up (docs/CHAOS.md,
+/// the soak). A worker about to park, at most every [`TRIM_EVERY`], frees
+/// its empty pages and lets the allocator purge what is unused.
+fn trim_allocator() {
+    thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
+    LAST.with(|last| {
+        let now = Instant::now();
+        if last
+            .get()
+            .is_some_and(|t| now.duration_since(t) < TRIM_EVERY)
+        {
+            return;
+        }
+        last.set(Some(now));
+        // SAFETY: `mi_collect` only frees or purges pages no live
+        // allocation uses; it takes no pointer.
+        unsafe { libmimalloc_sys::mi_collect(true) };
+    });
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

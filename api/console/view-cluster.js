@@ -170,9 +170,10 @@ function groupsModel(c, filter) {
       state: g.state,
       leader: g.leader,
       term: g.term,
+      commit: g.committed_index ?? null,
       voters: g.voters || g.members || [],
       learners: g.learners || [],
-      replicas: (g.replicas || []).map((r) => ({ node: r.node_id, role: r.role, term: r.term, applied: r.applied_index, lag: r.lag })),
+      replicas: (g.replicas || []).map((r) => ({ node: r.node_id, role: r.role, term: r.term, committed: r.committed_index, applied: r.applied_index, lag: r.lag })),
       under: g.under_replicated,
       repair: g.repair ? `${g.repair.remove} → ${g.repair.add} (${g.repair.reason}, ${g.repair.step})` : null,
     })),
@@ -186,7 +187,7 @@ function replicaLine(r) {
     {},
     h("span", { class: "mono", text: `n${r.node} ` }),
     badge(r.role, r.role === "leader" ? "ok" : r.role === "learner" ? "info" : "muted"),
-    ` term ${r.term} · applied ${num(r.applied)} · lag `,
+    ` term ${r.term} · committed ${r.committed === undefined ? "?" : num(r.committed)} · applied ${num(r.applied)} · lag `,
     badge(r.lag === null ? "?" : num(r.lag), lagKind),
   );
 }
@@ -202,7 +203,7 @@ function buildGroups(m) {
     h("p", { class: "muted", text: note }),
     table(
       null,
-      ["Group", "Event", "Owner", "Epoch", "Route", "Leader", "Term", "Voters", "Learners", "Replicas (role, applied index, lag behind the leader's log)", "Health"],
+      ["Group", "Event", "Owner", "Epoch", "Route", "Leader", "Term", "Commit index", "Voters", "Learners", "Replicas (role, committed and applied index, lag behind the leader's log)", "Health"],
       m.rows.map((g) =>
         h(
           "tr",
@@ -214,6 +215,7 @@ function buildGroups(m) {
           h("td", {}, g.state ? badge(g.state, g.state === "moving" ? "warn" : "muted") : "–"),
           h("td", {}, g.leader === null ? badge("none", "crit") : `n${g.leader}`),
           h("td", { class: "num", text: g.term ?? "–" }),
+          h("td", { class: "num", text: g.commit === null ? "–" : num(g.commit) }),
           h("td", { class: "mono", text: ids(g.voters) }),
           h("td", { class: "mono", text: ids(g.learners) }),
           h("td", {}, h("ul", { class: "plain" }, g.replicas.map(replicaLine))),

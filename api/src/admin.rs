@@ -130,6 +130,7 @@ impl ClusterView {
                             "node_id": r.node,
                             "role": r.s.role,
                             "term": r.s.term,
+                            "committed_index": r.s.committed_index,
                             "applied_index": r.s.applied_index,
                             "lag": self.lag(g, r.node),
                         })
@@ -148,6 +149,7 @@ impl ClusterView {
                     "state": event.map(|r| r.state.name()),
                     "leader": leader.map(|(n, _)| n),
                     "term": leader.map(|(_, s)| s.term),
+                    "committed_index": leader.map(|(_, s)| s.committed_index),
                     "members": members,
                     "voters": leader.map(|(_, s)| s.voters.clone()),
                     "learners": leader.map(|(_, s)| s.learners.clone()),

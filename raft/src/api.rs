@@ -274,6 +274,7 @@ pub(crate) fn group_status(id: GroupId, g: &GroupHandle) -> GroupStatus {
         leader: m.current_leader,
         last_log_index: m.last_log_index.unwrap_or(0),
         applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
+        committed_index: m.local_committed.map(|l| l.index).unwrap_or(0),
         snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
         purged_index: m.purged.map(|l| l.index).unwrap_or(0),
         voters: membership.voter_ids().collect(),

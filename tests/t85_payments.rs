@@ -530,8 +530,35 @@ async fn unknown_at_deadline(env: &Env) {
         1,
         "never released when unsure"
     );
+    let pay = env.event_payments("ops", true, "pay-ext").await;
+    assert_eq!(pay.status.as_u16(), 200, "{}", pay.body);
+    assert_eq!(pay.body["pending_payments"], 1, "{}", pay.body);
+    assert!(
+        pay.body["oldest_pending_deadline"].is_string(),
+        "{}",
+        pay.body
+    );
+    let buyer = env.event_payments("hank", false, "pay-ext").await;
+    assert_eq!(
+        (buyer.status.as_u16(), buyer.code()),
+        (403, Some("forbidden"))
+    );
+    let unknown = env.event_payments("ops", true, "no-such-event").await;
+    assert_eq!(
+        (unknown.status.as_u16(), unknown.code()),
+        (404, Some("event_not_found"))
+    );
     env.faults(json!({"query": "ok"})).await;
     env.wait_status("hank", &id, "expired").await;
+    let pay = env.event_payments("ops", true, "pay-ext").await.body;
+    assert_eq!(
+        (
+            pay["pending_payments"].clone(),
+            pay["oldest_pending_deadline"].clone()
+        ),
+        (json!(0), Value::Null),
+        "{pay}"
+    );
 }
 
 async fn leader_killed_between_intent_and_confirm(env: &mut Env) {

@@ -221,6 +221,11 @@ export async function availability(id) {
   return (await request("GET", `/v1/events/${enc(id)}/availability?limit=0`)).body;
 }
 
+/** GET /v1/admin/events/{id}/payments: pending payments, the oldest one's lateness, unsettled, refunds due. */
+export async function eventPayments(id) {
+  return (await request("GET", `/v1/admin/events/${enc(id)}/payments`)).body;
+}
+
 /** GET /metrics: this edge's process, Prometheus text (no token needed). */
 export async function metricsText() {
   return (await request("GET", "/metrics", { auth: false })).body;

@@ -8,6 +8,8 @@
 //     `groups` of GET /v1/admin/cluster (polled by console.js);
 //   - counts, owner and epoch as the event's group has them:
 //     GET /v1/events/{id}/availability?limit=0, every round;
+//   - pending payments, the oldest one's lateness, unsettled releases and
+//     refunds due: GET /v1/admin/events/{id}/payments, with the settings;
 //   - settings (name, survival, sale window, open/closed):
 //     GET /v1/events/{id}, every DETAIL_EVERY rounds, and at once when the
 //     directory's epoch or owner differs from what it last said;
@@ -75,6 +77,14 @@ async function fetchEvents(ctx, events) {
           entry.detailError = e;
         }
       });
+      jobs.push(async () => {
+        try {
+          entry.pay = await ctx.api.eventPayments(ev.id);
+          entry.payError = null;
+        } catch (e) {
+          entry.payError = e;
+        }
+      });
     }
   }
   await pool(jobs, PARALLEL);
@@ -118,17 +128,32 @@ function rowsModel(ctx, events) {
       available: a?.available ?? null,
       held: a?.held ?? null,
       sold: a?.sold ?? null,
-      error: errText(c.availError) || errText(c.detailError),
+      pay: c.pay ?? null,
+      error: errText(c.availError) || errText(c.detailError) || errText(c.payError),
     };
   });
 }
 
-const GAP_TITLE = "No endpoint reports this per event (README-console.md, Gaps). See this node's totals above.";
+/** The pending-payments cell: how many, and unsettled or refunds due when any. */
+function pendingCell(p) {
+  if (!p) return h("td", { class: "num muted", text: "–" });
+  const extra = [];
+  if (p.unsettled) extra.push(`${num(p.unsettled)} unsettled`);
+  if (p.refunds_pending) extra.push(`${num(p.refunds_pending)} refunds due`);
+  return h("td", { class: "num", text: num(p.pending_payments) + (extra.length ? ` (${extra.join(", ")})` : "") });
+}
+
+/** The oldest pending payment: how long past its deadline (the reconciler's to settle). */
+function overdueCell(p) {
+  if (!p || !p.pending_payments) return h("td", {}, p ? badge("none", "ok") : "–");
+  if (!p.oldest_pending_overdue_secs) return h("td", { class: "small", text: `due ${utc(p.oldest_pending_deadline)}` });
+  return h("td", {}, badge(`${duration(p.oldest_pending_overdue_secs * 1000)} past deadline`, "warn"));
+}
 
 function buildTable(rows) {
   return table(
     null,
-    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Available", "Held", "Sold", "Pending payments", "Oldest unknown payment", ""],
+    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Available", "Held", "Sold", "Pending payments", "Oldest pending payment", ""],
     rows.map((r) =>
       h(
         "tr",
@@ -150,8 +175,8 @@ function buildTable(rows) {
         ),
         h("td", { class: "num", text: num(r.held) }),
         h("td", { class: "num", text: num(r.sold) }),
-        h("td", { class: "muted", text: "n/a", title: GAP_TITLE }),
-        h("td", { class: "muted", text: "n/a", title: GAP_TITLE }),
+        pendingCell(r.pay),
+        overdueCell(r.pay),
         h("td", {}, r.error ? badge(r.error, "crit") : !r.polled ? badge("not polled", "muted") : null),
       ),
     ),
@@ -241,9 +266,9 @@ export default {
       h(
         "p",
         { class: "muted small" },
-        "Counts come from each event's group (availability, at most 250 ms old at the edge). ",
-        "Pending payments and the oldest unknown payment are not reported per event by any endpoint; ",
-        "the totals above are those of the groups led by the node behind this edge.",
+        "Counts come from each event's group (availability, at most 250 ms old at the edge); payments are read at the group's leader every 10 s. ",
+        "A payment pending past its deadline is the reconciler's to settle: it never releases the seats while the gateway's answer is unknown. ",
+        "The totals above are those of the groups led by the node behind this edge.",
       ),
     );
     draw(ctx);

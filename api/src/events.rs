@@ -274,6 +274,45 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     ))
 }
 
+/// `GET /v1/admin/events/{id}/payments` (operators): the event's pending
+/// payments and how far past its deadline the oldest is, unsettled
+/// releases and refunds not yet issued, read at the leader.
+pub async fn payments(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let event_id = parse_event_id(id)?;
+    let route = edge.route(&event_id).await?;
+    let (answer, _) = edge
+        .client
+        .query(route.group, &Query::Payments, true)
+        .await
+        .map_err(|e| edge.client_error(e))?;
+    let QueryResult::Payments(p) = answer else {
+        return Err(ApiError::Internal(
+            "the event's group answered oddly".into(),
+        ));
+    };
+    if p.event_id.as_ref() != Some(&event_id) {
+        return Err(ApiError::NotFound {
+            code: "event_not_found",
+            what: format!("event {event_id}"),
+        });
+    }
+    let now = edge.clock.now_ms();
+    Ok(Reply::json(
+        StatusCode::OK,
+        json!({
+            "event_id": event_id.0,
+            "pending_payments": p.pending,
+            "oldest_pending_deadline": p.oldest_deadline_ms.map(format_ms),
+            "oldest_pending_overdue_secs": p
+                .oldest_deadline_ms
+                .map_or(0, |d| now.saturating_sub(d) / 1000),
+            "unsettled": p.unsettled,
+            "refunds_pending": p.refunds_pending,
+        }),
+    ))
+}
+
 /// `GET /v1/events/{id}/availability[?limit=N]`: counts and free seats as
 /// the leader had them at most `AVAILABILITY_CACHE` ago (`stale_ms` says
 /// how long). Never permission to sell: holds decide at the leader.

@@ -21,6 +21,7 @@ pub enum Route {
     CreateEvent,
     GetEvent,
     Availability,
+    EventPayments,
     OpenSale,
     CloseSale,
     CreateHold,
@@ -242,6 +243,12 @@ pub const ROUTES: &[RouteDef] = &[
         "event {event_id} to {body.to_region}",
     ),
     row(Route::ListMoves, Method::GET, "/v1/admin/moves", "admin"),
+    row(
+        Route::EventPayments,
+        Method::GET,
+        "/v1/admin/events/{event_id}/payments",
+        "admin",
+    ),
     row(
         Route::GetMove,
         Method::GET,

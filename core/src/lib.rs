@@ -40,5 +40,5 @@ pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement, Route
 pub use ids::{BookingId, Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
 pub use lifecycle::{NodeOp, NodeOpDone, NodeRefused, NodeState, Repair, RepairReason, RepairStep};
 pub use moves::{MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep};
-pub use query::{Query, QueryResult, ReplicaDump};
+pub use query::{PaymentSummary, Query, QueryResult, ReplicaDump};
 pub use state::{Applied, RecordKey, State};

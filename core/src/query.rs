@@ -39,6 +39,23 @@ pub enum Query {
     Unsettled { limit: u32 },
     /// Directory: the first answer to `owner`'s request with key `key`.
     Answer { owner: String, key: String },
+    /// Event group: its payments at a glance ([`PaymentSummary`]).
+    Payments,
+}
+
+/// An event's payments, as [`Query::Payments`] answers them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentSummary {
+    pub event_id: Option<EventId>,
+    /// Held holds whose payment is pending: only the reconciler ends them
+    /// once their deadline passes.
+    pub pending: u64,
+    /// The earliest deadline among them.
+    pub oldest_deadline_ms: Option<u64>,
+    /// Released bookings whose payment is not known to be terminal yet.
+    pub unsettled: u64,
+    /// Refunds not yet issued at the gateway.
+    pub refunds_pending: u64,
 }
 
 /// One replica's records of an event, as [`Query::Replica`] answers them.
@@ -78,6 +95,7 @@ pub enum QueryResult {
     Inbox(bool),
     Replica(Box<ReplicaDump>),
     Answer(Option<crate::answers::KeyedAnswer>),
+    Payments(PaymentSummary),
 }
 
 impl State {
@@ -110,6 +128,13 @@ impl State {
                     })
                     .collect(),
             ),
+            Query::Payments => QueryResult::Payments(PaymentSummary {
+                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+                pending: inv.index.pay_deadlines.len() as u64,
+                oldest_deadline_ms: inv.index.pay_deadlines.get_min().map(|(at, _)| *at),
+                unsettled: inv.index.unsettled.len() as u64,
+                refunds_pending: inv.refunds_pending() as u64,
+            }),
             Query::Unsettled { limit } => QueryResult::DuePayments(
                 inv.index
                     .unsettled

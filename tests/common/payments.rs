@@ -248,6 +248,18 @@ impl Env {
         a.body
     }
 
+    /// `GET /v1/admin/events/{event}/payments` with `user`'s token
+    /// (an operator's when `operator`).
+    pub async fn event_payments(&self, user: &str, operator: bool, event: &str) -> HttpAnswer {
+        self.http
+            .get(
+                &format!("{}/v1/admin/events/{event}/payments", self.edge(1)),
+                Some(&token(&self.cluster, user, operator)),
+            )
+            .await
+            .unwrap()
+    }
+
     pub async fn gateway_token(&self) -> String {
         let v: Value = self
             .raw

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seatfence_core::inventory::{
-    Booking, BookingStatus, ConfirmPath, Hold, OutboxKind, Outcome, PaymentAction, ReleaseReason,
+    Booking, BookingStatus, ConfirmPath, Hold, Outcome, PaymentAction, ReleaseReason,
 };
 use seatfence_core::{BookingId, EventId, GroupId, Query, QueryResult};
 use tokio::sync::watch;
@@ -99,17 +99,7 @@ async fn sweep(
     });
     let (unsettled, captured) = g.sm.read(|s| {
         let inv = &s.state.inventory;
-        let refunds = inv
-            .index
-            .outbox_pending
-            .iter()
-            .filter(|id| {
-                inv.outbox
-                    .get(id)
-                    .is_some_and(|i| i.kind == OutboxKind::Refund)
-            })
-            .count();
-        (inv.index.unsettled.len(), refunds)
+        (inv.index.unsettled.len(), inv.refunds_pending())
     });
     *totals = (totals.0 + unsettled, totals.1 + captured);
     let Some(event_id) = event_id else {

@@ -433,6 +433,19 @@ pub struct Inventory {
 }
 
 impl Inventory {
+    /// Refunds in the outbox not yet issued at the gateway.
+    pub fn refunds_pending(&self) -> usize {
+        self.index
+            .outbox_pending
+            .iter()
+            .filter(|id| {
+                self.outbox
+                    .get(id)
+                    .is_some_and(|i| i.kind == OutboxKind::Refund)
+            })
+            .count()
+    }
+
     /// Recompute every derived index from the records.
     pub fn rebuild_indexes(&mut self) {
         let mut ix = Indexes::default();

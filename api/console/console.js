@@ -79,6 +79,7 @@ function show(screen, message = "") {
     setStatus("");
   } else if (screen === "forbidden") {
     unmountView();
+    setStatus("");
     $("forbidden-reset").focus();
   }
   showWho();

@@ -23,12 +23,14 @@ const HTML: &str = "text/html; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 /// Module scripts must come with a JavaScript type, or browsers refuse them.
 const JS: &str = "text/javascript; charset=utf-8";
+const SVG: &str = "image/svg+xml";
 
 const INDEX: &str = include_str!("../console/index.html");
 
 /// (name, body, content type) of every asset under `/console/`.
 const ASSETS: &[(&str, &str, &str)] = &[
     ("console.css", include_str!("../console/console.css"), CSS),
+    ("favicon.svg", include_str!("../console/favicon.svg"), SVG),
     ("console.js", include_str!("../console/console.js"), JS),
     ("api.js", include_str!("../console/api.js"), JS),
     ("ui.js", include_str!("../console/ui.js"), JS),
@@ -92,7 +94,8 @@ fn served(body: &str, content_type: &'static str) -> Reply {
 mod tests {
     use super::*;
 
-    /// Every module the page or another module imports is served.
+    /// Every module, style sheet and icon the page or a module refers to is
+    /// served.
     #[test]
     fn every_imported_module_is_served() {
         let sources = std::iter::once(INDEX).chain(ASSETS.iter().map(|a| a.1));
@@ -106,7 +109,10 @@ mod tests {
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
                     .collect();
-                if name.ends_with(".js") || name.ends_with(".css") {
+                if [".js", ".css", ".svg"]
+                    .iter()
+                    .any(|ext| name.ends_with(ext))
+                {
                     assert!(asset(&name).is_ok(), "{name} is referenced but not served");
                 }
             }

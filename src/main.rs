@@ -157,7 +157,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("read config {}", config.display()))?;
             let config = NodeConfig::from_toml(&text)
                 .with_context(|| format!("invalid config {}", config.display()))?;
-            seatfence_node::run(config, terminated()).await
+            // The node runs as a task on the workers, not on this thread:
+            // what it allocates (a restarted node opens every replica it
+            // stores) is then freed and trimmed by threads that park;
+            // memory this thread allocated and others freed would wait for
+            // it, parked in `block_on`, to collect it (a restarted node
+            // kept ~100 MiB that way in the soak).
+            match tokio::spawn(seatfence_node::run(config, terminated())).await {
+                Ok(outcome) => outcome,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
         }
         Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
         Cmd::Gateway(args) => args.run(terminated()).await,

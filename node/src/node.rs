@@ -36,8 +36,9 @@ pub async fn run(
             node.stop().await;
             Ok(())
         }
-        why = failed.wait_for(Option::is_some) => {
-            let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
+        // The guard `wait_for` returns is dropped in here: `run` stays Send.
+        why = async { failed.wait_for(Option::is_some).await.ok().and_then(|w| w.clone()) } => {
+            let why = why.unwrap_or_default();
             // Not dropped: dropping it would end every task (its stop
             // channel closes) and the last `NodeDb` would flush in sled's
             // `Drop`, past the failed-flush gate. The process exits next.

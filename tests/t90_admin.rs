@@ -138,6 +138,19 @@ async fn t90_the_cluster_view_shows_regions_nodes_and_groups() {
     );
     assert_eq!(g["members"].as_array().unwrap().len(), 3);
     assert!(g["term"].as_u64().unwrap() >= 1);
+    assert!(g["committed_index"].as_u64() >= Some(1), "{g}");
+    assert!(
+        g["holds_applied"].is_u64() && g["conflicts_applied"].is_u64(),
+        "{g}"
+    );
+    let leader = g["leader"].as_u64().unwrap();
+    let at_leader = g["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node_id"] == leader)
+        .unwrap();
+    assert_eq!(at_leader["committed_index"], g["committed_index"], "{g}");
     assert!(
         !group(&view, 0)["leader"].is_null(),
         "the directory has a leader"

@@ -95,6 +95,11 @@ def main() -> int:
         expect(row.locator(".owner")).to_contain_text(owner)
         expect(row).not_to_contain_text("not polled")
         expect(row.get_by_text(re.compile(r"^(open|closed)$"))).to_be_visible()
+        # Holds made while the page watches show as a rate at the leader.
+        for _ in range(4):
+            api("POST", f"{edge}/v1/holds", buyer, {"event_id": EVENT, "quantity": 1})
+            page.wait_for_timeout(1_000)
+        expect(row.locator("td.rate-holds")).to_have_text(re.compile(r"^(?!0\.0$)\d+\.\d$"))
         shot(page, out, "events")
 
         print("moves: start one, confirm, watch it reach done")

@@ -13,9 +13,13 @@
 //   - settings (name, survival, sale window, open/closed):
 //     GET /v1/events/{id}, every DETAIL_EVERY rounds, and at once when the
 //     directory's epoch or owner differs from what it last said;
-//   - holds/s and conflicts/s: this edge's /metrics counters
+//   - per event, holds/s and conflicts/s over the last minute: the
+//     `holds_applied` / `conflicts_applied` counters of each group's leader
+//     in the cluster answer (they restart with the leader: a drop or a new
+//     leader starts the window again);
+//   - the chart: this edge's /metrics counters
 //     (seatfence_holds_created_total, seatfence_hold_conflicts_total), so
-//     they cover the holds that came through THIS edge, all events together.
+//     it covers the holds that came through THIS edge, all events together.
 //
 // Test hooks: each row `[data-event="<id>"]`, its owner region in `.owner`.
 
@@ -33,6 +37,38 @@ let els = null;
 let round = 0;
 /** event id → {detail, detailAt, detailError, avail, availError} */
 const cache = new Map();
+/** Seconds of samples a per-event rate is taken over. */
+const RATE_WINDOW_MS = 60_000;
+/** event id → [{t, holds, conflicts, leader, term}], oldest first, one leader's. */
+const counters = new Map();
+
+/** Record each event's leader counters from a cluster answer taken at `t`. */
+function sampleCounters(events, t) {
+  for (const ev of events) {
+    if (ev.holds === null || ev.holds === undefined) continue;
+    const s = { t, holds: ev.holds, conflicts: ev.conflicts, leader: ev.leader, term: ev.term };
+    let list = counters.get(ev.id) || [];
+    const last = list[list.length - 1];
+    if (last && last.t === t) continue;
+    if (last && (last.leader !== s.leader || last.term !== s.term || s.holds < last.holds || s.conflicts < last.conflicts)) list = [];
+    list.push(s);
+    while (list.length > 2 && t - list[0].t > RATE_WINDOW_MS) list.shift();
+    counters.set(ev.id, list);
+  }
+  const known = new Set(events.map((e) => e.id));
+  for (const id of counters.keys()) if (!known.has(id)) counters.delete(id);
+}
+
+/** {holds, conflicts} per second over the event's window, or null until there are 4 s of it. */
+function rates(id) {
+  const list = counters.get(id);
+  if (!list || list.length < 2) return null;
+  const a = list[0];
+  const b = list[list.length - 1];
+  const secs = (b.t - a.t) / 1000;
+  if (secs < 4) return null;
+  return { holds: (b.holds - a.holds) / secs, conflicts: (b.conflicts - a.conflicts) / secs, secs };
+}
 
 /** Run `jobs` (functions returning promises) at most `n` at a time. */
 async function pool(jobs, n) {
@@ -47,7 +83,17 @@ async function pool(jobs, n) {
 function directoryEvents(cluster) {
   return (cluster?.groups || [])
     .filter((g) => g.event_id)
-    .map((g) => ({ id: g.event_id, group: g.group_id, owner: g.owner_region, epoch: g.epoch, state: g.state }))
+    .map((g) => ({
+      id: g.event_id,
+      group: g.group_id,
+      owner: g.owner_region,
+      epoch: g.epoch,
+      state: g.state,
+      leader: g.leader,
+      term: g.term,
+      holds: g.holds_applied,
+      conflicts: g.conflicts_applied,
+    }))
     .sort((a, b) => a.id.localeCompare(b.id));
 }
 
@@ -129,9 +175,16 @@ function rowsModel(ctx, events) {
       held: a?.held ?? null,
       sold: a?.sold ?? null,
       pay: c.pay ?? null,
+      rates: rates(ev.id),
       error: errText(c.availError) || errText(c.detailError) || errText(c.payError),
     };
   });
+}
+
+/** A per-event rate over the last minute at the group's leader. */
+function rateCell(r, key) {
+  if (!r) return h("td", { class: "num muted", text: "–", title: "needs a few seconds of one leader's counters" });
+  return h("td", { class: `num rate-${key}`, text: r[key].toFixed(1), title: `over the last ${Math.round(r.secs)} s, at the group's leader` });
 }
 
 /** The pending-payments cell: how many, and unsettled or refunds due when any. */
@@ -153,7 +206,7 @@ function overdueCell(p) {
 function buildTable(rows) {
   return table(
     null,
-    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Available", "Held", "Sold", "Pending payments", "Oldest pending payment", ""],
+    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Available", "Held", "Sold", "Holds/s", "Conflicts/s", "Pending payments", "Oldest pending payment", ""],
     rows.map((r) =>
       h(
         "tr",
@@ -175,6 +228,8 @@ function buildTable(rows) {
         ),
         h("td", { class: "num", text: num(r.held) }),
         h("td", { class: "num", text: num(r.sold) }),
+        rateCell(r.rates, "holds"),
+        rateCell(r.rates, "conflicts"),
         pendingCell(r.pay),
         overdueCell(r.pay),
         h("td", {}, r.error ? badge(r.error, "crit") : !r.polled ? badge("not polled", "muted") : null),
@@ -276,6 +331,7 @@ export default {
 
   async refresh(ctx) {
     round += 1;
+    if (ctx.cluster) sampleCounters(directoryEvents(ctx.cluster), ctx.clusterAt);
     if (ctx.cluster && els) await fetchEvents(ctx, visibleEvents(ctx));
     if (els) draw(ctx);
   },

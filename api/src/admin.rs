@@ -150,6 +150,8 @@ impl ClusterView {
                     "leader": leader.map(|(n, _)| n),
                     "term": leader.map(|(_, s)| s.term),
                     "committed_index": leader.map(|(_, s)| s.committed_index),
+                    "holds_applied": leader.map(|(_, s)| s.holds_applied),
+                    "conflicts_applied": leader.map(|(_, s)| s.conflicts_applied),
                     "members": members,
                     "voters": leader.map(|(_, s)| s.voters.clone()),
                     "learners": leader.map(|(_, s)| s.learners.clone()),

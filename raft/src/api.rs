@@ -257,8 +257,14 @@ impl NodeService for NodeApi {
 /// What `Status` reports of one replica held in memory.
 pub(crate) fn group_status(id: GroupId, g: &GroupHandle) -> GroupStatus {
     let m = g.raft.metrics().borrow_watched().clone();
-    let (digest, keys) =
-        g.sm.read(|s| (state_digest(&s.state), s.state.kv.len() as u64));
+    let (digest, keys, holds, conflicts) = g.sm.read(|s| {
+        (
+            state_digest(&s.state),
+            s.state.kv.len() as u64,
+            s.holds_applied,
+            s.conflicts_applied,
+        )
+    });
     let membership = m.membership_config.membership();
     GroupStatus {
         group_id: id.0,
@@ -283,6 +289,8 @@ pub(crate) fn group_status(id: GroupId, g: &GroupHandle) -> GroupStatus {
         key_count: keys,
         asleep: g.is_asleep(),
         dormant: false,
+        holds_applied: holds,
+        conflicts_applied: conflicts,
     }
 }
 

@@ -53,6 +53,11 @@ pub struct GroupState {
     pub state: State,
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
+    /// Holds this replica applied, and hold requests it refused because
+    /// the seats were taken, since it was opened (memory only: operators
+    /// see rates, `GET /v1/admin/cluster`).
+    pub holds_applied: u64,
+    pub conflicts_applied: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -222,6 +227,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Normal(cmd) => {
                         let a = g.state.apply(self.group, cmd);
                         count_stale(&a.response);
+                        let (holds, conflicts) = count_holds(&a.response);
+                        g.holds_applied += holds;
+                        g.conflicts_applied += conflicts;
                         changed.extend(a.changed);
                         a.response
                     }
@@ -360,6 +368,23 @@ fn count_stale(r: &Response) {
         }
         Response::Batch(rs) => rs.iter().for_each(count_stale),
         _ => {}
+    }
+}
+
+/// Holds made and hold requests refused for taken seats in `r`.
+fn count_holds(r: &Response) -> (u64, u64) {
+    use seatfence_core::inventory::Outcome;
+    match r {
+        Response::Event(e) => match e.outcome {
+            Outcome::Held(_) => (1, 0),
+            Outcome::SeatsUnavailable { .. } => (0, 1),
+            _ => (0, 0),
+        },
+        Response::Batch(rs) => rs
+            .iter()
+            .map(count_holds)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+        _ => (0, 0),
     }
 }
 

@@ -41,6 +41,13 @@ pub struct Sample {
     /// program's own share of `rss_bytes`. Absent in runs recorded before.
     #[serde(default)]
     pub heap_bytes: Option<u64>,
+    /// Replicas placed on the node and in its memory (not dormant), and
+    /// groups it leads: what its memory should follow. Plotted, not
+    /// judged; absent in runs recorded before.
+    #[serde(default)]
+    pub groups_loaded: Option<u64>,
+    #[serde(default)]
+    pub groups_led: Option<u64>,
 }
 
 /// A judged metric and its limit.
@@ -319,6 +326,8 @@ mod tests {
                     // The program's own memory steady: the leak shows
                     // in RSS alone (an allocator keeping freed memory).
                     heap_bytes: Some(((40 + (i % 3)) as f64 * MIB) as u64),
+                    groups_loaded: Some(60),
+                    groups_led: Some(20),
                 });
             }
         }

@@ -7,6 +7,7 @@
 //! checker (`check::growth`) then fails the run if any of them keeps
 //! growing.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,12 +109,18 @@ pub(super) async fn sample(
     every: Duration,
 ) {
     let cluster_dir = out.join("cluster");
+    let token = w.token("chaos-sampler", true);
     let mut failed = 0u64;
     loop {
         let t_ms = w.rec.now() / 1_000;
+        let groups = placed_and_led(&w, &token).await;
         for (node, pid, data_dir) in nemesis.processes() {
-            let (tasks, heap) = match w.edges.get(&node) {
+            let scraped = match w.edges.get(&node) {
                 Some(edge) => scrape(&w, edge).await,
+                None => Scraped::default(),
+            };
+            let (placed, led) = match groups.get(&node) {
+                Some((p, l)) => (Some(*p), Some(*l)),
                 None => (None, None),
             };
             let log = cluster_dir.join(format!("n{node}/node.log"));
@@ -127,8 +134,14 @@ pub(super) async fn sample(
                 data_bytes: dir_bytes(&data_dir, Some("mail")),
                 mail_bytes: dir_bytes(&data_dir.join("mail"), None),
                 log_bytes: std::fs::metadata(log).map(|m| m.len()).ok(),
-                tasks,
-                heap_bytes: heap,
+                tasks: scraped.tasks,
+                heap_bytes: scraped.heap,
+                // Placed replicas not unloaded (a process that does not
+                // answer loads nothing).
+                groups_loaded: placed
+                    .zip(scraped.dormant)
+                    .map(|(p, d)| p.saturating_sub(d)),
+                groups_led: led.filter(|_| scraped.dormant.is_some()),
             })
             .await;
             let written = match s {
@@ -189,20 +202,54 @@ fn dir_bytes(dir: &Path, skip: Option<&str>) -> Option<u64> {
     Some(total)
 }
 
-/// `seatfence_tokio_alive_tasks` and `seatfence_heap_bytes` (when the
-/// binary counts it: not 0) from the node's `/metrics`.
-async fn scrape(w: &World, edge: &str) -> (Option<u64>, Option<u64>) {
+/// What one node's `/metrics` said.
+#[derive(Default)]
+struct Scraped {
+    tasks: Option<u64>,
+    heap: Option<u64>,
+    dormant: Option<u64>,
+}
+
+/// `seatfence_tokio_alive_tasks`, `seatfence_heap_bytes` (when the binary
+/// counts it: not 0) and `seatfence_groups_dormant` from the node's
+/// `/metrics`.
+async fn scrape(w: &World, edge: &str) -> Scraped {
     let Ok(a) = w.http.get(&format!("{edge}/metrics"), None).await else {
-        return (None, None);
+        return Scraped::default();
     };
     let text = a.body.as_str().unwrap_or_default();
     let gauge = |name: &str| -> Option<u64> {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
     };
-    (
-        gauge("seatfence_tokio_alive_tasks"),
-        gauge("seatfence_heap_bytes").filter(|b| *b > 0),
-    )
+    Scraped {
+        tasks: gauge("seatfence_tokio_alive_tasks"),
+        heap: gauge("seatfence_heap_bytes").filter(|b| *b > 0),
+        dormant: gauge("seatfence_groups_dormant"),
+    }
+}
+
+/// Per node, the replicas placed on it and the groups it leads, from the
+/// first edge whose `GET /v1/admin/cluster` answers (empty when none
+/// does): what a node's memory should follow.
+async fn placed_and_led(w: &World, token: &str) -> BTreeMap<u64, (u64, u64)> {
+    for edge in w.edges.values() {
+        let url = format!("{edge}/v1/admin/cluster");
+        let Ok(a) = w.http.get(&url, Some(token)).await else {
+            continue;
+        };
+        let Some(nodes) = a.body["nodes"].as_array().filter(|_| a.status.is_success()) else {
+            continue;
+        };
+        return nodes
+            .iter()
+            .filter_map(|n| {
+                let led = n["leader_of"].as_array().map_or(0, |l| l.len() as u64);
+                Some((n["node_id"].as_u64()?, (n["replicas"].as_u64()?, led)))
+            })
+            .collect();
+    }
+    BTreeMap::new()
 }

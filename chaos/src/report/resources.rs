@@ -19,7 +19,7 @@ const COLORS: [&str; 9] = [
 
 type Get = fn(&Sample) -> Option<f64>;
 
-const PANELS: [(&str, &str, Get); 7] = [
+const PANELS: [(&str, &str, Get); 9] = [
     ("resident memory", "MiB", |s| {
         s.rss_bytes.map(|b| b as f64 / 1048576.0)
     }),
@@ -28,6 +28,10 @@ const PANELS: [(&str, &str, Get); 7] = [
     }),
     ("open file descriptors", "", |s| s.fds.map(|v| v as f64)),
     ("live tokio tasks", "", |s| s.tasks.map(|v| v as f64)),
+    ("replicas in memory (placed, not dormant)", "", |s| {
+        s.groups_loaded.map(|v| v as f64)
+    }),
+    ("groups led", "", |s| s.groups_led.map(|v| v as f64)),
     ("data directory (without mail)", "MiB", |s| {
         s.data_bytes.map(|b| b as f64 / 1048576.0)
     }),

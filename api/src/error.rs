@@ -34,6 +34,14 @@ pub enum ApiError {
         message: String,
         extra: Value,
     },
+    /// What was asked for is no longer kept (a changefeed cursor older
+    /// than the retention): 410, with `extra` in the error object.
+    #[error("{message}")]
+    Gone {
+        code: &'static str,
+        message: String,
+        extra: Value,
+    },
     #[error("this Idempotency-Key was used with another request")]
     IdempotencyKeyReused,
     #[error("{message}")]
@@ -100,6 +108,13 @@ impl ApiError {
                 conflict("the payment id is not this booking's".into(), json!({}))
             }
             Outcome::ReleaseRefused { reason } => conflict(reason, json!({})),
+            Outcome::BookingNotRefundable { status } => conflict(
+                format!(
+                    "only a confirmed booking can be refunded (this one is {})",
+                    status.as_str()
+                ),
+                json!({"status": status.as_str()}),
+            ),
             Outcome::ExtensionsExhausted { extensions } => conflict(
                 format!("the deadline was already extended {extensions} times"),
                 json!({"extensions": extensions}),
@@ -203,6 +218,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Gone { .. } => StatusCode::GONE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -223,7 +239,7 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => code,
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::RequestTimeout { .. } => "request_timeout",
-            ApiError::Conflict { code, .. } => code,
+            ApiError::Conflict { code, .. } | ApiError::Gone { code, .. } => code,
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
             ApiError::TooManyRequests { code, .. } => code,
             ApiError::Unavailable { code, .. } => code,
@@ -253,7 +269,7 @@ impl ApiError {
             _ => self.to_string(),
         };
         let mut err = json!({"code": self.code(), "message": excerpt(&message, MESSAGE_MAX)});
-        if let ApiError::Conflict { extra, .. } = self.unfenced() {
+        if let ApiError::Conflict { extra, .. } | ApiError::Gone { extra, .. } = self.unfenced() {
             if let (Some(e), Some(x)) = (err.as_object_mut(), extra.as_object()) {
                 for (k, v) in x {
                     e.insert(k.clone(), v.clone());

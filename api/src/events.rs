@@ -4,7 +4,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use hyper::StatusCode;
 use seatfence_core::inventory::{
-    EventAction, EventSpec, Outcome, Section, Survival, DEFAULT_RETENTION_MS, MAX_CAPACITY,
+    EventAction, EventSpec, Outcome, Section, Survival, DEFAULT_CHANGES_RETENTION_MS,
+    DEFAULT_RETENTION_MS, MAX_CAPACITY,
 };
 use seatfence_core::{Command, EventId, GroupId, Query, QueryResult, RegionId, Response};
 use serde::Deserialize;
@@ -48,6 +49,8 @@ struct CreateBody {
     currency: Option<String>,
     #[serde(default, deserialize_with = "crate::whole::opt")]
     retention_secs: Option<u64>,
+    #[serde(default, deserialize_with = "crate::whole::opt")]
+    changes_retention_secs: Option<u64>,
 }
 
 /// Seat price when the operator gives none.
@@ -85,7 +88,7 @@ pub fn format_ms(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
-fn parse_event_id(id: &str) -> Result<EventId, ApiError> {
+pub(crate) fn parse_event_id(id: &str) -> Result<EventId, ApiError> {
     if EventId::is_valid(id) {
         Ok(EventId(id.to_string()))
     } else {
@@ -133,6 +136,9 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         retention_ms: body
             .retention_secs
             .map_or(DEFAULT_RETENTION_MS, |s| s.saturating_mul(1000)),
+        changes_retention_ms: body
+            .changes_retention_secs
+            .map_or(DEFAULT_CHANGES_RETENTION_MS, |s| s.saturating_mul(1000)),
     };
     spec.validate()
         .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
@@ -270,6 +276,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "price_cents": ev.price_cents,
             "currency": ev.currency,
             "retention_secs": ev.retention_ms / 1000,
+            "changes_retention_secs": ev.changes_retention_ms / 1000,
         }),
     ))
 }

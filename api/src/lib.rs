@@ -29,6 +29,7 @@
 pub mod admin;
 pub mod admission;
 pub mod auth;
+pub mod changes;
 pub mod config;
 mod conn;
 pub mod console;

@@ -22,6 +22,7 @@ pub enum Route {
     GetEvent,
     Availability,
     EventPayments,
+    Changes,
     OpenSale,
     CloseSale,
     CreateHold,
@@ -29,6 +30,7 @@ pub enum Route {
     CancelHold,
     CreateBooking,
     GetBooking,
+    RefundBooking,
     PaymentCallback,
     PaymentWebhook,
     Cluster,
@@ -248,6 +250,17 @@ pub const ROUTES: &[RouteDef] = &[
         Method::GET,
         "/v1/admin/events/{event_id}/payments",
         "admin",
+    ),
+    row(Route::Changes, Method::GET, "/v1/admin/changes", "admin"),
+    audited(
+        row(
+            Route::RefundBooking,
+            Method::POST,
+            "/v1/admin/bookings/{booking_id}/refund",
+            "admin",
+        ),
+        "refund",
+        "booking {booking_id}",
     ),
     row(
         Route::GetMove,

@@ -41,6 +41,9 @@ pub enum Query {
     Answer { owner: String, key: String },
     /// Event group: its payments at a glance ([`PaymentSummary`]).
     Payments,
+    /// Event groups: up to `limit` changes of the changefeed after `after`
+    /// (0: from the first kept), with the range this replica keeps.
+    Changes { after: u64, limit: u32 },
 }
 
 /// An event's payments, as [`Query::Payments`] answers them.
@@ -96,6 +99,7 @@ pub enum QueryResult {
     Replica(Box<ReplicaDump>),
     Answer(Option<crate::answers::KeyedAnswer>),
     Payments(PaymentSummary),
+    Changes(Box<crate::inventory::ChangePage>),
 }
 
 impl State {
@@ -159,6 +163,9 @@ impl State {
                     .collect(),
             },
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
+            Query::Changes { after, limit } => {
+                QueryResult::Changes(Box::new(inv.change_page(*after, *limit as usize)))
+            }
             Query::Answer { owner, key } => {
                 QueryResult::Answer(self.answers.get(&(owner.clone(), key.clone())).cloned())
             }

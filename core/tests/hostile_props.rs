@@ -31,6 +31,7 @@ fn spec(sections: Vec<(u32, u32)>) -> EventSpec {
         price_cents: 100,
         currency: "EUR".into(),
         retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
+        changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
     }
 }
 

@@ -51,6 +51,7 @@ fn pay_step() -> impl Strategy<Value = PayStep> {
         1 => Just(PayStep::Void),
         1 => Just(PayStep::Settle),
         1 => (1u64..6).prop_map(|id| PayStep::OutboxDone { id }),
+        1 => any::<bool>().prop_map(|release_seats| PayStep::Refund { release_seats }),
     ]
 }
 
@@ -143,13 +144,20 @@ proptest! {
                     let got = outcome(s.apply(g, &cmd(now, 1, None, action.clone())).response);
                     let was = before.inventory.bookings.get(&hold).map(|b| b.status);
                     let is = s.inventory.bookings.get(&hold).map(|b| b.status);
-                    // Paid stays paid; a release needs the booking's own payment.
+                    // Paid stays paid unless an operator refunds it; a
+                    // release needs the booking's own payment.
+                    let refund = matches!(what, PayStep::Refund { .. });
                     if was == Some(BookingStatus::Confirmed) {
-                        prop_assert_eq!(is, Some(BookingStatus::Confirmed));
+                        let want = if refund { BookingStatus::RefundPending } else { BookingStatus::Confirmed };
+                        prop_assert_eq!(is, Some(want));
+                    } else if refund {
+                        // Only a confirmed booking is refunded.
+                        prop_assert_eq!(was, is);
+                        prop_assert_eq!(&before.inventory.seats, &s.inventory.seats);
                     }
                     let payment_id = if pay == 0 { format!("p{hold}") } else { format!("x{pay}") };
                     let foreign = before.inventory.bookings.get(&hold).is_some_and(|b| b.payment.payment_id != payment_id);
-                    if foreign && !matches!(what, PayStep::OutboxDone { .. }) {
+                    if foreign && !matches!(what, PayStep::OutboxDone { .. } | PayStep::Refund { .. }) {
                         prop_assert!(got.error_code().is_some() || was.is_none() || was == is, "{:?}", got);
                         prop_assert_eq!(&before.inventory.seats, &s.inventory.seats, "another payment id moved seats");
                     }

@@ -85,6 +85,7 @@ fn create() -> Command {
             price_cents: 100,
             currency: "EUR".into(),
             retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
+            changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
         })),
     )
 }

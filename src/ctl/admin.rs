@@ -208,3 +208,42 @@ pub(super) async fn audit(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Res
     }
     Ok(())
 }
+
+/// What `refund` asks for.
+pub(super) struct Refund {
+    pub booking: String,
+    pub reason: String,
+    pub release_seats: bool,
+    pub key: Option<String>,
+}
+
+/// `refund`: refund a confirmed booking under an Idempotency-Key.
+pub(super) async fn refund(edge: &Edge, r: Refund, as_json: bool) -> anyhow::Result<()> {
+    let key = r
+        .key
+        .unwrap_or_else(|| format!("ctl-refund-{:016x}", rand::random::<u64>()));
+    let url = format!("{}/v1/admin/bookings/{}/refund", edge.url, r.booking);
+    let body = json!({"reason": r.reason, "release_seats": r.release_seats});
+    let a = edge
+        .http
+        .post(&url, Some(&edge.token), Some(&key), &body)
+        .await?;
+    if !a.status.is_success() {
+        bail!("{}: {} (Idempotency-Key {key})", a.status, a.body);
+    }
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        println!(
+            "booking {}: {} (seats {}; Idempotency-Key {key})",
+            r.booking,
+            a.body["status"].as_str().unwrap_or("?"),
+            if r.release_seats {
+                "back on sale"
+            } else {
+                "kept off sale"
+            },
+        );
+    }
+    Ok(())
+}

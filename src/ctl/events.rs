@@ -77,6 +77,10 @@ pub enum EventCmd {
         /// (60-604800; default 86400).
         #[arg(long)]
         retention_secs: Option<u64>,
+        /// How long the changefeed keeps each change of the event
+        /// (60-2592000; default 259200).
+        #[arg(long)]
+        changes_retention_secs: Option<u64>,
         /// Print the edge's JSON answer as is.
         #[arg(long)]
         json: bool,
@@ -178,6 +182,27 @@ pub enum EventCmd {
     AbortMove {
         /// The move id.
         move_id: u64,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refund a confirmed booking (operator): `refund_pending` at once,
+    /// `refunded` when the gateway has paid it back. Retry with the same
+    /// `--key` (printed) and the same answer comes back, never a second
+    /// refund.
+    Refund {
+        /// The booking id (`b<group>-<seq>`).
+        booking: String,
+        /// Why (kept with the booking, in the audit trail and the
+        /// changefeed).
+        #[arg(long)]
+        reason: String,
+        /// Put the seats back on sale (default: they stay off sale).
+        #[arg(long)]
+        release_seats: bool,
+        /// The Idempotency-Key (default: a fresh one).
+        #[arg(long)]
+        key: Option<String>,
         /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
@@ -303,6 +328,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             max_seats_per_buyer,
             survival,
             retention_secs,
+            changes_retention_secs,
             json: as_json,
         } => {
             let options = [
@@ -311,6 +337,10 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 ("max_seats_per_buyer", max_seats_per_buyer.map(|v| json!(v))),
                 ("survival", survival.map(|v| json!(v))),
                 ("retention_secs", retention_secs.map(|v| json!(v))),
+                (
+                    "changes_retention_secs",
+                    changes_retention_secs.map(|v| json!(v)),
+                ),
             ];
             let body = event_body(id, name, region, seats, &section, options)?;
             create_event(&edge, &body, as_json).await
@@ -360,6 +390,21 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             limit,
             json: as_json,
         } => audit(&edge, limit, as_json).await,
+        EventCmd::Refund {
+            booking,
+            reason,
+            release_seats,
+            key,
+            json: as_json,
+        } => {
+            let refund = super::admin::Refund {
+                booking,
+                reason,
+                release_seats,
+                key,
+            };
+            super::admin::refund(&edge, refund, as_json).await
+        }
     }
 }
 
@@ -420,7 +465,7 @@ fn event_body(
     region: String,
     seats: Vec<String>,
     sections: &[String],
-    options: [(&str, Option<Value>); 5],
+    options: [(&str, Option<Value>); 6],
 ) -> anyhow::Result<Value> {
     let mut body = json!({"event_id": id, "name": name, "home_region": region});
     if !seats.is_empty() {

@@ -21,6 +21,7 @@ pub mod callback;
 pub mod outbox;
 pub mod reconciler;
 pub mod refresher;
+pub mod refunds;
 pub mod webhook;
 
 use std::path::PathBuf;

@@ -371,6 +371,8 @@ pub(crate) mod fixtures {
             currency: "EUR".into(),
             retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
             clock_ms: 0,
+            changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
+            next_change_seq: 1,
         }
     }
 
@@ -408,6 +410,7 @@ pub(crate) mod fixtures {
             intent_by: None,
             voiding: false,
             settled: false,
+            refund: None,
         }
     }
 

@@ -34,12 +34,15 @@ impl Inventory {
     pub fn apply(&mut self, cmd: &EventCommand, changed: &mut Vec<RecordKey>) -> EventReply {
         let mut replayed = false;
         let first = changed.len();
+        let before = self.before();
         let outcome = self.apply_inner(cmd, changed, &mut replayed);
         self.refresh_prunes(&changed[first..]);
+        self.record_changes(&before, first, changed);
         // What this command finished whose time has already come (an event
         // idle for longer than its retention) goes now, not a command later.
         if let Some(now) = self.event.as_ref().map(|e| e.clock_ms) {
             self.prune_finished(now, changed);
+            self.prune_changes(now, changed);
         }
         let (epoch, owner) = match &self.event {
             Some(e) => (e.epoch, e.owner.clone()),
@@ -86,7 +89,9 @@ impl Inventory {
                 Some((owner, key)),
                 EventAction::Hold { .. }
                 | EventAction::Cancel { .. }
-                | EventAction::Payment(super::PaymentAction::Attach { .. }),
+                | EventAction::Payment(
+                    super::PaymentAction::Attach { .. } | super::PaymentAction::Refund { .. },
+                ),
             ) => Some(OpKey::new(owner.clone(), key.clone())),
             _ => None,
         };
@@ -215,6 +220,8 @@ impl Inventory {
             currency: spec.currency.clone(),
             retention_ms: spec.retention_ms,
             clock_ms: now,
+            changes_retention_ms: spec.changes_retention_ms,
+            next_change_seq: 1,
         });
         changed.push(RecordKey::Event);
         Outcome::Created { capacity }
@@ -418,9 +425,12 @@ impl Inventory {
     }
 
     /// End a held hold: its seats become available again.
+    /// End live hold `seq` with `status`: its seats (held, or sold for an
+    /// operator's refund that returns them) go back on sale.
     pub(super) fn release(&mut self, seq: u64, status: HoldStatus, changed: &mut Vec<RecordKey>) {
         let hold = self.holds.get_mut(&seq).expect("caller checked");
-        debug_assert_eq!(hold.status, HoldStatus::Held);
+        debug_assert!(hold.status.is_live());
+        let sold = hold.status == HoldStatus::Booked;
         hold.status = status;
         let (owner, seats, deadline) = (hold.owner.clone(), hold.seats.clone(), hold.expires_at_ms);
         changed.push(RecordKey::Hold(seq));
@@ -436,7 +446,9 @@ impl Inventory {
         }
         for id in seats {
             let seat = self.seats.get_mut(&id).expect("a hold's seats exist");
-            debug_assert_eq!(seat.state, SeatState::Held(seq));
+            debug_assert!(
+                matches!(seat.state, SeatState::Held(s) | SeatState::Sold(s) if s == seq)
+            );
             seat.state = SeatState::Available;
             self.index
                 .free
@@ -446,7 +458,11 @@ impl Inventory {
             changed.push(RecordKey::Seat(id));
         }
         let ev = self.event_mut(changed);
-        ev.held -= u64::from(n);
+        if sold {
+            ev.sold -= u64::from(n);
+        } else {
+            ev.held -= u64::from(n);
+        }
         ev.available += u64::from(n);
     }
 

@@ -116,6 +116,17 @@ pub struct Booking {
     /// be captured (voided, failed, cancelled). Until then the reconciler
     /// keeps asking, and a capture it finds becomes a refund.
     pub settled: bool,
+    /// An operator's refund of this booking (`RefundByOperator`).
+    pub refund: Option<RefundRequest>,
+}
+
+/// An operator's refund: who, why, and whether the seats go back on sale.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RefundRequest {
+    pub by: String,
+    pub reason: String,
+    pub release_seats: bool,
+    pub at_ms: u64,
 }
 
 impl Booking {
@@ -209,6 +220,13 @@ pub enum PaymentAction {
     /// The outbox is about to refund item `id`: changes nothing; the
     /// commit's fence goes with the refund (a deposed leader's is older).
     RefundIntent { id: u64 },
+    /// An operator refunds confirmed booking `hold` (`refund.rs`).
+    Refund {
+        hold: u64,
+        by: String,
+        reason: String,
+        release_seats: bool,
+    },
 }
 
 impl Inventory {
@@ -265,6 +283,12 @@ impl Inventory {
             PaymentAction::Settle { hold, payment_id } => {
                 self.settle(*hold, payment_id, now, changed)
             }
+            PaymentAction::Refund {
+                hold,
+                by,
+                reason,
+                release_seats,
+            } => self.operator_refund(*hold, by, reason, *release_seats, now, changed),
             PaymentAction::RefundIntent { id } => match self.outbox.get(id) {
                 None => Outcome::OutboxItemNotFound,
                 Some(item) if item.done_ms.is_some() => Outcome::OutboxDone,
@@ -349,6 +373,7 @@ impl Inventory {
                 intent_by: None,
                 voiding: false,
                 settled: false,
+                refund: None,
             },
         );
         changed.push(RecordKey::Booking(seq));
@@ -472,7 +497,7 @@ impl Inventory {
         changed.push(RecordKey::Booking(seq));
     }
 
-    fn queue(
+    pub(super) fn queue(
         &mut self,
         booking: u64,
         kind: super::OutboxKind,

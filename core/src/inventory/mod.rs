@@ -19,6 +19,8 @@
 
 mod apply;
 mod booking;
+mod changes;
+mod refund;
 mod release;
 mod retention;
 mod spec;
@@ -26,7 +28,11 @@ mod spec;
 pub use apply::{fnv as apply_fnv, request_hash};
 pub use booking::{
     Booking, BookingStatus, ConfirmPath, OutboxItem, OutboxKind, PaymentAction, PaymentAttempt,
-    ReleaseReason, MAX_EXTENSIONS,
+    RefundRequest, ReleaseReason, MAX_EXTENSIONS,
+};
+pub use changes::{
+    BookingFacts, Change, ChangeKind, ChangePage, ChangeSubject, EventFacts,
+    DEFAULT_CHANGES_RETENTION_MS, MAX_CHANGES_RETENTION_MS, MIN_CHANGES_RETENTION_MS,
 };
 pub use retention::PruneKey;
 pub use spec::{
@@ -134,6 +140,10 @@ pub struct Event {
     /// The highest `now_ms` applied: time never runs backwards in `apply`,
     /// whatever the clocks of successive leaders say.
     pub clock_ms: u64,
+    /// How long changes are kept (the spec's `changes_retention_ms`).
+    pub changes_retention_ms: u64,
+    /// The number the next change gets (`changes.rs`): 1 for the first.
+    pub next_change_seq: u64,
 }
 
 impl Event {
@@ -295,6 +305,10 @@ pub enum Outcome {
         reason: String,
     },
     OutboxItemNotFound,
+    /// Only a confirmed booking can be refunded by an operator.
+    BookingNotRefundable {
+        status: BookingStatus,
+    },
 }
 
 impl Outcome {
@@ -334,6 +348,7 @@ impl Outcome {
             Outcome::PaymentDeadlinePassed => "payment_deadline_passed",
             Outcome::ReleaseRefused { .. } => "release_refused",
             Outcome::OutboxItemNotFound => "outbox_item_not_found",
+            Outcome::BookingNotRefundable { .. } => "booking_not_refundable",
         })
     }
 }
@@ -428,6 +443,8 @@ pub struct Inventory {
     pub outbox: imbl::OrdMap<u64, OutboxItem>,
     /// Provider event ids of webhooks already acted on, with when.
     pub inbox: imbl::OrdMap<String, u64>,
+    /// The changefeed kept (`changes.rs`), by change seq.
+    pub changes: imbl::OrdMap<u64, Change>,
     #[serde(skip)]
     pub index: Indexes,
 }

@@ -144,6 +144,7 @@ impl Inventory {
             .inbox_times
             .get_min()
             .map(|(at, _)| at.saturating_add(super::INBOX_TTL_MS));
-        [prune, forget, inbox].into_iter().flatten().min()
+        let changes = self.next_change_prune_ms();
+        [prune, forget, inbox, changes].into_iter().flatten().min()
     }
 }

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{EventId, RegionId};
 
+use super::changes::{MAX_CHANGES_RETENTION_MS, MIN_CHANGES_RETENTION_MS};
+
 /// Largest event this version accepts.
 pub const MAX_CAPACITY: u64 = 200_000;
 /// Most seats one hold may ask for, whatever the event says.
@@ -55,6 +57,9 @@ pub struct EventSpec {
     /// and their finished bookings, delivered outbox items (see
     /// `retention.rs`). [`DEFAULT_RETENTION_MS`] unless the operator says.
     pub retention_ms: u64,
+    /// How long the changefeed keeps a change
+    /// ([`DEFAULT_CHANGES_RETENTION_MS`] unless the operator says).
+    pub changes_retention_ms: u64,
 }
 
 /// Finished records are kept a day unless the event says otherwise.
@@ -97,6 +102,8 @@ pub enum SpecError {
     BadPrice,
     #[error("retention_secs must be between 60 s and 7 days")]
     BadRetention,
+    #[error("changes_retention_secs must be between 60 s and 30 days")]
+    BadChangesRetention,
 }
 
 /// The highest seat price accepted, in minor units.
@@ -196,6 +203,11 @@ impl EventSpec {
         if !(MIN_RETENTION_MS..=MAX_RETENTION_MS).contains(&self.retention_ms) {
             return Err(SpecError::BadRetention);
         }
+        if !(MIN_CHANGES_RETENTION_MS..=MAX_CHANGES_RETENTION_MS)
+            .contains(&self.changes_retention_ms)
+        {
+            return Err(SpecError::BadChangesRetention);
+        }
         Ok(())
     }
 
@@ -241,6 +253,7 @@ mod tests {
             price_cents: 5_000,
             currency: "EUR".into(),
             retention_ms: DEFAULT_RETENTION_MS,
+            changes_retention_ms: crate::inventory::DEFAULT_CHANGES_RETENTION_MS,
         }
     }
 

@@ -44,6 +44,8 @@ pub enum RecordKey {
     NodeState(NodeId),
     /// Directory: a group's running repair.
     Repair(GroupId),
+    /// Event group: one change of the changefeed, by its seq.
+    Change(u64),
 }
 
 /// A stored record that cannot be decoded: the storage is corrupt.
@@ -82,6 +84,7 @@ impl RecordKey {
             RecordKey::NextMoveId => b"m/next_move_id".to_vec(),
             RecordKey::NodeState(n) => [b"l/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Repair(g) => [b"p/".as_slice(), &g.0.to_be_bytes()].concat(),
+            RecordKey::Change(c) => [b"c/".as_slice(), &c.to_be_bytes()].concat(),
             RecordKey::Op(owner, key) => owner_key(b"o/", &owner.0, key),
             RecordKey::Answer(owner, key) => owner_key(b"q/", owner, key),
         }
@@ -109,6 +112,7 @@ impl RecordKey {
             (b"d/", n) => num(n).map(|n| RecordKey::Drained(NodeId(n))),
             (b"l/", n) => num(n).map(|n| RecordKey::NodeState(NodeId(n))),
             (b"p/", g) => num(g).map(|g| RecordKey::Repair(GroupId(g))),
+            (b"c/", c) => num(c).map(RecordKey::Change),
             (b"o/", rest) => {
                 let (owner, key) = split_owner_key(rest)?;
                 Some(RecordKey::Op(UserId(owner), key))
@@ -169,6 +173,7 @@ impl State {
             RecordKey::Answer(o, k) => self.answers.get(&(o.clone(), k.clone())).map(enc),
             RecordKey::NodeState(n) => self.directory.node_states.get(n).map(enc),
             RecordKey::Repair(g) => self.directory.repairs.get(g).map(enc),
+            RecordKey::Change(c) => self.inventory.changes.get(c).map(enc),
         }
     }
 
@@ -237,6 +242,9 @@ impl State {
             RecordKey::Repair(g) => {
                 self.directory.repairs.insert(g, dec(value).map_err(err)?);
             }
+            RecordKey::Change(c) => {
+                self.inventory.changes.insert(c, dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -297,6 +305,9 @@ impl State {
             }
             RecordKey::Repair(g) => {
                 self.directory.repairs.remove(&g);
+            }
+            RecordKey::Change(c) => {
+                self.inventory.changes.remove(&c);
             }
         }
         Ok(())
@@ -364,7 +375,8 @@ impl State {
                     .keys()
                     .map(|n| RecordKey::NodeState(*n)),
             )
-            .chain(self.directory.repairs.keys().map(|g| RecordKey::Repair(*g)));
+            .chain(self.directory.repairs.keys().map(|g| RecordKey::Repair(*g)))
+            .chain(self.inventory.changes.keys().map(|c| RecordKey::Change(*c)));
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }

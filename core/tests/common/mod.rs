@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 
 use seatfence_core::inventory::{
-    BookingStatus, ConfirmPath, EventAction, EventCommand, EventSpec, HoldStatus, OutboxKind,
-    Outcome, PaymentAction, PaymentAttempt, ReleaseReason, SeatState, Survival,
+    BookingStatus, ChangeKind, ChangeSubject, ConfirmPath, EventAction, EventCommand, EventSpec,
+    HoldStatus, OutboxKind, Outcome, PaymentAction, PaymentAttempt, ReleaseReason, SeatState,
+    Survival,
 };
 use seatfence_core::{Command, Epoch, EventId, RegionId, Response, State, UserId};
 
@@ -37,6 +38,10 @@ pub enum PayStep {
     },
     Void,
     Settle,
+    /// An operator's refund.
+    Refund {
+        release_seats: bool,
+    },
 }
 
 pub fn spec() -> EventSpec {
@@ -59,6 +64,7 @@ pub fn spec_with(max_seats_per_buyer: Option<u32>) -> EventSpec {
         price_cents: 1_000,
         currency: "EUR".into(),
         retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
+        changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
     }
 }
 
@@ -123,6 +129,12 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
         }
         PayStep::Void => PaymentAction::VoidIntent { hold, payment_id },
         PayStep::Settle => PaymentAction::Settle { hold, payment_id },
+        PayStep::Refund { release_seats } => PaymentAction::Refund {
+            hold,
+            by: "ops".into(),
+            reason: "show cancelled".into(),
+            release_seats,
+        },
         PayStep::OutboxDone { id } => PaymentAction::OutboxDone {
             id,
             refund_id: Some(format!("r{id}")),
@@ -191,12 +203,22 @@ pub fn check(s: &State) {
     // is owed back through the outbox.
     for (seq, b) in &inv.bookings {
         let hold = &inv.holds[seq];
-        let expected = match b.status {
-            BookingStatus::Pending => HoldStatus::Held,
-            BookingStatus::Confirmed => HoldStatus::Booked,
-            BookingStatus::Expired | BookingStatus::RefundPending | BookingStatus::Refunded => {
-                HoldStatus::Expired
+        // An operator's refund ends the hold only when it returns the
+        // seats; a late payment's refund follows a release.
+        let expected = match (b.status, &b.refund) {
+            (BookingStatus::Pending, _) => HoldStatus::Held,
+            (BookingStatus::Confirmed, _) => HoldStatus::Booked,
+            (BookingStatus::RefundPending | BookingStatus::Refunded, Some(r)) => {
+                if r.release_seats {
+                    HoldStatus::Released
+                } else {
+                    HoldStatus::Booked
+                }
             }
+            (
+                BookingStatus::Expired | BookingStatus::RefundPending | BookingStatus::Refunded,
+                _,
+            ) => HoldStatus::Expired,
         };
         assert_eq!(hold.status, expected, "booking {seq} {:?}", b.status);
         let kinds: Vec<OutboxKind> = inv
@@ -205,17 +227,23 @@ pub fn check(s: &State) {
             .filter(|x| x.booking == *seq)
             .map(|x| x.kind)
             .collect();
-        let want: &[OutboxKind] = match b.status {
-            BookingStatus::Pending | BookingStatus::Expired => &[],
-            BookingStatus::Confirmed => &[OutboxKind::ConfirmationEmail],
-            BookingStatus::RefundPending | BookingStatus::Refunded => &[OutboxKind::Refund],
+        let want: &[OutboxKind] = match (b.status, &b.refund) {
+            (BookingStatus::Pending | BookingStatus::Expired, _) => &[],
+            (BookingStatus::Confirmed, _) => &[OutboxKind::ConfirmationEmail],
+            (BookingStatus::RefundPending | BookingStatus::Refunded, Some(_)) => {
+                &[OutboxKind::ConfirmationEmail, OutboxKind::Refund]
+            }
+            (BookingStatus::RefundPending | BookingStatus::Refunded, None) => &[OutboxKind::Refund],
         };
         // A delivered item leaves after the retention (`retention.rs`); an
-        // undelivered one never does.
-        let delivered_and_pruned = kinds.is_empty()
-            && matches!(b.status, BookingStatus::Confirmed | BookingStatus::Refunded);
+        // undelivered one never does (an email may be delivered while its
+        // booking is refunded).
+        let may_be_gone = |k: OutboxKind| {
+            k == OutboxKind::ConfirmationEmail || b.status == BookingStatus::Refunded
+        };
         assert!(
-            kinds == want || delivered_and_pruned,
+            kinds.iter().all(|k| want.contains(k))
+                && want.iter().all(|k| kinds.contains(k) || may_be_gone(*k)),
             "outbox of booking {seq}: {kinds:?}"
         );
         assert!(hold.extensions <= seatfence_core::inventory::MAX_EXTENSIONS);
@@ -236,8 +264,62 @@ pub fn check(s: &State) {
     if let Some((at, key)) = inv.index.prune_queue.get_min() {
         assert!(*at > ev.clock_ms, "{key:?} overdue since {at}");
     }
+    check_changes(s);
     // Buyer limit respected.
     for (_, n) in &inv.index.buyer_seats {
         assert!(*n <= 5);
+    }
+}
+
+/// The changefeed: numbered without gaps up to the event's next number,
+/// and folding it in order gives every hold's and booking's current status
+/// and the event's epoch (what a sink that applied every change holds).
+pub fn check_changes(s: &State) {
+    let inv = &s.inventory;
+    let ev = inv.event.as_ref().expect("created");
+    let seqs: Vec<u64> = inv.changes.keys().copied().collect();
+    let first = seqs.first().copied().unwrap_or(ev.next_change_seq);
+    assert_eq!(
+        seqs,
+        (first..ev.next_change_seq).collect::<Vec<_>>(),
+        "changes are not one contiguous range"
+    );
+    let (mut holds, mut bookings, mut epoch) = (BTreeMap::new(), BTreeMap::new(), None);
+    for c in inv.changes.values() {
+        match &c.subject {
+            ChangeSubject::Hold(h) => {
+                holds.insert(h.seq, h.status);
+            }
+            ChangeSubject::Booking(b) => {
+                bookings.insert(b.seq, b.status);
+            }
+            ChangeSubject::Event(e) => {
+                epoch = Some(e.epoch);
+                if c.kind == ChangeKind::EventMoved {
+                    assert!(e.epoch.0 > 1);
+                }
+            }
+        }
+    }
+    let complete = first == 1;
+    if complete {
+        assert_eq!(epoch, Some(ev.epoch), "the feed's last epoch");
+    }
+    for (seq, b) in &inv.bookings {
+        match bookings.get(seq) {
+            Some(st) => assert_eq!(*st, b.status, "booking {seq} in the feed"),
+            None => assert!(!complete, "booking {seq} has no change"),
+        }
+    }
+    for (seq, h) in &inv.holds {
+        // Held → booked is told by the booking's confirmation.
+        let want = match h.status {
+            HoldStatus::Booked => HoldStatus::Held,
+            other => other,
+        };
+        match holds.get(seq) {
+            Some(st) => assert_eq!(*st, want, "hold {seq} in the feed"),
+            None => assert!(!complete, "hold {seq} has no change"),
+        }
     }
 }

@@ -68,6 +68,9 @@ async fn create_event(
         "seats": seats,
         "hold_ttl_secs": crate::drill::runner::HOLD_TTL_SECS,
         "retention_secs": crate::drill::runner::RETENTION_SECS,
+        // The changefeed keeps as long as finished records, so a soak's
+        // second half runs at the feed's steady state too.
+        "changes_retention_secs": crate::drill::runner::RETENTION_SECS,
         "max_seats_per_hold": 4,
     });
     let body = &body;

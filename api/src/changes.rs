@@ -1,0 +1,314 @@
+//! `GET /v1/admin/changes` (operators): the changefeed of every event, or
+//! of one, resumable from a cursor on any edge of any region.
+//!
+//! ```text
+//!  ?after=CURSOR  ─▶ the events the directory knows (or ?event=ID)
+//!    ─▶ each event's group: Query::Changes{after: its position, limit}
+//!       (at its leader, no read-index round: every replica holds a prefix
+//!       of the same numbered changes, so any answer is gap-free)
+//!    ─▶ a position older than the event keeps ─▶ 410 cursor_expired
+//!    ─▶ nothing new and ?wait_secs=N ─▶ ask again every 250 ms until N
+//!  ◀── {changes: [...], next_cursor, unavailable: [event ids not read]}
+//! ```
+//!
+//! A cursor is the position reached in every event: `c` then `.G-S` per
+//! event group `G` read up to change `S` (`c.12-40.13-7`). An event missing
+//! from it is at 0. Without `after` a reader starts at each event's oldest
+//! kept change; with one, a change it would skip is an error (410 with the
+//! oldest cursor that resumes), never a silent gap. An event whose group
+//! does not answer keeps its position and is listed in `unavailable`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use hyper::StatusCode;
+use seatfence_core::inventory::{BookingFacts, Change, ChangePage, ChangeSubject};
+use seatfence_core::{EventId, GroupId, Query, QueryResult};
+use seatfence_raft::Read;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::events::{format_ms, parse_event_id};
+use crate::http::{Reply, Req};
+use crate::Edge;
+
+/// Changes one answer carries at most (`?limit=`, default 500).
+pub const MAX_LIMIT: u32 = 5_000;
+/// The longest `?wait_secs=` a reader may ask.
+pub const MAX_WAIT_SECS: u64 = 30;
+/// Groups read at once.
+const PARALLEL: usize = 16;
+/// How often a waiting request asks again.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Where a reader is: per event group, the last change read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cursor(pub BTreeMap<u64, u64>);
+
+impl Cursor {
+    pub fn parse(s: &str) -> Option<Cursor> {
+        let rest = s.strip_prefix('c')?;
+        let mut map = BTreeMap::new();
+        for pair in rest.split('.').skip(1) {
+            let (g, seq) = pair.split_once('-')?;
+            if map.insert(g.parse().ok()?, seq.parse().ok()?).is_some() {
+                return None;
+            }
+        }
+        (rest.is_empty() || rest.starts_with('.')).then_some(Cursor(map))
+    }
+
+    pub fn at(&self, group: GroupId) -> u64 {
+        self.0.get(&group.0).copied().unwrap_or(0)
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("c")?;
+        for (g, s) in &self.0 {
+            write!(f, ".{g}-{s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One event's answer.
+enum Read1 {
+    Page(Box<ChangePage>),
+    Unavailable,
+}
+
+/// `GET /v1/admin/changes?after=CURSOR&event=ID&limit=N&wait_secs=S`.
+pub async fn list(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let strict = req.query_param("after").is_some();
+    let mut cursor = match req.query_param("after") {
+        None => Cursor::default(),
+        Some(s) => Cursor::parse(s).ok_or_else(|| {
+            ApiError::bad(
+                "invalid_cursor",
+                "after must be a cursor this API returned (c.GROUP-SEQ…)",
+            )
+        })?,
+    };
+    let limit = req.limit_in(500, 1..=MAX_LIMIT)?;
+    let wait = match req.query_param("wait_secs") {
+        None => 0,
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|s| *s <= MAX_WAIT_SECS)
+            .ok_or_else(|| {
+                ApiError::bad(
+                    "invalid_wait",
+                    format!("wait_secs must be 0..={MAX_WAIT_SECS}"),
+                )
+            })?,
+    };
+    let events = events(edge, req.query_param("event")).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
+    loop {
+        let (changes, unavailable) =
+            read_all(edge, &events, &mut cursor, strict, limit as usize).await?;
+        let waited_out = tokio::time::Instant::now() + POLL > deadline;
+        if !changes.is_empty() || waited_out {
+            return Ok(Reply::json(
+                StatusCode::OK,
+                json!({
+                    "changes": changes,
+                    "next_cursor": cursor.to_string(),
+                    "unavailable": unavailable,
+                }),
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The events read: one (`?event=`), or every event the directory knows,
+/// with their groups.
+async fn events(edge: &Edge, one: Option<&str>) -> Result<Vec<(EventId, GroupId)>, ApiError> {
+    if let Some(id) = one {
+        let event_id = parse_event_id(id)?;
+        let route = edge.route(&event_id).await?;
+        return Ok(vec![(event_id, route.group)]);
+    }
+    let directory = edge.directory_at_leader().await?;
+    let mut all: Vec<(EventId, GroupId)> = directory
+        .events
+        .values()
+        .map(|r| (r.event_id.clone(), r.group))
+        .collect();
+    all.sort_by_key(|(_, g)| *g);
+    Ok(all)
+}
+
+/// Read every event's changes after its position, up to `limit` in all;
+/// advance `cursor` over what is returned.
+async fn read_all(
+    edge: &Edge,
+    events: &[(EventId, GroupId)],
+    cursor: &mut Cursor,
+    strict: bool,
+    limit: usize,
+) -> Result<(Vec<Value>, Vec<String>), ApiError> {
+    // Each ask owns what it uses, and they are collected before they are
+    // polled: a stream holding the iterator's closure is not `Send` for
+    // every lifetime, which the connection's task needs.
+    let asks: Vec<_> = events
+        .iter()
+        .map(|(event, group)| {
+            let (client, event, group) = (edge.client.clone(), event.clone(), *group);
+            let after = cursor.at(group);
+            async move {
+                let q = Query::Changes {
+                    after,
+                    limit: limit as u32,
+                };
+                let page = match client.query_with(group, &q, Read::Replica).await {
+                    Ok((QueryResult::Changes(p), _)) => Read1::Page(p),
+                    _ => Read1::Unavailable,
+                };
+                (event, group, after, page)
+            }
+        })
+        .collect();
+    let answers: Vec<_> = stream::iter(asks).buffered(PARALLEL).collect().await;
+    let (mut out, mut unavailable, mut expired) = (Vec::new(), Vec::new(), Vec::new());
+    for (event, group, after, page) in answers {
+        let page = match page {
+            Read1::Page(p) if p.event_id.as_ref() == Some(&event) => p,
+            _ => {
+                unavailable.push(event.0.clone());
+                continue;
+            }
+        };
+        // From the start: the oldest kept change. Else the next one must
+        // still be kept.
+        let from = if strict || cursor.0.contains_key(&group.0) {
+            after
+        } else {
+            page.oldest_seq.saturating_sub(1)
+        };
+        if from + 1 < page.oldest_seq {
+            expired.push((event.0.clone(), group, page.oldest_seq - 1));
+            continue;
+        }
+        let room = limit.saturating_sub(out.len());
+        let mut last = from;
+        for c in page.changes.iter().filter(|c| c.seq > from).take(room) {
+            out.push(change_json(&event, group, c));
+            last = c.seq;
+        }
+        cursor.0.insert(group.0, last);
+    }
+    if !expired.is_empty() {
+        let mut oldest = cursor.clone();
+        for (_, group, at) in &expired {
+            oldest.0.insert(group.0, *at);
+        }
+        let names: Vec<&str> = expired.iter().map(|(e, _, _)| e.as_str()).collect();
+        return Err(ApiError::Gone {
+            code: "cursor_expired",
+            message: format!(
+                "changes after this cursor are no longer kept for {}: resume from oldest_cursor (what was between is lost to this reader)",
+                names.join(", ")
+            ),
+            extra: json!({"oldest_cursor": oldest.to_string(), "events": names}),
+        });
+    }
+    Ok((out, unavailable))
+}
+
+/// One change as the API shows it.
+fn change_json(event: &EventId, group: GroupId, c: &Change) -> Value {
+    let mut v = json!({
+        "event_id": event.0,
+        "seq": c.seq,
+        "type": c.kind.as_str(),
+        "at": format_ms(c.at_ms),
+    });
+    let (field, subject) = match &c.subject {
+        ChangeSubject::Event(e) => (
+            "event",
+            json!({
+                "event_id": event.0,
+                "name": e.name,
+                "home_region": e.home_region.0,
+                "owner_region": e.owner.0,
+                "epoch": e.epoch.0,
+                "capacity": e.capacity,
+                "price_cents": e.price_cents,
+                "currency": e.currency,
+                "opens_at": e.opens_at_ms.map(format_ms),
+                "closes_at": e.closes_at_ms.map(format_ms),
+                "sale_forced": e.forced_open.map(|o| if o { "open" } else { "closed" }),
+            }),
+        ),
+        ChangeSubject::Hold(h) => (
+            "hold",
+            json!({
+                "hold_id": format!("h{}-{}", group.0, h.seq),
+                "user_id": h.owner.0,
+                "seats": h.seats,
+                "status": h.status.as_str(),
+                "created_at": format_ms(h.created_ms),
+                "expires_at": format_ms(h.expires_at_ms),
+            }),
+        ),
+        ChangeSubject::Booking(b) => ("booking", booking_json(group, b)),
+    };
+    v[field] = subject;
+    v
+}
+
+fn booking_json(group: GroupId, b: &BookingFacts) -> Value {
+    json!({
+        "booking_id": format!("b{}-{}", group.0, b.seq),
+        "hold_id": format!("h{}-{}", group.0, b.seq),
+        "user_id": b.owner.0,
+        "status": b.status.as_str(),
+        "seats": b.seats,
+        "payment_id": b.payment_id,
+        "amount_cents": b.amount_cents,
+        "currency": b.currency,
+        "txn_id": b.txn_id,
+        "confirmed_via": b.confirmed_via.map(|v| v.as_str()),
+        "refund_id": b.refund_id,
+        "refund": b.refund.as_ref().map(|r| json!({
+            "by": r.by,
+            "reason": r.reason,
+            "release_seats": r.release_seats,
+            "at": format_ms(r.at_ms),
+        })),
+        "created_at": format_ms(b.created_ms),
+        "updated_at": format_ms(b.updated_ms),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let c = Cursor(BTreeMap::from([(12, 40), (13, 0)]));
+        assert_eq!(c.to_string(), "c.12-40.13-0");
+        assert_eq!(Cursor::parse("c.12-40.13-0"), Some(c));
+        assert_eq!(Cursor::parse("c"), Some(Cursor::default()));
+        for bad in [
+            "",
+            "x.1-2",
+            "c1-2",
+            "c.1",
+            "c.1-2.1-3",
+            "c.a-1",
+            "c.1-2.",
+            "c.-1-2",
+        ] {
+            assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -5,6 +5,8 @@
 //! - [`ctl`]: `seatfence ctl` (node commands over gRPC, event and operator
 //!   commands through an edge).
 //! - [`cert`]: `seatfence cert` (the cluster CA and its certificates).
+//! - [`export`]: `seatfence export`'s arguments (the exporter itself is
+//!   `seatfence-export`).
 //!
 //! It must never do work a library crate owns. Everything else is a crate: `seatfence node` is `seatfence-node`,
 //! `seatfence bench` is `seatfence-bench`, `seatfence chaos` is
@@ -13,5 +15,6 @@
 pub mod cert;
 pub mod ctl;
 pub mod demo;
+pub mod export;
 
 pub use seatfence_chaos::drill as chaos;

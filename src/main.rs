@@ -63,6 +63,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: seatfence_bench::BenchCmd,
     },
+    /// Keep PostgreSQL tables (events, bookings, payments, refunds) current
+    /// from the changefeed (README "Changefeed, export and operator
+    /// refunds").
+    Export(seatfence::export::ExportArgs),
     /// Partition drills: faults, load, checkers, report (README "Chaos drills").
     Chaos {
         #[command(subcommand)]
@@ -172,6 +176,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Gateway(args) => args.run(terminated()).await,
         Cmd::Ctl(args) => seatfence::ctl::run(*args).await,
         Cmd::Cert { cmd } => seatfence::cert::run(cmd),
+        Cmd::Export(args) => {
+            init_tracing();
+            args.run(terminated()).await
+        }
         Cmd::Chaos { cmd } => {
             init_tracing_quiet();
             let bin = std::env::current_exe().context("find own binary")?;

@@ -176,6 +176,7 @@ async fn read_all(
         })
         .collect();
     let answers: Vec<_> = stream::iter(asks).buffered(PARALLEL).collect().await;
+    let start = cursor.clone();
     let (mut out, mut unavailable, mut expired) = (Vec::new(), Vec::new(), Vec::new());
     for (event, group, after, page) in answers {
         let page = match page {
@@ -205,7 +206,8 @@ async fn read_all(
         cursor.0.insert(group.0, last);
     }
     if !expired.is_empty() {
-        let mut oldest = cursor.clone();
+        // From where the reader stood: what this answer read is not sent.
+        let mut oldest = start;
         for (_, group, at) in &expired {
             oldest.0.insert(group.0, *at);
         }

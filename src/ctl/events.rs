@@ -188,7 +188,7 @@ pub enum EventCmd {
     },
     /// Refund a confirmed booking (operator): `refund_pending` at once,
     /// `refunded` when the gateway has paid it back. Retry with the same
-    /// `--key` (printed) and the same answer comes back, never a second
+    /// `--idempotency-key` (printed) and the same answer comes back, never a second
     /// refund.
     Refund {
         /// The booking id (`b<group>-<seq>`).
@@ -202,7 +202,7 @@ pub enum EventCmd {
         release_seats: bool,
         /// The Idempotency-Key (default: a fresh one).
         #[arg(long)]
-        key: Option<String>,
+        idempotency_key: Option<String>,
         /// Print the edge's JSON answer.
         #[arg(long)]
         json: bool,
@@ -394,14 +394,14 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             booking,
             reason,
             release_seats,
-            key,
+            idempotency_key,
             json: as_json,
         } => {
             let refund = super::admin::Refund {
                 booking,
                 reason,
                 release_seats,
-                key,
+                key: idempotency_key,
             };
             super::admin::refund(&edge, refund, as_json).await
         }

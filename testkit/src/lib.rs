@@ -10,6 +10,8 @@
 //!   gateway`): approvals, captures at most once, fencing tokens, signed
 //!   webhooks, fault switches.
 //! - [`http_client`]: a JSON client for the edge's API.
+//! - [`pg_proc`]: [`PgProc`], a throwaway PostgreSQL server (the export
+//!   tests' sink).
 //! - [`progress`]: a long operation's progress on stderr (`indicatif` on a
 //!   terminal, a line every few seconds otherwise).
 //!
@@ -20,9 +22,11 @@ pub mod gateway_proc;
 pub mod http_client;
 mod layout;
 pub mod mock_gateway;
+pub mod pg_proc;
 mod procs;
 pub mod progress;
 
 pub use cluster::{reap_all, ClusterBuilder, LocalCluster, NodeProc, REGIONS};
 pub use gateway_proc::GatewayProc;
 pub use http_client::HttpClient;
+pub use pg_proc::PgProc;

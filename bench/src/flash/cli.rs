@@ -61,6 +61,10 @@ pub struct FlashSaleCli {
     /// The event's hold time-to-live, seconds.
     #[arg(long, default_value_t = 5)]
     pub hold_ttl: u64,
+    /// Run `seatfence export` into a throwaway PostgreSQL during the sale
+    /// and report its lag (Debian's postgresql package needed).
+    #[arg(long)]
+    pub export: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -116,7 +120,7 @@ fn write_plot(path: &Path, svg: String) -> anyhow::Result<()> {
 pub async fn flash_sale(bin: &Path, cli: FlashSaleCli) -> anyhow::Result<()> {
     let a = &cli.workload;
     let w = a.workload(cli.book_share, cli.late_rate, cli.hold_ttl);
-    let r = run_flash_sale(bin, w).await?;
+    let r = run_flash_sale(bin, w, cli.export).await?;
     if let Some(p) = &a.plot {
         write_plot(
             p,

@@ -126,8 +126,23 @@ pub struct FlashSaleReport {
     pub sold_out_after_secs: Option<f64>,
     pub captures: u64,
     pub counts: Counts,
+    /// `--export`: the exporter's lag and changes.
+    pub export: Option<ExportReport>,
     /// Everything the clients measured, with the timeline.
     pub run: RunStats,
+}
+
+/// What `seatfence export` did during the sale.
+#[derive(Debug, Serialize)]
+pub struct ExportReport {
+    /// Changes written to PostgreSQL by the end (caught up).
+    pub changes: u64,
+    /// From a change's commit in the group to its row's commit.
+    pub lag_p50_ms: f64,
+    pub lag_p99_ms: f64,
+    pub lag_max_ms: f64,
+    /// Seconds after the sale's end until the exporter had nothing new.
+    pub catch_up_secs: f64,
 }
 
 impl std::fmt::Display for FlashSaleReport {
@@ -153,6 +168,13 @@ impl std::fmt::Display for FlashSaleReport {
                 .map(|t| format!("{t:.2} s"))
                 .unwrap_or_else(|| "—".into())
         )?;
+        if let Some(e) = &self.export {
+            writeln!(
+                f,
+                "  export: {} changes to PostgreSQL, lag p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms, caught up {:.1} s after the sale",
+                e.changes, e.lag_p50_ms, e.lag_p99_ms, e.lag_max_ms, e.catch_up_secs
+            )?;
+        }
         write!(
             f,
             "  {} buyers arrived, {} holds granted ({} seats), {} conflicts, {} turned away, {} bookings confirmed ({} captures), {} booking errors, errors by code {:?}, {} in flight, {:.1} s",
@@ -164,14 +186,26 @@ impl std::fmt::Display for FlashSaleReport {
 
 /// The launch-day run on seatfence: burst, bookings, expiries, late
 /// arrivals, until sold out or `w.duration`.
-pub async fn run_flash_sale(bin: &Path, w: Workload) -> anyhow::Result<FlashSaleReport> {
+pub async fn run_flash_sale(
+    bin: &Path,
+    w: Workload,
+    export: bool,
+) -> anyhow::Result<FlashSaleReport> {
     let (_guard, dir) = crate::raft::bench_dir()?;
     let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, true).await?;
     let w = Workload {
         capacity: sf.capacity as u32,
         ..w
     };
+    let exporter = match export {
+        true => Some(Exporter::start(&dir, &sf).await?),
+        false => None,
+    };
     let stats = run_workload(Arc::new(sf.backend()), Some(sf.payer()), w).await;
+    let export = match exporter {
+        Some(e) => Some(e.finish().await?),
+        None => None,
+    };
     let counts = http_counts(&sf.http).await?;
     let gateway = sf.gateway.as_ref().context("gateway")?;
     let g = sf
@@ -201,6 +235,69 @@ pub async fn run_flash_sale(bin: &Path, w: Workload) -> anyhow::Result<FlashSale
         sold_out_after_secs: stats.sold_out_after_secs,
         captures,
         counts,
+        export,
         run: stats,
     })
+}
+
+/// `seatfence export` in this process, into a PostgreSQL of its own.
+struct Exporter {
+    _pg: seatfence_testkit::PgProc,
+    metrics: Arc<seatfence_export::metrics::Metrics>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Exporter {
+    async fn start(dir: &Path, sf: &Seatfence) -> anyhow::Result<Exporter> {
+        let pg = seatfence_testkit::PgProc::start(&dir.join("export"))?;
+        let cfg = seatfence_export::ExportConfig {
+            pg: pg.url(),
+            edges: sf.http.edges.to_vec(),
+            token: sf.http.operator.clone(),
+            batch: 1000,
+            progress: false,
+            metrics_addr: None,
+        };
+        let metrics = Arc::new(seatfence_export::metrics::Metrics::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(seatfence_export::run_with(cfg, metrics.clone(), async {
+            let _ = stopped.await;
+        }));
+        Ok(Exporter {
+            _pg: pg,
+            metrics,
+            stop,
+            task,
+        })
+    }
+
+    /// Wait until the exporter has nothing new (at most a minute), stop it.
+    async fn finish(self) -> anyhow::Result<ExportReport> {
+        let ended = std::time::Instant::now();
+        while !self.metrics.is_caught_up() && ended.elapsed() < Duration::from_secs(60) {
+            if self.task.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let catch_up_secs = ended.elapsed().as_secs_f64();
+        let _ = self.stop.send(());
+        self.task.await.context("the exporter")??;
+        let mut lags = self.metrics.lags();
+        lags.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            lags.get(((lags.len().max(1) - 1) as f64 * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+                * 1000.0
+        };
+        Ok(ExportReport {
+            changes: self.metrics.total(),
+            lag_p50_ms: at(0.5),
+            lag_p99_ms: at(0.99),
+            lag_max_ms: at(1.0),
+            catch_up_secs,
+        })
+    }
 }

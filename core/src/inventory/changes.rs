@@ -218,9 +218,16 @@ impl Inventory {
                 }
             }
         }
-        let mut seen: Vec<&RecordKey> = Vec::new();
+        // Holds and bookings only, each once (a mass expiry touches
+        // thousands of records).
+        let mut seen = std::collections::BTreeSet::new();
         for key in &changed[first..] {
-            if seen.contains(&key) {
+            let id = match key {
+                RecordKey::Hold(seq) => (0u8, *seq),
+                RecordKey::Booking(seq) => (1u8, *seq),
+                _ => continue,
+            };
+            if !seen.insert(id) {
                 continue;
             }
             match key {
@@ -260,7 +267,6 @@ impl Inventory {
                 }
                 _ => continue,
             }
-            seen.push(key);
         }
         if found.is_empty() {
             return;

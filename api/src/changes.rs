@@ -52,9 +52,11 @@ impl Cursor {
         let mut map = BTreeMap::new();
         for pair in rest.split('.').skip(1) {
             let (g, seq) = pair.split_once('-')?;
-            if map.insert(g.parse().ok()?, seq.parse().ok()?).is_some() {
-                return None;
-            }
+            let (g, seq): (u64, u64) = (g.parse().ok()?, seq.parse().ok()?);
+            // A group named twice stands at the earlier position: reading
+            // again is safe, skipping is not.
+            let at = map.entry(g).or_insert(seq);
+            *at = (*at).min(seq);
         }
         (rest.is_empty() || rest.starts_with('.')).then_some(Cursor(map))
     }
@@ -300,16 +302,10 @@ mod tests {
         assert_eq!(c.to_string(), "c.12-40.13-0");
         assert_eq!(Cursor::parse("c.12-40.13-0"), Some(c));
         assert_eq!(Cursor::parse("c"), Some(Cursor::default()));
-        for bad in [
-            "",
-            "x.1-2",
-            "c1-2",
-            "c.1",
-            "c.1-2.1-3",
-            "c.a-1",
-            "c.1-2.",
-            "c.-1-2",
-        ] {
+        // A group twice: the earlier position.
+        let twice = Cursor(BTreeMap::from([(1, 2)]));
+        assert_eq!(Cursor::parse("c.1-3.1-2"), Some(twice));
+        for bad in ["", "x.1-2", "c1-2", "c.1", "c.a-1", "c.1-2.", "c.-1-2"] {
             assert_eq!(Cursor::parse(bad), None, "{bad:?}");
         }
     }

@@ -1,8 +1,6 @@
 //! `seatfence`: one binary, thin. The work lives in the library crates.
 
-use std::cell::Cell;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -10,11 +8,29 @@ use seatfence_node::NodeConfig;
 
 // sled allocates and frees many small buffers per write; glibc malloc spent
 // ~20% of a node's CPU on them (perf, bench raft at 256 in flight).
-// Counted: `seatfence_heap_bytes` tells the program's own memory from
-// what the allocator keeps (a soak judges both).
+// jemalloc, not mimalloc: mimalloc keeps a thread's freed pages until that
+// thread frees or collects again, and over an hour's soak what it kept grew
+// on some nodes while their heap stayed flat (docs/CHAOS.md); jemalloc's
+// background threads hand unused pages back on a timer ([`MALLOC_CONF`]),
+// whichever thread freed them. Counted: `seatfence_heap_bytes` tells the
+// program's own memory from what the allocator keeps (a soak judges both).
 #[global_allocator]
-static GLOBAL: seatfence_raft::heap::Counted<mimalloc::MiMalloc> =
-    seatfence_raft::heap::Counted(mimalloc::MiMalloc);
+static GLOBAL: seatfence_raft::heap::Counted<tikv_jemallocator::Jemalloc> =
+    seatfence_raft::heap::Counted(tikv_jemallocator::Jemalloc);
+
+/// jemalloc's settings, read once when it starts (the `_RJEM_MALLOC_CONF`
+/// environment variable overrides them): purge from background threads,
+/// return dirty pages after 1 s unused (default 10 s) and lazily freed
+/// ("muzzy") ones at once.
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: ConfString =
+    ConfString(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+/// A pointer to a NUL-terminated string, as C's `const char *malloc_conf`.
+#[repr(transparent)]
+struct ConfString(*const std::ffi::c_char);
+// SAFETY: it points to a static, immutable byte string.
+unsafe impl Sync for ConfString {}
 
 #[derive(Parser)]
 #[command(
@@ -116,7 +132,6 @@ fn main() {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_park(trim_allocator)
         .build()
         .expect("start the tokio runtime");
     // A user's error is its message chain, never a backtrace (even with
@@ -127,32 +142,6 @@ fn main() {
     }
 }
 
-/// How often an idle runtime worker hands its allocator's spare pages back.
-const TRIM_EVERY: Duration = Duration::from_secs(5);
-
-/// mimalloc keeps each thread's freed pages for that thread to reuse, and
-/// pages freed from other threads wait for their owner to collect them; on
-/// a node that runs for weeks, with replicas unloading and reopening and
-/// connections coming and going, what it keeps crept up (docs/CHAOS.md,
-/// the soak). A worker about to park, at most every [`TRIM_EVERY`], frees
-/// its empty pages and lets the allocator purge what is unused.
-fn trim_allocator() {
-    thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
-    LAST.with(|last| {
-        let now = Instant::now();
-        if last
-            .get()
-            .is_some_and(|t| now.duration_since(t) < TRIM_EVERY)
-        {
-            return;
-        }
-        last.set(Some(now));
-        // SAFETY: `mi_collect` only frees or purges pages no live
-        // allocation uses; it takes no pointer.
-        unsafe { libmimalloc_sys::mi_collect(true) };
-    });
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Node { config } => {
@@ -161,12 +150,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("read config {}", config.display()))?;
             let config = NodeConfig::from_toml(&text)
                 .with_context(|| format!("invalid config {}", config.display()))?;
-            // The node runs as a task on the workers, not on this thread:
-            // what it allocates (a restarted node opens every replica it
-            // stores) is then freed and trimmed by threads that park;
-            // memory this thread allocated and others freed would wait for
-            // it, parked in `block_on`, to collect it (a restarted node
-            // kept ~100 MiB that way in the soak).
+            // The node runs as a task on the workers, not on this thread,
+            // which parks in `block_on` for the node's whole life (with
+            // mimalloc, memory it allocated and workers freed waited for it
+            // to collect: a restarted node kept ~100 MiB that way).
             match tokio::spawn(seatfence_node::run(config, terminated())).await {
                 Ok(outcome) => outcome,
                 Err(e) => std::panic::resume_unwind(e.into_panic()),

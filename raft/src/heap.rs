@@ -1,6 +1,6 @@
 //! Bytes the process's allocations hold right now, counted by a wrapper
 //! around the global allocator ([`Counted`]; the `seatfence` binary uses
-//! it around mimalloc). Resident memory (RSS) also counts what the
+//! it around jemalloc). Resident memory (RSS) also counts what the
 //! allocator keeps after a free and what sled maps; this is the program's
 //! own share, so a soak can tell a leak from allocator retention
 //! (`seatfence_heap_bytes` on `/metrics`).

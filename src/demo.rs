@@ -40,6 +40,14 @@ pub fn default_dir() -> PathBuf {
     std::env::temp_dir().join("seatfence-demo")
 }
 
+/// The demo.json a client command reads: `--demo PATH` if given, else
+/// `$SEATFENCE_DEMO`, else the default demo's.
+pub fn file_path(given: Option<PathBuf>) -> PathBuf {
+    given
+        .or_else(|| std::env::var_os("SEATFENCE_DEMO").map(PathBuf::from))
+        .unwrap_or_else(|| default_dir().join("demo.json"))
+}
+
 impl DemoFile {
     pub fn load(path: &Path) -> anyhow::Result<DemoFile> {
         let text = std::fs::read_to_string(path).with_context(|| {

@@ -41,10 +41,7 @@ pub struct ExportArgs {
 
 impl ExportArgs {
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-        let path = self
-            .demo
-            .or_else(|| std::env::var_os("SEATFENCE_DEMO").map(PathBuf::from))
-            .unwrap_or_else(|| crate::demo::default_dir().join("demo.json"));
+        let path = crate::demo::file_path(self.demo);
         let demo = DemoFile::load(&path);
         let edges = if self.edge.is_empty() {
             let d = demo.as_ref().map_err(|e| {

@@ -89,10 +89,7 @@ pub enum CtlCmd {
 
 /// Run one `seatfence ctl` command.
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
-    let demo = args
-        .demo
-        .or_else(|| std::env::var_os("SEATFENCE_DEMO").map(PathBuf::from))
-        .unwrap_or_else(|| crate::demo::default_dir().join("demo.json"));
+    let demo = crate::demo::file_path(args.demo);
     match args.cmd {
         CtlCmd::Events(cmd) => {
             let target = EdgeTarget {

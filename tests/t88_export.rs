@@ -51,6 +51,7 @@ fn spawn_exporter(edges: &[String], op: &str, pg: &PgProc, log: &Path) -> Export
         .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_seatfence"));
     cmd.args(["export", "--pg", &pg.url(), "--batch", "3", "--progress"]);
+    cmd.args(["--metrics-addr", "127.0.0.1:0"]);
     for e in edges {
         cmd.args(["--edge", e]);
     }
@@ -246,6 +247,36 @@ async fn t88_postgres_equals_the_cluster_through_a_sigkilled_exporter() {
     );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("exported"), "--progress prints pages: {text}");
+
+    tracing::info!("--- /metrics counts what PostgreSQL holds");
+    let url = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("metrics on "))
+        .expect("the exporter names its metrics address");
+    let metric = |body: &str, name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics: {body}"))
+    };
+    // Rows and the counter agree once no page is between its commit and
+    // the count (a hold may still expire meanwhile: ask again).
+    let body = eventually("/metrics counts PostgreSQL's change rows", || async {
+        let body = reqwest::get(url).await.ok()?.text().await.ok()?;
+        let rows: i64 = db
+            .query_one("SELECT count(*) FROM seatfence_changes", &[])
+            .await
+            .unwrap()
+            .get(0);
+        (metric(&body, "seatfence_export_changes_total") == rows as f64).then_some(body)
+    })
+    .await;
+    assert!(
+        metric(&body, "seatfence_export_pages_total") >= 1.0,
+        "{body}"
+    );
+    let p99 = metric(&body, "seatfence_export_lag_seconds{quantile=\"0.99\"}");
+    assert!(p99.is_finite() && p99 >= 0.0, "{body}");
     exp.kill();
 }
 

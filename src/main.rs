@@ -21,10 +21,13 @@ static GLOBAL: seatfence_raft::heap::Counted<tikv_jemallocator::Jemalloc> =
 /// jemalloc's settings, read once when it starts (the `_RJEM_MALLOC_CONF`
 /// environment variable overrides them): purge from background threads,
 /// return dirty pages after 1 s unused (default 10 s) and lazily freed
-/// ("muzzy") ones at once.
+/// ("muzzy") ones at once, and never back memory with transparent huge
+/// pages (where the kernel's THP setting is `always`, every group's
+/// reserved-but-unwritten openraft rings would be resident, ~2.6 MB a
+/// group, as with mimalloc's huge pages).
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: ConfString =
-    ConfString(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+    ConfString(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,thp:never".as_ptr());
 
 /// A pointer to a NUL-terminated string, as C's `const char *malloc_conf`.
 #[repr(transparent)]

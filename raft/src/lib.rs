@@ -18,7 +18,9 @@
 //!   leader per term, so the term is a fencing value).
 //! - [`storage`]: the only module that touches sled.
 //! - [`network`]: the gRPC transport, one channel per peer for all groups.
-//! - [`registry`]: the replicas hosted on this node.
+//! - [`registry`]: the replicas hosted on this node; [`joining`]: a
+//!   replica added as a learner does not campaign on a membership it
+//!   replays from the group's past.
 //! - [`propose`]: the typed propose path at a group's leader (`Proposer`,
 //!   `ProposeError`); [`batcher`] packs concurrent proposals into one entry.
 //! - [`api`]: the gRPC `NodeService`, a thin adapter over `Proposer`;
@@ -43,6 +45,7 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod heap;
+pub mod joining;
 pub mod membership;
 pub mod metrics;
 pub mod network;

@@ -8,6 +8,7 @@ use openraft::BasicNode;
 use seatfence_core::GroupId;
 
 use crate::batcher::Batcher;
+use crate::joining::Joining;
 use crate::network::{NetworkFactory, PeerPool};
 use crate::sleep::dormant::Dormant;
 use crate::sleep::Activity;
@@ -23,6 +24,8 @@ pub struct GroupHandle {
     pub batcher: Batcher,
     /// Whether it sleeps (see `sleep`).
     pub activity: Activity,
+    /// Whether it may not campaign yet (see `joining`).
+    pub joining: Arc<Joining>,
 }
 
 impl GroupHandle {
@@ -149,7 +152,7 @@ impl Registry {
         warn_failed(
             id,
             "reopen dormant replica",
-            self.open_locked(id, Some(record)).await,
+            self.open_locked(id, Some(record), false).await,
         )
     }
 
@@ -323,7 +326,20 @@ impl Registry {
             return Ok(h);
         }
         let was_dormant = self.dormant_record(id);
-        self.open_locked(id, was_dormant).await
+        self.open_locked(id, was_dormant, false).await
+    }
+
+    /// [`open`](Self::open) a replica that joins the group as a learner
+    /// (placed here by a running move or repair): new storage is marked
+    /// joining, so it does not campaign on a membership from the group's
+    /// past (see [`joining`](crate::joining)).
+    pub async fn open_target(&self, id: GroupId) -> anyhow::Result<Arc<GroupHandle>> {
+        let _guard = self.opening.lock().await;
+        if let Some(h) = self.get(id) {
+            return Ok(h);
+        }
+        let was_dormant = self.dormant_record(id);
+        self.open_locked(id, was_dormant, true).await
     }
 
     /// Open `id` (the caller holds `opening` and found it not in memory);
@@ -336,10 +352,15 @@ impl Registry {
         &self,
         id: GroupId,
         was_dormant: Option<Dormant>,
+        target: bool,
     ) -> anyhow::Result<Arc<GroupHandle>> {
-        let log = LogStore::open(&self.db, id).with_context(|| format!("open log of {id}"))?;
-        let sm =
-            StateMachineStore::open(&self.db, id).with_context(|| format!("open state of {id}"))?;
+        let joining = Arc::new(self.joining(id, target)?);
+        let log = LogStore::open(&self.db, id)
+            .with_context(|| format!("open log of {id}"))?
+            .with_joining(joining.clone());
+        let sm = StateMachineStore::open(&self.db, id)
+            .with_context(|| format!("open state of {id}"))?
+            .with_joining(joining.clone());
         let network = NetworkFactory {
             pool: self.pool.clone(),
             group: id,
@@ -347,6 +368,11 @@ impl Registry {
         let raft = Raft::new(self.node_id, self.config.clone(), network, log, sm.clone())
             .await
             .with_context(|| format!("start raft for {id}"))?;
+        if joining.is_on() {
+            // Before any timer can fire: the first election timeout is
+            // hundreds of milliseconds away.
+            raft.runtime_config().elect(false);
+        }
         let batcher = Batcher::spawn(id, raft.clone());
         tokio::spawn(log_leadership(id, raft.clone()));
         let handle = Arc::new(GroupHandle {
@@ -355,7 +381,19 @@ impl Registry {
             sm,
             batcher,
             activity: Activity::new(),
+            joining: joining.clone(),
         });
+        if joining.is_on() {
+            let weak = Arc::downgrade(&handle);
+            let mut rx = joining.subscribe();
+            tokio::spawn(async move {
+                if rx.wait_for(|on| !on).await.is_ok() {
+                    if let Some(h) = weak.upgrade() {
+                        h.allow_elections();
+                    }
+                }
+            });
+        }
         // A replica that restored its leadership keeps heartbeating (its
         // followers expect it); the controller puts it to sleep later.
         if self.sleepy && !id.is_directory() && !handle.raft.is_leader() {
@@ -399,15 +437,30 @@ impl Registry {
         warn_failed(
             id,
             "open on first message",
-            self.open_locked(id, None).await,
+            self.open_locked(id, None, false).await,
         )
     }
 
-    /// Whether this node's directory replica places `id` here and no data
-    /// of it is stored here.
-    fn placed_here_and_new(&self, id: GroupId) -> bool {
+    /// The joining state of `id`'s replica about to open: a target's new
+    /// storage is marked first; a mark ends once the directory lists this
+    /// node as a voter of the group.
+    fn joining(&self, id: GroupId, target: bool) -> anyhow::Result<Joining> {
+        let db = &self.db;
+        if target && !db.is_stored(id)? {
+            db.set_joining(id, true)?;
+        }
+        let joining = Joining::new(db.clone(), id, self.node_id, db.is_joining(id)?);
+        if joining.is_on() && self.directory_voter(id) {
+            joining.end("the directory lists it as a voter");
+        }
+        Ok(joining)
+    }
+
+    /// Whether this node's directory replica lists this node as a voter of
+    /// `id`.
+    pub fn directory_voter(&self, id: GroupId) -> bool {
         let me = seatfence_core::NodeId(self.node_id);
-        let placed = self.get(GroupId::DIRECTORY).is_some_and(|dir| {
+        self.get(GroupId::DIRECTORY).is_some_and(|dir| {
             dir.sm.read(|s| {
                 s.state
                     .directory
@@ -415,8 +468,13 @@ impl Registry {
                     .get(&id)
                     .is_some_and(|g| g.members.contains(&me))
             })
-        });
-        placed && self.db.is_stored(id).is_ok_and(|stored| !stored)
+        })
+    }
+
+    /// Whether this node's directory replica places `id` here and no data
+    /// of it is stored here.
+    fn placed_here_and_new(&self, id: GroupId) -> bool {
+        self.directory_voter(id) && self.db.is_stored(id).is_ok_and(|stored| !stored)
     }
 
     /// Initialize `id` with `members` if it has never been initialized.

@@ -60,6 +60,13 @@ pub async fn place_groups(
         for (gid, order, members) in wanted {
             // A dormant replica is hosted: it reopens when it is needed.
             if hosted.contains(&gid) && registry.is_hosted(gid) {
+                // A target the move or repair has made a voter: the new
+                // configuration is committed (see `seatfence_raft::joining`).
+                if order.contains(&me) {
+                    if let Some(g) = registry.get(gid).filter(|g| g.joining.is_on()) {
+                        g.joining.end("the directory lists it as a voter");
+                    }
+                }
                 continue;
             }
             if retired.remove(&gid).is_some() {
@@ -73,8 +80,11 @@ pub async fn place_groups(
             }
             let result = if order.first() == Some(&me) && members.len() == order.len() {
                 registry.initialize(gid, members).await
-            } else {
+            } else if order.contains(&me) {
                 registry.open(gid).await.map(drop)
+            } else {
+                // A running move or repair adds this node as a learner.
+                registry.open_target(gid).await.map(drop)
             };
             match result {
                 Ok(()) => {

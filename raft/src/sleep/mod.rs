@@ -182,7 +182,7 @@ impl GroupHandle {
             return false;
         }
         let rc = self.raft.runtime_config();
-        rc.elect(true);
+        rc.elect(!self.joining.is_on());
         rc.heartbeat(true);
         rc.tick(true);
         self.activity.asleep_since_ms.store(0, SeqCst);
@@ -190,6 +190,15 @@ impl GroupHandle {
         self.activity.asleep.store(false, SeqCst);
         METRICS.groups_sleeping.decrement(1.0);
         true
+    }
+
+    /// The replica's joining ended: an awake replica may campaign from now
+    /// on (a sleeping one will when it wakes).
+    pub(crate) fn allow_elections(&self) {
+        let _t = self.activity.transition.lock().expect("transition lock");
+        if !self.activity.asleep.load(SeqCst) {
+            self.raft.runtime_config().elect(true);
+        }
     }
 
     /// Stop the timers (elections first, so a follower never campaigns

@@ -62,6 +62,10 @@ pub(crate) struct GroupTrees {
 /// Marks a group as stored here from its first open (its meta space).
 const CREATED: &[u8] = b"created";
 
+/// Marks a replica that joined as a learner and has not yet stored the
+/// entry that made it one (see `crate::joining`).
+const JOINING: &[u8] = b"joining";
+
 impl NodeDb {
     /// Open (or create) the node's storage in `dir`: sled in `dir/sled`,
     /// snapshot files in `dir/snapshots`. Must be called from inside a tokio
@@ -146,6 +150,29 @@ impl NodeDb {
             .get(CREATED)
             .map_err(io_err)?
             .is_some())
+    }
+
+    /// Whether `group`'s replica here is still joining (see
+    /// `crate::joining`).
+    pub(crate) fn is_joining(&self, group: GroupId) -> io::Result<bool> {
+        Ok(self
+            .spaces(group)
+            .meta
+            .get(JOINING)
+            .map_err(io_err)?
+            .is_some())
+    }
+
+    /// Mark or unmark `group`'s replica here as joining. Not flushed: the
+    /// mark is written before the group's first entry, and removed after
+    /// the entry that ends it, and sled recovers writes in order.
+    pub(crate) fn set_joining(&self, group: GroupId, on: bool) -> io::Result<()> {
+        let meta = self.spaces(group).meta;
+        match on {
+            true => meta.insert(JOINING, &[][..]),
+            false => meta.remove(JOINING),
+        }
+        .map_err(io_err)
     }
 
     /// The snapshot file of `group`. Snapshots live in files, not in sled:

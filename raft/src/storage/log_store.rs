@@ -6,6 +6,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -14,6 +15,7 @@ use seatfence_core::GroupId;
 
 use super::db::{FlushMode, GroupTrees, NodeDb};
 use super::{decode, decode_compressed, encode, encode_compressed, io_err};
+use crate::joining::Joining;
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
 const VOTE: &[u8] = b"vote";
@@ -26,6 +28,8 @@ pub struct LogStore {
     group: GroupId,
     db: NodeDb,
     trees: GroupTrees,
+    /// Told of every membership entry stored (see `crate::joining`).
+    joining: Option<Arc<Joining>>,
 }
 
 impl LogStore {
@@ -34,7 +38,14 @@ impl LogStore {
             group,
             db: db.clone(),
             trees: db.group_trees(group)?,
+            joining: None,
         })
+    }
+
+    /// Tell `joining` of every membership entry appended from now on.
+    pub(crate) fn with_joining(mut self, joining: Arc<Joining>) -> LogStore {
+        self.joining = Some(joining);
+        self
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
@@ -155,6 +166,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .log
                 .insert(&index_key(entry.index()), encode_compressed(&entry)?)
                 .map_err(io_err)?;
+            // After the insert: sled recovers writes in order, so a crash
+            // that kept the end of the joining kept this entry too.
+            if let Some(j) = self.joining.as_ref().filter(|j| j.is_on()) {
+                if let Some(m) = entry.get_membership() {
+                    j.note_membership(&m);
+                }
+            }
         }
         match self.db.flush_mode() {
             FlushMode::Inline => {

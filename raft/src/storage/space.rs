@@ -66,6 +66,10 @@ impl Space {
             .map(drop)
     }
 
+    pub fn remove(&self, key: &[u8]) -> sled::Result<()> {
+        self.tree.remove(prefixed(&self.prefix, key)).map(drop)
+    }
+
     pub fn batch(&self) -> SpaceBatch {
         SpaceBatch {
             batch: sled::Batch::default(),

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use super::db::{GroupTrees, NodeDb};
 use super::{decode, decode_compressed, encode, encode_compressed, io_err};
+use crate::joining::Joining;
 use crate::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 
 const APPLIED: &[u8] = b"!applied";
@@ -78,6 +79,8 @@ pub struct StateMachineStore {
     /// Index of the snapshot file on disk. The async mutex orders file
     /// writes, so a slow build can never replace a newer installed snapshot.
     snapshot_file: Arc<tokio::sync::Mutex<Option<u64>>>,
+    /// Told of an installed snapshot's membership (see `crate::joining`).
+    joining: Option<Arc<Joining>>,
 }
 
 impl StateMachineStore {
@@ -142,7 +145,14 @@ impl StateMachineStore {
             shared: Arc::new(RwLock::new(gs)),
             tx_applied: Arc::new(watch::channel(applied).0),
             snapshot_file: Arc::new(tokio::sync::Mutex::new(base_index)),
+            joining: None,
         })
+    }
+
+    /// Tell `joining` of every snapshot installed from now on.
+    pub(crate) fn with_joining(mut self, joining: Arc<Joining>) -> StateMachineStore {
+        self.joining = Some(joining);
+        self
     }
 
     /// Read the applied state. `f` runs under the read lock: keep it short.
@@ -317,6 +327,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.tx_applied
             .send_replace(meta.last_log_id.map(|l| l.index()).unwrap_or(0));
         tracing::info!(group = self.group.0, last = ?meta.last_log_id, "installed snapshot");
+        if let Some(j) = &self.joining {
+            j.note_membership(meta.last_membership.membership());
+        }
         Ok(())
     }
 

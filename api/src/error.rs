@@ -13,6 +13,10 @@ pub enum ApiError {
     Unauthorized(&'static str),
     #[error("this endpoint needs an operator token")]
     Forbidden,
+    /// A waiting room's refusal of a hold (`ticket_required`,
+    /// `ticket_invalid`): 403.
+    #[error("{message}")]
+    Admission { code: &'static str, message: String },
     /// A payment signal whose signature does not verify.
     #[error("{0}")]
     InvalidSignature(&'static str),
@@ -144,6 +148,23 @@ impl ApiError {
             }
             Outcome::InvalidRequest { reason } => ApiError::bad(code, reason),
             Outcome::InvalidEvent(e) => ApiError::bad(code, e.to_string()),
+            Outcome::TicketRequired => ApiError::Admission {
+                code,
+                message: format!(
+                    "event {event_id} has a waiting room: join its queue (POST /v1/events/{event_id}/queue) and send the ticket you get once admitted as the Admission-Ticket header"
+                ),
+            },
+            Outcome::TicketInvalid => ApiError::Admission {
+                code,
+                message: "the admission ticket is not this buyer's for this event, or its time ran out: join the queue again".into(),
+            },
+            Outcome::NotAdmittedYet => conflict(
+                "still waiting in the queue: poll GET /v1/events/{id}/queue/me".into(),
+                json!({}),
+            ),
+            Outcome::NoWaitingRoom => {
+                conflict(format!("event {event_id} has no waiting room"), json!({}))
+            }
             other => ApiError::Internal(format!("unexpected outcome {other:?}")),
         }
     }
@@ -211,7 +232,7 @@ impl ApiError {
         match self {
             ApiError::Fenced { inner, .. } => inner.status(),
             ApiError::Unauthorized(_) | ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::Forbidden | ApiError::Admission { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
@@ -233,6 +254,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::InvalidSignature(_) => "invalid_signature",
             ApiError::Forbidden => "forbidden",
+            ApiError::Admission { code, .. } => code,
             ApiError::NotFound { code, .. } => code,
             ApiError::NoRoute(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",

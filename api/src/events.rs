@@ -139,6 +139,7 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         changes_retention_ms: body
             .changes_retention_secs
             .map_or(DEFAULT_CHANGES_RETENTION_MS, |s| s.saturating_mul(1000)),
+        waiting_room: None,
     };
     spec.validate()
         .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;

@@ -215,6 +215,17 @@ impl Command {
                     | crate::inventory::EventAction::Cancel { owner, .. } => {
                         long("the owner", &owner.0)
                     }
+                    crate::inventory::EventAction::Room(
+                        crate::inventory::RoomAction::Join { buyers, .. },
+                    ) => (buyers.len() > crate::inventory::MAX_JOIN_BATCH)
+                        .then(|| {
+                            format!(
+                                "a join batch of {} buyers, over {}",
+                                buyers.len(),
+                                crate::inventory::MAX_JOIN_BATCH
+                            )
+                        })
+                        .or_else(|| buyers.iter().find_map(|b| long("a buyer", &b.0))),
                     _ => None,
                 })
             }

@@ -44,6 +44,26 @@ pub enum Query {
     /// Event groups: up to `limit` changes of the changefeed after `after`
     /// (0: from the first kept), with the range this replica keeps.
     Changes { after: u64, limit: u32 },
+    /// Event group: its waiting room at `now_ms`, and where `buyer` stands
+    /// in it.
+    Room {
+        buyer: Option<crate::ids::UserId>,
+        now_ms: u64,
+    },
+}
+
+/// A waiting room at a moment, as [`Query::Room`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomView {
+    pub settings: crate::inventory::RoomSettings,
+    pub opens_at_ms: Option<u64>,
+    pub opened: bool,
+    /// Buyers in the queue not admitted yet.
+    pub queue_len: u64,
+    /// Positions admitted so far.
+    pub admitted: u64,
+    pub tickets_used: u64,
+    pub rejoined: u64,
 }
 
 /// An event's payments, as [`Query::Payments`] answers them.
@@ -100,6 +120,11 @@ pub enum QueryResult {
     Answer(Option<crate::answers::KeyedAnswer>),
     Payments(PaymentSummary),
     Changes(Box<crate::inventory::ChangePage>),
+    Room {
+        event_id: Option<EventId>,
+        room: Option<RoomView>,
+        standing: Option<crate::inventory::Standing>,
+    },
 }
 
 impl State {
@@ -168,6 +193,25 @@ impl State {
             }
             Query::Answer { owner, key } => {
                 QueryResult::Answer(self.answers.get(&(owner.clone(), key.clone())).cloned())
+            }
+            Query::Room { buyer, now_ms } => {
+                let opens_at_ms = inv.event.as_ref().and_then(|e| e.opens_at_ms);
+                let room = inv.room.as_ref();
+                QueryResult::Room {
+                    event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+                    room: room.map(|r| RoomView {
+                        settings: r.settings,
+                        opens_at_ms,
+                        opened: r.opened,
+                        queue_len: r.queue_len(*now_ms),
+                        admitted: r.admitted(*now_ms),
+                        tickets_used: r.tickets_used,
+                        rejoined: r.rejoined,
+                    }),
+                    standing: room
+                        .zip(buyer.as_ref().and_then(|b| inv.places.get(b)))
+                        .map(|(r, place)| r.standing(place, opens_at_ms.unwrap_or(0), *now_ms)),
+                }
             }
             Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory.clone()),

@@ -32,6 +32,7 @@ fn spec(sections: Vec<(u32, u32)>) -> EventSpec {
         currency: "EUR".into(),
         retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
         changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
+        waiting_room: None,
     }
 }
 

@@ -126,7 +126,12 @@ pub(crate) async fn expire_holds(
                 let cleanup = inv
                     .next_cleanup_ms()
                     .map(|at| at.saturating_add(CLEANUP_LAG_MS));
-                let first = expiry.into_iter().chain(cleanup).min();
+                // A waiting room's draw is due at its opening, on time.
+                let first = expiry
+                    .into_iter()
+                    .chain(cleanup)
+                    .chain(inv.room_due_ms())
+                    .min();
                 match (&inv.event, first) {
                     (Some(e), Some(at)) if at <= now => Some((e.event_id.clone(), e.epoch)),
                     _ => None,

@@ -321,12 +321,7 @@ impl Registry {
 
     /// Open the replica of `id` (creating its storage if new). Idempotent.
     pub async fn open(&self, id: GroupId) -> anyhow::Result<Arc<GroupHandle>> {
-        let _guard = self.opening.lock().await;
-        if let Some(h) = self.get(id) {
-            return Ok(h);
-        }
-        let was_dormant = self.dormant_record(id);
-        self.open_locked(id, was_dormant, false).await
+        self.open_as(id, false).await
     }
 
     /// [`open`](Self::open) a replica that joins the group as a learner
@@ -334,12 +329,16 @@ impl Registry {
     /// joining, so it does not campaign on a membership from the group's
     /// past (see [`joining`](crate::joining)).
     pub async fn open_target(&self, id: GroupId) -> anyhow::Result<Arc<GroupHandle>> {
+        self.open_as(id, true).await
+    }
+
+    async fn open_as(&self, id: GroupId, target: bool) -> anyhow::Result<Arc<GroupHandle>> {
         let _guard = self.opening.lock().await;
         if let Some(h) = self.get(id) {
             return Ok(h);
         }
         let was_dormant = self.dormant_record(id);
-        self.open_locked(id, was_dormant, true).await
+        self.open_locked(id, was_dormant, target).await
     }
 
     /// Open `id` (the caller holds `opening` and found it not in memory);

@@ -86,6 +86,7 @@ fn create() -> Command {
             currency: "EUR".into(),
             retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
             changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
+            waiting_room: None,
         })),
     )
 }

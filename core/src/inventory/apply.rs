@@ -81,6 +81,7 @@ impl Inventory {
         let now = cmd.now_ms.max(ev.clock_ms);
         self.event_mut(changed).clock_ms = now;
         let expired = self.expire(now, changed);
+        self.open_room_if_due(now, changed);
         self.forget_old_operations(now, changed);
         self.prune_finished(now, changed);
 
@@ -112,7 +113,16 @@ impl Inventory {
         }
         let outcome = match &cmd.action {
             EventAction::Create(_) => unreachable!("handled above"),
-            EventAction::Hold { owner, pick } => self.hold(owner, pick, now, changed),
+            EventAction::Hold { owner, pick } => match self.check_admitted(owner, now) {
+                Err(refused) => refused,
+                Ok(()) => {
+                    let outcome = self.hold(owner, pick, now, changed);
+                    if matches!(outcome, Outcome::Held(_)) {
+                        self.mark_ticket_used(owner, changed);
+                    }
+                    outcome
+                }
+            },
             EventAction::Cancel { owner, hold } => self.cancel(owner, *hold, now, changed),
             EventAction::SetOpen { open } => {
                 self.event_mut(changed).forced_open = Some(*open);
@@ -139,6 +149,7 @@ impl Inventory {
                 }
             }
             EventAction::Payment(p) => self.payment(p, now, changed),
+            EventAction::Room(r) => self.room_action(r, now, changed),
         };
         if let Some(k) = op_key {
             let forget_at = k.forget_at(now, self.retention_ms());
@@ -224,6 +235,11 @@ impl Inventory {
             next_change_seq: 1,
         });
         changed.push(RecordKey::Event);
+        if let Some(settings) = spec.waiting_room {
+            self.room = Some(super::Room::new(settings));
+            changed.push(RecordKey::Room);
+            self.open_room_if_due(now, changed);
+        }
         Outcome::Created { capacity }
     }
 

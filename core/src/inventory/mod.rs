@@ -23,6 +23,7 @@ mod changes;
 mod refund;
 mod release;
 mod retention;
+mod room;
 mod spec;
 
 pub use apply::{fnv as apply_fnv, request_hash};
@@ -35,6 +36,10 @@ pub use changes::{
     DEFAULT_CHANGES_RETENTION_MS, MAX_CHANGES_RETENTION_MS, MIN_CHANGES_RETENTION_MS,
 };
 pub use retention::PruneKey;
+pub use room::{
+    Place, Room, RoomAction, RoomSettings, Segment, Standing, MAX_ADMIT_PER_SEC, MAX_JOIN_BATCH,
+    MAX_TICKET_TTL_MS, MIN_TICKET_TTL_MS,
+};
 pub use spec::{
     EventSpec, Section, SpecError, Survival, DEFAULT_RETENTION_MS, MAX_CAPACITY, MAX_HOLD_TTL_MS,
     MAX_PRICE_CENTS, MAX_RETENTION_MS, MAX_SEATS_PER_HOLD_LIMIT, MIN_HOLD_TTL_MS, MIN_RETENTION_MS,
@@ -94,6 +99,8 @@ pub enum EventAction {
     /// exactly one above it. From here on, every command stamped with the
     /// old epoch is refused on every replica.
     BumpEpoch { epoch: Epoch, owner: RegionId },
+    /// The waiting room (see `room.rs`).
+    Room(RoomAction),
 }
 
 /// Which seats a hold asks for.
@@ -309,6 +316,18 @@ pub enum Outcome {
     BookingNotRefundable {
         status: BookingStatus,
     },
+    /// The room's settings as they now stand.
+    RoomSet(RoomSettings),
+    /// Each buyer of a join batch, in order, and where it stands.
+    Joined(Vec<(UserId, Standing)>),
+    /// The event has no enabled waiting room.
+    NoWaitingRoom,
+    /// A hold in an event with a room, by a buyer who is not in its queue.
+    TicketRequired,
+    /// A hold by a buyer whose admission lapsed.
+    TicketInvalid,
+    /// A hold by a buyer still waiting in the queue.
+    NotAdmittedYet,
 }
 
 impl Outcome {
@@ -325,7 +344,9 @@ impl Outcome {
             | Outcome::Confirmed { .. }
             | Outcome::ExecuteIntent { .. }
             | Outcome::Extended { .. }
-            | Outcome::OutboxDone => return None,
+            | Outcome::OutboxDone
+            | Outcome::RoomSet(_)
+            | Outcome::Joined(_) => return None,
             Outcome::StaleEpoch { .. } => "stale_epoch",
             Outcome::EventNotFound => "event_not_found",
             Outcome::EventExists => "event_exists",
@@ -349,6 +370,10 @@ impl Outcome {
             Outcome::ReleaseRefused { .. } => "release_refused",
             Outcome::OutboxItemNotFound => "outbox_item_not_found",
             Outcome::BookingNotRefundable { .. } => "booking_not_refundable",
+            Outcome::NoWaitingRoom => "no_waiting_room",
+            Outcome::TicketRequired => "ticket_required",
+            Outcome::TicketInvalid => "ticket_invalid",
+            Outcome::NotAdmittedYet => "not_admitted_yet",
         })
     }
 }
@@ -445,6 +470,10 @@ pub struct Inventory {
     pub inbox: imbl::OrdMap<String, u64>,
     /// The changefeed kept (`changes.rs`), by change seq.
     pub changes: imbl::OrdMap<u64, Change>,
+    /// The waiting room, if the event has one (`room.rs`).
+    pub room: Option<Room>,
+    /// Places in the waiting room, by buyer.
+    pub places: imbl::OrdMap<UserId, Place>,
     #[serde(skip)]
     pub index: Indexes,
 }

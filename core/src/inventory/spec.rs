@@ -60,6 +60,8 @@ pub struct EventSpec {
     /// How long the changefeed keeps a change
     /// ([`DEFAULT_CHANGES_RETENTION_MS`] unless the operator says).
     pub changes_retention_ms: u64,
+    /// A waiting room in front of the sale (needs `opens_at_ms`).
+    pub waiting_room: Option<super::RoomSettings>,
 }
 
 /// Finished records are kept a day unless the event says otherwise.
@@ -104,6 +106,10 @@ pub enum SpecError {
     BadRetention,
     #[error("changes_retention_secs must be between 60 s and 30 days")]
     BadChangesRetention,
+    #[error("waiting_room: admit_per_sec must be between 1 and {max} and ticket_ttl_secs between {min_ttl} s and {max_ttl} s", max = super::MAX_ADMIT_PER_SEC, min_ttl = super::MIN_TICKET_TTL_MS / 1000, max_ttl = super::MAX_TICKET_TTL_MS / 1000)]
+    BadWaitingRoom,
+    #[error("an enabled waiting_room needs opens_at")]
+    WaitingRoomNeedsOpensAt,
 }
 
 /// The highest seat price accepted, in minor units.
@@ -208,6 +214,12 @@ impl EventSpec {
         {
             return Err(SpecError::BadChangesRetention);
         }
+        if let Some(room) = &self.waiting_room {
+            room.validate()?;
+            if room.enabled && self.opens_at_ms.is_none() {
+                return Err(SpecError::WaitingRoomNeedsOpensAt);
+            }
+        }
         Ok(())
     }
 
@@ -254,6 +266,7 @@ mod tests {
             currency: "EUR".into(),
             retention_ms: DEFAULT_RETENTION_MS,
             changes_retention_ms: crate::inventory::DEFAULT_CHANGES_RETENTION_MS,
+            waiting_room: None,
         }
     }
 

@@ -46,6 +46,10 @@ pub enum RecordKey {
     Repair(GroupId),
     /// Event group: one change of the changefeed, by its seq.
     Change(u64),
+    /// Event group: the waiting room.
+    Room,
+    /// Event group: a buyer's place in the waiting room.
+    Place(UserId),
 }
 
 /// A stored record that cannot be decoded: the storage is corrupt.
@@ -85,6 +89,8 @@ impl RecordKey {
             RecordKey::NodeState(n) => [b"l/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Repair(g) => [b"p/".as_slice(), &g.0.to_be_bytes()].concat(),
             RecordKey::Change(c) => [b"c/".as_slice(), &c.to_be_bytes()].concat(),
+            RecordKey::Room => b"m/room".to_vec(),
+            RecordKey::Place(u) => [b"w/".as_slice(), u.0.as_bytes()].concat(),
             RecordKey::Op(owner, key) => owner_key(b"o/", &owner.0, key),
             RecordKey::Answer(owner, key) => owner_key(b"q/", owner, key),
         }
@@ -99,6 +105,10 @@ impl RecordKey {
             (b"m/", b"next_group_id") => Some(RecordKey::NextGroupId),
             (b"m/", b"event") => Some(RecordKey::Event),
             (b"m/", b"next_move_id") => Some(RecordKey::NextMoveId),
+            (b"m/", b"room") => Some(RecordKey::Room),
+            (b"w/", u) => String::from_utf8(u.to_vec())
+                .ok()
+                .map(|u| RecordKey::Place(UserId(u))),
             (b"v/", m) => num(m).map(RecordKey::Move),
             (b"r/", e) => String::from_utf8(e.to_vec())
                 .ok()
@@ -174,6 +184,8 @@ impl State {
             RecordKey::NodeState(n) => self.directory.node_states.get(n).map(enc),
             RecordKey::Repair(g) => self.directory.repairs.get(g).map(enc),
             RecordKey::Change(c) => self.inventory.changes.get(c).map(enc),
+            RecordKey::Room => self.inventory.room.as_ref().map(enc),
+            RecordKey::Place(u) => self.inventory.places.get(u).map(enc),
         }
     }
 
@@ -245,6 +257,10 @@ impl State {
             RecordKey::Change(c) => {
                 self.inventory.changes.insert(c, dec(value).map_err(err)?);
             }
+            RecordKey::Room => self.inventory.room = Some(dec(value).map_err(err)?),
+            RecordKey::Place(u) => {
+                self.inventory.places.insert(u, dec(value).map_err(err)?);
+            }
         }
         Ok(())
     }
@@ -308,6 +324,10 @@ impl State {
             }
             RecordKey::Change(c) => {
                 self.inventory.changes.remove(&c);
+            }
+            RecordKey::Room => self.inventory.room = None,
+            RecordKey::Place(u) => {
+                self.inventory.places.remove(&u);
             }
         }
         Ok(())
@@ -376,7 +396,14 @@ impl State {
                     .map(|n| RecordKey::NodeState(*n)),
             )
             .chain(self.directory.repairs.keys().map(|g| RecordKey::Repair(*g)))
-            .chain(self.inventory.changes.keys().map(|c| RecordKey::Change(*c)));
+            .chain(self.inventory.changes.keys().map(|c| RecordKey::Change(*c)))
+            .chain(std::iter::once(RecordKey::Room))
+            .chain(
+                self.inventory
+                    .places
+                    .keys()
+                    .map(|u| RecordKey::Place(u.clone())),
+            );
         keys.filter_map(|k| self.encode_record(&k).map(|v| (k.encode(), v)))
     }
 }

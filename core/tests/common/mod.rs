@@ -65,6 +65,7 @@ pub fn spec_with(max_seats_per_buyer: Option<u32>) -> EventSpec {
         currency: "EUR".into(),
         retention_ms: seatfence_core::inventory::DEFAULT_RETENTION_MS,
         changes_retention_ms: seatfence_core::inventory::DEFAULT_CHANGES_RETENTION_MS,
+        waiting_room: None,
     }
 }
 

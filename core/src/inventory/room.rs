@@ -1,0 +1,450 @@
+//! The waiting room of one event: a fair queue in front of the sale.
+//!
+//! ```text
+//!  edges batch joins ─▶ RoomAction::Join{buyers, salt} (one command per batch)
+//!    before opens_at: a place without a position; the batch's salt folds into the draw's seed
+//!    at the opening:  every early place gets its position by the draw (hash of seed and buyer)
+//!    after it:        the next position, in commit order
+//!  admission: position p is admitted at `admitted_at(p)`, a schedule of
+//!    segments {from_pos, from_ms, per_sec}: no command per admitted buyer
+//! ```
+//!
+//! Positions live in the group's state, so every region's edge reads the
+//! same one, and a leader change, restart or move keeps them. The draw's
+//! seed comes from the edges' random salts, which no buyer sees or picks,
+//! so an early join or a bot's many joins buy no better place than being
+//! in the room. A position is not a reservation: an admitted buyer still
+//! has to win seats with a hold.
+//!
+//! Admission needs no write: `admitted(now)` follows from the schedule. A
+//! new segment starts when an operator changes the rate (from the first
+//! position not yet admitted) and when a join finds the queue drained
+//! with admission credit saved up (so a rush after a quiet spell is paced,
+//! not let in at once). An admitted buyer may hold seats until
+//! `admitted_at + ticket_ttl`; after that the place has lapsed and the
+//! buyer may join again, at the back.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::UserId;
+use crate::state::RecordKey;
+
+use super::apply::fnv;
+use super::{Inventory, Outcome, SpecError};
+
+/// Bounds of a room's settings.
+pub const MAX_ADMIT_PER_SEC: u32 = 100_000;
+pub const MIN_TICKET_TTL_MS: u64 = 10_000;
+pub const MAX_TICKET_TTL_MS: u64 = 3_600_000;
+/// Most buyers in one join batch.
+pub const MAX_JOIN_BATCH: usize = 1_000;
+/// Schedule segments kept: the oldest goes first (its positions count as
+/// lapsed) when rate changes and drained-queue restarts pile up.
+pub const MAX_SEGMENTS: usize = 4_096;
+
+/// A room's settings: the create body's `waiting_room` and the operators'
+/// `POST /v1/admin/events/{id}/waiting-room`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RoomSettings {
+    pub enabled: bool,
+    pub admit_per_sec: u32,
+    pub ticket_ttl_ms: u64,
+}
+
+impl RoomSettings {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if !(1..=MAX_ADMIT_PER_SEC).contains(&self.admit_per_sec)
+            || !(MIN_TICKET_TTL_MS..=MAX_TICKET_TTL_MS).contains(&self.ticket_ttl_ms)
+        {
+            return Err(SpecError::BadWaitingRoom);
+        }
+        Ok(())
+    }
+}
+
+/// From `from_ms` on, positions from `from_pos` are admitted at `per_sec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Segment {
+    pub from_pos: u64,
+    pub from_ms: u64,
+    pub per_sec: u32,
+}
+
+impl Segment {
+    /// When position `p` (at or after `from_pos`) is admitted.
+    fn admitted_at(&self, p: u64) -> u64 {
+        let n = u128::from(p - self.from_pos) * 1_000;
+        let ms = n.div_ceil(u128::from(self.per_sec));
+        self.from_ms
+            .saturating_add(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// Positions admitted by `now` (uncapped by the queue's length).
+    fn admitted(&self, now: u64) -> u64 {
+        if now < self.from_ms {
+            return self.from_pos;
+        }
+        let more = u128::from(now - self.from_ms) * u128::from(self.per_sec) / 1_000;
+        self.from_pos
+            .saturating_add(u64::try_from(more).unwrap_or(u64::MAX))
+            .saturating_add(1)
+    }
+}
+
+/// The room of one event (one record).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Room {
+    pub settings: RoomSettings,
+    /// Positions given out: 0..placed.
+    pub placed: u64,
+    /// Places waiting for the opening's draw.
+    pub awaiting_draw: u64,
+    /// The draw's seed: every pre-opening batch's salt folded in.
+    pub seed: u64,
+    pub opened: bool,
+    /// The admission schedule, oldest first; empty until the opening.
+    pub segments: VecDeque<Segment>,
+    /// Places whose buyer held seats while admitted.
+    pub tickets_used: u64,
+    /// Places that lapsed and joined again.
+    pub rejoined: u64,
+}
+
+/// One buyer's place.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Place {
+    /// 0-based; `None` until the opening's draw.
+    pub position: Option<u64>,
+    pub joined_ms: u64,
+    /// The buyer held seats while admitted.
+    pub used: bool,
+}
+
+/// Where a buyer stands, as the group computes it at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Standing {
+    /// Joined before the opening: the draw places everyone at `opens_at_ms`.
+    AwaitingDraw { opens_at_ms: u64 },
+    Waiting {
+        position: u64,
+        /// Buyers ahead not admitted yet.
+        ahead: u64,
+        admitted_at_ms: u64,
+    },
+    Admitted {
+        position: u64,
+        admitted_at_ms: u64,
+        expires_at_ms: u64,
+    },
+    /// Admitted and not used in time: may join again, at the back.
+    Lapsed { position: u64 },
+}
+
+/// Room commands.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RoomAction {
+    /// Join these buyers (an edge's batch, in arrival order). `salt` is
+    /// the edge's random number, folded into the draw's seed.
+    Join { buyers: Vec<UserId>, salt: u64 },
+    /// Operators: change the room (or create it on an event without one).
+    Configure(RoomSettings),
+}
+
+impl Room {
+    pub(super) fn new(settings: RoomSettings) -> Room {
+        Room {
+            settings,
+            placed: 0,
+            awaiting_draw: 0,
+            seed: 0,
+            opened: false,
+            segments: VecDeque::new(),
+            tickets_used: 0,
+            rejoined: 0,
+        }
+    }
+
+    /// Positions admitted by `now`, capped at the places given out.
+    pub fn admitted(&self, now: u64) -> u64 {
+        self.segments
+            .back()
+            .map_or(0, |s| s.admitted(now).min(self.placed))
+    }
+
+    /// When position `p` is (or was) admitted; `None` if its segment was
+    /// dropped (it lapsed long ago).
+    pub fn admitted_at(&self, p: u64) -> Option<u64> {
+        let first = self.segments.front()?;
+        if p < first.from_pos {
+            return None;
+        }
+        let i = self.segments.partition_point(|s| s.from_pos <= p) - 1;
+        Some(self.segments[i].admitted_at(p))
+    }
+
+    /// Buyers in the queue not admitted yet (awaiting the draw included).
+    pub fn queue_len(&self, now: u64) -> u64 {
+        self.awaiting_draw + (self.placed - self.admitted(now))
+    }
+
+    /// Where the holder of `place` stands at `now`.
+    pub fn standing(&self, place: &Place, opens_at_ms: u64, now: u64) -> Standing {
+        let Some(p) = place.position else {
+            return Standing::AwaitingDraw { opens_at_ms };
+        };
+        let Some(at) = self.admitted_at(p) else {
+            return Standing::Lapsed { position: p };
+        };
+        let admitted = self.admitted(now);
+        if p >= admitted {
+            return Standing::Waiting {
+                position: p,
+                ahead: p - admitted,
+                admitted_at_ms: at,
+            };
+        }
+        let expires = at.saturating_add(self.settings.ticket_ttl_ms);
+        if now < expires {
+            Standing::Admitted {
+                position: p,
+                admitted_at_ms: at,
+                expires_at_ms: expires,
+            }
+        } else {
+            Standing::Lapsed { position: p }
+        }
+    }
+
+    /// Start a segment at `now` from the first position not yet admitted.
+    fn restart(&mut self, now: u64) {
+        let from_pos = self.admitted(now);
+        self.segments.push_back(Segment {
+            from_pos,
+            from_ms: now,
+            per_sec: self.settings.admit_per_sec,
+        });
+        self.drop_lapsed_segments(now);
+    }
+
+    /// Forget segments whose every position lapsed before `now`.
+    fn drop_lapsed_segments(&mut self, now: u64) {
+        let ttl = self.settings.ticket_ttl_ms;
+        while self.segments.len() > 1
+            && (self.segments[1].from_ms.saturating_add(ttl) <= now
+                || self.segments.len() > MAX_SEGMENTS)
+        {
+            self.segments.pop_front();
+        }
+    }
+}
+
+impl Inventory {
+    /// The event's room, if it has an enabled one.
+    pub fn open_room(&self) -> Option<&Room> {
+        self.room.as_ref().filter(|r| r.settings.enabled)
+    }
+
+    pub(super) fn room_mut(&mut self, changed: &mut Vec<RecordKey>) -> &mut Room {
+        changed.push(RecordKey::Room);
+        self.room.as_mut().expect("checked by the caller")
+    }
+
+    fn opens_at(&self) -> u64 {
+        self.event.as_ref().and_then(|e| e.opens_at_ms).unwrap_or(0)
+    }
+
+    /// When the leader must propose a command for the room: its opening's
+    /// draw, while buyers wait for it.
+    pub fn room_due_ms(&self) -> Option<u64> {
+        let room = self.room.as_ref()?;
+        (!room.opened && room.settings.enabled).then(|| self.opens_at())
+    }
+
+    /// Run at every command: the draw, once `now` reaches `opens_at`.
+    pub(super) fn open_room_if_due(&mut self, now: u64, changed: &mut Vec<RecordKey>) {
+        let opens_at = self.opens_at();
+        let due = self
+            .room
+            .as_ref()
+            .is_some_and(|r| r.settings.enabled && !r.opened && now >= opens_at);
+        if !due {
+            return;
+        }
+        let seed = self.room.as_ref().map_or(0, |r| r.seed);
+        let mut early: Vec<(u64, UserId)> = self
+            .places
+            .iter()
+            .filter(|(_, p)| p.position.is_none())
+            .map(|(u, _)| (draw_key(seed, u), u.clone()))
+            .collect();
+        early.sort_unstable();
+        let n = early.len() as u64;
+        for (position, (_, buyer)) in (0u64..).zip(early) {
+            if let Some(place) = self.places.get_mut(&buyer) {
+                place.position = Some(position);
+            }
+            changed.push(RecordKey::Place(buyer));
+        }
+        let room = self.room_mut(changed);
+        room.opened = true;
+        room.placed = n;
+        room.awaiting_draw = 0;
+        // From opens_at, not from this command's time: a late first command
+        // does not slow the schedule down.
+        room.segments.push_back(Segment {
+            from_pos: 0,
+            from_ms: opens_at,
+            per_sec: room.settings.admit_per_sec,
+        });
+    }
+
+    pub(super) fn room_action(
+        &mut self,
+        action: &RoomAction,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        match action {
+            RoomAction::Configure(settings) => self.configure_room(*settings, now, changed),
+            RoomAction::Join { buyers, salt } => self.join(buyers, *salt, now, changed),
+        }
+    }
+
+    fn configure_room(
+        &mut self,
+        settings: RoomSettings,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        if let Err(e) = settings.validate() {
+            return Outcome::InvalidEvent(e);
+        }
+        if settings.enabled && self.event.as_ref().and_then(|e| e.opens_at_ms).is_none() {
+            return Outcome::InvalidEvent(SpecError::WaitingRoomNeedsOpensAt);
+        }
+        if self.room.is_none() {
+            self.room = Some(Room::new(settings));
+            changed.push(RecordKey::Room);
+            self.open_room_if_due(now, changed);
+            return Outcome::RoomSet(settings);
+        }
+        let room = self.room_mut(changed);
+        let paced_anew = room.settings.admit_per_sec != settings.admit_per_sec
+            || (settings.enabled && !room.settings.enabled);
+        room.settings = settings;
+        if room.opened && paced_anew {
+            room.restart(now);
+        }
+        self.open_room_if_due(now, changed);
+        Outcome::RoomSet(settings)
+    }
+
+    fn join(
+        &mut self,
+        buyers: &[UserId],
+        salt: u64,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        if buyers.is_empty() || buyers.len() > MAX_JOIN_BATCH {
+            return Outcome::InvalidRequest {
+                reason: format!("a join batch has 1 to {MAX_JOIN_BATCH} buyers"),
+            };
+        }
+        let Some(room) = self.open_room() else {
+            return Outcome::NoWaitingRoom;
+        };
+        let opened = room.opened;
+        let opens_at = self.opens_at();
+        let room = self.room_mut(changed);
+        if !opened {
+            room.seed = fnv(&[room.seed.to_be_bytes(), salt.to_be_bytes()].concat());
+        } else if room
+            .segments
+            .back()
+            .is_some_and(|s| s.admitted(now) > room.placed)
+        {
+            // Drained, with credit saved up: pace what comes next.
+            room.restart(now);
+        }
+        let mut standings = Vec::with_capacity(buyers.len());
+        for buyer in buyers {
+            let room = self.room.as_ref().expect("checked above");
+            let lapsed = match self.places.get(buyer) {
+                Some(p) => match room.standing(p, opens_at, now) {
+                    Standing::Lapsed { .. } => true,
+                    // Joining twice keeps the first place.
+                    s => {
+                        standings.push((buyer.clone(), s));
+                        continue;
+                    }
+                },
+                None => false,
+            };
+            let room = self.room_mut(changed);
+            let position = room.opened.then_some(room.placed);
+            match position {
+                Some(_) => room.placed += 1,
+                None => room.awaiting_draw += 1,
+            }
+            if lapsed {
+                room.rejoined += 1;
+            }
+            let place = Place {
+                position,
+                joined_ms: now,
+                used: false,
+            };
+            let room = self.room.as_ref().expect("checked above");
+            standings.push((buyer.clone(), room.standing(&place, opens_at, now)));
+            self.places.insert(buyer.clone(), place);
+            changed.push(RecordKey::Place(buyer.clone()));
+        }
+        Outcome::Joined(standings)
+    }
+
+    /// A hold in an event with a room: only an admitted buyer's, within
+    /// its ticket's time. `Err` is the refusal.
+    pub(super) fn check_admitted(&self, owner: &UserId, now: u64) -> Result<(), Outcome> {
+        let Some(room) = self.open_room() else {
+            return Ok(());
+        };
+        let Some(place) = self.places.get(owner) else {
+            return Err(Outcome::TicketRequired);
+        };
+        match room.standing(place, self.opens_at(), now) {
+            Standing::Admitted { .. } => Ok(()),
+            Standing::AwaitingDraw { .. } | Standing::Waiting { .. } => {
+                Err(Outcome::NotAdmittedYet)
+            }
+            Standing::Lapsed { .. } => Err(Outcome::TicketInvalid),
+        }
+    }
+
+    /// An admitted buyer's hold succeeded: count its ticket used, once.
+    pub(super) fn mark_ticket_used(&mut self, owner: &UserId, changed: &mut Vec<RecordKey>) {
+        if self.open_room().is_none() {
+            return;
+        }
+        let Some(place) = self.places.get_mut(owner).filter(|p| !p.used) else {
+            return;
+        };
+        place.used = true;
+        changed.push(RecordKey::Place(owner.clone()));
+        self.room_mut(changed).tickets_used += 1;
+    }
+}
+
+/// The draw's order key of `buyer`: FNV-1a of seed and id, then
+/// MurmurHash3's finalizer, since FNV alone leaves its high bits (which
+/// decide the order) following the id's length and last bytes.
+fn draw_key(seed: u64, buyer: &UserId) -> u64 {
+    let mut x = fnv(&[&seed.to_be_bytes()[..], buyer.0.as_bytes()].concat());
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}

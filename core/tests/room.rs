@@ -1,0 +1,295 @@
+//! The waiting room in the state machine: the opening's draw, admission by
+//! the schedule, holds only by admitted buyers, lapses and re-joins.
+
+mod common;
+
+use common::{cmd, outcome, spec_with};
+use seatfence_core::inventory::{
+    EventAction, Outcome, RoomAction, RoomSettings, SeatPick, Standing,
+};
+use seatfence_core::query::{Query, QueryResult, RoomView};
+use seatfence_core::{Command, GroupId, State, UserId};
+
+const OPENS: u64 = 100_000;
+const TTL: u64 = 30_000;
+
+fn room(per_sec: u32) -> RoomSettings {
+    RoomSettings {
+        enabled: true,
+        admit_per_sec: per_sec,
+        ticket_ttl_ms: TTL,
+    }
+}
+
+fn run(s: &mut State, c: Command) -> Outcome {
+    outcome(s.apply(GroupId(1), &c).response)
+}
+
+/// An event opening at `OPENS` with a room admitting `per_sec`.
+fn event(per_sec: u32) -> State {
+    let mut spec = spec_with(None);
+    spec.opens_at_ms = Some(OPENS);
+    spec.waiting_room = Some(room(per_sec));
+    let mut s = State::default();
+    let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
+    assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
+    s
+}
+
+fn user(i: usize) -> UserId {
+    UserId(format!("buyer-{i}"))
+}
+
+fn join(s: &mut State, now: u64, buyers: &[UserId], salt: u64) -> Vec<(UserId, Standing)> {
+    let action = EventAction::Room(RoomAction::Join {
+        buyers: buyers.to_vec(),
+        salt,
+    });
+    match run(s, cmd(now, 1, None, action)) {
+        Outcome::Joined(v) => v,
+        other => panic!("join refused: {other:?}"),
+    }
+}
+
+fn view(s: &State, buyer: Option<&UserId>, now: u64) -> (RoomView, Option<Standing>) {
+    let q = Query::Room {
+        buyer: buyer.cloned(),
+        now_ms: now,
+    };
+    match s.query(&q) {
+        QueryResult::Room {
+            room: Some(room),
+            standing,
+            ..
+        } => (room, standing),
+        other => panic!("no room: {other:?}"),
+    }
+}
+
+fn position(s: &State, buyer: &UserId, now: u64) -> u64 {
+    match view(s, Some(buyer), now).1 {
+        Some(Standing::Waiting { position, .. })
+        | Some(Standing::Admitted { position, .. })
+        | Some(Standing::Lapsed { position }) => position,
+        other => panic!("{buyer:?} has no position: {other:?}"),
+    }
+}
+
+fn hold(s: &mut State, now: u64, buyer: &UserId, seat: &str) -> Outcome {
+    let action = EventAction::Hold {
+        owner: buyer.clone(),
+        pick: SeatPick::Seats(vec![seat.into()]),
+    };
+    run(s, cmd(now, 1, None, action))
+}
+
+fn tick(s: &mut State, now: u64) {
+    run(s, cmd(now, 1, None, EventAction::Tick));
+}
+
+/// 300 buyers join before the opening in three batches (three regions'
+/// edges), then 3 after it.
+fn rush(salts: [u64; 3]) -> State {
+    let mut s = event(10);
+    for (r, salt) in salts.into_iter().enumerate() {
+        let batch: Vec<UserId> = (r * 100..(r + 1) * 100).map(user).collect();
+        for (_, st) in join(&mut s, 1_000 + r as u64, &batch, salt) {
+            assert_eq!(st, Standing::AwaitingDraw { opens_at_ms: OPENS });
+        }
+    }
+    tick(&mut s, OPENS);
+    let late: Vec<UserId> = (300..303).map(user).collect();
+    join(&mut s, OPENS + 10, &late, 7);
+    s
+}
+
+#[test]
+fn early_joiners_are_drawn_at_random_and_later_ones_follow_by_arrival() {
+    let s = rush([1, 2, 3]);
+    let order: Vec<u64> = (0..300).map(|i| position(&s, &user(i), OPENS)).collect();
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (0..300).collect::<Vec<_>>(),
+        "positions 0..300, once each"
+    );
+    // Not by arrival, and not by region (batch): each region's buyers are
+    // spread over the whole queue.
+    assert_ne!(order, (0..300).collect::<Vec<_>>());
+    for r in 0..3 {
+        let first_third = order[r * 100..(r + 1) * 100]
+            .iter()
+            .filter(|p| **p < 100)
+            .count();
+        assert!(
+            (15..=55).contains(&first_third),
+            "region {r} has {first_third} of the first 100 places"
+        );
+    }
+    // Later joiners by arrival, after every early one.
+    for (k, i) in (300..303).enumerate() {
+        assert_eq!(position(&s, &user(i), OPENS + 10), 300 + k as u64);
+    }
+    // Other salts, another draw; the same salts, the same one.
+    let other = rush([4, 5, 6]);
+    assert_ne!(
+        order,
+        (0..300)
+            .map(|i| position(&other, &user(i), OPENS))
+            .collect::<Vec<_>>()
+    );
+    let again = rush([1, 2, 3]);
+    assert_eq!(
+        order,
+        (0..300)
+            .map(|i| position(&again, &user(i), OPENS))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn buyers_are_admitted_at_the_rate_in_queue_order() {
+    let s = rush([1, 2, 3]);
+    // 10 a second from the opening: positions 0..=10 by one second in.
+    assert_eq!(view(&s, None, OPENS).0.admitted, 1);
+    assert_eq!(view(&s, None, OPENS + 1_000).0.admitted, 11);
+    assert_eq!(view(&s, None, OPENS + 20_000).0.admitted, 201);
+    assert_eq!(view(&s, None, OPENS + 20_000).0.queue_len, 303 - 201);
+    let first = (0..300)
+        .find(|i| position(&s, &user(*i), OPENS) == 0)
+        .unwrap();
+    let last = (0..300)
+        .find(|i| position(&s, &user(*i), OPENS) == 299)
+        .unwrap();
+    assert!(matches!(
+        view(&s, Some(&user(first)), OPENS).1,
+        Some(Standing::Admitted { .. })
+    ));
+    match view(&s, Some(&user(last)), OPENS + 1_000).1 {
+        Some(Standing::Waiting {
+            ahead,
+            admitted_at_ms,
+            ..
+        }) => {
+            assert_eq!(ahead, 299 - 11);
+            assert_eq!(admitted_at_ms, OPENS + 29_900);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn only_an_admitted_buyer_holds_and_a_lapsed_one_joins_again_at_the_back() {
+    let mut s = rush([1, 2, 3]);
+    let first = (0..300)
+        .find(|i| position(&s, &user(*i), OPENS) == 0)
+        .unwrap();
+    let last = (0..300)
+        .find(|i| position(&s, &user(*i), OPENS) == 299)
+        .unwrap();
+    assert_eq!(
+        hold(&mut s, OPENS + 1, &user(999), "A1"),
+        Outcome::TicketRequired
+    );
+    assert_eq!(
+        hold(&mut s, OPENS + 1, &user(last), "A1"),
+        Outcome::NotAdmittedYet
+    );
+    assert!(matches!(
+        hold(&mut s, OPENS + 2, &user(first), "A1"),
+        Outcome::Held(_)
+    ));
+    assert!(matches!(
+        hold(&mut s, OPENS + 3, &user(first), "A2"),
+        Outcome::Held(_)
+    ));
+    assert_eq!(
+        view(&s, None, OPENS + 3).0.tickets_used,
+        1,
+        "one place, used once"
+    );
+    // Position 0 was admitted at the opening: its time ends TTL later.
+    assert_eq!(
+        hold(&mut s, OPENS + TTL, &user(first), "A3"),
+        Outcome::TicketInvalid
+    );
+    // Joining twice keeps the first place while it lasts ...
+    let second = (0..300)
+        .find(|i| position(&s, &user(*i), OPENS) == 1)
+        .unwrap();
+    let again = join(&mut s, OPENS + 200, &[user(second)], 9);
+    assert!(matches!(again[0].1, Standing::Admitted { position: 1, .. }));
+    // ... and a lapsed buyer joins at the back.
+    let back = join(&mut s, OPENS + TTL + 1, &[user(first)], 9);
+    assert!(
+        matches!(back[0].1, Standing::Waiting { position: 303, .. }),
+        "{back:?}"
+    );
+    assert_eq!(view(&s, None, OPENS + TTL + 1).0.rejoined, 1);
+}
+
+#[test]
+fn a_new_rate_paces_from_the_first_buyer_not_yet_admitted() {
+    let mut s = rush([1, 2, 3]);
+    assert_eq!(view(&s, None, OPENS + 5_000).0.admitted, 51);
+    let set = EventAction::Room(RoomAction::Configure(room(100)));
+    assert_eq!(
+        run(&mut s, cmd(OPENS + 5_000, 1, None, set)),
+        Outcome::RoomSet(room(100))
+    );
+    assert_eq!(view(&s, None, OPENS + 5_000).0.admitted, 52);
+    assert_eq!(view(&s, None, OPENS + 6_000).0.admitted, 152);
+}
+
+#[test]
+fn a_rush_after_a_drained_queue_is_paced() {
+    let mut s = rush([1, 2, 3]);
+    // Everyone admitted by 40 s; credit piles up until 100 s.
+    let now = OPENS + 100_000;
+    assert_eq!(view(&s, None, now).0.queue_len, 0);
+    let rush: Vec<UserId> = (400..420).map(user).collect();
+    let standings = join(&mut s, now, &rush, 11);
+    assert!(matches!(
+        standings[0].1,
+        Standing::Admitted { position: 303, .. }
+    ));
+    assert!(
+        matches!(standings[1].1, Standing::Waiting { position: 304, .. }),
+        "{standings:?}"
+    );
+    assert_eq!(view(&s, None, now + 1_000).0.admitted, 303 + 11);
+}
+
+#[test]
+fn the_room_survives_a_reload_from_its_records() {
+    let mut s = rush([1, 2, 3]);
+    hold(&mut s, OPENS + 2, &user(0), "A1");
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).expect("record loads");
+    }
+    loaded.rebuild_indexes();
+    assert_eq!(loaded.inventory.room, s.inventory.room);
+    assert_eq!(loaded.inventory.places, s.inventory.places);
+}
+
+#[test]
+fn a_room_needs_an_opening_time_and_sane_settings() {
+    let mut spec = spec_with(None);
+    spec.waiting_room = Some(room(10));
+    assert!(spec.validate().is_err(), "no opens_at");
+    spec.opens_at_ms = Some(OPENS);
+    assert!(spec.validate().is_ok());
+    spec.waiting_room = Some(room(0));
+    assert!(spec.validate().is_err(), "zero rate");
+    let mut s = event(10);
+    let bad = EventAction::Room(RoomAction::Join {
+        buyers: vec![],
+        salt: 0,
+    });
+    assert!(matches!(
+        run(&mut s, cmd(1, 1, None, bad)),
+        Outcome::InvalidRequest { .. }
+    ));
+}

@@ -7,7 +7,7 @@ use seatfence_core::inventory::Outcome;
 use seatfence_core::EventId;
 use serde_json::{json, Value};
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
     Unauthorized(&'static str),

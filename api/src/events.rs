@@ -51,6 +51,7 @@ struct CreateBody {
     retention_secs: Option<u64>,
     #[serde(default, deserialize_with = "crate::whole::opt")]
     changes_retention_secs: Option<u64>,
+    waiting_room: Option<crate::room::RoomBody>,
 }
 
 /// Seat price when the operator gives none.
@@ -139,7 +140,7 @@ fn spec_from(body: CreateBody) -> Result<EventSpec, ApiError> {
         changes_retention_ms: body
             .changes_retention_secs
             .map_or(DEFAULT_CHANGES_RETENTION_MS, |s| s.saturating_mul(1000)),
-        waiting_room: None,
+        waiting_room: body.waiting_room.as_ref().map(|r| r.settings()),
     };
     spec.validate()
         .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;

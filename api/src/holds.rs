@@ -1,7 +1,7 @@
 //! Hold handlers: create, read (owner only), cancel (owner only).
 
 use hyper::StatusCode;
-use seatfence_core::inventory::{EventAction, Hold, Outcome, SeatPick};
+use seatfence_core::inventory::{EventAction, Hold, Outcome, RoomAction, SeatPick};
 use seatfence_core::{EventId, HoldId};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -67,15 +67,29 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         });
     }
     let event_id = EventId(body.event_id);
-    let route = edge.route(&event_id).await?;
-    let cmd = Edge::command(
-        &route,
-        Some((caller.user.clone(), key)),
-        EventAction::Hold {
-            owner: caller.user,
+    // A forged, foreign or expired ticket goes no further than the edge;
+    // with a valid one the group still checks the buyer's place, and a hold
+    // without one in an event with a waiting room is its `ticket_required`.
+    let action = match &req.admission_ticket {
+        Some(ticket) => {
+            let now = edge.clock.now_ms();
+            let tk = crate::room::ticket_key(edge);
+            if let Err(e) = crate::room::check_ticket(&tk, ticket, &event_id, &caller.user, now) {
+                edge.metrics.inc(|m| &m.tickets_refused);
+                return Err(e);
+            }
+            EventAction::Room(RoomAction::Hold {
+                owner: caller.user.clone(),
+                pick,
+            })
+        }
+        None => EventAction::Hold {
+            owner: caller.user.clone(),
             pick,
         },
-    );
+    };
+    let route = edge.route(&event_id).await?;
+    let cmd = Edge::command(&route, Some((caller.user, key)), action);
     let (reply, _) = edge.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::Held(h) => {

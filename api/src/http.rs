@@ -70,6 +70,8 @@ pub struct Req {
     pub idempotency_key: Option<String>,
     /// `X-Gateway-Signature` (webhooks).
     pub gateway_signature: Option<String>,
+    /// `Admission-Ticket` (holds in an event with a waiting room).
+    pub admission_ticket: Option<String>,
     pub body: Bytes,
     /// The caller, once verified (admission verifies before the handler).
     verified: Option<Caller>,
@@ -233,6 +235,7 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
         .get("idempotency-key")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let gateway_signature = header("x-gateway-signature");
+    let admission_ticket = header("admission-ticket");
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
@@ -254,6 +257,7 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
         auth,
         idempotency_key,
         gateway_signature,
+        admission_ticket,
         body,
         verified: None,
     })
@@ -321,6 +325,7 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
             StatusCode::OK,
             edge.metrics.render(edge.client.redirects())
                 + &moves::progress_metrics(edge)
+                + &crate::room::room_metrics(edge)
                 + &crate::metrics::runtime_metrics(edge.client.write_queues()),
             "text/plain; version=0.0.4",
         )),
@@ -334,6 +339,9 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         Route::OpenSale => events::set_open(edge, req, id, true).await,
         Route::CloseSale => events::set_open(edge, req, id, false).await,
         Route::CreateHold => holds::create(edge, req).await,
+        Route::JoinQueue => crate::room::join(edge, req, id).await,
+        Route::QueueStanding => crate::room::me(edge, req, id).await,
+        Route::SetWaitingRoom => crate::room::configure(edge, req, id).await,
         Route::GetHold => holds::get(edge, req, id).await,
         Route::CancelHold => holds::cancel(edge, req, id).await,
         Route::CreateBooking => payments::bookings::create(edge, req).await,

@@ -43,6 +43,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod moves;
 pub mod payments;
+pub mod room;
 pub mod routes;
 pub mod secret;
 mod whole;
@@ -89,6 +90,8 @@ pub struct Edge {
     availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
     /// Bearer tokens this edge verified (bounded; see [`auth::TokenCache`]).
     pub tokens: auth::TokenCache,
+    /// Waiting-room joins on their way to the join worker (`room.rs`).
+    pub joins: room::Joins,
 }
 
 /// How long an availability answer is reused.
@@ -141,6 +144,7 @@ impl Edge {
             catch_up_slack: seatfence_regions::transfer::CATCH_UP_SLACK,
             availability: Mutex::new(HashMap::new()),
             tokens,
+            joins: room::Joins::default(),
         }
     }
 
@@ -185,6 +189,9 @@ impl Edge {
             self.registry.clone(),
             rx_stop.clone(),
         ));
+        if let Some(rx) = self.joins.take_receiver() {
+            tokio::spawn(room::run_joins(self.clone(), rx, rx_stop.clone()));
+        }
         if self.payments.is_none() {
             return;
         }

@@ -12,8 +12,9 @@ use seatfence_raft::metrics::Kind;
 /// The routes whose latency is tracked separately (`route` label of
 /// `seatfence_http_request_duration_seconds`; `routes::ROUTES` names one
 /// for every route).
-pub const LABELS: [&str; 6] = [
+pub const LABELS: [&str; 7] = [
     "holds",
+    "queue",
     "events",
     "availability",
     "bookings",
@@ -32,6 +33,16 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         Kind::Counter,
         "seatfence_holds_created_total",
         "Holds granted.",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_queue_joins_total",
+        "Waiting-room joins answered by this edge (a repeated join counts again).",
+    ),
+    (
+        Kind::Counter,
+        "seatfence_queue_tickets_refused_total",
+        "Holds refused at this edge for an admission ticket that does not verify, is another buyer's or event's, or expired.",
     ),
     (
         Kind::Counter,
@@ -172,6 +183,8 @@ pub struct EdgeMetrics {
     pub responses_5xx: Counter,
     pub holds_created: Counter,
     pub hold_conflicts: Counter,
+    pub queue_joins: Counter,
+    pub tickets_refused: Counter,
     pub stale_epoch_edge: Counter,
     /// `not_leader` answers the edge's client followed (set from the
     /// client's own count at each scrape).
@@ -244,6 +257,8 @@ impl Default for EdgeMetrics {
             responses_5xx: responses("5xx"),
             holds_created: counter!("seatfence_holds_created_total"),
             hold_conflicts: counter!("seatfence_hold_conflicts_total"),
+            queue_joins: counter!("seatfence_queue_joins_total"),
+            tickets_refused: counter!("seatfence_queue_tickets_refused_total"),
             stale_epoch_edge: counter!("seatfence_stale_epoch_rejections_total", "layer" => "edge"),
             redirects_followed: counter!("seatfence_not_leader_redirects_total", "side" => "edge"),
             rejected_inflight: refused("inflight"),

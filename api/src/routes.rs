@@ -26,6 +26,9 @@ pub enum Route {
     OpenSale,
     CloseSale,
     CreateHold,
+    JoinQueue,
+    QueueStanding,
+    SetWaitingRoom,
     GetHold,
     CancelHold,
     CreateBooking,
@@ -141,6 +144,28 @@ pub const ROUTES: &[RouteDef] = &[
         "event {event_id}",
     ),
     admitted(row(Route::CreateHold, Method::POST, "/v1/holds", "holds")),
+    admitted(row(
+        Route::JoinQueue,
+        Method::POST,
+        "/v1/events/{event_id}/queue",
+        "queue",
+    )),
+    row(
+        Route::QueueStanding,
+        Method::GET,
+        "/v1/events/{event_id}/queue/me",
+        "queue",
+    ),
+    audited(
+        row(
+            Route::SetWaitingRoom,
+            Method::POST,
+            "/v1/admin/events/{event_id}/waiting-room",
+            "admin",
+        ),
+        "waiting-room",
+        "event {event_id}: {body.admit_per_sec}/s",
+    ),
     row(Route::GetHold, Method::GET, "/v1/holds/{hold_id}", "holds"),
     admitted(row(
         Route::CancelHold,

@@ -212,6 +212,10 @@ impl Command {
                 });
                 keyed.or_else(|| match &c.action {
                     crate::inventory::EventAction::Hold { owner, .. }
+                    | crate::inventory::EventAction::Room(crate::inventory::RoomAction::Hold {
+                        owner,
+                        ..
+                    })
                     | crate::inventory::EventAction::Cancel { owner, .. } => {
                         long("the owner", &owner.0)
                     }

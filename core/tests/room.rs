@@ -75,11 +75,12 @@ fn position(s: &State, buyer: &UserId, now: u64) -> u64 {
     }
 }
 
+/// A hold with a ticket the edge verified.
 fn hold(s: &mut State, now: u64, buyer: &UserId, seat: &str) -> Outcome {
-    let action = EventAction::Hold {
+    let action = EventAction::Room(RoomAction::Hold {
         owner: buyer.clone(),
         pick: SeatPick::Seats(vec![seat.into()]),
-    };
+    });
     run(s, cmd(now, 1, None, action))
 }
 
@@ -190,6 +191,15 @@ fn only_an_admitted_buyer_holds_and_a_lapsed_one_joins_again_at_the_back() {
         .unwrap();
     assert_eq!(
         hold(&mut s, OPENS + 1, &user(999), "A1"),
+        Outcome::TicketRequired
+    );
+    // Without a ticket, even the first in line is refused.
+    let plain = EventAction::Hold {
+        owner: user(first),
+        pick: SeatPick::Seats(vec!["A1".into()]),
+    };
+    assert_eq!(
+        run(&mut s, cmd(OPENS + 1, 1, None, plain)),
         Outcome::TicketRequired
     );
     assert_eq!(

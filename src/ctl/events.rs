@@ -207,6 +207,24 @@ pub enum EventCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Create or change an event's waiting room (operator): admit
+    /// `--rate` buyers a second in queue order.
+    WaitingRoom {
+        /// The event id.
+        event: String,
+        /// Buyers admitted a second.
+        #[arg(long)]
+        rate: u32,
+        /// How long an admitted buyer may hold seats (default 600).
+        #[arg(long)]
+        ticket_ttl_secs: Option<u64>,
+        /// Turn the room off (holds need no ticket; places are kept).
+        #[arg(long)]
+        disable: bool,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// The operators' audit trail, newest first (operator).
     Audit {
         /// How many entries.
@@ -390,6 +408,33 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             limit,
             json: as_json,
         } => audit(&edge, limit, as_json).await,
+        EventCmd::WaitingRoom {
+            event,
+            rate,
+            ticket_ttl_secs,
+            disable,
+            json: as_json,
+        } => {
+            let mut body = json!({"admit_per_sec": rate, "enabled": !disable});
+            if let Some(ttl) = ticket_ttl_secs {
+                body["ticket_ttl_secs"] = json!(ttl);
+            }
+            let a = edge
+                .post(&format!("/v1/admin/events/{event}/waiting-room"), &body)
+                .await?;
+            if as_json {
+                println!("{}", a.body);
+            } else {
+                let room = &a.body["waiting_room"];
+                println!(
+                    "event {event}: waiting room {}, {} a second, tickets good for {} s",
+                    if room["enabled"] == true { "on" } else { "off" },
+                    room["admit_per_sec"],
+                    room["ticket_ttl_secs"]
+                );
+            }
+            Ok(())
+        }
         EventCmd::Refund {
             booking,
             reason,

@@ -75,7 +75,36 @@ impl HttpClient {
         idempotency_key: Option<&str>,
         body: Bytes,
     ) -> anyhow::Result<HttpAnswer> {
+        self.send_with(method, url, token, idempotency_key, &[], body)
+            .await
+    }
+
+    /// POST `body` as JSON with extra `headers` (e.g. `Admission-Ticket`).
+    pub async fn post_with(
+        &self,
+        url: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> anyhow::Result<HttpAnswer> {
+        let bytes = Bytes::from(body.to_string());
+        self.send_with(Method::POST, url, token, None, headers, bytes)
+            .await
+    }
+
+    async fn send_with(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        idempotency_key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> anyhow::Result<HttpAnswer> {
         let mut b = Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            b = b.header(*name, *value);
+        }
         if let Some(t) = token {
             b = b.header("authorization", format!("Bearer {t}"));
         }

@@ -90,6 +90,7 @@ impl Inventory {
                 Some((owner, key)),
                 EventAction::Hold { .. }
                 | EventAction::Cancel { .. }
+                | EventAction::Room(super::RoomAction::Hold { .. })
                 | EventAction::Payment(
                     super::PaymentAction::Attach { .. } | super::PaymentAction::Refund { .. },
                 ),
@@ -113,16 +114,9 @@ impl Inventory {
         }
         let outcome = match &cmd.action {
             EventAction::Create(_) => unreachable!("handled above"),
-            EventAction::Hold { owner, pick } => match self.check_admitted(owner, now) {
-                Err(refused) => refused,
-                Ok(()) => {
-                    let outcome = self.hold(owner, pick, now, changed);
-                    if matches!(outcome, Outcome::Held(_)) {
-                        self.mark_ticket_used(owner, changed);
-                    }
-                    outcome
-                }
-            },
+            // An event with a room takes holds only with a ticket.
+            EventAction::Hold { .. } if self.open_room().is_some() => Outcome::TicketRequired,
+            EventAction::Hold { owner, pick } => self.hold(owner, pick, now, changed),
             EventAction::Cancel { owner, hold } => self.cancel(owner, *hold, now, changed),
             EventAction::SetOpen { open } => {
                 self.event_mut(changed).forced_open = Some(*open);
@@ -245,7 +239,7 @@ impl Inventory {
 
     /// `Hold`: the picked seats for `owner`, all or none, while the sale is
     /// open and within the per-hold and per-buyer limits.
-    fn hold(
+    pub(super) fn hold(
         &mut self,
         owner: &UserId,
         pick: &SeatPick,

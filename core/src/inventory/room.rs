@@ -150,6 +150,13 @@ pub enum RoomAction {
     Join { buyers: Vec<UserId>, salt: u64 },
     /// Operators: change the room (or create it on an event without one).
     Configure(RoomSettings),
+    /// A hold whose buyer showed the edge a valid admission ticket; the
+    /// group checks the buyer's place again (a plain `Hold` in an event
+    /// with a room is refused `ticket_required`).
+    Hold {
+        owner: UserId,
+        pick: super::SeatPick,
+    },
 }
 
 impl Room {
@@ -309,6 +316,16 @@ impl Inventory {
         match action {
             RoomAction::Configure(settings) => self.configure_room(*settings, now, changed),
             RoomAction::Join { buyers, salt } => self.join(buyers, *salt, now, changed),
+            RoomAction::Hold { owner, pick } => match self.check_admitted(owner, now) {
+                Err(refused) => refused,
+                Ok(()) => {
+                    let outcome = self.hold(owner, pick, now, changed);
+                    if matches!(outcome, Outcome::Held(_)) {
+                        self.mark_ticket_used(owner, changed);
+                    }
+                    outcome
+                }
+            },
         }
     }
 

@@ -1,0 +1,297 @@
+//! The waiting room against a real 3 regions × 3 nodes cluster: buyers
+//! join through every region before the opening and are drawn in one
+//! random order (the same through every edge), later joiners follow by
+//! arrival, admission keeps its rate, holds need the buyer's own ticket.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
+use serde_json::{json, Value};
+
+const EARLY_PER_REGION: usize = 40;
+const RATE: u64 = 10;
+/// Seconds from the event's creation to its opening: time enough for
+/// every early join on a slow machine.
+const OPENS_IN_SECS: u64 = 12;
+
+fn rfc3339(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+struct Room {
+    http: HttpClient,
+    edges: Vec<String>,
+    cluster: seatfence_testkit::LocalCluster,
+}
+
+impl Room {
+    fn token(&self, user: &str) -> String {
+        token(&self.cluster, user, false)
+    }
+
+    async fn join(&self, edge: &str, user: &str) -> Value {
+        let a = self
+            .http
+            .post(
+                &format!("{edge}/v1/events/room/queue"),
+                Some(&self.token(user)),
+                None,
+                &json!({}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            a.status.as_u16(),
+            200,
+            "{user} joins via {edge}: {}",
+            a.body
+        );
+        a.body
+    }
+
+    async fn me(&self, edge: &str, user: &str) -> Value {
+        let a = self
+            .http
+            .get(
+                &format!("{edge}/v1/events/room/queue/me"),
+                Some(&self.token(user)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            a.status.as_u16(),
+            200,
+            "{user} polls via {edge}: {}",
+            a.body
+        );
+        a.body
+    }
+
+    async fn hold(&self, edge: &str, user: &str, ticket: Option<&str>, seat: &str) -> HttpAnswer {
+        let headers: Vec<(&str, &str)> = ticket
+            .map(|t| ("admission-ticket", t))
+            .into_iter()
+            .collect();
+        self.http
+            .post_with(
+                &format!("{edge}/v1/holds"),
+                Some(&self.token(user)),
+                &headers,
+                &json!({"event_id": "room", "seats": [seat]}),
+            )
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t74_a_fair_queue_in_front_of_the_sale() {
+    let _serial = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_regions(dir.path(), 3, 3).await;
+    let by_region = cluster.edges();
+    let edges: Vec<String> = ["us-east", "eu-west", "ap-south"]
+        .iter()
+        .map(|r| by_region[*r].clone())
+        .collect();
+    let opens_at_ms = (now_ms() / 1000 + OPENS_IN_SECS) * 1000;
+    let seats: Vec<String> = (1..=20).map(|i| format!("S{i}")).collect();
+    create_event(
+        &cluster,
+        &edges[2],
+        json!({"event_id": "room", "name": "Room", "home_region": "us-east", "seats": seats,
+               "opens_at": rfc3339(opens_at_ms),
+               "waiting_room": {"admit_per_sec": RATE, "ticket_ttl_secs": 60}}),
+    )
+    .await;
+    let r = Room {
+        http: HttpClient::default(),
+        edges,
+        cluster,
+    };
+    let buyer = |region: usize, i: usize| format!("b{region}-{i}");
+
+    tracing::info!("--- before the opening: 40 buyers join through each region's edge");
+    for region in 0..3 {
+        let mut joins = tokio::task::JoinSet::new();
+        for i in 0..EARLY_PER_REGION {
+            let (http, tok) = (r.http.clone(), r.token(&buyer(region, i)));
+            let url = format!("{}/v1/events/room/queue", r.edges[region]);
+            joins.spawn(async move { http.post(&url, Some(&tok), None, &json!({})).await });
+        }
+        while let Some(answer) = joins.join_next().await {
+            let a = answer.unwrap().unwrap();
+            assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+            assert_eq!(a.body["state"], "waiting");
+            assert_eq!(a.body["position"], Value::Null, "no place before the draw");
+        }
+    }
+    assert!(
+        now_ms() < opens_at_ms,
+        "the early joins took longer than {OPENS_IN_SECS} s"
+    );
+    // Joining twice keeps the one place; a stranger cannot hold.
+    r.join(&r.edges[1], &buyer(0, 0)).await;
+    let a = r.hold(&r.edges[0], "stranger", None, "S1").await;
+    assert_eq!(a.code(), Some("ticket_required"), "{}", a.body);
+    let a = r.hold(&r.edges[0], &buyer(0, 1), None, "S1").await;
+    assert_eq!(a.code(), Some("ticket_required"), "{}", a.body);
+
+    tracing::info!("--- the opening's draw");
+    let first = eventually("the draw places the early buyers", || async {
+        let v = r.me(&r.edges[0], &buyer(0, 0)).await;
+        v["position"].as_u64()
+    })
+    .await;
+    assert!(first >= 1);
+    // After the opening, later joiners follow by arrival.
+    let mut late = Vec::new();
+    for i in 0..3 {
+        let v = r.join(&r.edges[i], &format!("late-{i}")).await;
+        late.push(v["position"].as_u64().expect("a place at once"));
+    }
+    let early = (3 * EARLY_PER_REGION) as u64;
+    assert_eq!(late, [early + 1, early + 2, early + 3]);
+
+    tracing::info!("--- admission at {RATE} a second");
+    let sample = || async {
+        let v = r.me(&r.edges[1], "late-2").await;
+        (now_ms(), v["queue_length"].as_u64().unwrap())
+    };
+    let (t0, q0) = sample().await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let (t1, q1) = sample().await;
+    assert!(q1 > 0, "the queue drained before the second sample");
+    // The rate within 5%, plus one admission for the sampling instants.
+    let admitted = (q0 - q1) as f64;
+    let expected = (t1 - t0) as f64 * RATE as f64 / 1000.0;
+    assert!(
+        (admitted - expected).abs() <= expected * 0.05 + 1.0,
+        "admitted {admitted} in {} ms, expected {expected:.1}",
+        t1 - t0
+    );
+
+    tracing::info!("--- every edge gives every early buyer the same place");
+    let mut positions = Vec::new();
+    for region in 0..3 {
+        for i in 0..EARLY_PER_REGION {
+            let b = buyer(region, i);
+            let mut seen = BTreeSet::new();
+            for edge in &r.edges {
+                seen.insert(r.me(edge, &b).await["position"].as_u64().unwrap());
+            }
+            assert_eq!(
+                seen.len(),
+                1,
+                "{b} has places {seen:?} through different edges"
+            );
+            positions.push(seen.into_iter().next().unwrap());
+        }
+    }
+    let mut sorted = positions.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=early).collect::<Vec<_>>());
+    assert_ne!(positions, sorted, "the draw kept the arrival order");
+    for region in 0..3 {
+        let front = positions[region * EARLY_PER_REGION..(region + 1) * EARLY_PER_REGION]
+            .iter()
+            .filter(|p| **p <= EARLY_PER_REGION as u64)
+            .count();
+        assert!(
+            front < EARLY_PER_REGION,
+            "region {region} took the whole front of the queue"
+        );
+    }
+
+    tracing::info!("--- holds: only with the buyer's own ticket");
+    let last = (0..3 * EARLY_PER_REGION)
+        .find(|k| positions[*k] == early)
+        .map(|k| buyer(k / EARLY_PER_REGION, k % EARLY_PER_REGION))
+        .unwrap();
+    let front = (0..3 * EARLY_PER_REGION)
+        .find(|k| positions[*k] == 1)
+        .map(|k| buyer(k / EARLY_PER_REGION, k % EARLY_PER_REGION))
+        .unwrap();
+    let admitted = r.me(&r.edges[2], &front).await;
+    assert_eq!(admitted["state"], "admitted", "{admitted}");
+    let ticket = admitted["ticket"].as_str().unwrap().to_string();
+    let a = r.hold(&r.edges[1], &last, Some(&ticket), "S1").await;
+    assert_eq!(
+        a.code(),
+        Some("ticket_invalid"),
+        "another buyer's ticket: {}",
+        a.body
+    );
+    let a = r
+        .hold(&r.edges[1], &front, Some(&format!("{ticket}0")), "S1")
+        .await;
+    assert_eq!(
+        a.code(),
+        Some("ticket_invalid"),
+        "a forged ticket: {}",
+        a.body
+    );
+    let a = r.hold(&r.edges[1], &front, None, "S1").await;
+    assert_eq!(a.code(), Some("ticket_required"), "no ticket: {}", a.body);
+    let a = r.hold(&r.edges[1], &front, Some(&ticket), "S1").await;
+    assert_eq!(a.status.as_u16(), 201, "the buyer's own ticket: {}", a.body);
+
+    tracing::info!("--- operators change the rate");
+    let op = token(&r.cluster, "ops", true);
+    let a = r
+        .http
+        .post(
+            &format!("{}/v1/admin/events/room/waiting-room", r.edges[0]),
+            Some(&op),
+            None,
+            &json!({"admit_per_sec": 500}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    assert_eq!(a.body["waiting_room"]["admit_per_sec"], 500);
+    eventually("everyone is admitted at the new rate", || async {
+        let v = r.me(&r.edges[0], "late-2").await;
+        (v["state"] == "admitted").then_some(())
+    })
+    .await;
+    // The group's leader reports the room: one ticket used.
+    let all = common::moves::all_metrics(&common::moves::all_edges(&r.cluster)).await;
+    assert!(
+        all.contains("seatfence_queue_tickets_used_total{event=\"room\"} 1"),
+        "{}",
+        all.lines()
+            .filter(|l| l.contains("queue"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

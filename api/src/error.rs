@@ -165,6 +165,10 @@ impl ApiError {
             Outcome::NoWaitingRoom => {
                 conflict(format!("event {event_id} has no waiting room"), json!({}))
             }
+            Outcome::OpensAtRequired => conflict(
+                format!("event {event_id} has no opens_at: a waiting room admits from the opening"),
+                json!({}),
+            ),
             other => ApiError::Internal(format!("unexpected outcome {other:?}")),
         }
     }

@@ -302,4 +302,13 @@ fn a_room_needs_an_opening_time_and_sane_settings() {
         run(&mut s, cmd(1, 1, None, bad)),
         Outcome::InvalidRequest { .. }
     ));
+    // An operator's room on an event without an opening time.
+    let mut plain = State::default();
+    let create = EventAction::Create(Box::new(spec_with(None)));
+    run(&mut plain, cmd(0, 0, None, create));
+    let set = EventAction::Room(RoomAction::Configure(room(10)));
+    assert_eq!(
+        run(&mut plain, cmd(1, 1, None, set)),
+        Outcome::OpensAtRequired
+    );
 }

@@ -58,7 +58,7 @@ pub async fn refund(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
     if body.reason.trim().is_empty() || body.reason.len() > MAX_REASON {
         return Err(ApiError::bad(
             "invalid_field",
-            format!("reason must be 1-{MAX_REASON} bytes"),
+            format!("reason must be 1-{MAX_REASON} bytes, not only spaces"),
         ));
     }
     let id = BookingId::parse(id).ok_or_else(not_found)?;

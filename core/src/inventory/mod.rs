@@ -322,6 +322,8 @@ pub enum Outcome {
     Joined(Vec<(UserId, Standing)>),
     /// The event has no enabled waiting room.
     NoWaitingRoom,
+    /// An enabled waiting room needs the event's `opens_at`.
+    OpensAtRequired,
     /// A hold in an event with a room, by a buyer who is not in its queue.
     TicketRequired,
     /// A hold by a buyer whose admission lapsed.
@@ -371,6 +373,7 @@ impl Outcome {
             Outcome::OutboxItemNotFound => "outbox_item_not_found",
             Outcome::BookingNotRefundable { .. } => "booking_not_refundable",
             Outcome::NoWaitingRoom => "no_waiting_room",
+            Outcome::OpensAtRequired => "opens_at_required",
             Outcome::TicketRequired => "ticket_required",
             Outcome::TicketInvalid => "ticket_invalid",
             Outcome::NotAdmittedYet => "not_admitted_yet",

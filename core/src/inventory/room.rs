@@ -339,7 +339,7 @@ impl Inventory {
             return Outcome::InvalidEvent(e);
         }
         if settings.enabled && self.event.as_ref().and_then(|e| e.opens_at_ms).is_none() {
-            return Outcome::InvalidEvent(SpecError::WaitingRoomNeedsOpensAt);
+            return Outcome::OpensAtRequired;
         }
         if self.room.is_none() {
             self.room = Some(Room::new(settings));

@@ -108,7 +108,7 @@ pub enum SpecError {
     BadChangesRetention,
     #[error("waiting_room: admit_per_sec must be between 1 and {max} and ticket_ttl_secs between {min_ttl} s and {max_ttl} s", max = super::MAX_ADMIT_PER_SEC, min_ttl = super::MIN_TICKET_TTL_MS / 1000, max_ttl = super::MAX_TICKET_TTL_MS / 1000)]
     BadWaitingRoom,
-    #[error("an enabled waiting_room needs opens_at")]
+    #[error("a waiting_room needs opens_at")]
     WaitingRoomNeedsOpensAt,
 }
 
@@ -216,7 +216,7 @@ impl EventSpec {
         }
         if let Some(room) = &self.waiting_room {
             room.validate()?;
-            if room.enabled && self.opens_at_ms.is_none() {
+            if self.opens_at_ms.is_none() {
                 return Err(SpecError::WaitingRoomNeedsOpensAt);
             }
         }

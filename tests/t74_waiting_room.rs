@@ -46,6 +46,28 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+fn buyer(region: usize, i: usize) -> String {
+    format!("b{region}-{i}")
+}
+
+/// Every early buyer's place, each read through one of `r.edges` (polls
+/// retried while a leader is elected).
+async fn places(r: &Room) -> Vec<u64> {
+    let mut now = Vec::new();
+    for k in 0..3 * EARLY_PER_REGION {
+        let b = buyer(k / EARLY_PER_REGION, k % EARLY_PER_REGION);
+        let url = format!("{}/v1/events/room/queue/me", r.edges[k % 3]);
+        let tok = r.token(&b);
+        let v = eventually("a poll is answered", || async {
+            let a = r.http.get(&url, Some(&tok)).await.ok()?;
+            a.status.is_success().then_some(a.body)
+        })
+        .await;
+        now.push(v["position"].as_u64().unwrap());
+    }
+    now
+}
+
 struct Room {
     http: HttpClient,
     edges: Vec<String>,
@@ -125,20 +147,19 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         .collect();
     let opens_at_ms = (now_ms() / 1000 + OPENS_IN_SECS) * 1000;
     let seats: Vec<String> = (1..=20).map(|i| format!("S{i}")).collect();
-    create_event(
+    let created = create_event(
         &cluster,
         &edges[2],
         json!({"event_id": "room", "name": "Room", "home_region": "us-east", "seats": seats,
                "opens_at": rfc3339(opens_at_ms),
-               "waiting_room": {"admit_per_sec": RATE, "ticket_ttl_secs": 60}}),
+               "waiting_room": {"admit_per_sec": RATE, "ticket_ttl_secs": 600}}),
     )
     .await;
-    let r = Room {
+    let mut r = Room {
         http: HttpClient::default(),
         edges,
         cluster,
     };
-    let buyer = |region: usize, i: usize| format!("b{region}-{i}");
 
     tracing::info!("--- before the opening: 40 buyers join through each region's edge");
     for region in 0..3 {
@@ -232,6 +253,40 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         );
     }
 
+    tracing::info!("--- a leader kill and a move while admitting keep every place");
+    let gid = created["group_id"].as_u64().unwrap();
+    let leader = eventually("the group's leader", || {
+        common::moves::leader_of(&r.cluster, gid)
+    })
+    .await;
+    r.cluster.kill(leader).unwrap();
+    // From here on, one edge per region on a running node.
+    r.edges = ["us-east", "eu-west", "ap-south"]
+        .iter()
+        .map(|region| {
+            let id = common::moves::region_nodes(region)
+                .into_iter()
+                .find(|id| *id != leader)
+                .unwrap();
+            let node = r.cluster.nodes.iter().find(|n| n.id() == id).unwrap();
+            node.edge_url().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        places(&r).await,
+        positions,
+        "places after the leader's kill"
+    );
+    let op = token(&r.cluster, "ops", true);
+    let mv = common::moves::post_move(&r.edges[1], &op, "room", "eu-west").await;
+    eventually("the move is done", || async {
+        let m = common::moves::get_move(&r.edges[1], &op, &mv["move_id"]).await?;
+        (m["state"] == "done").then_some(())
+    })
+    .await;
+    assert_eq!(places(&r).await, positions, "places after the move");
+    r.cluster.restart(leader).unwrap();
+
     tracing::info!("--- holds: only with the buyer's own ticket");
     let last = (0..3 * EARLY_PER_REGION)
         .find(|k| positions[*k] == early)
@@ -266,7 +321,6 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
     assert_eq!(a.status.as_u16(), 201, "the buyer's own ticket: {}", a.body);
 
     tracing::info!("--- operators change the rate");
-    let op = token(&r.cluster, "ops", true);
     let a = r
         .http
         .post(

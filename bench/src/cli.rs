@@ -157,6 +157,22 @@ pub enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Joins/s into one event's waiting room through three regions'
+    /// edges, the admission rate against the room's, and whether every
+    /// region's edge gives a buyer the same position.
+    WaitingRoom {
+        /// Buyers who join, once each.
+        #[arg(long, default_value_t = 200_000)]
+        buyers: u64,
+        /// Concurrent joins.
+        #[arg(long, default_value_t = 256)]
+        inflight: usize,
+        /// The room's admission rate.
+        #[arg(long, default_value_t = 1_000)]
+        admit_per_sec: u32,
+        #[arg(long)]
+        json: bool,
+    },
     /// Holds/s and latency on one hot event (20,000 seats by default) of a
     /// local 3-node cluster, single-seat holds from many users.
     Holds {
@@ -213,6 +229,24 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             emit(&r, json)?;
             if r.oversold || !r.counters_match {
                 anyhow::bail!("sale did not stop exactly at capacity");
+            }
+            Ok(())
+        }
+        BenchCmd::WaitingRoom {
+            buyers,
+            inflight,
+            admit_per_sec,
+            json,
+        } => {
+            let args = crate::room::RoomBenchArgs {
+                buyers: buyers.max(2),
+                inflight,
+                admit_per_sec: admit_per_sec.max(1),
+            };
+            let r = crate::room::run_room_bench(bin, &args).await?;
+            emit(&r, json)?;
+            if r.errors > 0 {
+                anyhow::bail!("{} joins were not answered 200", r.errors);
             }
             Ok(())
         }

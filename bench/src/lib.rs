@@ -10,6 +10,8 @@
 //! - [`holds`]: `bench holds`, holds/s on one hot event (HTTP or gRPC).
 //! - [`payments`]: `bench payments`, confirmed bookings/s with the mock gateway.
 //! - [`moves`]: `bench move`, an ownership move under load.
+//! - [`room`]: `bench waiting-room`, joins/s into a waiting room and its
+//!   admission rate.
 //! - [`dormant`]: `bench dormant`, dormant followers' memory and wake-up.
 //! - [`flash`]: `bench flash-sale` and `bench compare` (PostgreSQL, etcd;
 //!   `bench/compare.sh` starts those servers).
@@ -26,6 +28,7 @@ pub mod moves;
 pub mod payments;
 pub mod raft;
 pub mod repair;
+pub mod room;
 pub mod world;
 
 pub use cli::{run, BenchCmd};

@@ -333,6 +333,15 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         .unwrap();
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
     assert_eq!(a.body["waiting_room"]["admit_per_sec"], 500);
+    eventually("the event shows the new rate", || async {
+        let a = r
+            .http
+            .get(&format!("{}/v1/events/room", r.edges[2]), Some(&op))
+            .await
+            .ok()?;
+        (a.body["waiting_room"]["admit_per_sec"] == 500).then_some(())
+    })
+    .await;
     eventually("everyone is admitted at the new rate", || async {
         let v = r.me(&r.edges[0], "late-2").await;
         (v["state"] == "admitted").then_some(())

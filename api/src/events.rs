@@ -9,7 +9,7 @@ use seatfence_core::inventory::{
 };
 use seatfence_core::{Command, EventId, GroupId, Query, QueryResult, RegionId, Response};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::http::{Reply, Req};
@@ -240,11 +240,27 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.caller(edge)?;
     let event_id = parse_event_id(id)?;
     let route = edge.route(&event_id).await?;
-    let (answer, term) = edge
-        .client
-        .query(route.group, &Query::Event, false)
-        .await
-        .map_err(|e| edge.client_error(e))?;
+    let room_query = Query::Room {
+        buyer: None,
+        now_ms: edge.clock.now_ms(),
+    };
+    let (answer, room) = tokio::join!(
+        edge.client.query(route.group, &Query::Event, false),
+        edge.client.query(route.group, &room_query, false),
+    );
+    let (answer, term) = answer.map_err(|e| edge.client_error(e))?;
+    let room = match room {
+        Ok((QueryResult::Room { room: Some(r), .. }, _)) => json!({
+            "enabled": r.settings.enabled,
+            "admit_per_sec": r.settings.admit_per_sec,
+            "ticket_ttl_secs": r.settings.ticket_ttl_ms / 1000,
+            "opened": r.opened,
+            "queue_length": r.queue_len,
+            "admitted": r.admitted,
+            "tickets_used": r.tickets_used,
+        }),
+        _ => Value::Null,
+    };
     let QueryResult::Event(Some(ev)) = answer else {
         return Err(ApiError::NotFound {
             code: "event_not_found",
@@ -279,6 +295,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "currency": ev.currency,
             "retention_secs": ev.retention_ms / 1000,
             "changes_retention_secs": ev.changes_retention_ms / 1000,
+            "waiting_room": room,
         }),
     ))
 }

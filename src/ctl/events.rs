@@ -590,5 +590,17 @@ async fn show_event(edge: &Edge, id: &str, as_json: bool) -> anyhow::Result<()> 
         a["capacity"], a["available"], a["held"], a["sold"], a["stale_ms"]
     );
     println!("  first free seats: {}", a["available_seats"]);
+    let w = &e["waiting_room"];
+    if w.is_object() {
+        println!(
+            "  waiting room {}: {} a second, tickets {} s; {} waiting, {} admitted, {} tickets used",
+            if w["enabled"] == json!(true) { "on" } else { "off" },
+            w["admit_per_sec"],
+            w["ticket_ttl_secs"],
+            w["queue_length"],
+            w["admitted"],
+            w["tickets_used"]
+        );
+    }
     Ok(())
 }

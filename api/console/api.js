@@ -253,6 +253,14 @@ export function abortMove(moveId, idempotencyKey) {
   });
 }
 
+/** POST /v1/admin/events/{id}/waiting-room {admit_per_sec, ticket_ttl_secs, enabled} → {event_id, waiting_room}. */
+export function setWaitingRoom(eventId, room) {
+  return request("POST", `/v1/admin/events/${enc(eventId)}/waiting-room`, {
+    body: room,
+    timeoutMs: ACTION_TIMEOUT_MS,
+  });
+}
+
 /** POST /v1/admin/nodes/{id}/drain → {node_id, drained, done, moved, remaining, failures}. */
 export function drain(nodeId) {
   return request("POST", `/v1/admin/nodes/${enc(nodeId)}/drain`, { timeoutMs: ACTION_TIMEOUT_MS });

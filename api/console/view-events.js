@@ -10,9 +10,11 @@
 //     GET /v1/events/{id}/availability?limit=0, every round;
 //   - pending payments, the oldest one's lateness, unsettled releases and
 //     refunds due: GET /v1/admin/events/{id}/payments, with the settings;
-//   - settings (name, survival, sale window, open/closed):
+//   - settings (name, survival, sale window, open/closed, waiting room):
 //     GET /v1/events/{id}, every DETAIL_EVERY rounds, and at once when the
-//     directory's epoch or owner differs from what it last said;
+//     directory's epoch or owner differs from what it last said; an
+//     event's room rate is changed with POST
+//     /v1/admin/events/{id}/waiting-room (the row's "Rate…" button);
 //   - per event, holds/s and conflicts/s over the last minute: the
 //     `holds_applied` / `conflicts_applied` counters of each group's leader
 //     in the cluster answer (they restart with the leader: a drop or a new
@@ -24,6 +26,7 @@
 // Test hooks: each row `[data-event="<id>"]`, its owner region in `.owner`.
 
 import { badge, h, num, render, renderIfChanged, table, utc, duration } from "./ui.js";
+import { setWaitingRoom } from "./api.js";
 import { lineChart } from "./metrics.js";
 
 /** Settings change rarely: re-read them every this many rounds (2 s each). */
@@ -170,6 +173,7 @@ function rowsModel(ctx, events) {
       survival: d?.survival ?? null,
       window: saleWindow(d),
       open: d ? d.sale_open : null,
+      room: d?.waiting_room ?? null,
       capacity: a?.capacity ?? d?.capacity ?? null,
       available: a?.available ?? null,
       held: a?.held ?? null,
@@ -203,10 +207,40 @@ function overdueCell(p) {
   return h("td", {}, badge(`${duration(p.oldest_pending_overdue_secs * 1000)} past deadline`, "warn"));
 }
 
+/** Ask for a new admission rate and set it; the answer (or error) in an alert. */
+async function changeRate(id, room) {
+  const text = window.prompt(`Buyers admitted a second for ${id} (now ${room.admit_per_sec})`, String(room.admit_per_sec));
+  if (text === null) return;
+  const rate = Number(text);
+  if (!Number.isInteger(rate) || rate < 1) {
+    window.alert("The rate is a whole number of buyers a second, at least 1.");
+    return;
+  }
+  try {
+    await setWaitingRoom(id, { admit_per_sec: rate, ticket_ttl_secs: room.ticket_ttl_secs, enabled: room.enabled });
+  } catch (e) {
+    window.alert(`Not changed: ${e.status || "no answer"} ${e.code || ""} ${e.message || ""}`);
+  }
+}
+
+/** The waiting room cell: rate and queue, and the rate action. */
+function roomCell(r) {
+  const w = r.room;
+  if (!w) return h("td", { class: "muted", text: "–" });
+  const text = w.enabled ? `${num(w.admit_per_sec)}/s · ${num(w.queue_length)} waiting` : "off";
+  return h(
+    "td",
+    { class: "small room" },
+    text,
+    " ",
+    h("button", { type: "button", class: "small", on: { click: () => changeRate(r.id, w) }, text: "Rate…" }),
+  );
+}
+
 function buildTable(rows) {
   return table(
     null,
-    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Available", "Held", "Sold", "Holds/s", "Conflicts/s", "Pending payments", "Oldest pending payment", ""],
+    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Waiting room", "Available", "Held", "Sold", "Holds/s", "Conflicts/s", "Pending payments", "Oldest pending payment", ""],
     rows.map((r) =>
       h(
         "tr",
@@ -220,6 +254,7 @@ function buildTable(rows) {
         h("td", { text: r.survival ?? "–" }),
         h("td", { class: "small", text: r.window }),
         h("td", {}, r.open === null ? "–" : r.open ? badge("open", "ok") : badge("closed", "muted")),
+        roomCell(r),
         h(
           "td",
           { class: "num" },

@@ -258,6 +258,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "queue_length": r.queue_len,
             "admitted": r.admitted,
             "tickets_used": r.tickets_used,
+            "tickets_lapsed": r.lapsed,
         }),
         _ => Value::Null,
     };

@@ -413,7 +413,8 @@ pub async fn configure(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErr
 
 /// The rooms of the events this node leads, at scrape time, from its own
 /// replicas: queue length, positions admitted (a counter: its rate is the
-/// admission rate), tickets used, lapsed places joined again.
+/// admission rate), tickets used, admissions lapsed unused, lapsed places
+/// joined again.
 pub fn room_metrics(edge: &Edge) -> String {
     use std::fmt::Write;
     let now = edge.clock.now_ms();
@@ -432,6 +433,7 @@ pub fn room_metrics(edge: &Edge) -> String {
                 room.queue_len(now),
                 room.admitted(now),
                 room.tickets_used,
+                room.lapsed(now, &inv.index.used_positions),
                 room.rejoined,
             ))
         });
@@ -454,6 +456,11 @@ pub fn room_metrics(edge: &Edge) -> String {
             "Admitted buyers of the event who held seats in time.",
         ),
         (
+            "seatfence_queue_tickets_lapsed_total",
+            "counter",
+            "Admitted buyers of the event whose time ran out before they held seats.",
+        ),
+        (
             "seatfence_queue_rejoined_total",
             "counter",
             "Admitted buyers whose time lapsed and who joined again.",
@@ -462,8 +469,8 @@ pub fn room_metrics(edge: &Edge) -> String {
     let mut out = String::new();
     for (i, (name, kind, help)) in families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (event, len, admitted, used, rejoined) in &rows {
-            let v = [len, admitted, used, rejoined][i];
+        for (event, len, admitted, used, lapsed, rejoined) in &rows {
+            let v = [len, admitted, used, lapsed, rejoined][i];
             let _ = writeln!(out, "{name}{{event=\"{event}\"}} {v}");
         }
     }

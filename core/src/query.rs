@@ -63,6 +63,8 @@ pub struct RoomView {
     /// Positions admitted so far.
     pub admitted: u64,
     pub tickets_used: u64,
+    /// Places admitted whose time ran out unused.
+    pub lapsed: u64,
     pub rejoined: u64,
 }
 
@@ -206,6 +208,7 @@ impl State {
                         queue_len: r.queue_len(*now_ms),
                         admitted: r.admitted(*now_ms),
                         tickets_used: r.tickets_used,
+                        lapsed: r.lapsed(*now_ms, &inv.index.used_positions),
                         rejoined: r.rejoined,
                     }),
                     standing: room

@@ -237,6 +237,19 @@ fn only_an_admitted_buyer_holds_and_a_lapsed_one_joins_again_at_the_back() {
         "{back:?}"
     );
     assert_eq!(view(&s, None, OPENS + TTL + 1).0.rejoined, 1);
+    // Lapsed unused: every position admitted at least TTL ago but the one
+    // used (position 0, whose buyer joined again).
+    let at = OPENS + TTL + 5_000;
+    let expired = view(&s, None, at - TTL).0.admitted;
+    assert_eq!(view(&s, None, at).0.lapsed, expired - 1);
+    // The count survives a reload (the used index is rebuilt).
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).expect("record loads");
+    }
+    loaded.rebuild_indexes();
+    assert_eq!(view(&loaded, None, at).0.lapsed, expired - 1);
+    assert_eq!(loaded.inventory.index, s.inventory.index);
 }
 
 #[test]

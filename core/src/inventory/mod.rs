@@ -456,6 +456,8 @@ pub struct Indexes {
     /// `(prune_at_ms, what)`, and the same by what.
     pub prune_queue: imbl::OrdSet<(u64, PruneKey)>,
     pub prune_at: imbl::OrdMap<PruneKey, u64>,
+    /// Waiting-room positions whose buyer held seats while admitted.
+    pub used_positions: imbl::OrdSet<u64>,
 }
 
 /// One event's replicated inventory.
@@ -535,6 +537,9 @@ impl Inventory {
         }
         for (id, at) in &self.inbox {
             ix.inbox_times.insert((*at, id.clone()));
+        }
+        for place in self.places.values().filter(|p| p.used) {
+            ix.used_positions.extend(place.position);
         }
         self.index = ix;
         let keys: Vec<PruneKey> = (self.holds.keys().map(|s| PruneKey::Hold(*s)))

@@ -110,6 +110,9 @@ pub struct Room {
     pub tickets_used: u64,
     /// Places that lapsed and joined again.
     pub rejoined: u64,
+    /// Of those, places that had been used: their old positions leave the
+    /// used index with them (see [`Room::lapsed`]).
+    pub rejoined_used: u64,
 }
 
 /// One buyer's place.
@@ -170,6 +173,7 @@ impl Room {
             segments: VecDeque::new(),
             tickets_used: 0,
             rejoined: 0,
+            rejoined_used: 0,
         }
     }
 
@@ -189,6 +193,26 @@ impl Room {
         }
         let i = self.segments.partition_point(|s| s.from_pos <= p) - 1;
         Some(self.segments[i].admitted_at(p))
+    }
+
+    /// Positions admitted by `t` on the schedule as it stood then (those of
+    /// segments already dropped count as admitted).
+    fn admitted_by(&self, t: u64) -> u64 {
+        let i = self.segments.partition_point(|s| s.from_ms <= t);
+        let Some(s) = i.checked_sub(1).map(|i| self.segments[i]) else {
+            return self.segments.front().map_or(0, |s| s.from_pos);
+        };
+        let next = self.segments.get(i).map_or(self.placed, |n| n.from_pos);
+        s.admitted(t).min(next).min(self.placed)
+    }
+
+    /// Places whose time ran out unused by `now`: admitted at least
+    /// `ticket_ttl` ago, their buyer never held seats (`used`: the used
+    /// positions).
+    pub fn lapsed(&self, now: u64, used: &imbl::OrdSet<u64>) -> u64 {
+        let expired = self.admitted_by(now.saturating_sub(self.settings.ticket_ttl_ms));
+        let used_among = used.range(..expired).count() as u64;
+        expired.saturating_sub(used_among + self.rejoined_used)
     }
 
     /// Buyers in the queue not admitted yet (awaiting the draw included).
@@ -391,7 +415,15 @@ impl Inventory {
             let room = self.room.as_ref().expect("checked above");
             let lapsed = match self.places.get(buyer) {
                 Some(p) => match room.standing(p, opens_at, now) {
-                    Standing::Lapsed { .. } => true,
+                    Standing::Lapsed { .. } => {
+                        if p.used {
+                            if let Some(old) = p.position {
+                                self.index.used_positions.remove(&old);
+                            }
+                            self.room_mut(changed).rejoined_used += 1;
+                        }
+                        true
+                    }
                     // Joining twice keeps the first place.
                     s => {
                         standings.push((buyer.clone(), s));
@@ -449,6 +481,7 @@ impl Inventory {
             return;
         };
         place.used = true;
+        self.index.used_positions.extend(place.position);
         changed.push(RecordKey::Place(owner.clone()));
         self.room_mut(changed).tickets_used += 1;
     }

@@ -347,6 +347,63 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         (v["state"] == "admitted").then_some(())
     })
     .await;
+    tracing::info!("--- a ticket whose time ran out");
+    let opens_at_ms = (now_ms() / 1000 + 2) * 1000;
+    create_event(
+        &r.cluster,
+        &r.edges[0],
+        json!({"event_id": "room-short", "name": "Short", "home_region": "us-east", "seats": ["T1"],
+               "opens_at": rfc3339(opens_at_ms),
+               "waiting_room": {"admit_per_sec": 100, "ticket_ttl_secs": 10}}),
+    )
+    .await;
+    let tok = r.token("slow");
+    let url = format!("{}/v1/events/room-short/queue", r.edges[0]);
+    let a = r
+        .http
+        .post(&url, Some(&tok), None, &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    let admitted = eventually("the slow buyer is admitted", || async {
+        let a = r.http.get(&format!("{url}/me"), Some(&tok)).await.ok()?;
+        (a.body["state"] == "admitted").then_some(a.body)
+    })
+    .await;
+    let ticket = admitted["ticket"].as_str().unwrap().to_string();
+    eventually("the admission lapses", || async {
+        let a = r.http.get(&format!("{url}/me"), Some(&tok)).await.ok()?;
+        (a.body["state"] == "lapsed").then_some(())
+    })
+    .await;
+    let a = r
+        .http
+        .post_with(
+            &format!("{}/v1/holds", r.edges[1]),
+            Some(&tok),
+            &[("admission-ticket", ticket.as_str())],
+            &json!({"event_id": "room-short", "seats": ["T1"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        a.code(),
+        Some("ticket_invalid"),
+        "a lapsed ticket: {}",
+        a.body
+    );
+    let again = r
+        .http
+        .post(&url, Some(&tok), None, &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.body["state"], "admitted",
+        "joined again at the back: {}",
+        again.body
+    );
+    assert_eq!(again.body["position"], 2, "{}", again.body);
+
     // The group's leader reports the room: one ticket used.
     let all = common::moves::all_metrics(&common::moves::all_edges(&r.cluster)).await;
     assert!(

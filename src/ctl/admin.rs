@@ -247,3 +247,35 @@ pub(super) async fn refund(edge: &Edge, r: Refund, as_json: bool) -> anyhow::Res
     }
     Ok(())
 }
+
+/// `waiting-room`: an event's room as the operator sets it.
+pub(super) struct Room {
+    pub event: String,
+    pub rate: u32,
+    pub ticket_ttl_secs: Option<u64>,
+    pub enabled: bool,
+}
+
+/// Create or change an event's waiting room; print what the edge answered.
+pub(super) async fn waiting_room(edge: &Edge, r: Room, as_json: bool) -> anyhow::Result<()> {
+    let mut body = json!({"admit_per_sec": r.rate, "enabled": r.enabled});
+    if let Some(ttl) = r.ticket_ttl_secs {
+        body["ticket_ttl_secs"] = json!(ttl);
+    }
+    let a = edge
+        .post(&format!("/v1/admin/events/{}/waiting-room", r.event), &body)
+        .await?;
+    if as_json {
+        println!("{}", a.body);
+    } else {
+        let room = &a.body["waiting_room"];
+        println!(
+            "event {}: waiting room {}, {} a second, tickets good for {} s",
+            r.event,
+            if room["enabled"] == true { "on" } else { "off" },
+            room["admit_per_sec"],
+            room["ticket_ttl_secs"]
+        );
+    }
+    Ok(())
+}

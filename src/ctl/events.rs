@@ -415,25 +415,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
             disable,
             json: as_json,
         } => {
-            let mut body = json!({"admit_per_sec": rate, "enabled": !disable});
-            if let Some(ttl) = ticket_ttl_secs {
-                body["ticket_ttl_secs"] = json!(ttl);
-            }
-            let a = edge
-                .post(&format!("/v1/admin/events/{event}/waiting-room"), &body)
-                .await?;
-            if as_json {
-                println!("{}", a.body);
-            } else {
-                let room = &a.body["waiting_room"];
-                println!(
-                    "event {event}: waiting room {}, {} a second, tickets good for {} s",
-                    if room["enabled"] == true { "on" } else { "off" },
-                    room["admit_per_sec"],
-                    room["ticket_ttl_secs"]
-                );
-            }
-            Ok(())
+            let room = super::admin::Room {
+                event,
+                rate,
+                ticket_ttl_secs,
+                enabled: !disable,
+            };
+            super::admin::waiting_room(&edge, room, as_json).await
         }
         EventCmd::Refund {
             booking,

@@ -152,7 +152,7 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         &edges[2],
         json!({"event_id": "room", "name": "Room", "home_region": "us-east", "seats": seats,
                "opens_at": rfc3339(opens_at_ms),
-               "waiting_room": {"admit_per_sec": RATE, "ticket_ttl_secs": 600}}),
+               "waiting_room": {"admit_per_sec": RATE, "ticket_ttl_secs": 300}}),
     )
     .await;
     let mut r = Room {
@@ -333,6 +333,10 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         .unwrap();
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
     assert_eq!(a.body["waiting_room"]["admit_per_sec"], 500);
+    assert_eq!(
+        a.body["waiting_room"]["ticket_ttl_secs"], 300,
+        "a new rate keeps the ticket time"
+    );
     eventually("the event shows the new rate", || async {
         let a = r
             .http

@@ -389,11 +389,26 @@ pub async fn configure(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErr
     req.operator(edge)?;
     let event_id = parse_event_id(id)?;
     let body: RoomBody = req.json()?;
-    let settings = body.settings();
+    let mut settings = body.settings();
     settings
         .validate()
         .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
     let route = edge.route(&event_id).await?;
+    if body.ticket_ttl_secs.is_none() {
+        // A new rate alone keeps the room's ticket time.
+        let q = Query::Room {
+            buyer: None,
+            now_ms: edge.clock.now_ms(),
+        };
+        let (answer, _) = edge
+            .client
+            .query_with(route.group, &q, Read::Lease)
+            .await
+            .map_err(|e| edge.client_error(e))?;
+        if let QueryResult::Room { room: Some(r), .. } = answer {
+            settings.ticket_ttl_ms = r.settings.ticket_ttl_ms;
+        }
+    }
     let action = EventAction::Room(RoomAction::Configure(settings));
     let (reply, _) = edge
         .execute(&route, Edge::command(&route, None, action))

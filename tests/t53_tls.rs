@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
 use seatfence_proto::v1::raft_service_client::RaftServiceClient;
@@ -17,6 +18,7 @@ use seatfence_proto::v1::{
     MembershipRequest, RaftRequest, StatusRequest, WriteBatchRequest, WriteRequest,
 };
 use seatfence_raft::network::tls::{TlsConfig, NODE_SERVER_NAME};
+use seatfence_raft::types::{TypeConfig, Vote};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 /// A channel to `addr`: plaintext (`None`) or with `tls`.
@@ -121,6 +123,7 @@ async fn t53_strangers_are_refused_and_write_nothing() {
                 id: NodeId(42),
                 region: RegionId("us-east".into()),
                 grpc_addr: "127.0.0.1:1".into(),
+                incarnation: 0,
             }))
             .unwrap(),
             expected_term: None,
@@ -191,4 +194,179 @@ async fn t53_strangers_are_refused_and_write_nothing() {
     common::put(&client, g, "member", b"ok").await;
     let dir_nodes = client.status_at(&addr).await.unwrap().directory_nodes;
     assert_eq!(dir_nodes, 3, "a stranger registered");
+}
+
+/// One Raft message for `group` of `kind` through `channel`, its payload
+/// encoded from `msg`: the refusal's code and message, if refused.
+async fn raft_call<T: serde::Serialize>(
+    channel: &Channel,
+    kind: &str,
+    group: GroupId,
+    msg: &T,
+) -> Result<(), (tonic::Code, String)> {
+    let req = RaftRequest {
+        group_id: group.0,
+        payload: seatfence_raft::codec::encode(msg).unwrap(),
+    };
+    let mut c = RaftServiceClient::new(channel.clone());
+    let r = match kind {
+        "vote" => c.vote(req).await.map(drop),
+        "append" => c.append_entries(req).await.map(drop),
+        _ => unreachable!("{kind}"),
+    };
+    r.map_err(|s| (s.code(), s.message().to_string()))
+}
+
+fn vote(term: u64, candidate: u64, transfer: bool) -> VoteRequest<TypeConfig> {
+    VoteRequest {
+        vote: Vote::new(term, candidate),
+        last_log_id: None,
+        leadership_transfer: transfer,
+    }
+}
+
+/// A snapshot stream for `group` whose vote is `vote` and whose metadata
+/// is garbage: the refusal, if refused.
+async fn snapshot_call(
+    channel: &Channel,
+    group: GroupId,
+    vote: Vote,
+) -> Result<(), (tonic::Code, String)> {
+    let chunk = seatfence_proto::v1::SnapshotChunk {
+        group_id: group.0,
+        vote: seatfence_raft::codec::encode(&vote).unwrap(),
+        meta: b"not a snapshot's metadata".to_vec(),
+        data: vec![7; 1024],
+        done: true,
+    };
+    RaftServiceClient::new(channel.clone())
+        .install_snapshot(futures::stream::iter([chunk]))
+        .await
+        .map(drop)
+        .map_err(|s| (s.code(), s.message().to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
+    init_logs();
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), test_tuning()).await;
+    let certs = cluster.certs_dir().expect("local clusters run TLS");
+    let g = new_group(&cluster).await;
+    let (lone, members) = seatfence_node::create_group(
+        &cluster.client(),
+        None,
+        seatfence_core::Placement::Spread { replicas: 1 },
+    )
+    .await
+    .unwrap();
+    let member = members[0].0;
+    let outsider = [1, 2, 3].into_iter().find(|n| *n != member).unwrap();
+    cluster.wait_leader(lone, PATIENCE).await.unwrap();
+    let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
+    seatfence_node::certs::make_node(&certs, 99, 1).unwrap();
+    let mut stranger = Vec::new();
+    let mut insider = Vec::new();
+    for id in [1, 2, 3] {
+        let addr = cluster.addr(id).unwrap();
+        stranger.push(dial(&addr, Some(holder(&certs, "node-99"))).await.unwrap());
+        insider.push(
+            dial(&addr, Some(holder(&certs, &format!("node-{outsider}"))))
+                .await
+                .unwrap(),
+        );
+    }
+    let refused = |r: Result<(), (tonic::Code, String)>, code: tonic::Code, why: &str| {
+        let (c, m) = r.expect_err(why);
+        assert_eq!(c, code, "{why}: {m}");
+        m
+    };
+
+    tracing::info!("--- node 99 (no member) campaigns for the directory at the largest term");
+    for ch in &stranger {
+        let m = refused(
+            raft_call(ch, "vote", GroupId::DIRECTORY, &vote(u64::MAX, 99, true)).await,
+            tonic::Code::PermissionDenied,
+            "a non-member's vote",
+        );
+        assert!(m.starts_with("not_a_member"), "{m}");
+        let m = refused(
+            raft_call(ch, "vote", GroupId::DIRECTORY, &vote(5, 1, false)).await,
+            tonic::Code::PermissionDenied,
+            "a non-member's vote for node 1",
+        );
+        assert!(m.starts_with("not_a_member"), "{m}");
+    }
+
+    tracing::info!("--- member {outsider}'s certificate: the largest term, another's name, a group it is not in");
+    for ch in &insider {
+        let m = refused(
+            raft_call(
+                ch,
+                "vote",
+                GroupId::DIRECTORY,
+                &vote(u64::MAX, outsider, true),
+            )
+            .await,
+            tonic::Code::InvalidArgument,
+            "a vote at u64::MAX",
+        );
+        assert!(m.starts_with("term_out_of_bounds"), "{m}");
+        let m = refused(
+            raft_call(ch, "vote", g, &vote(1 << 40, outsider, true)).await,
+            tonic::Code::InvalidArgument,
+            "a vote 2^40 terms ahead",
+        );
+        assert!(m.starts_with("term_out_of_bounds"), "{m}");
+        let other = if outsider == leader { member } else { leader };
+        let m = refused(
+            raft_call(ch, "vote", g, &vote(50, other, false)).await,
+            tonic::Code::PermissionDenied,
+            "a vote in another node's name",
+        );
+        assert!(m.starts_with("sender_mismatch"), "{m}");
+    }
+    let to_member = &insider[(member - 1) as usize];
+    let append = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(50, outsider),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let m = refused(
+        raft_call(to_member, "append", lone, &append).await,
+        tonic::Code::PermissionDenied,
+        "an append for a group it is not in",
+    );
+    assert!(m.starts_with("not_a_group_member"), "{m}");
+    let m = refused(
+        snapshot_call(to_member, lone, Vote::new_committed(50, outsider)).await,
+        tonic::Code::PermissionDenied,
+        "a snapshot for a group it is not in",
+    );
+    assert!(m.starts_with("not_a_group_member"), "{m}");
+    tracing::info!("--- a malformed snapshot from a member, in its own name");
+    let peer = if outsider == leader { member } else { outsider };
+    let m = refused(
+        snapshot_call(
+            &insider[(peer - 1) as usize],
+            g,
+            Vote::new_committed(1, outsider),
+        )
+        .await,
+        tonic::Code::InvalidArgument,
+        "a malformed snapshot",
+    );
+    assert!(
+        m.contains("malformed_payload") || m.contains("snapshot meta"),
+        "{m}"
+    );
+
+    tracing::info!("--- every group still elects and writes");
+    let client = cluster.client();
+    for group in [GroupId::DIRECTORY, g, lone] {
+        cluster.wait_leader(group, PATIENCE).await.unwrap();
+        put(&client, group, "after-forgery", b"ok").await;
+    }
 }

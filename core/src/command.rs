@@ -112,6 +112,15 @@ pub enum Response {
     NodeRegistered {
         node_id: NodeId,
     },
+    /// A `RegisterNode` whose data-dir incarnation differs from the one
+    /// the directory recorded for that node id: its data dir was wiped or
+    /// replaced (or belongs to another node). Nothing changed; the node
+    /// must not start (see `seatfence_raft::storage::ident`).
+    IncarnationMismatch {
+        node_id: NodeId,
+        known: u64,
+        claimed: u64,
+    },
     GroupCreated {
         group_id: GroupId,
         members: Vec<NodeId>,

@@ -16,6 +16,13 @@ pub struct NodeInfo {
     pub region: RegionId,
     /// `host:port` of the node's gRPC server.
     pub grpc_addr: String,
+    /// The random incarnation of the node's data dir (its store identity,
+    /// written before anything else in it): a node whose data dir was
+    /// wiped or replaced comes back with another one, and the directory
+    /// refuses it (`Response::IncarnationMismatch`), because a voter that
+    /// forgot its log must never vote or acknowledge again under its old
+    /// id. 0: not known (a record from before store identities).
+    pub incarnation: u64,
 }
 
 /// Where a new group's voters go.
@@ -224,6 +231,7 @@ mod tests {
                     id: NodeId(*id),
                     region: RegionId::from(*region),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                    incarnation: 0,
                 },
             );
         }

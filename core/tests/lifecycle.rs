@@ -23,6 +23,7 @@ fn cluster(extra: u64) -> State {
                 id: NodeId(id),
                 region: RegionId::from(region),
                 grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                incarnation: 0,
             }),
         );
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::BasicNode;
-use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId};
+use seatfence_core::{Command, GroupId, Response};
 use seatfence_raft::clock::{Clock, SystemClock};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::{ClusterClient, Proposer};
@@ -15,23 +15,40 @@ use tokio::sync::watch;
 
 use crate::config::NodeConfig;
 
-/// Record this node (id, region, address) in the directory, retrying until
-/// the directory commits it.
-pub(crate) async fn register_self(config: NodeConfig, mut rx_stop: watch::Receiver<bool>) {
+/// Record this node (id, region, address, data-dir incarnation) in the
+/// directory, retrying until the directory commits it. A refusal (the
+/// directory knows this id under another incarnation: this data dir is not
+/// the one that voted under it) is fatal: it goes to `tx_fatal`, and the
+/// node exits.
+pub(crate) async fn register_self(
+    config: NodeConfig,
+    incarnation: u64,
+    tx_fatal: watch::Sender<Option<String>>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
     let seeds = config
         .initial_members
         .iter()
         .map(|p| p.grpc_addr.clone())
         .collect();
     let client = ClusterClient::new(seeds).with_deadline(Duration::from_secs(5));
-    let cmd = Command::RegisterNode(NodeInfo {
-        id: NodeId(config.node_id),
-        region: RegionId(config.region.clone()),
-        grpc_addr: config.grpc_addr.clone(),
-    });
+    let cmd = crate::admit::registration(&config, incarnation);
     loop {
         match client.write(GroupId::DIRECTORY, &cmd).await {
-            Ok(_) => {
+            Ok(c) => {
+                if let Response::IncarnationMismatch { known, claimed, .. } = c.response {
+                    let why = format!(
+                        "node {} must stop: the directory knows it under data-dir incarnation \
+                         {known:#x}, and {} holds {claimed:#x} (a data dir from another life of \
+                         this node, which may lack what the other acknowledged); start it on \
+                         its current data dir, or declare it dead and add the host under a new id",
+                        config.node_id,
+                        config.data_dir.display()
+                    );
+                    tracing::error!(node = config.node_id, "{why}");
+                    tx_fatal.send_replace(Some(why));
+                    return;
+                }
                 tracing::info!(node = config.node_id, "registered in directory");
                 return;
             }

@@ -6,6 +6,8 @@
 //!   ─▶ Node::start: open sled, reopen stored groups + the directory
 //!        ─▶ gRPC over mutual TLS (certs.rs makes the certificates; the raft
 //!           crate's gate authorizes): RaftService + NodeService, one Proposer
+//!        ─▶ admit.rs: a new data dir proves its node id is new to the
+//!           cluster before any Raft message is taken (else: refuse to start)
 //!        ─▶ (lowest initial member) initialize the directory
 //!        ─▶ jobs: register in the directory · add directory learners
 //!                 expire idle holds · follow a drill's skew file
@@ -18,6 +20,7 @@
 //! This crate decides nothing about seats, fences or moves: it wires the
 //! crates that do, and owns only the node's lifecycle.
 
+mod admit;
 pub mod certs;
 pub mod config;
 mod jobs;

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
-use crate::jobs;
+use crate::{admit, jobs};
 
 /// Run a node until `shutdown` resolves, then stop it; or until a flush of
 /// its storage fails, then exit at once with the reason (no graceful stop:
@@ -31,10 +31,25 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let node = Node::start(config).await?;
     let mut failed = node.registry.db().watch_failed();
+    let mut fatal = node.rx_fatal.clone();
     tokio::select! {
         _ = shutdown => {
             node.stop().await;
             Ok(())
+        }
+        // Registration ends its sender once it succeeded: then never.
+        why = async {
+            // The guard is dropped before the await below: `run` stays Send.
+            let why = fatal.wait_for(Option::is_some).await.ok().map(|w| w.clone());
+            match why {
+                Some(why) => why,
+                None => std::future::pending().await,
+            }
+        } => {
+            // Stopped without shutting the replicas down gracefully: a
+            // leadership hand-off would be this data dir speaking again.
+            std::mem::forget(node);
+            anyhow::bail!("{}", why.unwrap_or_default())
         }
         // The guard `wait_for` returns is dropped in here: `run` stays Send.
         why = async { failed.wait_for(Option::is_some).await.ok().and_then(|w| w.clone()) } => {
@@ -70,6 +85,9 @@ pub struct Node {
     /// Turns `true` when the node is stopping.
     pub rx_stop: watch::Receiver<bool>,
     tx_stop: watch::Sender<bool>,
+    /// Why the node must stop at once (the directory refused its data
+    /// dir's incarnation), once it must.
+    rx_fatal: watch::Receiver<Option<String>>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
@@ -111,6 +129,12 @@ impl Node {
         )
         .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
         db.watch_space(config.raft.min_free_mb.saturating_mul(1 << 20));
+        // Before any group opens (an open writes its mark): whether the
+        // data dir is new is read from what the previous life left.
+        let ident = db
+            .ident(config.node_id)
+            .await
+            .with_context(|| format!("store identity in {}", config.data_dir.display()))?;
         let sleep_after_ms = config.raft.sleep_after_ms;
         let registry = Arc::new(
             Registry::new(
@@ -147,6 +171,9 @@ impl Node {
         let grpc_addr = listener.local_addr()?;
         tracing::info!(node = config.node_id, region = %config.region, addr = %grpc_addr, "node serving");
         let (tx_stop, rx_stop) = watch::channel(false);
+        // Raft messages wait for the data dir's admission (`admit`): a
+        // fresh one must not vote before the node knows its id is new.
+        let admitted = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let server = {
             let mut rx = rx_stop.clone();
             // Accepted sockets need TCP_NODELAY set here: the builder's
@@ -162,6 +189,7 @@ impl Node {
                 .add_service(
                     RaftGrpc::new(registry.clone())
                         .with_gate(gate.clone())
+                        .with_admission(admitted.clone())
                         .into_server(),
                 )
                 .add_service(
@@ -174,13 +202,33 @@ impl Node {
                 })
         };
         let server = tokio::spawn(server);
+        let ident = match admit::admit(&config, &db, ident, registry.pool(), rx_stop.clone()).await
+        {
+            Ok(ident) => ident,
+            Err(e) => {
+                let _ = tx_stop.send(true);
+                return Err(e);
+            }
+        };
+        admitted.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(
+            node = config.node_id,
+            incarnation = ident.incarnation,
+            "data dir admitted"
+        );
+        let (tx_fatal, rx_fatal) = watch::channel(None);
 
         if config.is_bootstrapper() {
             registry
                 .initialize(GroupId::DIRECTORY, config.directory_members())
                 .await?;
         }
-        tokio::spawn(jobs::register_self(config.clone(), rx_stop.clone()));
+        tokio::spawn(jobs::register_self(
+            config.clone(),
+            ident.incarnation,
+            tx_fatal,
+            rx_stop.clone(),
+        ));
         if sleep_after_ms > 0 {
             tokio::spawn(seatfence_raft::sleep::controller::run(
                 registry.clone(),
@@ -259,6 +307,7 @@ impl Node {
             http_addr,
             rx_stop,
             tx_stop,
+            rx_fatal,
             server,
         })
     }

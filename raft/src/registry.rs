@@ -313,6 +313,69 @@ impl Registry {
         })
     }
 
+    /// Whether this node's directory replica holds a cluster (a vote, a
+    /// log entry or a membership), and whether it lists node `id`: what a
+    /// node starting on an empty data dir asks its peers (see
+    /// [`crate::storage::ident`]).
+    pub fn directory_knows(&self, id: u64) -> (bool, bool) {
+        use openraft::async_runtime::watch::WatchReceiver;
+        let Some(dir) = self.get(GroupId::DIRECTORY) else {
+            return (false, false);
+        };
+        let initialized = {
+            let rx = dir.raft.metrics();
+            let m = rx.borrow_watched();
+            m.current_term > 0
+                || m.last_log_index.is_some()
+                || m.membership_config
+                    .membership()
+                    .voter_ids()
+                    .next()
+                    .is_some()
+        };
+        let listed = dir.sm.read(|s| {
+            s.state
+                .directory
+                .nodes
+                .contains_key(&seatfence_core::NodeId(id))
+        });
+        (initialized || listed, listed)
+    }
+
+    /// Whether node `node` may send group `g`'s Raft traffic (as its
+    /// candidate or leader): a voter or learner of the replica's own
+    /// membership (its log, which may be ahead of this node's directory
+    /// replica), or a member in the directory replica, a target of its
+    /// running move or the node a running repair adds (which may be ahead
+    /// of the log). Group 0's traffic is the gate's to decide (a replica
+    /// behind on the directory learns its members from it).
+    pub fn may_speak_for(&self, g: &GroupHandle, node: u64) -> bool {
+        use openraft::async_runtime::watch::WatchReceiver;
+        if g.id.is_directory() {
+            return true;
+        }
+        {
+            let rx = g.raft.metrics();
+            let m = rx.borrow_watched();
+            if m.membership_config.membership().get_node(&node).is_some() {
+                return true;
+            }
+        }
+        let Some(dir) = self.get(GroupId::DIRECTORY) else {
+            return false;
+        };
+        let who = seatfence_core::NodeId(node);
+        dir.sm.read(|s| {
+            let d = &s.state.directory;
+            d.groups
+                .get(&g.id)
+                .is_some_and(|i| i.members.contains(&who))
+                || d.running_move_of(g.id)
+                    .is_some_and(|m| m.to_members.contains(&who))
+                || d.repairs.get(&g.id).is_some_and(|r| r.add == who)
+        })
+    }
+
     /// Every hosted group, by id.
     pub fn all(&self) -> BTreeMap<GroupId, Arc<GroupHandle>> {
         let groups = self.groups.read().expect("registry lock poisoned");

@@ -242,6 +242,7 @@ mod tests {
                     id: NodeId(id),
                     region: RegionId::from(region),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                    incarnation: 0,
                 },
             );
         }

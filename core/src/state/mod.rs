@@ -175,8 +175,19 @@ impl State {
         }
     }
 
-    /// `RegisterNode`: add or update a node of the directory.
+    /// `RegisterNode`: add or update a node of the directory. A node
+    /// known under another (recorded) incarnation is refused: its data dir
+    /// is not the one that voted and acknowledged under its id.
     fn register_node(&mut self, node: &NodeInfo, changed: &mut Vec<RecordKey>) -> Response {
+        if let Some(known) = self.directory.nodes.get(&node.id) {
+            if known.incarnation != 0 && known.incarnation != node.incarnation {
+                return Response::IncarnationMismatch {
+                    node_id: node.id,
+                    known: known.incarnation,
+                    claimed: node.incarnation,
+                };
+            }
+        }
         changed.push(RecordKey::Node(node.id));
         self.directory.nodes.insert(node.id, node.clone());
         Response::NodeRegistered { node_id: node.id }

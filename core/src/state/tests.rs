@@ -88,6 +88,7 @@ fn records_round_trip_through_storage_encoding() {
                 id: NodeId(id),
                 region: format!("r{id}").as_str().into(),
                 grpc_addr: "127.0.0.1:1".into(),
+                incarnation: 0,
             }),
         );
     }
@@ -144,6 +145,7 @@ fn a_batch_answers_each_command_as_if_applied_alone() {
                 id: NodeId(1),
                 region: "r".into(),
                 grpc_addr: "x".into(),
+                incarnation: 0,
             }),
             Command::Delete { key: "a".into() },
         ]),
@@ -162,6 +164,40 @@ fn a_batch_answers_each_command_as_if_applied_alone() {
 }
 
 #[test]
+fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
+    let mut s = State::default();
+    let g0 = GroupId::DIRECTORY;
+    let register = |incarnation: u64, addr: &str| {
+        Command::RegisterNode(NodeInfo {
+            id: NodeId(4),
+            region: "a".into(),
+            grpc_addr: addr.into(),
+            incarnation,
+        })
+    };
+    // A record from before store identities (0) takes the first one.
+    s.apply(g0, &register(0, "old"));
+    s.apply(g0, &register(77, "x"));
+    assert_eq!(s.directory.nodes[&NodeId(4)].incarnation, 77);
+    // The same data dir registering again (a restart) is fine.
+    let again = s.apply(g0, &register(77, "y")).response;
+    assert_eq!(again, Response::NodeRegistered { node_id: NodeId(4) });
+    // A wiped or replaced data dir under the same id is not.
+    let wiped = s.apply(g0, &register(78, "z"));
+    assert_eq!(
+        wiped.response,
+        Response::IncarnationMismatch {
+            node_id: NodeId(4),
+            known: 77,
+            claimed: 78
+        }
+    );
+    assert!(wiped.changed.is_empty());
+    assert_eq!(s.directory.nodes[&NodeId(4)].grpc_addr, "y");
+    assert_eq!(s.directory.nodes[&NodeId(4)].incarnation, 77);
+}
+
+#[test]
 fn create_group_is_idempotent_by_id() {
     let mut s = State::default();
     let g0 = GroupId::DIRECTORY;
@@ -171,6 +207,7 @@ fn create_group_is_idempotent_by_id() {
             id: NodeId(1),
             region: "a".into(),
             grpc_addr: "x".into(),
+            incarnation: 0,
         }),
     );
     let create = Command::CreateGroup {

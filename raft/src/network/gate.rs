@@ -54,6 +54,17 @@ pub enum Caller {
     Operator(String),
 }
 
+impl Caller {
+    /// The node id the caller's certificate names (none for plaintext or
+    /// an operator).
+    pub fn node_id(&self) -> Option<u64> {
+        match self {
+            Caller::Joining(id) | Caller::Member(id) => Some(*id),
+            Caller::Plaintext | Caller::Operator(_) => None,
+        }
+    }
+}
+
 /// Largest number of certificates whose identity is remembered.
 const CACHE: usize = 1024;
 

@@ -80,6 +80,17 @@ impl PeerPool {
 
     /// Ping `target` at `addr` (node-level liveness); its incarnation.
     pub async fn ping(&self, target: u64, addr: &str, from: u64) -> Result<u64, String> {
+        Ok(self.probe(target, addr, from).await?.incarnation)
+    }
+
+    /// Ping `target` at `addr`: its whole answer (what its directory
+    /// replica knows of the cluster and of `from`, besides liveness).
+    pub async fn probe(
+        &self,
+        target: u64,
+        addr: &str,
+        from: u64,
+    ) -> Result<seatfence_proto::v1::PingReply, String> {
         let mut client = RaftServiceClient::new(self.channel(target, addr)?);
         let reply = client
             .ping(PingRequest { from })
@@ -89,7 +100,7 @@ impl PeerPool {
         if reply.node_id != target {
             return Err(format!("{addr} is node {}, not {target}", reply.node_id));
         }
-        Ok(reply.incarnation)
+        Ok(reply)
     }
 
     /// Ask `target` at `addr` to put its replica of a group to sleep;

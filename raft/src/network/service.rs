@@ -4,9 +4,12 @@
 //! payload INVALID_ARGUMENT, and neither touches any group's state.
 
 use std::io::Cursor;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+};
 use seatfence_proto::v1::raft_service_server::RaftService;
 use seatfence_proto::v1::{
     PingReply, PingRequest, QuiesceReply, QuiesceRequest, RaftBatch, RaftBatchReply, RaftKind,
@@ -14,7 +17,7 @@ use seatfence_proto::v1::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use super::gate::{Gate, Need};
+use super::gate::{Caller, Gate, Need};
 use super::MAX_MESSAGE_BYTES;
 use crate::codec;
 use crate::propose::ProposeError;
@@ -25,12 +28,40 @@ use crate::types::{Snapshot, SnapshotMeta, TypeConfig, Vote};
 /// Largest snapshot a node accepts.
 const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
 
+/// Most snapshot bytes a node holds in memory at once, over every stream
+/// being received (a member could otherwise open any number of 1 GiB
+/// streams). Counted in KiB permits.
+pub const SNAPSHOT_BUDGET_BYTES: usize = 1 << 30;
+
+static SNAPSHOT_BUDGET: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_BUDGET_BYTES >> 10)));
+
+/// Take `bytes` of the snapshot budget, or RESOURCE_EXHAUSTED
+/// `snapshot_budget` (the sender retries later) when other streams hold it.
+fn take_budget(bytes: usize) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+    SNAPSHOT_BUDGET
+        .clone()
+        .try_acquire_many_owned(kib)
+        .map_err(|_| {
+            crate::metrics::METRICS.raft_refused("snapshot_budget");
+            Status::resource_exhausted(format!(
+                "snapshot_budget: snapshot streams hold {SNAPSHOT_BUDGET_BYTES} bytes on this node already"
+            ))
+        })
+}
+
 /// Most messages one [`RaftBatch`] may carry (a sender packs fewer).
 pub const MAX_BATCH_MESSAGES: usize = 4096;
 
 pub struct RaftGrpc {
     registry: Arc<Registry>,
     gate: Arc<Gate>,
+    /// Whether this node's data dir is admitted (see
+    /// [`crate::storage::ident`]): until it is, every Raft message is
+    /// refused (`not_admitted`), so a node that forgot its log never votes
+    /// or acknowledges under its id. Pings are answered.
+    admitted: Arc<AtomicBool>,
 }
 
 impl RaftGrpc {
@@ -39,7 +70,25 @@ impl RaftGrpc {
         RaftGrpc {
             registry,
             gate: Gate::open(),
+            admitted: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// Refuse Raft messages until `admitted` turns true.
+    pub fn with_admission(mut self, admitted: Arc<AtomicBool>) -> RaftGrpc {
+        self.admitted = admitted;
+        self
+    }
+
+    fn check_admitted(&self) -> Result<(), Status> {
+        if self.admitted.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        Err(Status::unavailable(format!(
+            "not_admitted: node {} is on a new data dir and has not yet learned whether its id is \
+             new to the cluster; it takes no Raft message until then",
+            self.registry.node_id()
+        )))
     }
 
     /// Who may call (a TLS server's [`Gate::new`]).
@@ -69,6 +118,57 @@ impl RaftGrpc {
             .open_if_placed(id)
             .await
             .ok_or_else(|| to_status(&ProposeError::UnknownGroup(id)))
+    }
+
+    /// A Raft message speaks for the node whose vote it carries (the
+    /// candidate's, the leader's): refused unless that node is the caller
+    /// (its certificate's id), a member of the group in this node's view
+    /// ([`Registry::may_speak_for`]), and its term is within
+    /// [`MAX_TERM_JUMP`] of this replica's and can still be incremented (a
+    /// term of `u64::MAX` would wrap the next election's `term + 1`).
+    fn check_sender(&self, caller: &Caller, g: &GroupHandle, vote: &Vote) -> Result<(), Status> {
+        let claimed = vote.leader_id.voted_for;
+        if let Some(id) = caller.node_id().filter(|id| *id != claimed) {
+            return Err(sender_mismatch(id, claimed));
+        }
+        self.check_term(g, vote)?;
+        if !self.registry.may_speak_for(g, claimed) {
+            crate::metrics::METRICS.raft_refused("not_a_group_member");
+            return Err(Status::permission_denied(format!(
+                "not_a_group_member: node {claimed} is not a member of group {} here",
+                g.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// A campaign (vote, pre-vote, leadership transfer) for the directory
+    /// from a node it does not list is refused: appends from a leader this
+    /// replica does not know yet are how it learns newer members, votes
+    /// are not.
+    fn check_campaign(&self, caller: &Caller, g: &GroupHandle) -> Result<(), Status> {
+        if let (true, Caller::Joining(id)) = (g.id.is_directory(), caller) {
+            crate::metrics::METRICS.raft_refused("not_a_group_member");
+            return Err(Status::permission_denied(format!(
+                "not_a_member: node {id} is not in the directory: it may not campaign in it"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_term(&self, g: &GroupHandle, vote: &Vote) -> Result<(), Status> {
+        let claimed = vote.leader_id.voted_for;
+        let term = vote.leader_id.term;
+        let mine = g.term();
+        if term == u64::MAX || term > mine.saturating_add(MAX_TERM_JUMP) {
+            crate::metrics::METRICS.raft_refused("term_out_of_bounds");
+            return Err(Status::invalid_argument(format!(
+                "term_out_of_bounds: term {term} from node {claimed} for group {}, which is at \
+                 term {mine} (at most {MAX_TERM_JUMP} above, never the largest term)",
+                g.id
+            )));
+        }
+        Ok(())
     }
 
     /// The addressed group (NOT_FOUND if not hosted here), then the payload
@@ -101,14 +201,17 @@ impl RaftGrpc {
     /// the unary RPCs and [`RaftService::batch`] come here.
     async fn handle(
         &self,
+        caller: &Caller,
         kind: RaftKind,
         group_id: u64,
         payload: &[u8],
     ) -> Result<Vec<u8>, Status> {
+        self.check_admitted()?;
         match kind {
             RaftKind::AppendEntries => {
                 let (g, rpc): (_, AppendEntriesRequest<TypeConfig>) =
                     self.decode(group_id, payload).await?;
+                self.check_sender(caller, &g, &rpc.vote)?;
                 if !rpc.entries.is_empty() {
                     self.room_for_data()?;
                 }
@@ -126,13 +229,17 @@ impl RaftGrpc {
                 reply(r)
             }
             RaftKind::Vote => {
-                let (g, rpc) = self.decode(group_id, payload).await?;
+                let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload).await?;
+                self.check_campaign(caller, &g)?;
+                self.check_sender(caller, &g, &rpc.vote)?;
                 let r = g.raft.vote(rpc).await;
                 g.wake();
                 reply(r)
             }
             RaftKind::PreVote => {
                 let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload).await?;
+                self.check_campaign(caller, &g)?;
+                self.check_sender(caller, &g, &rpc.vote)?;
                 if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
                     return reply(Ok::<_, std::convert::Infallible>(refusal));
                 }
@@ -145,7 +252,10 @@ impl RaftGrpc {
                 reply(g.raft.pre_vote(rpc).await)
             }
             RaftKind::TransferLeader => {
-                let (g, rpc) = self.decode(group_id, payload).await?;
+                let (g, rpc): (_, TransferLeaderRequest<TypeConfig>) =
+                    self.decode(group_id, payload).await?;
+                self.check_campaign(caller, &g)?;
+                self.check_sender(caller, &g, rpc.from_leader())?;
                 g.wake();
                 reply(g.raft.handle_transfer_leader(rpc).await)
             }
@@ -158,9 +268,11 @@ impl RaftGrpc {
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
         let group = seatfence_core::GroupId(req.get_ref().group_id);
-        self.gate.check(&req, Need::Raft(group))?;
+        let caller = self.gate.check(&req, Need::Raft(group))?;
         let req = req.into_inner();
-        let payload = self.handle(kind, req.group_id, &req.payload).await?;
+        let payload = self
+            .handle(&caller, kind, req.group_id, &req.payload)
+            .await?;
         Ok(Response::new(RaftReply { payload }))
     }
 }
@@ -168,6 +280,20 @@ impl RaftGrpc {
 fn reply<T: serde::Serialize, E: std::fmt::Display>(r: Result<T, E>) -> Result<Vec<u8>, Status> {
     let v = r.map_err(|e| to_status(&ProposeError::Unavailable(e.to_string())))?;
     codec::encode(&v).map_err(|e| to_status(&ProposeError::Internal(e.to_string())))
+}
+
+/// Largest term step a message may take above the receiving replica's.
+/// Terms rise by one per election (pre-votes keep a partitioned node from
+/// raising its own), so no legitimate message comes near; a hostile
+/// member needs 2^32 accepted, persisted votes per step toward the top.
+pub const MAX_TERM_JUMP: u64 = 1 << 32;
+
+/// PERMISSION_DENIED `sender_mismatch`: a node spoke for another.
+fn sender_mismatch(caller: u64, claimed: u64) -> Status {
+    crate::metrics::METRICS.raft_refused("sender_mismatch");
+    Status::permission_denied(format!(
+        "sender_mismatch: node {caller}'s certificate sent a message in the name of node {claimed}"
+    ))
 }
 
 /// A payload that did not decode: INVALID_ARGUMENT `malformed_payload`.
@@ -223,7 +349,7 @@ impl RaftService for RaftGrpc {
             let group = seatfence_core::GroupId(m.group_id);
             let answer = match RaftKind::try_from(m.kind) {
                 Ok(kind) => match self.gate.allows(caller, Need::Raft(group)) {
-                    Ok(()) => self.handle(kind, m.group_id, &m.payload).await,
+                    Ok(()) => self.handle(caller, kind, m.group_id, &m.payload).await,
                     Err(denied) => Err(denied),
                 },
                 Err(_) => Err(malformed(format!("unknown raft message kind {}", m.kind))),
@@ -249,6 +375,7 @@ impl RaftService for RaftGrpc {
         req: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftReply>, Status> {
         let caller = self.gate.check(&req, Need::Ping)?;
+        self.check_admitted()?;
         let mut stream = req.into_inner();
         let first = stream
             .message()
@@ -260,10 +387,14 @@ impl RaftService for RaftGrpc {
         self.room_for_data()?;
         let vote: Vote =
             codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
+        self.check_sender(&caller, &group, &vote)?;
         let meta: SnapshotMeta =
             codec::decode(&first.meta).map_err(|e| malformed(format!("snapshot meta: {e}")))?;
         // Chunks are held in memory until the last one: nothing reaches the
-        // state machine unless the whole snapshot arrived.
+        // state machine unless the whole snapshot arrived. Every byte held
+        // takes its share of the node-wide budget first, so however many
+        // streams run at once they hold at most `SNAPSHOT_BUDGET_BYTES`.
+        let mut held = take_budget(first.data.len())?;
         let mut data = first.data;
         let mut done = first.done;
         while !done {
@@ -277,6 +408,7 @@ impl RaftService for RaftGrpc {
             if data.len() + chunk.data.len() > MAX_SNAPSHOT_BYTES {
                 return Err(Status::resource_exhausted("snapshot_too_large"));
             }
+            held.merge(take_budget(chunk.data.len())?);
             data.extend_from_slice(&chunk.data);
             done = chunk.done;
         }
@@ -290,10 +422,16 @@ impl RaftService for RaftGrpc {
     }
 
     async fn ping(&self, req: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
-        self.gate.check(&req, Need::Ping)?;
+        let caller = match self.gate.check(&req, Need::Ping)? {
+            Caller::Member(id) | Caller::Joining(id) => id,
+            _ => req.get_ref().from,
+        };
+        let (directory_initialized, knows_caller) = self.registry.directory_knows(caller);
         Ok(Response::new(PingReply {
             node_id: self.registry.node_id(),
             incarnation: crate::sleep::liveness::incarnation(),
+            directory_initialized,
+            knows_caller,
         }))
     }
 
@@ -302,8 +440,12 @@ impl RaftService for RaftGrpc {
         req: Request<QuiesceRequest>,
     ) -> Result<Response<QuiesceReply>, Status> {
         let group = seatfence_core::GroupId(req.get_ref().group_id);
-        self.gate.check(&req, Need::Raft(group))?;
+        let caller = self.gate.check(&req, Need::Raft(group))?;
+        self.check_admitted()?;
         let req = req.into_inner();
+        if let Some(id) = caller.node_id().filter(|id| *id != req.leader) {
+            return Err(sender_mismatch(id, req.leader));
+        }
         // A dormant replica agreed to exactly this before it was unloaded.
         if let Some(d) = self.registry.dormant_record(group) {
             if d.agrees(req.term, req.leader, req.last_log_index) {

@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::health::Health;
+use super::ident::{self, IdentState, StoreIdent};
 use super::io_err;
 use super::space::{group_of, Space};
+use super::{decode, encode};
 
 /// How log appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -119,6 +121,64 @@ impl NodeDb {
                 tx_flush,
             }),
         })
+    }
+
+    /// The data dir's identity for node `node_id` (see [`super::ident`]):
+    /// written and flushed now if absent. A data dir with data but no
+    /// identity (written before identities existed) is adopted as known;
+    /// one naming another node is an error.
+    pub async fn ident(&self, node_id: u64) -> io::Result<IdentState> {
+        let db = &self.inner.db;
+        if let Some(raw) = db.get(ident::KEY).map_err(io_err)? {
+            let found: StoreIdent = decode(&raw)?;
+            if found.node_id != node_id {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "this data dir belongs to node {}, not node {node_id}: give each node its own data dir",
+                        found.node_id
+                    ),
+                ));
+            }
+            return Ok(match found.admitted {
+                true => IdentState::Known(found),
+                false => IdentState::Fresh(found),
+            });
+        }
+        let inner = &self.inner;
+        let empty = inner.log.is_empty() && inner.meta.is_empty() && inner.sm.is_empty();
+        let made = StoreIdent {
+            node_id,
+            incarnation: ident::new_incarnation(),
+            admitted: !empty,
+        };
+        db.insert(ident::KEY, encode(&made)?).map_err(io_err)?;
+        self.flush().await?;
+        Ok(match made.admitted {
+            true => {
+                tracing::warn!(
+                    node = node_id,
+                    incarnation = made.incarnation,
+                    "this data dir had no store identity (written by an older version): adopted it"
+                );
+                IdentState::Known(made)
+            }
+            false => IdentState::Fresh(made),
+        })
+    }
+
+    /// Record that this data dir's node may vote (its id was new to the
+    /// cluster, or the cluster was new), flushed.
+    pub async fn admit(&self, ident: StoreIdent) -> io::Result<()> {
+        let admitted = StoreIdent {
+            admitted: true,
+            ..ident
+        };
+        self.inner
+            .db
+            .insert(ident::KEY, encode(&admitted)?)
+            .map_err(io_err)?;
+        self.flush().await
     }
 
     pub fn flush_mode(&self) -> FlushMode {

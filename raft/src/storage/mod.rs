@@ -19,11 +19,13 @@
 
 mod db;
 pub mod health;
+pub mod ident;
 mod log_store;
 mod space;
 mod state_machine;
 
 pub use db::{FlushMode, NodeDb, DEFAULT_CACHE_MB};
+pub use ident::{IdentState, StoreIdent};
 pub use log_store::LogStore;
 pub use state_machine::{GroupState, StateMachineStore};
 

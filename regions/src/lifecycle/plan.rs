@@ -124,6 +124,7 @@ mod tests {
                     id: NodeId(id),
                     region: RegionId::from("a"),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
+                    incarnation: 0,
                 },
             );
         }

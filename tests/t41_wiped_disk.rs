@@ -1,0 +1,131 @@
+//! A voter restarted under its id on an empty data dir must not vote on a
+//! log it forgot (issue: a replaced disk lost an acknowledged hold).
+//!
+//! Voters A, B, C of an event: C is paused, a hold commits on A and B; B's
+//! data dir is wiped and B restarted with its own config; A dies; C comes
+//! back. Had B voted, C (without the hold) would lead and the seat would
+//! sell again. B refuses to start, naming the remedy; once A is back, the
+//! hold is there and the seat stays taken.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use seatfence_core::GroupId;
+use seatfence_testkit::http_client::HttpClient;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
+    init_logs();
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start_regions(dir.path(), 3, 1).await;
+    let http = HttpClient::default();
+    let edge_of = |cluster: &seatfence_testkit::cluster::LocalCluster, id: u64| {
+        cluster
+            .nodes
+            .iter()
+            .find(|n| n.id() == id)
+            .and_then(|n| n.edge_url())
+            .unwrap()
+    };
+    let created = create_event(
+        &cluster,
+        &edge_of(&cluster, 1),
+        json!({"event_id": "wipe", "name": "Wipe", "home_region": "us-east",
+               "survival": "region", "seats": ["A-1-1", "A-1-2"], "hold_ttl_secs": 3600}),
+    )
+    .await;
+    let group = GroupId(created["group_id"].as_u64().unwrap());
+    let a = cluster.wait_leader(group, PATIENCE).await.unwrap();
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|n| *n != a).collect();
+    let (b, c) = (others[0], others[1]);
+    tracing::info!("--- voters: leader {a}, {b} (to be wiped), {c} (paused)");
+
+    cluster.pause(c).unwrap();
+    let buyer = token(&cluster, "bea", false);
+    let hold = eventually("the hold while one voter is paused", || {
+        let (http, edge, buyer) = (http.clone(), edge_of(&cluster, a), buyer.clone());
+        async move {
+            let r = http
+                .post(
+                    &format!("{edge}/v1/holds"),
+                    Some(&buyer),
+                    Some("bea-1"),
+                    &json!({"event_id": "wipe", "seats": ["A-1-1"]}),
+                )
+                .await
+                .ok()?;
+            (r.status.as_u16() == 201).then_some(r.body)
+        }
+    })
+    .await;
+    let hold_id = hold["hold_id"].as_str().unwrap().to_string();
+    tracing::info!("--- {hold_id} committed on {a} and {b}: wipe {b} and start it again");
+
+    cluster.kill(b).unwrap();
+    let data_dir = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id() == b)
+        .unwrap()
+        .config
+        .data_dir
+        .clone();
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    std::fs::create_dir_all(&data_dir).unwrap();
+    cluster.restart(b).unwrap();
+    let status = eventually(&format!("node {b} exits on its empty data dir"), || {
+        let status = cluster.exited(b).unwrap();
+        async move { status }
+    })
+    .await;
+    assert!(!status.success(), "node {b} exited with {status}");
+    let log = cluster.log_tail(b);
+    assert!(
+        log.contains(&format!("node {b} refuses to start")) && log.contains("declare-dead"),
+        "node {b}'s log names the refusal and the remedy:\n{log}"
+    );
+
+    tracing::info!("--- kill {a}, resume {c}: {c} alone must not lead");
+    cluster.kill(a).unwrap();
+    cluster.resume(c).unwrap();
+    // Room for the bug: a wiped B voting would have elected C by now.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.restart(a).unwrap();
+
+    tracing::info!("--- {a} is back: the hold is there and the seat stays taken");
+    let edge = edge_of(&cluster, c);
+    let url = format!("{edge}/v1/holds/{hold_id}");
+    let found = eventually("the hold read back", || {
+        let (http, url, buyer) = (http.clone(), url.clone(), buyer.clone());
+        async move {
+            let r = http.get(&url, Some(&buyer)).await.ok()?;
+            (r.status.as_u16() != 503).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(found.status.as_u16(), 200, "{}", found.body);
+    assert_eq!(found.body["status"], "held");
+    let rival = token(&cluster, "rex", false);
+    let second = eventually("another buyer's hold of the same seat answered", || {
+        let (http, edge, rival) = (http.clone(), edge.clone(), rival.clone());
+        async move {
+            let r = http
+                .post(
+                    &format!("{edge}/v1/holds"),
+                    Some(&rival),
+                    Some("rex-1"),
+                    &json!({"event_id": "wipe", "seats": ["A-1-1"]}),
+                )
+                .await
+                .ok()?;
+            (r.status.as_u16() != 503).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(second.status.as_u16(), 409, "{}", second.body);
+    assert_eq!(second.code(), Some("seats_unavailable"));
+}

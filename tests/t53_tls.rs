@@ -209,12 +209,23 @@ async fn raft_call<T: serde::Serialize>(
         payload: seatfence_raft::codec::encode(msg).unwrap(),
     };
     let mut c = RaftServiceClient::new(channel.clone());
-    let r = match kind {
-        "vote" => c.vote(req).await.map(drop),
-        "append" => c.append_entries(req).await.map(drop),
-        _ => unreachable!("{kind}"),
-    };
-    r.map_err(|s| (s.code(), s.message().to_string()))
+    // A replica of a group just created may not be open yet on this node.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let r = match kind {
+            "vote" => c.vote(req.clone()).await.map(drop),
+            "append" => c.append_entries(req.clone()).await.map(drop),
+            _ => unreachable!("{kind}"),
+        };
+        match r {
+            Err(s)
+                if s.code() == tonic::Code::NotFound && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            r => return r.map_err(|s| (s.code(), s.message().to_string())),
+        }
+    }
 }
 
 fn vote(term: u64, candidate: u64, transfer: bool) -> VoteRequest<TypeConfig> {
@@ -367,6 +378,6 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
     let client = cluster.client();
     for group in [GroupId::DIRECTORY, g, lone] {
         cluster.wait_leader(group, PATIENCE).await.unwrap();
-        put(&client, group, "after-forgery", b"ok").await;
+        common::put(&client, group, "after-forgery", b"ok").await;
     }
 }

@@ -6,13 +6,19 @@
 //! ```text
 //!  identity known (admitted data dir) ─▶ serve
 //!  fresh ─▶ ping every other initial member (its answer: does its directory
-//!           replica hold a cluster, does it list me?)
+//!           replica list any node, does it list me?)
 //!    one lists me                              ─▶ refuse to start
-//!    one holds a cluster                       ─▶ register my new incarnation
+//!    one lists nodes                           ─▶ register my new incarnation
 //!        (a linearizable write: the directory refuses a known id) ─▶ serve, or refuse
-//!    a majority of the initial members (me included) hold nothing ─▶ a new cluster: serve
+//!    a majority of the initial members (me included) list none ─▶ a new cluster: serve
 //!    otherwise (peers unreachable, no directory quorum) ─▶ ask again; never serve meanwhile
 //! ```
+//!
+//! A directory with a membership but no node listed is a cluster being
+//! born: its first leader waits for the votes of initial members that are
+//! still being admitted, so "lists no node" (not "has a log") is what
+//! counts as new. Every node registers itself at each start, so an
+//! established cluster lists at least its live nodes.
 //!
 //! Nothing is removed from the directory's node list, so a listed id is
 //! conclusive even from a lagging replica; an unlisted one is settled by

@@ -313,33 +313,23 @@ impl Registry {
         })
     }
 
-    /// Whether this node's directory replica holds a cluster (a vote, a
-    /// log entry or a membership), and whether it lists node `id`: what a
-    /// node starting on an empty data dir asks its peers (see
-    /// [`crate::storage::ident`]).
+    /// Whether this node's directory replica holds a cluster (it lists a
+    /// node: every node registers itself at each start), and whether it
+    /// lists node `id`: what a node starting on an empty data dir asks its
+    /// peers (see [`crate::storage::ident`]). A directory that has a
+    /// membership but no node yet is a cluster still forming, whose first
+    /// leader waits for the other initial members.
     pub fn directory_knows(&self, id: u64) -> (bool, bool) {
-        use openraft::async_runtime::watch::WatchReceiver;
         let Some(dir) = self.get(GroupId::DIRECTORY) else {
             return (false, false);
         };
-        let initialized = {
-            let rx = dir.raft.metrics();
-            let m = rx.borrow_watched();
-            m.current_term > 0
-                || m.last_log_index.is_some()
-                || m.membership_config
-                    .membership()
-                    .voter_ids()
-                    .next()
-                    .is_some()
-        };
-        let listed = dir.sm.read(|s| {
-            s.state
-                .directory
-                .nodes
-                .contains_key(&seatfence_core::NodeId(id))
-        });
-        (initialized || listed, listed)
+        dir.sm.read(|s| {
+            let nodes = &s.state.directory.nodes;
+            (
+                !nodes.is_empty(),
+                nodes.contains_key(&seatfence_core::NodeId(id)),
+            )
+        })
     }
 
     /// Whether node `node` may send group `g`'s Raft traffic (as its

@@ -49,11 +49,20 @@ pub async fn start(dir: &Path, tuning: RaftTuning) -> LocalCluster {
         .tuning(tuning)
         .start(bin)
         .expect("start cluster");
+    if let Err(e) = cluster.wait_ready(PATIENCE).await {
+        panic!("{e}\n{}", all_tails(&cluster));
+    }
     cluster
-        .wait_ready(PATIENCE)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.log_tail(1)));
-    cluster
+}
+
+/// The end of every node's log, each under its id.
+pub fn all_tails(cluster: &LocalCluster) -> String {
+    let tails: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("--- node {}:\n{}", n.id(), cluster.log_tail(n.id())))
+        .collect();
+    tails.join("\n")
 }
 
 pub async fn new_group(cluster: &LocalCluster) -> GroupId {
@@ -123,12 +132,7 @@ pub async fn start_regions(dir: &Path, regions: usize, per_region: usize) -> Loc
         .start(bin)
         .expect("start cluster");
     if let Err(e) = cluster.wait_ready(PATIENCE).await {
-        let tails: Vec<String> = cluster
-            .nodes
-            .iter()
-            .map(|n| format!("--- node {}:\n{}", n.id(), cluster.log_tail(n.id())))
-            .collect();
-        panic!("{e}\n{}", tails.join("\n"));
+        panic!("{e}\n{}", all_tails(&cluster));
     }
     cluster
 }

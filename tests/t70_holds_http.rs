@@ -294,6 +294,22 @@ async fn t70_bad_input_gets_a_stable_code_and_changes_nothing() {
             "invalid_request",
         ),
         (
+            "a seat id no event has",
+            json!({"event_id":"race","seats":["S1", "x".repeat(65)]})
+                .to_string()
+                .into(),
+            400,
+            "invalid_field",
+        ),
+        (
+            "a section name no event has",
+            json!({"event_id":"race","quantity":1,"section":"x".repeat(100_000)})
+                .to_string()
+                .into(),
+            400,
+            "invalid_field",
+        ),
+        (
             "oversized",
             bytes::Bytes::from(vec![b' '; 2 << 20]),
             413,

@@ -1,18 +1,87 @@
 //! Slow and greedy HTTP clients cannot hold an edge's connections: a body
-//! that stops arriving gets 408 `request_timeout`, headers that stop
-//! arriving and idle keep-alive connections are closed, and connections
-//! beyond `max_connections` are closed on accept. Each shows in /metrics.
+//! that stops arriving gets 408 `request_timeout`, a declared oversize one
+//! 413 within the same timeout, headers that stop arriving and idle
+//! keep-alive connections are closed, and connections beyond
+//! `max_connections`, or beyond `max_connections_per_ip` from one address,
+//! are closed on accept. Each shows in /metrics.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::*;
+use seatfence_api::config::EdgeConfig;
+use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::LocalCluster;
+use serde_json::json;
 
 const MAX_CONNECTIONS: usize = 8;
+
+/// A three-node cluster (one per region) whose edges are set by `adjust`.
+async fn edge_cluster(dir: &Path, adjust: impl Fn(&mut EdgeConfig)) -> LocalCluster {
+    let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
+    let mut configs = LocalCluster::builder(dir)
+        .tuning(test_tuning())
+        .layout()
+        .unwrap();
+    for (_, c) in &mut configs {
+        adjust(c.edge.as_mut().unwrap());
+    }
+    let cluster = LocalCluster::launch(bin, configs, |_| None).unwrap();
+    cluster.wait_ready(PATIENCE).await.unwrap();
+    cluster
+}
+
+/// One answer on a connection kept alive: its head and body.
+fn read_answer(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&out).into_owned();
+        if let Some(head) = text.find("\r\n\r\n") {
+            let length = text[..head]
+                .lines()
+                .find_map(|l| {
+                    let l = l.to_ascii_lowercase();
+                    l.strip_prefix("content-length:")
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                })
+                .unwrap_or(0);
+            if out.len() >= head + 4 + length {
+                return text;
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return text,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("no answer: {e}"),
+        }
+    }
+}
+
+/// `GET /healthz` on `s`, asking the edge to close afterwards: what it
+/// sent before closing (nothing, if it refused the connection).
+fn healthz_then_close(s: &mut TcpStream) -> String {
+    // A refused connection may be closed before the request is written.
+    let _ = write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n"
+    );
+    read_to_close(s)
+}
+
+async fn scrape(url: &str) -> Option<String> {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
 
 /// Read until the server closes the connection (or a generous bound, so a
 /// broken server fails the test instead of hanging it): what it sent.
@@ -45,20 +114,15 @@ async fn t72_slow_clients_are_cut_off_and_connections_are_bounded() {
     let _serial = serial().await;
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_seatfence"));
-    let mut configs = LocalCluster::builder(dir.path())
-        .tuning(test_tuning())
-        .layout()
-        .unwrap();
-    for (_, c) in &mut configs {
-        let e = c.edge.as_mut().unwrap();
+    let cluster = edge_cluster(dir.path(), |e| {
         e.header_timeout_ms = 1_000;
         e.body_timeout_ms = 1_000;
         e.idle_timeout_ms = 1_500;
         e.max_connections = MAX_CONNECTIONS;
-    }
-    let cluster = LocalCluster::launch(bin, configs, |_| None).unwrap();
-    cluster.wait_ready(PATIENCE).await.unwrap();
+        // The edge's own bound is tested here, not the per-address one.
+        e.max_connections_per_ip = Some(MAX_CONNECTIONS);
+    })
+    .await;
     let url = cluster.nodes[0].edge_url().unwrap();
     let addr = url.trim_start_matches("http://").to_string();
     let addr2 = addr.clone();
@@ -131,4 +195,163 @@ async fn t72_slow_clients_are_cut_off_and_connections_are_bounded() {
         metric(&text, "seatfence_http_connections") >= 1.0,
         "this scrape's own"
     );
+}
+
+/// Issue 39: a request declaring a body between the 1 MiB limit and the
+/// drain limit that then sent nothing was drained with no deadline, before
+/// auth and admission: such connections stayed open for good, and
+/// `max_connections` of them shut every buyer out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t72_declared_oversize_bodies_that_never_come_are_closed_within_the_body_timeout() {
+    const STUCK: usize = 500;
+    const BODY_TIMEOUT: Duration = Duration::from_secs(3);
+    let _serial = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = edge_cluster(dir.path(), |e| {
+        e.body_timeout_ms = BODY_TIMEOUT.as_millis() as u64;
+        // Room for them all and the buyer from one address, under the
+        // default per-address limit (half of this).
+        e.max_connections = 4 * STUCK;
+    })
+    .await;
+    let url = cluster.nodes[0].edge_url().unwrap();
+    let addr = url.trim_start_matches("http://").to_string();
+    create_event(
+        &cluster,
+        &url,
+        json!({"event_id": "slow", "name": "Slow", "home_region": "us-east",
+               "survival": "region", "seats": ["A-1-1", "A-1-2"]}),
+    )
+    .await;
+
+    tracing::info!("--- {STUCK} connections declare a 2 MiB body, then send nothing");
+    let started = Instant::now();
+    let stuck = tokio::task::spawn_blocking(move || {
+        (0..STUCK)
+            .map(|_| {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                write!(
+                    s,
+                    "POST /v1/holds HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    2 << 20
+                )
+                .unwrap();
+                s
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+
+    tracing::info!("--- meanwhile a buyer holds a seat");
+    let http = HttpClient::default();
+    let hold = http
+        .post(
+            &format!("{url}/v1/holds"),
+            Some(&token(&cluster, "buyer", false)),
+            None,
+            &json!({"event_id": "slow", "seats": ["A-1-1"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hold.status.as_u16(), 201, "{}", hold.body);
+
+    tracing::info!("--- every one of them is answered 413 and closed");
+    let answers = tokio::task::spawn_blocking(move || {
+        stuck
+            .into_iter()
+            .map(|mut s| read_to_close(&mut s))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    for a in &answers {
+        assert!(a.starts_with("HTTP/1.1 413"), "{a}");
+        assert!(a.contains("payload_too_large"), "{a}");
+    }
+    // Generous: the bound is that they close at all, not how fast.
+    assert!(
+        took < BODY_TIMEOUT + Duration::from_secs(40),
+        "closed after {took:?}"
+    );
+    eventually("the body timeouts in /metrics", || async {
+        let text = scrape(&url).await?;
+        (metric(&text, "seatfence_http_timeouts_total{kind=\"body\"}") >= STUCK as f64)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t72_connections_beyond_the_per_address_limit_are_refused_on_accept() {
+    const PER_IP: usize = 4;
+    let _serial = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = edge_cluster(dir.path(), |e| {
+        e.max_connections_per_ip = Some(PER_IP);
+        // No timer closes a held connection during the test.
+        e.header_timeout_ms = 120_000;
+        e.idle_timeout_ms = 120_000;
+    })
+    .await;
+    let url = cluster.nodes[0].edge_url().unwrap();
+    let addr = url.trim_start_matches("http://").to_string();
+
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let (addr2, addr3) = (addr.clone(), addr.clone());
+    let (held, served) = tokio::task::spawn_blocking(move || {
+        tracing::info!("--- {PER_IP} connections from 127.0.0.1, the last one served");
+        let mut held: Vec<TcpStream> = (0..PER_IP - 1)
+            .map(|_| TcpStream::connect(&addr).unwrap())
+            .collect();
+        let mut last = TcpStream::connect(&addr).unwrap();
+        write!(last, "GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n").unwrap();
+        let served = read_answer(&mut last);
+        held.push(last);
+        (held, served)
+    })
+    .await
+    .unwrap();
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+
+    tracing::info!("--- more from 127.0.0.1: closed unanswered");
+    let refused = tokio::task::spawn_blocking(move || {
+        (0..3)
+            .map(|_| healthz_then_close(&mut TcpStream::connect(&addr2).unwrap()))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for r in &refused {
+        assert!(r.is_empty(), "a connection over the limit was served: {r}");
+    }
+
+    tracing::info!("--- another address is served meanwhile");
+    let other = other
+        .connect(addr3.parse().unwrap())
+        .await
+        .unwrap()
+        .into_std()
+        .unwrap();
+    let from_other = tokio::task::spawn_blocking(move || {
+        let mut other = other;
+        other.set_nonblocking(false).unwrap();
+        healthz_then_close(&mut other)
+    })
+    .await
+    .unwrap();
+    assert!(from_other.starts_with("HTTP/1.1 200"), "{from_other}");
+
+    tracing::info!("--- the held ones close: 127.0.0.1 is served again, refusals counted");
+    drop(held);
+    eventually("the per-address refusals in /metrics", || async {
+        let text = scrape(&url).await?;
+        (metric(&text, "seatfence_http_connections_refused_per_ip_total") >= 3.0).then_some(())
+    })
+    .await;
 }

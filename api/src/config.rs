@@ -115,6 +115,14 @@ pub struct EdgeConfig {
     /// accept.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Open connections from one address (an IPv4 address, or an IPv6
+    /// /64) this edge serves at once; more are closed on accept, so one
+    /// stranger cannot take every connection. Default: half of
+    /// `max_connections` (the smaller of the two applies). Behind a proxy
+    /// or load balancer that connects from one address, raise it to
+    /// `max_connections` and limit per client there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_ip: Option<usize>,
 }
 
 fn default_header_timeout() -> u64 {
@@ -144,7 +152,16 @@ fn default_timeout() -> u64 {
 }
 
 impl EdgeConfig {
-    /// Why this edge cannot start, if it cannot.
+    /// Connections one address may have open: `max_connections_per_ip`,
+    /// else half of `max_connections`, never more than `max_connections`
+    /// and at least 1.
+    pub fn connections_per_ip(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or(self.max_connections / 2)
+            .min(self.max_connections)
+            .max(1)
+    }
+
     /// Read `env:` and `file:` secrets (at start, before [`check`](Self::check)).
     pub fn resolve_secrets(&mut self) -> Result<(), String> {
         self.jwt_secret = self
@@ -154,6 +171,7 @@ impl EdgeConfig {
         Ok(())
     }
 
+    /// Why this edge cannot start, if it cannot.
     pub fn check(&self) -> Result<(), String> {
         if self.http_addr.parse::<SocketAddr>().is_err() {
             return Err(format!("http_addr {:?} is not ip:port", self.http_addr));
@@ -170,6 +188,9 @@ impl EdgeConfig {
                 "header_timeout_ms, body_timeout_ms, idle_timeout_ms and max_connections must be positive"
                     .into(),
             );
+        }
+        if self.max_connections_per_ip == Some(0) {
+            return Err("max_connections_per_ip must be at least 1".into());
         }
         if self.max_inflight_mutations == 0
             || self.max_inflight_other == 0

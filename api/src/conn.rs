@@ -1,9 +1,12 @@
-//! The edge's connections: accepting within `max_connections`, and
-//! cutting slow or idle clients off (header, body and idle timeouts), each
-//! counted in the metrics. Requests are answered by [`crate::http`].
+//! The edge's connections: accepting within `max_connections` and
+//! `max_connections_per_ip` ([`Peers`]), and cutting slow or idle clients
+//! off (header, body and idle timeouts), each counted in the metrics.
+//! Requests are answered by [`crate::http`].
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
@@ -16,13 +19,15 @@ use crate::Edge;
 
 /// Serve the edge on `listener` until `rx_stop` turns true. Slow clients
 /// are cut off: headers within `header_timeout_ms`, a body within
-/// `body_timeout_ms` (408), an idle keep-alive connection after
-/// `idle_timeout_ms`; at most `max_connections` are open (more are closed
-/// on accept). Each has a metric.
+/// `body_timeout_ms` (408; an oversized one's drain too, 413), an idle
+/// keep-alive connection after `idle_timeout_ms`; at most
+/// `max_connections` are open, at most `max_connections_per_ip` from one
+/// address (more are closed on accept). Each has a metric.
 pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::Receiver<bool>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(edge.config.max_connections));
+    let peers = Arc::new(Peers::new(edge.config.connections_per_ip()));
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, addr) = tokio::select! {
             biased;
             _ = stopped(&mut rx_stop) => return,
             accepted = listener.accept() => match accepted {
@@ -39,13 +44,94 @@ pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::R
             drop(stream);
             continue;
         };
+        let Some(peer_slot) = Peers::open(&peers, Peer::of(addr.ip())) else {
+            edge.metrics.inc(|m| &m.connections_refused_per_ip);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve_connection(
             edge.clone(),
             stream,
-            slot,
+            (slot, peer_slot),
             rx_stop.clone(),
         ));
+    }
+}
+
+/// Whom a per-address limit counts: an IPv4 address (also one mapped into
+/// IPv6), or an IPv6 /64 — one subscriber's network, which gives its
+/// holder 2^64 addresses to open connections from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Peer {
+    V4(std::net::Ipv4Addr),
+    V6Net(u64),
+}
+
+impl Peer {
+    fn of(ip: IpAddr) -> Peer {
+        match ip {
+            IpAddr::V4(v4) => Peer::V4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Peer::V4(v4),
+                None => Peer::V6Net((u128::from(v6) >> 64) as u64),
+            },
+        }
+    }
+}
+
+/// Connections open per [`Peer`], each at most `limit`. The mutex guards
+/// one map update at a time and is never held across an `.await`; a peer
+/// leaves the map when its last connection closes, so it holds at most
+/// `max_connections` entries.
+struct Peers {
+    limit: usize,
+    open: Mutex<HashMap<Peer, usize>>,
+}
+
+/// One connection's place in [`Peers`], given back when it is dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    peer: Peer,
+}
+
+impl Peers {
+    fn new(limit: usize) -> Peers {
+        Peers {
+            limit,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A place for one more connection of `peer`, unless it has `limit`.
+    fn open(peers: &Arc<Peers>, peer: Peer) -> Option<PeerSlot> {
+        let mut open = peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.get(&peer).copied().unwrap_or(0);
+        if n >= peers.limit {
+            return None;
+        }
+        open.insert(peer, n + 1);
+        Some(PeerSlot {
+            peers: peers.clone(),
+            peer,
+        })
+    }
+
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.open.lock().unwrap().len()
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.peer);
+            }
+        }
     }
 }
 
@@ -121,7 +207,7 @@ impl tokio::io::AsyncWrite for Tracked {
 async fn serve_connection(
     edge: Arc<Edge>,
     stream: tokio::net::TcpStream,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _slots: (tokio::sync::OwnedSemaphorePermit, PeerSlot),
     mut rx_stop: watch::Receiver<bool>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
@@ -199,4 +285,33 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_gets_its_limit_and_its_places_back() {
+        let peers = Arc::new(Peers::new(2));
+        let a = Peer::of("10.0.0.1".parse().unwrap());
+        let b = Peer::of("10.0.0.2".parse().unwrap());
+        let a1 = Peers::open(&peers, a).expect("first");
+        let a2 = Peers::open(&peers, a).expect("second");
+        assert!(Peers::open(&peers, a).is_none(), "a third from one address");
+        let b1 = Peers::open(&peers, b).expect("another address has its own");
+        drop(a1);
+        let a3 = Peers::open(&peers, a).expect("a closed one's place");
+        drop((a2, a3, b1));
+        assert_eq!(peers.tracked(), 0, "no entry outlives its connections");
+    }
+
+    #[test]
+    fn ipv6_counts_by_network_and_mapped_ipv4_as_ipv4() {
+        let of = |s: &str| Peer::of(s.parse().unwrap());
+        assert_eq!(of("2001:db8:1:2::1"), of("2001:db8:1:2:ffff::9"));
+        assert_ne!(of("2001:db8:1:2::1"), of("2001:db8:1:3::1"));
+        assert_eq!(of("::ffff:10.0.0.1"), of("10.0.0.1"));
+        assert_ne!(of("127.0.0.1"), of("127.0.0.2"));
+    }
 }

@@ -137,8 +137,15 @@ impl ApiError {
                 code,
                 what: "hold".into(),
             },
+            // The group names at most `MAX_ECHOED_SEATS` of them.
             Outcome::UnknownSeats { seats } => {
-                ApiError::bad(code, format!("no such seats: {}", seats.join(", ")))
+                let max = seatfence_core::inventory::MAX_ECHOED_SEATS;
+                let more = if seats.len() >= max {
+                    format!(" (at most {max} named)")
+                } else {
+                    String::new()
+                };
+                ApiError::bad(code, format!("no such seats{more}: {}", seats.join(", ")))
             }
             Outcome::UnknownSection { section } => {
                 ApiError::bad(code, format!("no such section: {section}"))

@@ -60,6 +60,11 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             ))
         }
     };
+    // The same bound every replica checks (`Command::check_bounds`), here
+    // so that a seat id or section name no event can have is a 400 before
+    // any group is asked (the message names the field, not its value).
+    pick.check_bounds()
+        .map_err(|reason| ApiError::bad("invalid_field", reason))?;
     if !EventId::is_valid(&body.event_id) {
         return Err(ApiError::NotFound {
             code: "event_not_found",

@@ -21,9 +21,10 @@ use crate::{admin, events, holds, lifecycle, moves, payments, Edge};
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
-/// Oversized bodies up to this size are read and dropped before the 413;
-/// larger ones get the 413 and a closed connection.
-const DRAIN_LIMIT: usize = 16 << 20;
+/// A body declared oversized but no larger than this is read and dropped
+/// (frame by frame, never buffered) before the 413, within the body
+/// timeout; a larger one gets the 413 and a closed connection at once.
+const DRAIN_LIMIT: u64 = 16 << 20;
 
 /// A successful answer.
 pub struct Reply {
@@ -169,14 +170,9 @@ pub(crate) async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<
     let start = Instant::now();
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();
-    let result = match read_request(req, Duration::from_millis(edge.config.body_timeout_ms)).await {
+    let result = match read_request(&edge, req).await {
         Ok(r) => dispatch(&edge, matched, r).await,
-        Err(e) => {
-            if matches!(e, ApiError::RequestTimeout { .. }) {
-                edge.metrics.inc(|m| &m.body_timeouts);
-            }
-            Err(e)
-        }
+        Err(e) => Err(e),
     };
     let (status, body, content_type, headers) = match result {
         Ok(reply) => match reply.body {
@@ -204,7 +200,19 @@ pub(crate) async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<
 
 const JSON: &str = "application/json";
 
-async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<Req, ApiError> {
+/// The request's head and its whole body, each body read bounded in time
+/// (`body_timeout_ms`, the same deadline for a body within the limit and
+/// for the drain of an oversized one) and in size ([`MAX_BODY_BYTES`]
+/// kept, [`DRAIN_LIMIT`] read). A body that runs out of time counts as a
+/// body timeout.
+async fn read_request(edge: &Edge, req: Request<Incoming>) -> Result<Req, ApiError> {
+    let body_timeout = Duration::from_millis(edge.config.body_timeout_ms);
+    let timed_out = || {
+        edge.metrics.inc(|m| &m.body_timeouts);
+        ApiError::RequestTimeout {
+            ms: body_timeout.as_millis() as u64,
+        }
+    };
     let too_large = ApiError::PayloadTooLarge {
         limit: MAX_BODY_BYTES,
     };
@@ -214,10 +222,17 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES as u64) {
-        // Read (and drop) a moderately oversized body so the client, still
-        // writing it, sees the 413 instead of a broken pipe.
-        if n <= DRAIN_LIMIT as u64 {
-            let _ = Limited::new(req.into_body(), DRAIN_LIMIT).collect().await;
+        // A moderately oversized body is read and dropped, so that a client
+        // still writing it sees the 413 instead of a reset; but only within
+        // the body timeout, like any body (a client that declares 2 MiB and
+        // sends nothing held its connection forever, issue 39). Either way
+        // the answer is the 413, with `Connection: close`.
+        if n <= DRAIN_LIMIT
+            && tokio::time::timeout(body_timeout, drain(req.into_body(), DRAIN_LIMIT))
+                .await
+                .is_err()
+        {
+            edge.metrics.inc(|m| &m.body_timeouts);
         }
         return Err(too_large);
     }
@@ -241,11 +256,7 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
     let query = req.uri().query().map(str::to_string);
     let collect = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
     let body = match tokio::time::timeout(body_timeout, collect).await {
-        Err(_) => {
-            return Err(ApiError::RequestTimeout {
-                ms: body_timeout.as_millis() as u64,
-            })
-        }
+        Err(_) => return Err(timed_out()),
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large),
         Ok(Err(e)) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}"))),
@@ -261,6 +272,20 @@ async fn read_request(req: Request<Incoming>, body_timeout: Duration) -> Result<
         body,
         verified: None,
     })
+}
+
+/// Read `body`'s frames and drop them, until it ends, fails or has
+/// brought more than `limit` bytes: nothing is kept.
+async fn drain(mut body: Incoming, limit: u64) {
+    let mut read = 0u64;
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Some(data) = frame.data_ref() {
+            read += data.len() as u64;
+            if read > limit {
+                return;
+            }
+        }
+    }
 }
 
 /// Route the request through [`routes::ROUTES`]: admission (buyer

@@ -166,6 +166,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Counter,
+        "seatfence_http_connections_refused_per_ip_total",
+        "HTTP connections closed on accept because their address (an IPv4 address, an IPv6 /64) had max_connections_per_ip open.",
+    ),
+    (
+        Kind::Counter,
         "seatfence_http_timeouts_total",
         "HTTP connections closed for slowness, by kind (header, body, idle).",
     ),
@@ -228,6 +233,7 @@ pub struct EdgeMetrics {
     pub captured_unbooked: Gauge,
     pub connections: Gauge,
     pub connections_refused: Counter,
+    pub connections_refused_per_ip: Counter,
     pub header_timeouts: Counter,
     pub body_timeouts: Counter,
     pub idle_timeouts: Counter,
@@ -291,6 +297,7 @@ impl Default for EdgeMetrics {
             captured_unbooked: gauge!("seatfence_money_captured_unbooked"),
             connections: gauge!("seatfence_http_connections"),
             connections_refused: counter!("seatfence_http_connections_refused_total"),
+            connections_refused_per_ip: counter!("seatfence_http_connections_refused_per_ip_total"),
             header_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "header"),
             body_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "body"),
             idle_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "idle"),

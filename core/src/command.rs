@@ -200,9 +200,13 @@ impl Command {
 
     /// Bounds every replica checks before applying a command (and a
     /// leader before proposing one), so that no input (a hostile sender, a
-    /// bug) can reach a panic in `apply`: batches nest at most two deep, owners
-    /// and keys of idempotency records fit their record keys. A batch's
-    /// own commands are checked as each applies. `Err`: why it is refused.
+    /// bug) can reach a panic in `apply`, and none can grow the state by
+    /// more than a bounded record: batches nest at most two deep, owners
+    /// and keys of idempotency records fit their record keys, a hold's
+    /// seat ids and section name are at most
+    /// [`MAX_PICK_NAME_BYTES`](crate::inventory::MAX_PICK_NAME_BYTES) (a
+    /// refusal naming them is kept under the key). A batch's own commands
+    /// are checked as each applies. `Err`: why it is refused.
     pub fn check_bounds(&self) -> Result<(), String> {
         let long = |what: &str, s: &str| {
             (s.len() > MAX_OWNER_BYTES)
@@ -220,12 +224,12 @@ impl Command {
                         .or_else(|| long("the idempotency key", key))
                 });
                 keyed.or_else(|| match &c.action {
-                    crate::inventory::EventAction::Hold { owner, .. }
+                    crate::inventory::EventAction::Hold { owner, pick }
                     | crate::inventory::EventAction::Room(crate::inventory::RoomAction::Hold {
                         owner,
-                        ..
-                    })
-                    | crate::inventory::EventAction::Cancel { owner, .. } => {
+                        pick,
+                    }) => long("the owner", &owner.0).or_else(|| pick.check_bounds().err()),
+                    crate::inventory::EventAction::Cancel { owner, .. } => {
                         long("the owner", &owner.0)
                     }
                     crate::inventory::EventAction::Room(

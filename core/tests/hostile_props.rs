@@ -119,3 +119,52 @@ proptest! {
         }
     }
 }
+
+/// Issue 39: a hold naming long unknown seats (or a long unknown section)
+/// was refused `unknown_seats` and its names were kept whole under its
+/// idempotency key on every replica, for a day.
+#[test]
+fn a_hold_naming_long_unknown_seats_leaves_the_state_as_it_was() {
+    let group = GroupId(7);
+    let mut s = State::default();
+    let create = event(EventAction::Create(Box::new(spec(vec![(2, 3)]))), None, 1);
+    s.apply(group, &create);
+    let size = |s: &State| {
+        s.records()
+            .map(|(k, v)| k.len() + v.len())
+            .fold((0, 0), |(n, b), l| (n + 1, b + l))
+    };
+    let before = size(&s);
+    let long = |i: usize| format!("{i}{}", "x".repeat(100_000));
+    let picks = [
+        SeatPick::Seats((0..4).map(long).collect()),
+        SeatPick::Seats(vec!["S0-1-1".into(), long(9)]),
+        SeatPick::Quantity {
+            section: Some(long(0)),
+            quantity: 1,
+        },
+    ];
+    for (i, pick) in picks.into_iter().enumerate() {
+        let holds = [
+            EventAction::Hold {
+                owner: UserId("b".into()),
+                pick: pick.clone(),
+            },
+            EventAction::Room(seatfence_core::inventory::RoomAction::Hold {
+                owner: UserId("b".into()),
+                pick,
+            }),
+        ];
+        for (j, action) in holds.into_iter().enumerate() {
+            let key = Some(("b".to_string(), format!("k{i}-{j}")));
+            let r = s.apply(group, &event(action, key, 2));
+            assert!(
+                matches!(&r.response, Response::Invalid { reason } if reason.len() < 200),
+                "{:.300}",
+                format!("{:?}", r.response)
+            );
+            assert!(r.changed.is_empty());
+            assert_eq!(size(&s), before, "records and their bytes");
+        }
+    }
+}

@@ -518,3 +518,41 @@ fn after_an_epoch_bump_every_command_with_the_old_epoch_is_refused() {
     ));
     check(&s);
 }
+
+#[test]
+fn an_unknown_seats_refusal_names_only_the_first_few_seats() {
+    let g = GroupId(1);
+    let mut s = State::default();
+    let mut big = spec();
+    big.max_seats_per_hold = seatfence_core::inventory::MAX_SEATS_PER_HOLD_LIMIT;
+    s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(big))));
+    let bytes = |s: &State| s.records().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    let before = bytes(&s);
+    // Fifty unknown seats, each as long as a hold may name, and a real one.
+    let max = seatfence_core::inventory::MAX_PICK_NAME_BYTES;
+    let mut asked: Vec<String> = (0..50).map(|i| format!("{i:0>max$}")).collect();
+    asked.push("A1".into());
+    let r = s.apply(
+        g,
+        &cmd(
+            1,
+            1,
+            Some((UserId("b".into()), "k1".into())),
+            EventAction::Hold {
+                owner: UserId("b".into()),
+                pick: SeatPick::Seats(asked.clone()),
+            },
+        ),
+    );
+    match outcome(r.response) {
+        Outcome::UnknownSeats { seats } => {
+            assert_eq!(seats.len(), seatfence_core::inventory::MAX_ECHOED_SEATS);
+            assert_eq!(seats, asked[..seats.len()], "the first ones asked");
+        }
+        other => panic!("{other:?}"),
+    }
+    // What the key keeps is a few ids, not the fifty asked (3 KB).
+    let grown = bytes(&s) - before;
+    assert!(grown < 1_500, "the refusal added {grown} bytes");
+    check(&s);
+}

@@ -176,6 +176,7 @@ pub(crate) fn layout(
                 body_timeout_ms: 30_000,
                 idle_timeout_ms: 60_000,
                 max_connections: 10_000,
+                max_connections_per_ip: None,
             }),
             payments: payments.clone(),
             chaos: None,

@@ -4,8 +4,8 @@ use crate::ids::{Epoch, RegionId, UserId};
 use crate::state::RecordKey;
 
 use super::{
-    Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory, OpKey,
-    Operation, Outcome, Seat, SeatPick, SeatState,
+    echo, Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory,
+    OpKey, Operation, Outcome, Seat, SeatPick, SeatState, MAX_ECHOED_SEATS, MAX_PICK_NAME_BYTES,
 };
 
 /// FNV-1a of the request part of a command (not its epoch or time): equal
@@ -291,12 +291,17 @@ impl Inventory {
             return Err(invalid("a seat is listed twice"));
         }
         // One lookup per seat (the seat map is the hot path of a
-        // flash sale): unknown seats win over taken ones.
+        // flash sale): unknown seats win over taken ones. Only the first
+        // few unknown ones are named, cut short: the refusal is recorded
+        // under the key, and its size must not be the request's.
         let mut unknown = Vec::new();
         let mut unavailable = Vec::new();
         for s in list {
             match self.seats.get(s) {
-                None => unknown.push(s.clone()),
+                None if unknown.len() < MAX_ECHOED_SEATS => {
+                    unknown.push(echo(s, MAX_PICK_NAME_BYTES))
+                }
+                None => {}
                 Some(seat) if seat.state != SeatState::Available => unavailable.push(s.clone()),
                 Some(_) => {}
             }
@@ -333,7 +338,7 @@ impl Inventory {
                 Some(i) => vec![i as u32],
                 None => {
                     return Err(Outcome::UnknownSection {
-                        section: name.to_owned(),
+                        section: echo(name, MAX_PICK_NAME_BYTES),
                     })
                 }
             },

@@ -114,6 +114,53 @@ pub enum SeatPick {
     },
 }
 
+/// Longest seat id or section name a hold may name, in bytes: twice the
+/// longest an event can have (seat ids are at most 32 bytes, section names
+/// 16, so generated ids at most 30), so no real one comes near. A longer
+/// one is refused before anything applies ([`SeatPick::check_bounds`], run
+/// by every replica in `Command::check_bounds` and first by the edge).
+pub const MAX_PICK_NAME_BYTES: usize = 64;
+
+/// How many unknown seats an [`Outcome::UnknownSeats`] names (the first,
+/// in the order asked, each at most [`MAX_PICK_NAME_BYTES`]): a keyed
+/// refusal is kept under its idempotency key, so its size must not follow
+/// the request's.
+pub const MAX_ECHOED_SEATS: usize = 8;
+
+impl SeatPick {
+    /// Bounds of what a hold may name: every seat id and the section name
+    /// at most [`MAX_PICK_NAME_BYTES`]. `Err`: why not (naming the field,
+    /// never echoing it). How many seats is the event's to decide
+    /// (`too_many_seats`).
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let long = |what: String, s: &str| {
+            (s.len() > MAX_PICK_NAME_BYTES)
+                .then(|| format!("{what} is {} bytes, over {MAX_PICK_NAME_BYTES}", s.len()))
+        };
+        let problem = match self {
+            SeatPick::Seats(list) => list
+                .iter()
+                .enumerate()
+                .find_map(|(i, s)| long(format!("seats[{i}]"), s)),
+            SeatPick::Quantity {
+                section: Some(s), ..
+            } => long("section".into(), s),
+            SeatPick::Quantity { section: None, .. } => None,
+        };
+        problem.map_or(Ok(()), Err)
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary: what a refusal
+/// echoes of a name the client sent.
+pub(crate) fn echo(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
 /// An event's settings, fence and counters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -261,9 +308,11 @@ pub enum Outcome {
         unavailable: Vec<String>,
         available: u64,
     },
+    /// At most [`MAX_ECHOED_SEATS`] of the unknown seats (the first asked).
     UnknownSeats {
         seats: Vec<String>,
     },
+    /// The section asked for, cut to [`MAX_PICK_NAME_BYTES`].
     UnknownSection {
         section: String,
     },

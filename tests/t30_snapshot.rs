@@ -40,7 +40,7 @@ async fn t30_follower_catches_up_by_snapshot_after_purge() {
     tracing::info!("--- kill -9 follower {follower}");
     let follower_addr = cluster.addr(follower).unwrap();
     let follower_last = client
-        .status_at(&follower_addr)
+        .status_with_digests_at(&follower_addr)
         .await
         .unwrap()
         .groups
@@ -71,7 +71,7 @@ async fn t30_follower_catches_up_by_snapshot_after_purge() {
             keys.push((k, v));
             i += 1;
         }
-        let s = client.status_at(&leader_addr).await.unwrap();
+        let s = client.status_with_digests_at(&leader_addr).await.unwrap();
         let gs = s.groups.iter().find(|s| s.group_id == g.0).unwrap();
         if gs.purged_index > follower_last + 10 {
             break;
@@ -82,7 +82,7 @@ async fn t30_follower_catches_up_by_snapshot_after_purge() {
     tracing::info!("--- restart the follower");
     cluster.restart(follower).unwrap();
     let leader_digest = {
-        let s = client.status_at(&leader_addr).await.unwrap();
+        let s = client.status_with_digests_at(&leader_addr).await.unwrap();
         s.groups
             .iter()
             .find(|s| s.group_id == g.0)
@@ -90,7 +90,7 @@ async fn t30_follower_catches_up_by_snapshot_after_purge() {
             .state_digest
     };
     let caught_up = eventually("follower matches the leader", || async {
-        let s = client.status_at(&follower_addr).await.ok()?;
+        let s = client.status_with_digests_at(&follower_addr).await.ok()?;
         let gs = s.groups.iter().find(|s| s.group_id == g.0)?.clone();
         (gs.state_digest == leader_digest).then_some(gs)
     })

@@ -92,8 +92,13 @@ async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
     tracing::info!("--- kill {a}, resume {c}: {c} alone must not lead");
     cluster.kill(a).unwrap();
     cluster.resume(c).unwrap();
-    // Room for the bug: a wiped B voting would have elected C by now.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // With a wiped B voting, C (without the hold) would lead within an
+    // election or two; alone, it never may.
+    let rogue = cluster.wait_leader(group, Duration::from_secs(15)).await;
+    assert!(
+        rogue.is_err(),
+        "node {c} led the group with only a wiped node beside it: {rogue:?}"
+    );
     cluster.restart(a).unwrap();
 
     tracing::info!("--- {a} is back: the hold is there and the seat stays taken");

@@ -39,7 +39,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     };
     // Let the no-op entries of fresh leaders settle before taking the baseline.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = log_index(&client.status_at(&addr).await.unwrap());
+    let before = log_index(&client.status_with_digests_at(&addr).await.unwrap());
 
     tracing::info!("--- raw garbage on the gRPC port");
     {
@@ -85,13 +85,15 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
 
     tracing::info!("--- one batch: two real groups, an unknown group, garbage, an unknown kind");
     {
-        // A pre-vote from a candidate nobody knows changes nothing; each
-        // answer carries its group's last log id, so a swapped answer shows.
+        // A pre-vote at term 0 (in the harness's own name, node 1: a
+        // message in another node's name is refused `sender_mismatch`)
+        // changes nothing; each answer carries its group's last log id, so
+        // a swapped answer shows.
         let pre_vote = |group: GroupId| RaftMessage {
             group_id: group.0,
             kind: RaftKind::PreVote as i32,
             payload: seatfence_raft::codec::encode(&VoteRequest::<TypeConfig>::new(
-                Vote::new(0, 99),
+                Vote::new(0, 1),
                 None,
             ))
             .unwrap(),
@@ -107,7 +109,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         };
         let out = raft.batch(batch).await.unwrap().into_inner().outcomes;
         assert_eq!(out.len(), 5, "one answer per message");
-        let status = client.status_at(&addr).await.unwrap();
+        let status = client.status_with_digests_at(&addr).await.unwrap();
         for (i, group) in [(0, g), (4, g2)] {
             assert_eq!(out[i].code, 0, "{group}: {}", out[i].message);
             let r: VoteResponse<TypeConfig> =
@@ -201,7 +203,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     );
 
     tracing::info!("--- nothing was written, and the node still serves");
-    let after = log_index(&client.status_at(&addr).await.unwrap());
+    let after = log_index(&client.status_with_digests_at(&addr).await.unwrap());
     assert_eq!(before, after, "no group's log or state changed");
     put(&client, g, "still", b"ok").await;
     client

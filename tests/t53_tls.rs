@@ -115,7 +115,7 @@ async fn t53_strangers_are_refused_and_write_nothing() {
         })
         .await
         .map(drop),
-        node.status(StatusRequest {}).await.map(drop),
+        node.status(StatusRequest::default()).await.map(drop),
         // Registering as another node is not joining.
         node.write(WriteRequest {
             group_id: GroupId::DIRECTORY.0,
@@ -149,7 +149,7 @@ async fn t53_strangers_are_refused_and_write_nothing() {
         .await
         .unwrap();
     let status = NodeServiceClient::new(op.clone())
-        .status(StatusRequest {})
+        .status(StatusRequest::default())
         .await
         .expect("an operator reads a node's status")
         .into_inner();

@@ -84,7 +84,7 @@ async fn t75_stale_epochs_are_refused_on_every_replica() {
     let digests = eventually("replicas converge", || async {
         let mut d = Vec::new();
         for n in &cluster.nodes {
-            let s = client.status_at(n.addr()).await.ok()?;
+            let s = client.status_with_digests_at(n.addr()).await.ok()?;
             let g = s.groups.iter().find(|g| g.group_id == group.0)?;
             if g.applied_index < stale.log_index {
                 return None;

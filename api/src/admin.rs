@@ -199,7 +199,7 @@ impl Edge {
             let (id, addr) = (n.id.0, n.grpc_addr.clone());
             async move {
                 let status = async {
-                    let mut req = tonic::Request::new(StatusRequest {});
+                    let mut req = tonic::Request::new(StatusRequest { with_digest: false });
                     req.set_timeout(Duration::from_secs(2));
                     client.node(&addr).ok()?.status(req).await.ok()
                 };

@@ -92,6 +92,9 @@ pub struct Node {
 }
 
 impl Node {
+    /// Start the node. On a new data dir this returns only once the data
+    /// dir is admitted (`admit`): in a cluster being born, once a majority
+    /// of the initial members answer, so start those together.
     pub async fn start(mut config: NodeConfig) -> anyhow::Result<Node> {
         // `env:`/`file:` secrets, for a config not read by `from_toml`.
         config.resolve_secrets()?;

@@ -89,14 +89,15 @@ async fn hold(edge: &str, token: &str) -> (u16, Value) {
 async fn three_nodes_in_one_process_sell_a_seat_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let ports = free_ports(6);
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(
-            Node::start(config(id, &ports, dir.path()))
-                .await
-                .expect("node starts"),
-        );
-    }
+    // Together: a node on a new data dir returns from `start` once it is
+    // admitted, which in a new cluster takes a majority of its initial
+    // members answering.
+    let nodes: Vec<Node> =
+        futures::future::join_all((1..=3).map(|id| Node::start(config(id, &ports, dir.path()))))
+            .await
+            .into_iter()
+            .map(|n| n.expect("node starts"))
+            .collect();
     let edge = format!("http://{}", nodes[0].http_addr.expect("edge configured"));
     let operator = seatfence_api::auth::mint(SECRET, "op", true, 600);
     let alice = seatfence_api::auth::mint(SECRET, "alice", false, 600);

@@ -201,12 +201,13 @@ impl NodeService for NodeApi {
     }
 
     async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
-        self.gate.check(&req, Need::Operate)?;
+        let caller = self.gate.check(&req, Need::Operate)?;
+        let digest = req.get_ref().with_digest && !matches!(caller, Caller::Operator(_));
         let mut groups: Vec<GroupStatus> = self
             .registry()
             .all()
             .iter()
-            .map(|(id, g)| group_status(*id, g))
+            .map(|(id, g)| group_status(*id, g, digest))
             .collect();
         groups.extend(self.registry().dormant_status());
         groups.sort_by_key(|g| g.group_id);
@@ -253,18 +254,21 @@ impl NodeService for NodeApi {
     }
 }
 
-/// FNV-1a over every stored record: equal digests mean equal replicas.
-/// What `Status` reports of one replica held in memory.
-pub(crate) fn group_status(id: GroupId, g: &GroupHandle) -> GroupStatus {
+/// What `Status` reports of one replica held in memory; with `digest`,
+/// its `state_digest`, hashed from a copy taken under the lock (the
+/// records' maps are persistent: the copy shares them) after the lock is
+/// released, so a status read never holds applies up for a scan.
+pub(crate) fn group_status(id: GroupId, g: &GroupHandle, digest: bool) -> GroupStatus {
     let m = g.raft.metrics().borrow_watched().clone();
-    let (digest, keys, holds, conflicts) = g.sm.read(|s| {
+    let (copy, keys, holds, conflicts) = g.sm.read(|s| {
         (
-            state_digest(&s.state),
+            digest.then(|| s.state.clone()),
             s.state.kv.len() as u64,
             s.holds_applied,
             s.conflicts_applied,
         )
     });
+    let digest = copy.map(|state| state_digest(&state)).unwrap_or(0);
     let membership = m.membership_config.membership();
     GroupStatus {
         group_id: id.0,
@@ -294,6 +298,7 @@ pub(crate) fn group_status(id: GroupId, g: &GroupHandle) -> GroupStatus {
     }
 }
 
+/// FNV-1a over every stored record: equal digests mean equal replicas.
 pub fn state_digest(state: &seatfence_core::State) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (k, v) in state.records() {

@@ -478,7 +478,7 @@ async fn save_node_states(w: &World, cluster: &LocalCluster, out: &Path) {
             .join("cluster")
             .join(format!("n{}", n.id()))
             .join("status.json");
-        let status = match w.client.status_at(n.addr()).await {
+        let status = match w.client.status_with_digests_at(n.addr()).await {
             Ok(s) => json!({
                 "node_id": s.node_id,
                 "region": s.region,

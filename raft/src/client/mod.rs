@@ -364,9 +364,21 @@ impl ClusterClient {
             .await
     }
 
-    /// The status of the node at `addr`.
+    /// The status of the node at `addr` (no state digests: see
+    /// [`status_with_digests_at`](Self::status_with_digests_at)).
     pub async fn status_at(&self, addr: &str) -> Result<StatusReply, ClientError> {
-        let mut req = tonic::Request::new(StatusRequest {});
+        self.status_of(addr, false).await
+    }
+
+    /// The status of the node at `addr` with every group's `state_digest`
+    /// (a hash of all its records: for tests and drills comparing
+    /// replicas).
+    pub async fn status_with_digests_at(&self, addr: &str) -> Result<StatusReply, ClientError> {
+        self.status_of(addr, true).await
+    }
+
+    async fn status_of(&self, addr: &str, with_digest: bool) -> Result<StatusReply, ClientError> {
+        let mut req = tonic::Request::new(StatusRequest { with_digest });
         req.set_timeout(Duration::from_secs(5));
         Ok(self
             .node(addr)?

@@ -121,6 +121,14 @@ pub enum Response {
         known: u64,
         claimed: u64,
     },
+    /// A `RegisterNode` naming another region than the directory records
+    /// for that node: a node keeps its region for life (placement and
+    /// survival rest on it); nothing changed.
+    RegionMismatch {
+        node_id: NodeId,
+        known: RegionId,
+        claimed: RegionId,
+    },
     GroupCreated {
         group_id: GroupId,
         members: Vec<NodeId>,

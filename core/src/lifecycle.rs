@@ -63,6 +63,16 @@ impl NodeState {
         self == NodeState::Live
     }
 
+    /// A node in this state is refused everything on the node plane, and
+    /// nothing is sent to it: decommissioned, or declared dead by an
+    /// operator (a node that only went silent may come back).
+    pub fn is_retired(self) -> bool {
+        matches!(
+            self,
+            NodeState::Decommissioned | NodeState::Dead { declared: true }
+        )
+    }
+
     /// A voter on a node in this state is replaced.
     pub fn needs_repair(self) -> bool {
         matches!(

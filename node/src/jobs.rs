@@ -49,6 +49,17 @@ pub(crate) async fn register_self(
                     tx_fatal.send_replace(Some(why));
                     return;
                 }
+                if let Response::RegionMismatch { known, claimed, .. } = c.response {
+                    let why = format!(
+                        "node {} must stop: the directory has it in region {known}, its config \
+                         says {claimed}; a node keeps its region (decommission it and add the \
+                         host to the other region under a new id)",
+                        config.node_id
+                    );
+                    tracing::error!(node = config.node_id, "{why}");
+                    tx_fatal.send_replace(Some(why));
+                    return;
+                }
                 tracing::info!(node = config.node_id, "registered in directory");
                 return;
             }
@@ -58,6 +69,35 @@ pub(crate) async fn register_self(
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// Keep the peer pool's retired set (decommissioned nodes, nodes declared
+/// dead) equal to this node's directory replica's, after every directory
+/// apply: no Raft message goes to a retired node, so none of its answers
+/// counts toward a quorum, as the gate already refuses everything it sends.
+pub(crate) async fn follow_retired(registry: Arc<Registry>, mut rx_stop: watch::Receiver<bool>) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let mut rx_applied = dir.sm.subscribe_applied();
+    loop {
+        let retired = dir.sm.read(|s| {
+            let d = &s.state.directory;
+            d.nodes
+                .keys()
+                .filter(|n| d.node_state(**n).is_retired())
+                .map(|n| n.0)
+                .collect()
+        });
+        if registry.pool().set_retired(retired) {
+            tracing::info!(node = registry.node_id(), "retired nodes changed: no Raft message goes to them");
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx_applied.changed() => if changed.is_err() { return },
         }
     }
 }

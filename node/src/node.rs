@@ -254,6 +254,7 @@ impl Node {
             registry.clone(),
             rx_stop.clone(),
         ));
+        tokio::spawn(jobs::follow_retired(registry.clone(), rx_stop.clone()));
         tokio::spawn(jobs::expire_holds(
             proposer.clone(),
             clock.clone(),

@@ -177,7 +177,9 @@ impl State {
 
     /// `RegisterNode`: add or update a node of the directory. A node
     /// known under another (recorded) incarnation is refused: its data dir
-    /// is not the one that voted and acknowledged under its id.
+    /// is not the one that voted and acknowledged under its id. So is one
+    /// claiming another region: a node keeps its region (its address may
+    /// change, its data dir with it).
     fn register_node(&mut self, node: &NodeInfo, changed: &mut Vec<RecordKey>) -> Response {
         if let Some(known) = self.directory.nodes.get(&node.id) {
             if known.incarnation != 0 && known.incarnation != node.incarnation {
@@ -185,6 +187,13 @@ impl State {
                     node_id: node.id,
                     known: known.incarnation,
                     claimed: node.incarnation,
+                };
+            }
+            if known.region != node.region {
+                return Response::RegionMismatch {
+                    node_id: node.id,
+                    known: known.region.clone(),
+                    claimed: node.region.clone(),
                 };
             }
         }

@@ -195,6 +195,26 @@ fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
     assert!(wiped.changed.is_empty());
     assert_eq!(s.directory.nodes[&NodeId(4)].grpc_addr, "y");
     assert_eq!(s.directory.nodes[&NodeId(4)].incarnation, 77);
+    // Its region is for life: a config naming another is refused.
+    let moved = s.apply(
+        g0,
+        &Command::RegisterNode(NodeInfo {
+            id: NodeId(4),
+            region: "b".into(),
+            grpc_addr: "y".into(),
+            incarnation: 77,
+        }),
+    );
+    assert_eq!(
+        moved.response,
+        Response::RegionMismatch {
+            node_id: NodeId(4),
+            known: "a".into(),
+            claimed: "b".into()
+        }
+    );
+    assert!(moved.changed.is_empty());
+    assert_eq!(s.directory.nodes[&NodeId(4)].region, "a".into());
 }
 
 #[test]

@@ -20,7 +20,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use seatfence_core::{GroupId, NodeId, NodeState};
+use seatfence_core::{GroupId, NodeId};
 use tonic::{Request, Status};
 
 use super::tls::Principal;
@@ -180,7 +180,7 @@ impl Gate {
                 })
             });
         match listed {
-            Some(NodeState::Decommissioned | NodeState::Dead { declared: true }) => Err(denied(
+            Some(state) if state.is_retired() => Err(denied(
                 "retired_node",
                 format!("node {id} is retired (decommissioned or declared dead)"),
             )),

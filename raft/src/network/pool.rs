@@ -40,6 +40,11 @@ const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Clone, Default)]
 pub struct PeerPool {
     peers: Arc<RwLock<HashMap<u64, Peer>>>,
+    /// Nodes the directory retired (decommissioned, or declared dead): no
+    /// Raft message goes to them, so no answer of theirs counts toward a
+    /// quorum (a retired node's key may have leaked). Kept by the node's
+    /// directory follower ([`PeerPool::set_retired`]).
+    retired: Arc<RwLock<std::collections::BTreeSet<u64>>>,
 }
 
 struct Peer {
@@ -53,6 +58,32 @@ struct Peer {
 struct TransportError(String);
 
 impl PeerPool {
+    /// The nodes no Raft message may go to from now on; whether the set
+    /// changed.
+    pub fn set_retired(&self, ids: std::collections::BTreeSet<u64>) -> bool {
+        let mut retired = self.retired.write().expect("pool lock poisoned");
+        if *retired == ids {
+            return false;
+        }
+        *retired = ids;
+        true
+    }
+
+    /// Refuse to send to a retired node (its answers must not count).
+    fn check_not_retired(&self, target: u64) -> Result<(), Unreachable<TypeConfig>> {
+        if self
+            .retired
+            .read()
+            .expect("pool lock poisoned")
+            .contains(&target)
+        {
+            return Err(Unreachable::new(&TransportError(format!(
+                "node {target} is retired: nothing is sent to it, and none of its answers counts"
+            ))));
+        }
+        Ok(())
+    }
+
     /// The channel to `target`, connecting lazily; a changed address
     /// replaces the cached channel.
     pub fn channel(&self, target: u64, addr: &str) -> Result<Channel, String> {
@@ -138,6 +169,7 @@ impl PeerPool {
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
     {
+        self.check_not_retired(target)?;
         let coalescer = {
             let peers = self.peers.read().expect("pool lock poisoned");
             let p = peers.get(&target).ok_or_else(|| no_address(target))?;
@@ -254,6 +286,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.check_not_retired(target)
+            .map_err(StreamingError::Unreachable)?;
         let mut client = self.client(target).map_err(StreamingError::Unreachable)?;
         let net = |e: std::io::Error| StreamingError::Network(NetworkError::new(&e));
         let vote = codec::encode(&vote).map_err(net)?;
@@ -313,5 +347,29 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             tracing::warn!(group = self.group.0, target, "cannot use peer address: {e}");
         }
         GroupNetworkAdapter::new(self.pool.clone(), target, self.group)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn nothing_is_sent_to_a_retired_node_so_its_answers_never_count() {
+        let pool = PeerPool::default();
+        // A reachable-looking peer: the channel connects lazily, so a
+        // message would be queued for it if the pool did not refuse first.
+        pool.channel(5, "127.0.0.1:9").unwrap();
+        assert!(pool.set_retired([5].into()));
+        assert!(!pool.set_retired([5].into()), "the same set is no change");
+        let vote = VoteRequest::<TypeConfig>::new(Vote::new(1, 1), None);
+        let r: Result<VoteResponse<TypeConfig>, _> = pool
+            .call(5, GroupId(1), RaftKind::Vote, &vote, &RPCOption::new(Duration::from_secs(1)))
+            .await;
+        match r {
+            Err(RPCError::Unreachable(u)) => assert!(u.to_string().contains("retired"), "{u}"),
+            other => panic!("a vote went to a retired node: {other:?}"),
+        }
+        assert!(pool.set_retired(Default::default()), "recommissioned");
     }
 }

@@ -67,6 +67,7 @@ async fn write(channel: Result<Channel, String>, group: GroupId, key: &str) -> O
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t53_strangers_are_refused_and_write_nothing() {
     init_logs();
+    let _serial = serial().await;
     let dir = tempfile::tempdir().unwrap();
     let cluster = start(dir.path(), test_tuning()).await;
     let g = new_group(&cluster).await;
@@ -373,6 +374,18 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
         m.contains("malformed_payload") || m.contains("snapshot meta"),
         "{m}"
     );
+
+    tracing::info!("--- a peer dialling node {member} at another node's address is refused by TLS");
+    let pool = seatfence_raft::network::PeerPool::default();
+    let wrong = cluster.addr(outsider).unwrap();
+    pool.probe(outsider, &wrong, 1)
+        .await
+        .expect("the right node answers");
+    let e = pool
+        .probe(member, &wrong, 1)
+        .await
+        .expect_err("another node's certificate answered for node {member}");
+    assert!(!e.contains("is node"), "refused in the handshake, not after: {e}");
 
     tracing::info!("--- every group still elects and writes");
     let client = cluster.client();

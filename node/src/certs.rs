@@ -16,7 +16,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
-use seatfence_raft::network::tls::{Principal, TlsConfig, NODE_SERVER_NAME};
+use seatfence_raft::network::tls::{node_server_name, Principal, TlsConfig, NODE_SERVER_NAME};
 
 /// How long a new CA stays valid.
 pub const CA_DAYS: i64 = 3650;
@@ -47,6 +47,10 @@ pub fn make_node(dir: &Path, id: u64, days: i64) -> anyhow::Result<TlsConfig> {
     params
         .subject_alt_names
         .push(SanType::DnsName(NODE_SERVER_NAME.try_into()?));
+    // What a peer dialling this node verifies (`tls::endpoint_for_node`).
+    params
+        .subject_alt_names
+        .push(SanType::DnsName(node_server_name(id).try_into()?));
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,

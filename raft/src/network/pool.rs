@@ -92,7 +92,7 @@ impl PeerPool {
                 return Ok(p.channel.clone());
             }
         }
-        let ch = crate::network::tls::endpoint(addr)?
+        let ch = crate::network::tls::endpoint_for_node(addr, target)?
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_while_idle(true)
             .connect_lazy();

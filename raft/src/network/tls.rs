@@ -24,6 +24,13 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 /// any node of the cluster may answer at any address (and through a drill's
 /// proxy), so the name says "a node of this cluster", the URI which one.
 pub const NODE_SERVER_NAME: &str = "seatfence-node";
+
+/// The DNS name node `id`'s certificate also carries, which a peer dialling
+/// that node (Raft traffic, pings) verifies: another member's certificate
+/// cannot answer in its place.
+pub fn node_server_name(id: u64) -> String {
+    format!("node-{id}.{NODE_SERVER_NAME}")
+}
 const NODE_URI: &str = "seatfence://node/";
 const OPERATOR_URI: &str = "seatfence://operator/";
 
@@ -230,6 +237,18 @@ pub fn install_client(tls: Option<&Tls>) {
 /// client identity is installed.
 pub fn endpoint(addr: &str) -> Result<Endpoint, String> {
     endpoint_with(addr, None)
+}
+
+/// An [`endpoint`] for node `id` at `addr`: over TLS, the server must
+/// present node `id`'s certificate ([`node_server_name`]), not just any
+/// node's.
+pub fn endpoint_for_node(addr: &str, id: u64) -> Result<Endpoint, String> {
+    let tls = CLIENT
+        .read()
+        .expect("tls lock poisoned")
+        .as_ref()
+        .map(|t| (**t).clone().domain_name(node_server_name(id)));
+    endpoint_with(addr, tls.as_ref())
 }
 
 /// [`endpoint`] presenting `tls` instead of the process's identity.

@@ -49,6 +49,16 @@ async fn t85_a_signed_webhook_for_another_amount_confirms_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_callback_whose_execute_reports_another_amount_or_none_confirms_nothing() {
+    callback_amount(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_reconciler_query_reporting_another_amount_or_none_confirms_nothing() {
+    reconciler_amount(&scenario(&[PAY_RC]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_keyed_booking_answers_once_and_refuses_another_hold() {
     keyed_booking(&scenario(&[PAY_CB]).await.env).await;
 }
@@ -392,6 +402,84 @@ async fn webhook_amount(env: &Env) {
     body["currency"] = b["currency"].clone();
     let a = env.webhook(&body, &env.gateway.webhook_secret).await;
     assert_eq!(a.body["result"], "confirmed", "{}", a.body);
+    env.faults(json!({"webhook": "deliver"})).await;
+}
+
+/// The amount alerts raised on every edge so far.
+async fn amount_alerts(env: &Env) -> f64 {
+    env.metric("seatfence_payment_alerts_total{kind=\"amount_mismatch\"}")
+        .await
+}
+
+async fn callback_amount(env: &Env) {
+    env.faults(json!({"webhook": "drop"})).await;
+    for (mode, user, seat) in [("other", "ivan", "A3"), ("omit", "judy", "A4")] {
+        tracing::info!(
+            "--- the gateway's execute answer reports amount {mode}: the callback confirms nothing"
+        );
+        env.faults(json!({ "amount": mode })).await;
+        let alerts = amount_alerts(env).await;
+        let hold = env.hold(user, "pay-cb", &[seat]).await;
+        let b = env.book(user, s(&hold["hold_id"])).await;
+        let redirect = env.browser(s(&b["approve_url"]), true).await;
+        let a = env.get(&redirect).await;
+        assert_eq!(
+            (a.status.as_u16(), a.code()),
+            (409, Some("amount_mismatch")),
+            "{}",
+            a.body
+        );
+        assert_eq!(
+            env.payment(s(&b["payment_id"])).await["captures"],
+            1,
+            "the gateway did take a payment"
+        );
+        let got = env.booking(user, s(&b["booking_id"])).await.body;
+        assert_eq!(got["status"], "pending", "{got}");
+        let h = env.hold_of(user, s(&hold["hold_id"])).await.body;
+        assert_eq!(h["status"], "held", "the seat is not sold: {h}");
+        assert!(amount_alerts(env).await > alerts, "an alert is raised");
+    }
+    env.faults(json!({"webhook": "deliver", "amount": "ok"}))
+        .await;
+}
+
+async fn reconciler_amount(env: &Env) {
+    env.faults(json!({"webhook": "drop"})).await;
+    let mut kept = Vec::new();
+    for (mode, user, seat) in [("other", "kim", "R1"), ("omit", "lee", "R2")] {
+        tracing::info!("--- captured, callback lost; the reconciler's query reports amount {mode}: nothing confirmed");
+        env.faults(json!({ "amount": mode })).await;
+        let alerts = amount_alerts(env).await;
+        let hold = env.hold(user, "pay-rc", &[seat]).await;
+        let b = env.book(user, s(&hold["hold_id"])).await;
+        env.browser(s(&b["approve_url"]), true).await;
+        // Captured here with the highest fence there is: the reconciler
+        // finds it completed when it asks.
+        let (status, paid) = env
+            .execute_at_gateway(s(&b["payment_id"]), &format!("1.{}", u64::MAX))
+            .await;
+        assert_eq!(status, 200, "{paid}");
+        eventually("the reconciler's amount alert", || async {
+            (amount_alerts(env).await > alerts).then_some(())
+        })
+        .await;
+        let got = env.booking(user, s(&b["booking_id"])).await.body;
+        assert_eq!(got["status"], "pending", "{got}");
+        let h = env.hold_of(user, s(&hold["hold_id"])).await.body;
+        assert_eq!(h["status"], "held", "the seat is not sold: {h}");
+        kept.push((user, b));
+    }
+    tracing::info!(
+        "--- the gateway reports the bookings' own amount again: the reconciler confirms them"
+    );
+    env.faults(json!({"amount": "ok"})).await;
+    for (user, b) in &kept {
+        let got = env
+            .wait_status(user, s(&b["booking_id"]), "confirmed")
+            .await;
+        assert_eq!(got["confirmed_via"], "reconciler", "{got}");
+    }
     env.faults(json!({"webhook": "deliver"})).await;
 }
 

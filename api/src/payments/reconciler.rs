@@ -9,7 +9,8 @@
 //!
 //! | gateway says                  | before the deadline    | at/after the deadline |
 //! |-------------------------------|------------------------|-----------------------|
-//! | completed                     | confirm                | confirm               |
+//! | completed (the booking's amount and currency) | confirm | confirm        |
+//! | completed (another amount, or none) | alert, keep      | alert, keep           |
 //! | failed / cancelled / voided   | release                | release               |
 //! | approved (callback never came)| intent + execute       | void, then release    |
 //! | created                       | leave                  | void, then release    |
@@ -52,8 +53,10 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         return;
     };
     let interval = Duration::from_millis(p.config.reconcile_interval_ms);
-    // Holds already alerted on by this node (one alert each).
+    // Holds already alerted on by this node (one alert each): unknown
+    // payments, and completed ones for another amount.
     let mut alerted = HashSet::new();
+    let mut mismatched = HashSet::new();
     loop {
         tokio::select! {
             biased;
@@ -64,7 +67,15 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         // (unsettled bookings, captured payments neither booked nor refunded)
         let mut totals = (0, 0);
         for (gid, g) in edge.led_event_groups() {
-            backlog += sweep(&edge, &p, gid, &g, &mut alerted, &mut totals).await;
+            backlog += sweep(
+                &edge,
+                &p,
+                gid,
+                &g,
+                (&mut alerted, &mut mismatched),
+                &mut totals,
+            )
+            .await;
         }
         edge.metrics.reconcile_backlog.set(backlog as f64);
         edge.metrics.unsettled.set(totals.0 as f64);
@@ -78,7 +89,7 @@ async fn sweep(
     p: &Payments,
     gid: GroupId,
     g: &seatfence_raft::registry::GroupHandle,
-    alerted: &mut HashSet<(GroupId, u64)>,
+    (alerted, mismatched): (&mut HashSet<(GroupId, u64)>, &mut HashSet<(GroupId, u64)>),
     totals: &mut (usize, usize),
 ) -> u64 {
     let started = Instant::now();
@@ -118,6 +129,15 @@ async fn sweep(
         for ((hold, booking), r) in batch.iter().zip(results) {
             match r {
                 Ok(Verdict::Done) | Ok(Verdict::Left) => {}
+                Ok(Verdict::Mismatch(m)) => {
+                    if mismatched.len() >= ALERTED_MAX {
+                        mismatched.clear();
+                    }
+                    if mismatched.insert((gid, hold.seq)) {
+                        let l = loaded(gid, &event_id, hold, booking);
+                        edge.amount_alert(&l, ConfirmPath::Reconciler, &m);
+                    }
+                }
                 Ok(Verdict::Unknown { .. }) if booking.unsettled() => {
                     // Released already: counted in `payments_unsettled`.
                 }
@@ -162,6 +182,10 @@ fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> L
 enum Verdict {
     /// Confirmed, released or executed.
     Done,
+    /// The gateway says completed, but not for the booking's amount and
+    /// currency (or without them): nothing is committed, the seats stay
+    /// held, an operator is alerted.
+    Mismatch(super::amount::AmountMismatch),
     /// Nothing to do yet.
     Left,
     /// The gateway could not be asked; `exhausted` when no extension is left.
@@ -213,15 +237,13 @@ async fn confirm_captured(
     state: PaymentState,
 ) -> Result<Verdict, ApiError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
-    let txn = state.txn_id.unwrap_or_default();
-    edge.confirm(
-        l,
-        &b.payment.payment_id,
-        &txn,
-        ConfirmPath::Reconciler,
-        None,
-    )
-    .await?;
+    // Checked here first so that a booking visited every sweep alerts
+    // once (`sweep`); `Edge::confirm` checks again.
+    if let Err(m) = super::amount::check(b, &state) {
+        return Ok(Verdict::Mismatch(m));
+    }
+    edge.confirm(l, &state, ConfirmPath::Reconciler, None)
+        .await?;
     Ok(Verdict::Done)
 }
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::payments::{s, scenario, Env};
+use common::payments::{s, scenario, scenario_with, Env};
 use common::*;
 use hyper::Method;
 use serde_json::{json, Value};
@@ -56,6 +56,21 @@ async fn t85_a_callback_whose_execute_reports_another_amount_or_none_confirms_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_reconciler_query_reporting_another_amount_or_none_confirms_nothing() {
     reconciler_amount(&scenario(&[PAY_RC]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_refund_behind_a_hundred_failing_emails_is_delivered() {
+    let seats: Vec<String> = (1..=MAIL_BOOKINGS).map(|i| format!("M{i}")).collect();
+    let seats: Vec<&str> = seats.iter().map(String::as_str).collect();
+    let s = scenario_with(&[("pay-mail", &seats, 600)], |dir, p| {
+        // The mail dir's parent is a regular file: no email can be
+        // written, whoever runs the test (root ignores permissions).
+        let file = dir.join("not-a-dir");
+        std::fs::write(&file, b"").expect("write a plain file");
+        p.mail_dir = Some(file.join("mail"));
+    })
+    .await;
+    refund_behind_failing_emails(&s.env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,6 +496,57 @@ async fn reconciler_amount(env: &Env) {
         assert_eq!(got["confirmed_via"], "reconciler", "{got}");
     }
     env.faults(json!({"webhook": "deliver"})).await;
+}
+
+/// Bookings confirmed ahead of the refund in `t85_a_refund_behind_…`.
+const MAIL_BOOKINGS: usize = 100;
+
+async fn refund_behind_failing_emails(env: &Env) {
+    tracing::info!("--- {MAIL_BOOKINGS} bookings confirmed; the mail sink fails every email");
+    let mut bookings = Vec::new();
+    for i in 1..=MAIL_BOOKINGS {
+        let user = format!("m{i}");
+        let hold = env.hold(&user, "pay-mail", &[&format!("M{i}")]).await;
+        let b = env.book(&user, s(&hold["hold_id"])).await;
+        let redirect = env.browser(s(&b["approve_url"]), true).await;
+        let a = env.get(&redirect).await;
+        assert_eq!(a.body["status"], "confirmed", "{}", a.body);
+        bookings.push((user, b));
+    }
+    let (user, b) = &bookings[0];
+    let id = s(&b["booking_id"]);
+    tracing::info!("--- an operator refunds {id}: its refund waits behind {MAIL_BOOKINGS} emails");
+    let r = env
+        .http
+        .post(
+            &format!("{}/v1/admin/bookings/{id}/refund", env.edge(2)),
+            Some(&token(&env.cluster, "ops", true)),
+            Some("refund-behind-mail"),
+            &json!({"reason": "show cancelled", "release_seats": false}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+    let got = env.wait_status(user, id, "refunded").await;
+    assert!(got["refund_id"].is_string(), "{got}");
+    let paid = env.payment(s(&b["payment_id"])).await;
+    assert_eq!(
+        (paid["refunds"].clone(), paid["refund_id"].clone()),
+        (json!(1), got["refund_id"].clone()),
+        "the gateway refunded it once"
+    );
+    let sent = env
+        .metric("seatfence_outbox_delivered_total{kind=\"email\"}")
+        .await;
+    assert_eq!(
+        sent, 0.0,
+        "no email was delivered: the sink failed them all"
+    );
+    let waiting = env.metric("seatfence_outbox_backlog").await;
+    assert!(
+        waiting >= MAIL_BOOKINGS as f64,
+        "every email still waits: {waiting}"
+    );
 }
 
 async fn keyed_booking(env: &Env) {

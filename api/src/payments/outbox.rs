@@ -72,13 +72,20 @@ impl Retry {
         self.0.get(&(gid, id)).is_none_or(|(_, at)| now >= *at)
     }
 
-    /// A failed delivery waits 250 ms, doubling up to 5 min, before the next try.
-    fn failed(&mut self, gid: GroupId, id: BookingId, item: &OutboxItem, e: &anyhow::Error) {
-        let key = (gid, item.id);
+    /// A failed delivery waits 250 ms, doubling up to 5 min, before the
+    /// next try; returns the attempts so far and the wait.
+    fn failed(&mut self, gid: GroupId, item: u64) -> (u32, Duration) {
+        let key = (gid, item);
         let (n, _) = self.0.get(&key).copied().unwrap_or((0, Instant::now()));
         let wait = backoff(n);
         self.0.insert(key, (n + 1, Instant::now() + wait));
-        tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt = n + 1, "outbox delivery failed ({e}); retry in {wait:?}");
+        (n + 1, wait)
+    }
+
+    /// [`Retry::failed`], logged.
+    fn failed_logged(&mut self, gid: GroupId, id: BookingId, item: &OutboxItem, e: &anyhow::Error) {
+        let (attempt, wait) = self.failed(gid, item.id);
+        tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt, "outbox delivery failed ({e}); retry in {wait:?}");
     }
 
     fn delivered(&mut self, gid: GroupId, id: u64) {
@@ -116,16 +123,12 @@ async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver
     let mut alerted: HashMap<GroupId, u64> = HashMap::new();
     let mut busy = false;
     loop {
-        if !pause(
-            &mut rx_stop,
-            if busy {
-                BUSY_PAUSE.min(interval)
-            } else {
-                interval
-            },
-        )
-        .await
-        {
+        let wait = if busy {
+            BUSY_PAUSE.min(interval)
+        } else {
+            interval
+        };
+        if !pause(&mut rx_stop, wait).await {
             return;
         }
         busy = false;
@@ -176,17 +179,23 @@ async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver
             if let Some(last) = overdue.last() {
                 alerted.insert(gid, last.id);
             }
-            busy |= page.len() >= PAGE;
+            let full = page.len() >= PAGE;
+            let mut delivered = 0;
             for (item, booking) in page {
                 let id = BookingId {
                     group: gid,
                     seq: booking.seq,
                 };
                 match deliver_refund(&edge, &p, &event_id, id, &item, &booking).await {
-                    Ok(()) => retry.delivered(gid, item.id),
-                    Err(e) => retry.failed(gid, id, &item, &e),
+                    Ok(()) => {
+                        delivered += 1;
+                        retry.delivered(gid, item.id);
+                    }
+                    Err(e) => retry.failed_logged(gid, id, &item, &e),
                 }
             }
+            // A full page that delivered something: more may wait.
+            busy |= full && delivered > 0;
         }
         retry.tidy();
         edge.metrics.outbox_backlog.set(backlog as f64);
@@ -251,16 +260,12 @@ async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<
     let mut sink: (u32, Option<Instant>) = (0, None);
     let mut busy = false;
     loop {
-        if !pause(
-            &mut rx_stop,
-            if busy {
-                BUSY_PAUSE.min(interval)
-            } else {
-                interval
-            },
-        )
-        .await
-        {
+        let wait = if busy {
+            BUSY_PAUSE.min(interval)
+        } else {
+            interval
+        };
+        if !pause(&mut rx_stop, wait).await {
             return;
         }
         busy = false;
@@ -287,13 +292,14 @@ async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<
             let full = page.len() >= PAGE;
             let fence = Fence { epoch, term };
             let r = deliver_emails(&edge, &p, gid, &event_id, page, fence).await;
-            for (item, id, e) in &r.failed {
-                retry.failed(gid, *id, item, e);
-            }
             for id in &r.recorded {
                 retry.delivered(gid, *id);
             }
             if r.written == 0 && !r.failed.is_empty() {
+                // The sink is down: one line for the page, not one per email.
+                for (item, _, _) in &r.failed {
+                    retry.failed(gid, item.id);
+                }
                 let wait = backoff(sink.0);
                 sink = (sink.0 + 1, Some(Instant::now() + wait));
                 let (_, _, e) = &r.failed[0];
@@ -304,6 +310,9 @@ async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<
                 break;
             }
             sink = (0, None);
+            for (item, id, e) in &r.failed {
+                retry.failed_logged(gid, *id, item, e);
+            }
             busy |= full && !r.recorded.is_empty();
         }
         retry.tidy();
@@ -505,7 +514,8 @@ mod tests {
             done_ms: None,
         };
         let id = BookingId { group: g, seq: 1 };
-        retry.failed(g, id, &item, &anyhow::anyhow!("disk full"));
+        retry.failed_logged(g, id, &item, &anyhow::anyhow!("disk full"));
+        assert_eq!(retry.failed(g, 9).0, 1, "another item's first failure");
         let now = Instant::now();
         assert!(!retry.due(g, 7, now));
         assert!(retry.due(g, 8, now), "another item");

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::payments::{s, scenario, Env};
+use common::payments::{s, scenario, scenario_with, Env};
 use common::*;
 use hyper::Method;
 use serde_json::{json, Value};
@@ -46,6 +46,31 @@ async fn t85_the_webhook_alone_confirms_and_forged_ones_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_signed_webhook_for_another_amount_confirms_nothing() {
     webhook_amount(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_callback_whose_execute_reports_another_amount_or_none_confirms_nothing() {
+    callback_amount(&scenario(&[PAY_CB]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_reconciler_query_reporting_another_amount_or_none_confirms_nothing() {
+    reconciler_amount(&scenario(&[PAY_RC]).await.env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_refund_behind_a_hundred_failing_emails_is_delivered() {
+    let seats: Vec<String> = (1..=MAIL_BOOKINGS).map(|i| format!("M{i}")).collect();
+    let seats: Vec<&str> = seats.iter().map(String::as_str).collect();
+    let s = scenario_with(&[("pay-mail", &seats, 600)], |dir, p| {
+        // The mail dir's parent is a regular file: no email can be
+        // written, whoever runs the test (root ignores permissions).
+        let file = dir.join("not-a-dir");
+        std::fs::write(&file, b"").expect("write a plain file");
+        p.mail_dir = Some(file.join("mail"));
+    })
+    .await;
+    refund_behind_failing_emails(&s.env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,6 +418,135 @@ async fn webhook_amount(env: &Env) {
     let a = env.webhook(&body, &env.gateway.webhook_secret).await;
     assert_eq!(a.body["result"], "confirmed", "{}", a.body);
     env.faults(json!({"webhook": "deliver"})).await;
+}
+
+/// The amount alerts raised on every edge so far.
+async fn amount_alerts(env: &Env) -> f64 {
+    env.metric("seatfence_payment_alerts_total{kind=\"amount_mismatch\"}")
+        .await
+}
+
+async fn callback_amount(env: &Env) {
+    env.faults(json!({"webhook": "drop"})).await;
+    for (mode, user, seat) in [("other", "ivan", "A3"), ("omit", "judy", "A4")] {
+        tracing::info!(
+            "--- the gateway's execute answer reports amount {mode}: the callback confirms nothing"
+        );
+        env.faults(json!({ "amount": mode })).await;
+        let alerts = amount_alerts(env).await;
+        let hold = env.hold(user, "pay-cb", &[seat]).await;
+        let b = env.book(user, s(&hold["hold_id"])).await;
+        let redirect = env.browser(s(&b["approve_url"]), true).await;
+        let a = env.get(&redirect).await;
+        assert_eq!(
+            (a.status.as_u16(), a.code()),
+            (409, Some("amount_mismatch")),
+            "{}",
+            a.body
+        );
+        assert_eq!(
+            env.payment(s(&b["payment_id"])).await["captures"],
+            1,
+            "the gateway did take a payment"
+        );
+        let got = env.booking(user, s(&b["booking_id"])).await.body;
+        assert_eq!(got["status"], "pending", "{got}");
+        let h = env.hold_of(user, s(&hold["hold_id"])).await.body;
+        assert_eq!(h["status"], "held", "the seat is not sold: {h}");
+        assert!(amount_alerts(env).await > alerts, "an alert is raised");
+    }
+    env.faults(json!({"webhook": "deliver", "amount": "ok"}))
+        .await;
+}
+
+async fn reconciler_amount(env: &Env) {
+    env.faults(json!({"webhook": "drop"})).await;
+    let mut kept = Vec::new();
+    for (mode, user, seat) in [("other", "kim", "R1"), ("omit", "lee", "R2")] {
+        tracing::info!("--- captured, callback lost; the reconciler's query reports amount {mode}: nothing confirmed");
+        env.faults(json!({ "amount": mode })).await;
+        let alerts = amount_alerts(env).await;
+        let hold = env.hold(user, "pay-rc", &[seat]).await;
+        let b = env.book(user, s(&hold["hold_id"])).await;
+        env.browser(s(&b["approve_url"]), true).await;
+        // Captured here with the highest fence there is: the reconciler
+        // finds it completed when it asks.
+        let (status, paid) = env
+            .execute_at_gateway(s(&b["payment_id"]), &format!("1.{}", u64::MAX))
+            .await;
+        assert_eq!(status, 200, "{paid}");
+        eventually("the reconciler's amount alert", || async {
+            (amount_alerts(env).await > alerts).then_some(())
+        })
+        .await;
+        let got = env.booking(user, s(&b["booking_id"])).await.body;
+        assert_eq!(got["status"], "pending", "{got}");
+        let h = env.hold_of(user, s(&hold["hold_id"])).await.body;
+        assert_eq!(h["status"], "held", "the seat is not sold: {h}");
+        kept.push((user, b));
+    }
+    tracing::info!(
+        "--- the gateway reports the bookings' own amount again: the reconciler confirms them"
+    );
+    env.faults(json!({"amount": "ok"})).await;
+    for (user, b) in &kept {
+        let got = env
+            .wait_status(user, s(&b["booking_id"]), "confirmed")
+            .await;
+        assert_eq!(got["confirmed_via"], "reconciler", "{got}");
+    }
+    env.faults(json!({"webhook": "deliver"})).await;
+}
+
+/// Bookings confirmed ahead of the refund in `t85_a_refund_behind_…`.
+const MAIL_BOOKINGS: usize = 100;
+
+async fn refund_behind_failing_emails(env: &Env) {
+    tracing::info!("--- {MAIL_BOOKINGS} bookings confirmed; the mail sink fails every email");
+    let mut bookings = Vec::new();
+    for i in 1..=MAIL_BOOKINGS {
+        let user = format!("m{i}");
+        let hold = env.hold(&user, "pay-mail", &[&format!("M{i}")]).await;
+        let b = env.book(&user, s(&hold["hold_id"])).await;
+        let redirect = env.browser(s(&b["approve_url"]), true).await;
+        let a = env.get(&redirect).await;
+        assert_eq!(a.body["status"], "confirmed", "{}", a.body);
+        bookings.push((user, b));
+    }
+    let (user, b) = &bookings[0];
+    let id = s(&b["booking_id"]);
+    tracing::info!("--- an operator refunds {id}: its refund waits behind {MAIL_BOOKINGS} emails");
+    let r = env
+        .http
+        .post(
+            &format!("{}/v1/admin/bookings/{id}/refund", env.edge(2)),
+            Some(&token(&env.cluster, "ops", true)),
+            Some("refund-behind-mail"),
+            &json!({"reason": "show cancelled", "release_seats": false}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+    let got = env.wait_status(user, id, "refunded").await;
+    assert!(got["refund_id"].is_string(), "{got}");
+    let paid = env.payment(s(&b["payment_id"])).await;
+    assert_eq!(
+        (paid["refunds"].clone(), paid["refund_id"].clone()),
+        (json!(1), got["refund_id"].clone()),
+        "the gateway refunded it once"
+    );
+    let sent = env
+        .metric("seatfence_outbox_delivered_total{kind=\"email\"}")
+        .await;
+    assert_eq!(
+        sent, 0.0,
+        "no email was delivered: the sink failed them all"
+    );
+    let waiting = env.metric("seatfence_outbox_backlog").await;
+    assert!(
+        waiting >= MAIL_BOOKINGS as f64,
+        "every email still waits: {waiting}"
+    );
 }
 
 async fn keyed_booking(env: &Env) {

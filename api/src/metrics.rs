@@ -140,6 +140,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         "Captured payments still neither booked nor refunded 5 minutes after the capture was recorded (ALERT log line each).",
     ),
     (
+        Kind::Counter,
+        "seatfence_payment_alerts_total",
+        "Gateway answers refused as proof of payment, by kind: amount_mismatch (a completed payment reported with another amount or currency than its booking's, or without them; nothing is confirmed). ALERT log line each.",
+    ),
+    (
         Kind::Gauge,
         "seatfence_payments_unsettled",
         "Released bookings whose payment the gateway has not yet called terminal (the reconciler keeps asking).",
@@ -206,6 +211,8 @@ pub struct EdgeMetrics {
     pub released_unpaid: Counter,
     pub voided: Counter,
     pub money_alerts: Counter,
+    /// `seatfence_payment_alerts_total{kind="amount_mismatch"}`.
+    pub amount_alerts: Counter,
     pub extensions: Counter,
     pub reconcile_alerts: Counter,
     pub callbacks_rejected: Counter,
@@ -279,6 +286,7 @@ impl Default for EdgeMetrics {
             released_unpaid: released("unpaid"),
             voided: counter!("seatfence_payments_voided_total"),
             money_alerts: counter!("seatfence_money_alerts_total"),
+            amount_alerts: counter!("seatfence_payment_alerts_total", "kind" => "amount_mismatch"),
             extensions: counter!("seatfence_reconciler_extensions_total"),
             reconcile_alerts: counter!("seatfence_reconciler_alerts_total"),
             callbacks_rejected: signals("callback"),

@@ -182,11 +182,11 @@ impl State {
                     .index
                     .outbox_pending
                     .iter()
-                    .take(*limit as usize)
                     .filter_map(|id| {
                         let item = inv.outbox.get(id)?;
                         Some((item.clone(), inv.bookings.get(&item.booking)?.clone()))
                     })
+                    .take(*limit as usize)
                     .collect(),
             },
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),

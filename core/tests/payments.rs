@@ -159,3 +159,49 @@ fn a_keyed_replay_says_it_is_one() {
     assert!(again.replayed, "the second answer repeats the first");
     assert_eq!(first.outcome, again.outcome);
 }
+
+#[test]
+fn the_unsettled_watch_goes_round_every_released_booking() {
+    let mut s = State::default();
+    s.apply(G, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
+    let past = TTL_MS + 10;
+    for (seq, seat) in [(1, "A1"), (2, "A2"), (3, "A3")] {
+        let hold = EventAction::Hold {
+            owner: UserId(format!("buyer{seq}")),
+            pick: SeatPick::Seats(vec![seat.into()]),
+        };
+        s.apply(G, &cmd(1, 1, None, hold));
+        s.apply(G, &cmd(2, 1, None, pay_action(&s, seq, 0, PayStep::Attach)));
+    }
+    for seq in 1..=3 {
+        s.apply(
+            G,
+            &cmd(past, 1, None, pay_action(&s, seq, 0, PayStep::Void)),
+        );
+        let release = pay_action(&s, seq, 0, PayStep::Release { unpaid: true });
+        s.apply(G, &cmd(past, 1, None, release));
+    }
+    check(&s);
+    let seqs = |after, limit| {
+        s.inventory
+            .unsettled_after(after, limit)
+            .iter()
+            .map(|(h, b)| {
+                assert_eq!(h.seq, b.seq);
+                b.seq
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(seqs(0, 2), vec![1, 2], "from the start");
+    assert_eq!(
+        seqs(2, 2),
+        vec![3, 1],
+        "on after the last visited, wrapping"
+    );
+    assert_eq!(seqs(3, 10), vec![1, 2, 3], "each once");
+    assert_eq!(
+        seqs(99, 10),
+        vec![1, 2, 3],
+        "after a settled one: from the start"
+    );
+}

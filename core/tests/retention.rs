@@ -183,6 +183,43 @@ fn a_refunded_booking_leaves_a_retention_after_its_refund() {
 }
 
 #[test]
+fn an_email_undelivered_when_its_refunded_booking_leaves_leaves_with_it() {
+    let mut s = event();
+    let seq = hold(&mut s, 1, "a", "A1", None);
+    pay(&mut s, 2, seq, PayStep::Attach);
+    pay(&mut s, 3, seq, PayStep::Confirm);
+    let email = pending_item(&s, "email");
+    // An operator refunds it (seats back on sale); the mail sink keeps
+    // failing, so the email is never delivered.
+    pay(
+        &mut s,
+        4,
+        seq,
+        PayStep::Refund {
+            release_seats: true,
+        },
+    );
+    let refund = *s
+        .inventory
+        .index
+        .outbox_refunds
+        .iter()
+        .next()
+        .expect("refund queued");
+    pay(&mut s, 5, refund, PayStep::OutboxDone { id: refund });
+    assert_eq!(s.inventory.bookings[&seq].status, BookingStatus::Refunded);
+    assert_eq!(pending_item(&s, "email"), email, "the email still waits");
+    tick(&mut s, 1 + TTL_MS + R);
+    assert!(!s.inventory.bookings.contains_key(&seq), "booking pruned");
+    assert!(
+        s.inventory.index.outbox_pending.is_empty(),
+        "its email left the queue"
+    );
+    assert!(!s.inventory.outbox.contains_key(&email));
+    assert!(!stored(&s, RecordKey::Outbox(email)));
+}
+
+#[test]
 fn the_retention_is_bounded_and_the_default_is_a_day() {
     let mut bad = spec();
     bad.retention_ms = MIN_RETENTION_MS - 1;

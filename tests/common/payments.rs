@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use seatfence_api::config::PaymentsConfig;
 use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
 use seatfence_testkit::{GatewayProc, LocalCluster};
 use serde_json::{json, Value};
@@ -19,6 +20,12 @@ pub struct Env {
 
 impl Env {
     pub async fn start(dir: &Path) -> Env {
+        Env::start_with(dir, |_| {}).await
+    }
+
+    /// Start with the payments config changed by `tweak` (after the
+    /// tests' own timings).
+    pub async fn start_with(dir: &Path, tweak: impl FnOnce(&mut PaymentsConfig)) -> Env {
         let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
         let gateway = GatewayProc::start(bin, &dir.join("gateway"), 50).expect("start gateway");
         let mut p = gateway.payments_config();
@@ -28,6 +35,7 @@ impl Env {
         p.reconcile_budget_ms = 5_000;
         p.extension_ms = 1_000;
         p.outbox_interval_ms = 200;
+        tweak(&mut p);
         let cluster = LocalCluster::builder(dir)
             .regions(1, 3)
             .tuning(test_tuning())
@@ -343,10 +351,20 @@ pub struct Scenario {
 }
 
 pub async fn scenario(events: &[(&str, &[&str], u64)]) -> Scenario {
+    scenario_with(events, |_, _| {}).await
+}
+
+/// A scenario whose payments config `tweak` changes; it gets the
+/// scenario's own directory.
+pub async fn scenario_with(
+    events: &[(&str, &[&str], u64)],
+    tweak: impl FnOnce(&Path, &mut PaymentsConfig),
+) -> Scenario {
     let serial = serial().await;
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let env = Env::start(dir.path()).await;
+    let path = dir.path().to_path_buf();
+    let env = Env::start_with(dir.path(), |p| tweak(&path, p)).await;
     for (id, seats, ttl) in events {
         env.event(id, seats, *ttl).await;
     }

@@ -5,6 +5,8 @@
 //!  callback (browser) ─┐
 //!  webhook (gateway)  ─┼▶ ExecuteIntent committed ─▶ execute(X-Fencing-Token) ─▶ Confirm HELD → PAID
 //!  reconciler (leader)─┘      (webhook and reconciler first ask the gateway)
+//!      every Confirm: the gateway's answer names the booking's amount and currency
+//!      (`amount::check`), else amount_mismatch + ALERT, nothing committed
 //!  reconciler only, past the deadline: VoidIntent committed ─▶ void(X-Fencing-Token)
 //!      voided / failed / cancelled ─▶ Release (guarded by payment id) ─▶ watched until settled
 //!      already_captured ─▶ Confirm;   no answer ─▶ Extend (≤ 3), then alert and keep
@@ -16,6 +18,7 @@
 //! release never happens while the payment could still be captured, and a
 //! capture that lands after a release always becomes a refund.
 
+pub mod amount;
 pub mod bookings;
 pub mod callback;
 pub mod outbox;
@@ -35,7 +38,7 @@ use seatfence_core::{BookingId, EventId, Fence, Query, QueryResult};
 use seatfence_raft::Read;
 
 use crate::error::ApiError;
-use crate::gateway::{Gateway, GatewayError, PaymentStatus};
+use crate::gateway::{Gateway, GatewayError, PaymentState, PaymentStatus};
 use crate::Edge;
 
 /// The payment side of an edge.
@@ -159,19 +162,31 @@ impl Edge {
     }
 
     /// The conditional confirm (HELD → PAID, or refund_pending after a
-    /// release), counted by the path that made it.
+    /// release) on the gateway's answer `state` that the payment completed,
+    /// counted by the path that made it. Every confirm path comes through
+    /// here, so none confirms on an answer that does not name the
+    /// booking's own amount and currency ([`amount::check`]): that answer
+    /// raises the alert and is refused with 409 `amount_mismatch`.
     pub async fn confirm(
         &self,
         l: &Loaded,
-        payment_id: &str,
-        txn_id: &str,
+        state: &PaymentState,
         via: ConfirmPath,
         inbox: Option<String>,
     ) -> Result<Booking, ApiError> {
+        let booking = l.booking.as_ref().ok_or(ApiError::NotFound {
+            code: "booking_not_found",
+            what: "booking".into(),
+        })?;
+        if let Err(m) = amount::check(booking, state) {
+            self.amount_alert(l, via, &m);
+            return Err(m.error(l));
+        }
+        let payment_id = booking.payment.payment_id.as_str();
         let action = PaymentAction::Confirm {
             hold: l.id.seq,
             payment_id: payment_id.to_string(),
-            txn_id: txn_id.to_string(),
+            txn_id: state.txn_id.clone().unwrap_or_default(),
             via,
             inbox,
         };
@@ -243,10 +258,7 @@ impl Edge {
             }
         };
         match state {
-            Some(s) if s.status == PaymentStatus::Completed => {
-                let txn = s.txn_id.unwrap_or_default();
-                self.confirm(l, &payment_id, &txn, via, None).await
-            }
+            Some(s) if s.status == PaymentStatus::Completed => self.confirm(l, &s, via, None).await,
             _ => Ok(booking.clone()),
         }
     }

@@ -3,25 +3,37 @@
 //! until delivered, then records `OutboxDone` once. Delivery is at least
 //! once (a leader change may repeat one); the record is exactly once.
 //!
+//! ```text
+//!  refunds lane: outbox_page(Refund) ─▶ RefundIntent ─▶ gateway refund(fence) ─▶ OutboxDone
+//!                every waiting refund: refund_pending_age, an ALERT once past 5 min
+//!  emails lane:  outbox_page(Email) ─▶ .eml files (blocking thread) ─▶ OutboxDone each
+//!                a page that failed whole (the mail sink is down) backs the lane off
+//! ```
+//!
+//! The two lanes run side by side and read their own queues
+//! (`Inventory::outbox_page`), so a mail sink that fails, or hangs on a
+//! blocking write, never delays a refund, and an item backed off after a
+//! failure takes no place in a page.
+//!
 //! Emails go to a mail sink: one `.eml` file per item in `mail_dir`,
 //! written to a temporary name, flushed, then renamed. An email is never
 //! proof of a booking: `GET /v1/bookings/{id}` is.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seatfence_core::inventory::{Booking, OutboxItem, OutboxKind, Outcome, PaymentAction};
-use seatfence_core::{BookingId, EventId, Fence, GroupId, Query, QueryResult};
+use seatfence_core::{BookingId, EventId, Fence, GroupId};
 use tokio::sync::watch;
 
 use super::Payments;
 use crate::gateway::GatewayError;
 use crate::Edge;
 
-/// Items looked at per scan and group.
-const SCAN_LIMIT: u32 = 64;
+/// Items delivered per page, lane and group.
+const PAGE: usize = 64;
 
 /// The pause between scans while a full page keeps being delivered (at
 /// most `outbox_interval_ms`): the outbox keeps up with a sale without
@@ -32,127 +44,160 @@ const BUSY_PAUSE: Duration = Duration::from_millis(10);
 /// raises an alert: money kept for nothing.
 const REFUND_ALERT_MS: u64 = 5 * 60 * 1000;
 
-pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
+/// ALERT lines per scan and group at most; the rest come at the next
+/// scans (each refund is alerted on once).
+const ALERTS_PER_SCAN: usize = 100;
+
+/// The longest wait after a failure.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+pub async fn run(edge: Arc<Edge>, rx_stop: watch::Receiver<bool>) {
     let Some(p) = edge.payments.clone() else {
         return;
     };
+    tokio::join!(
+        refunds(edge.clone(), p.clone(), rx_stop.clone()),
+        emails(edge, p, rx_stop),
+    );
+}
+
+/// Failed deliveries: (group, item) → (attempts, next try). In memory: a
+/// new leader simply starts over.
+#[derive(Default)]
+struct Retry(HashMap<(GroupId, u64), (u32, Instant)>);
+
+impl Retry {
+    /// Whether item `id` of `gid` may be tried now.
+    fn due(&self, gid: GroupId, id: u64, now: Instant) -> bool {
+        self.0.get(&(gid, id)).is_none_or(|(_, at)| now >= *at)
+    }
+
+    /// A failed delivery waits 250 ms, doubling up to 5 min, before the
+    /// next try; returns the attempts so far and the wait.
+    fn failed(&mut self, gid: GroupId, item: u64) -> (u32, Duration) {
+        let key = (gid, item);
+        let (n, _) = self.0.get(&key).copied().unwrap_or((0, Instant::now()));
+        let wait = backoff(n);
+        self.0.insert(key, (n + 1, Instant::now() + wait));
+        (n + 1, wait)
+    }
+
+    /// [`Retry::failed`], logged.
+    fn failed_logged(&mut self, gid: GroupId, id: BookingId, item: &OutboxItem, e: &anyhow::Error) {
+        let (attempt, wait) = self.failed(gid, item.id);
+        tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt, "outbox delivery failed ({e}); retry in {wait:?}");
+    }
+
+    fn delivered(&mut self, gid: GroupId, id: u64) {
+        self.0.remove(&(gid, id));
+    }
+
+    /// Forget items not tried for an hour (delivered by another leader).
+    fn tidy(&mut self) {
+        self.0
+            .retain(|_, (_, at)| at.elapsed() < Duration::from_secs(3600));
+    }
+}
+
+/// The wait after `failures` failures in a row: 250 ms, doubling, at most 5 min.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(250u64 << failures.min(11)).min(MAX_BACKOFF)
+}
+
+/// Sleep `pause`, or return `false` when the node stops.
+async fn pause(rx_stop: &mut watch::Receiver<bool>, pause: Duration) -> bool {
+    tokio::select! {
+        biased;
+        _ = rx_stop.wait_for(|s| *s) => false,
+        _ = seatfence_raft::timer::sleep(pause) => true,
+    }
+}
+
+/// The lane of refunds: every waiting refund is watched (its age, an
+/// alert once past [`REFUND_ALERT_MS`]), and a page of those not backed
+/// off is issued at the gateway each scan.
+async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
     let interval = Duration::from_millis(p.config.outbox_interval_ms);
-    // Failed deliveries: (group, item) → (attempts, next try). In memory:
-    // a new leader simply starts over.
-    let mut retry: HashMap<(GroupId, u64), (u32, Instant)> = HashMap::new();
-    // Refunds alerted on by this node (one alert each; bounded).
-    let mut alerted: HashSet<(GroupId, u64)> = HashSet::new();
+    let mut retry = Retry::default();
+    // Per group, the last refund alerted on: each is alerted on once.
+    let mut alerted: HashMap<GroupId, u64> = HashMap::new();
     let mut busy = false;
     loop {
-        // A scan that found a full page and delivered something goes on
-        // after `BUSY_PAUSE`: the outbox keeps up with a sale's booking rate instead of
-        // delivering one page per interval.
-        let pause = if busy {
+        let wait = if busy {
             BUSY_PAUSE.min(interval)
         } else {
             interval
         };
-        tokio::select! {
-            biased;
-            _ = rx_stop.wait_for(|s| *s) => return,
-            _ = seatfence_raft::timer::sleep(pause) => {}
+        if !pause(&mut rx_stop, wait).await {
+            return;
         }
         busy = false;
-        let mut backlog = 0;
-        let mut refund_age = 0;
+        let (mut backlog, mut refund_age) = (0, 0);
         let now_ms = edge.clock.now_ms();
-        for (gid, g) in edge.led_event_groups() {
-            let term = g.term();
-            let (epoch, items) = g.sm.read(|s| {
-                let epoch = s.state.inventory.event.as_ref().map(|e| e.epoch);
-                match s.state.query(&Query::Outbox { limit: SCAN_LIMIT }) {
-                    QueryResult::Outbox {
-                        event_id: Some(e),
-                        items,
-                    } => (epoch.map(|ep| (e, ep)), items),
-                    _ => (None, Vec::new()),
-                }
+        let led = edge.led_event_groups();
+        alerted.retain(|gid, _| led.iter().any(|(g, _)| g == gid));
+        for (gid, g) in led {
+            let now = Instant::now();
+            let after = alerted.get(&gid).copied().unwrap_or(0);
+            let scan = g.sm.read(|s| {
+                let inv = &s.state.inventory;
+                let event = inv.event.as_ref()?.event_id.clone();
+                Some(RefundScan {
+                    event,
+                    page: inv.outbox_page(OutboxKind::Refund, PAGE, |id| retry.due(gid, id, now)),
+                    pending: inv.index.outbox_pending.len() as u64,
+                    oldest_ms: inv.oldest_refund_ms(),
+                    overdue: inv.refunds_waiting_since(
+                        after,
+                        now_ms.saturating_sub(REFUND_ALERT_MS),
+                        ALERTS_PER_SCAN,
+                    ),
+                })
             });
-            let Some((event_id, epoch)) = epoch else {
+            let Some(RefundScan {
+                event: event_id,
+                page,
+                pending,
+                oldest_ms,
+                overdue,
+            }) = scan
+            else {
                 continue;
             };
-            let full = items.len() as u32 >= SCAN_LIMIT;
-            backlog += items.len() as u64;
-            for (item, _) in items.iter().filter(|(i, _)| i.kind == OutboxKind::Refund) {
-                let age = now_ms.saturating_sub(item.created_ms);
-                refund_age = refund_age.max(age);
-                if age >= REFUND_ALERT_MS && alerted.insert((gid, item.id)) {
-                    edge.metrics.inc(|m| &m.money_alerts);
-                    tracing::error!(
-                        group = gid.0, event = %event_id, outbox_item = item.id, booking = item.booking,
-                        "ALERT: a captured payment is neither booked nor refunded after {} s; refund still failing",
-                        age / 1000
-                    );
-                }
+            backlog += pending;
+            if let Some(at) = oldest_ms {
+                refund_age = refund_age.max(now_ms.saturating_sub(at));
             }
-            let fence = Fence { epoch, term };
-            let (emails, refunds): (Vec<_>, Vec<_>) = items
-                .into_iter()
-                .filter(|(item, _)| {
-                    retry
-                        .get(&(gid, item.id))
-                        .is_none_or(|(_, at)| Instant::now() >= *at)
-                })
-                .partition(|(item, _)| item.kind == OutboxKind::ConfirmationEmail);
-            let delivered =
-                deliver_emails(&edge, &p, gid, &event_id, emails, fence, &mut retry).await;
-            busy |= full && delivered > 0;
-            for (item, booking) in refunds {
-                let key = (gid, item.id);
+            for item in &overdue {
+                edge.metrics.inc(|m| &m.money_alerts);
+                tracing::error!(
+                    group = gid.0, event = %event_id, outbox_item = item.id, booking = item.booking,
+                    "ALERT: a captured payment is neither booked nor refunded after {} s; refund still failing",
+                    now_ms.saturating_sub(item.created_ms) / 1000
+                );
+            }
+            if let Some(last) = overdue.last() {
+                alerted.insert(gid, last.id);
+            }
+            let full = page.len() >= PAGE;
+            let mut delivered = 0;
+            for (item, booking) in page {
                 let id = BookingId {
                     group: gid,
                     seq: booking.seq,
                 };
-                // A refund carries the fence of a committed intent.
-                let intent = PaymentAction::RefundIntent { id: item.id };
-                let fence = match edge.payment_command(&event_id, intent).await {
-                    Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
-                    Ok((r, _)) => {
-                        let e = anyhow::anyhow!("refund intent answered {:?}", r.outcome);
-                        backoff(&mut retry, key, id, &item, &e);
-                        continue;
+                match deliver_refund(&edge, &p, &event_id, id, &item, &booking).await {
+                    Ok(()) => {
+                        delivered += 1;
+                        retry.delivered(gid, item.id);
                     }
-                    Err(e) => {
-                        backoff(
-                            &mut retry,
-                            key,
-                            id,
-                            &item,
-                            &anyhow::anyhow!("refund intent failed: {e}"),
-                        );
-                        continue;
-                    }
-                };
-                match refund(&p, &booking, fence).await {
-                    Ok(refund_id) => {
-                        let done = PaymentAction::OutboxDone {
-                            id: item.id,
-                            refund_id: Some(refund_id),
-                        };
-                        match edge.payment_command(&event_id, done).await {
-                            Ok(_) => {
-                                retry.remove(&key);
-                                edge.metrics.inc(|m| &m.refunds_done);
-                                tracing::info!(booking = %id, kind = item.kind.as_str(), "outbox item delivered");
-                            }
-                            Err(e) => {
-                                tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}")
-                            }
-                        }
-                    }
-                    Err(e) => backoff(&mut retry, key, id, &item, &e),
+                    Err(e) => retry.failed_logged(gid, id, &item, &e),
                 }
             }
+            // A full page that delivered something: more may wait.
+            busy |= full && delivered > 0;
         }
-        if alerted.len() > 10_000 {
-            alerted.clear();
-        }
-        retry.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(3600));
+        retry.tidy();
         edge.metrics.outbox_backlog.set(backlog as f64);
         edge.metrics
             .refund_pending_age
@@ -160,24 +205,133 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
     }
 }
 
-/// A failed delivery waits 250 ms, doubling up to 5 min, before the next try.
-fn backoff(
-    retry: &mut HashMap<(GroupId, u64), (u32, Instant)>,
-    key: (GroupId, u64),
+/// What the refunds lane reads of one group, under one read lock.
+struct RefundScan {
+    event: EventId,
+    page: Vec<(OutboxItem, Booking)>,
+    /// Undelivered items of either kind.
+    pending: u64,
+    oldest_ms: Option<u64>,
+    overdue: Vec<OutboxItem>,
+}
+
+/// Commit a refund intent, refund at the gateway with its fence, then
+/// record the delivery.
+async fn deliver_refund(
+    edge: &Edge,
+    p: &Payments,
+    event_id: &EventId,
     id: BookingId,
     item: &OutboxItem,
-    e: &anyhow::Error,
-) {
-    let (n, _) = retry.get(&key).copied().unwrap_or((0, Instant::now()));
-    let wait = Duration::from_millis((250u64 << n.min(10)).min(300_000));
-    retry.insert(key, (n + 1, Instant::now() + wait));
-    tracing::warn!(booking = %id, kind = item.kind.as_str(), attempt = n + 1, "outbox delivery failed ({e}); retry in {wait:?}");
+    booking: &Booking,
+) -> anyhow::Result<()> {
+    // A refund carries the fence of a committed intent.
+    let intent = PaymentAction::RefundIntent { id: item.id };
+    let fence = match edge.payment_command(event_id, intent).await {
+        Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
+        Ok((r, _)) => anyhow::bail!("refund intent answered {:?}", r.outcome),
+        Err(e) => anyhow::bail!("refund intent failed: {e}"),
+    };
+    let refund_id = refund(p, booking, fence).await?;
+    let done = PaymentAction::OutboxDone {
+        id: item.id,
+        refund_id: Some(refund_id),
+    };
+    // Refunded at the gateway under a stable key: a next try after a
+    // failed record gets the same refund, not a second one.
+    edge.payment_command(event_id, done)
+        .await
+        .map_err(|e| anyhow::anyhow!("recording the delivered refund failed: {e}"))?;
+    edge.metrics.inc(|m| &m.refunds_done);
+    tracing::info!(booking = %id, kind = item.kind.as_str(), "outbox item delivered");
+    Ok(())
+}
+
+/// The lane of confirmation emails: a page per group of those not backed
+/// off, written and recorded together. A failed item backs off on its
+/// own; a page that fails whole (the mail dir cannot be made, every write
+/// fails) is also the sink's failure: the whole lane waits (250 ms
+/// doubling to 5 min, reset by a page that writes anything) instead of
+/// trying page after page of a sink that is down.
+async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(p.config.outbox_interval_ms);
+    let mut retry = Retry::default();
+    // The sink's failures in a row, and when it may be tried again.
+    let mut sink: (u32, Option<Instant>) = (0, None);
+    let mut busy = false;
+    loop {
+        let wait = if busy {
+            BUSY_PAUSE.min(interval)
+        } else {
+            interval
+        };
+        if !pause(&mut rx_stop, wait).await {
+            return;
+        }
+        busy = false;
+        if sink.1.is_some_and(|at| Instant::now() < at) {
+            continue;
+        }
+        for (gid, g) in edge.led_event_groups() {
+            let term = g.term();
+            let now = Instant::now();
+            let scan = g.sm.read(|s| {
+                let inv = &s.state.inventory;
+                let e = inv.event.as_ref()?;
+                let page = inv.outbox_page(OutboxKind::ConfirmationEmail, PAGE, |id| {
+                    retry.due(gid, id, now)
+                });
+                Some((e.event_id.clone(), e.epoch, page))
+            });
+            let Some((event_id, epoch, page)) = scan else {
+                continue;
+            };
+            if page.is_empty() {
+                continue;
+            }
+            let full = page.len() >= PAGE;
+            let fence = Fence { epoch, term };
+            let r = deliver_emails(&edge, &p, gid, &event_id, page, fence).await;
+            for id in &r.recorded {
+                retry.delivered(gid, *id);
+            }
+            if r.written == 0 && !r.failed.is_empty() {
+                // The sink is down: one line for the page, not one per email.
+                for (item, _, _) in &r.failed {
+                    retry.failed(gid, item.id);
+                }
+                let wait = backoff(sink.0);
+                sink = (sink.0 + 1, Some(Instant::now() + wait));
+                let (_, _, e) = &r.failed[0];
+                tracing::warn!(
+                    group = gid.0, emails = r.failed.len(), attempt = sink.0,
+                    "outbox: the mail sink failed a whole page ({e}); emails wait {wait:?} (refunds do not)"
+                );
+                break;
+            }
+            sink = (0, None);
+            for (item, id, e) in &r.failed {
+                retry.failed_logged(gid, *id, item, e);
+            }
+            busy |= full && !r.recorded.is_empty();
+        }
+        retry.tidy();
+    }
+}
+
+/// What became of a page of emails.
+struct EmailPage {
+    /// Written and flushed (recorded or not).
+    written: usize,
+    /// Item ids recorded as delivered.
+    recorded: Vec<u64>,
+    failed: Vec<(OutboxItem, BookingId, anyhow::Error)>,
 }
 
 /// Write a page of confirmation emails (each flushed before it is renamed
 /// into place) on a blocking thread, then record every delivered one with
 /// its own `OutboxDone`, all at once (the leader batches them into few log
-/// entries). Returns how many were recorded.
+/// entries).
 async fn deliver_emails(
     edge: &Edge,
     p: &Arc<Payments>,
@@ -185,11 +339,12 @@ async fn deliver_emails(
     event_id: &EventId,
     emails: Vec<(OutboxItem, Booking)>,
     fence: Fence,
-    retry: &mut HashMap<(GroupId, u64), (u32, Instant)>,
-) -> usize {
-    if emails.is_empty() {
-        return 0;
-    }
+) -> EmailPage {
+    let mut page = EmailPage {
+        written: 0,
+        recorded: Vec::new(),
+        failed: Vec::new(),
+    };
     let written = {
         let (p, event_id) = (p.clone(), event_id.clone());
         tokio::task::spawn_blocking(move || {
@@ -235,15 +390,16 @@ async fn deliver_emails(
     };
     let Ok(written) = written else {
         tracing::warn!("outbox: the email writer panicked");
-        return 0;
+        return page;
     };
     let mut done = Vec::new();
     for (item, id, r) in written {
         match r {
             Ok(()) => done.push((item, id)),
-            Err(e) => backoff(retry, (gid, item.id), id, &item, &e),
+            Err(e) => page.failed.push((item, id, e)),
         }
     }
+    page.written = done.len();
     let recorded = futures::future::join_all(done.iter().map(|(item, _)| {
         edge.payment_command(
             event_id,
@@ -254,12 +410,10 @@ async fn deliver_emails(
         )
     }))
     .await;
-    let mut n = 0;
     for ((item, id), r) in done.iter().zip(recorded) {
         match r {
             Ok((reply, _)) if matches!(reply.outcome, Outcome::OutboxDone) => {
-                n += 1;
-                retry.remove(&(gid, item.id));
+                page.recorded.push(item.id);
                 edge.metrics.inc(|m| &m.emails_sent);
                 tracing::debug!(booking = %id, "outbox: confirmation email delivered");
             }
@@ -269,7 +423,7 @@ async fn deliver_emails(
             Err(e) => tracing::warn!(booking = %id, "outbox: recording delivery failed: {e}"),
         }
     }
-    n
+    page
 }
 
 /// Ask the gateway to refund `booking`'s payment with the fence of the
@@ -337,6 +491,40 @@ fn format_amount(cents: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_waits_longer_each_time_up_to_five_minutes() {
+        assert_eq!(backoff(0), Duration::from_millis(250));
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert!(backoff(10) < MAX_BACKOFF);
+        assert_eq!(backoff(11), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF, "no overflow");
+    }
+
+    #[test]
+    fn a_failed_item_is_not_due_until_its_wait_is_over_and_others_are() {
+        let mut retry = Retry::default();
+        let g = GroupId(3);
+        let item = OutboxItem {
+            id: 7,
+            booking: 1,
+            kind: OutboxKind::ConfirmationEmail,
+            created_ms: 0,
+            done_ms: None,
+        };
+        let id = BookingId { group: g, seq: 1 };
+        retry.failed_logged(g, id, &item, &anyhow::anyhow!("disk full"));
+        assert_eq!(retry.failed(g, 9).0, 1, "another item's first failure");
+        let now = Instant::now();
+        assert!(!retry.due(g, 7, now));
+        assert!(retry.due(g, 8, now), "another item");
+        assert!(retry.due(GroupId(4), 7, now), "another group's item");
+        assert!(retry.due(g, 7, now + Duration::from_secs(1)));
+        retry.delivered(g, 7);
+        assert!(retry.due(g, 7, now));
+    }
+
     #[test]
     fn amounts_read_as_money() {
         assert_eq!(super::format_amount(10_000), "100.00");

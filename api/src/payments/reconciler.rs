@@ -3,13 +3,15 @@
 //! It runs on every node and acts only for the event groups this node
 //! leads (checked before each batch, so it stops when leadership moves).
 //! Each sweep takes the holds whose deadline is within the margin or past,
-//! most overdue first, then the released bookings still unsettled, in
-//! small concurrent batches under a time budget, and asks the gateway
-//! about each:
+//! most overdue first, and the released bookings still unsettled (going
+//! round them from where the last sweep stopped), one of each in turn
+//! (`plan`), in small concurrent batches under a time budget, and asks the
+//! gateway about each:
 //!
 //! | gateway says                  | before the deadline    | at/after the deadline |
 //! |-------------------------------|------------------------|-----------------------|
-//! | completed                     | confirm                | confirm               |
+//! | completed (the booking's amount and currency) | confirm | confirm        |
+//! | completed (another amount, or none) | alert, keep      | alert, keep           |
 //! | failed / cancelled / voided   | release                | release               |
 //! | approved (callback never came)| intent + execute       | void, then release    |
 //! | created                       | leave                  | void, then release    |
@@ -25,7 +27,7 @@
 //!
 //! A hold that never got a payment is expired by `apply` at its deadline.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,8 +54,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         return;
     };
     let interval = Duration::from_millis(p.config.reconcile_interval_ms);
-    // Holds already alerted on by this node (one alert each).
-    let mut alerted = HashSet::new();
+    let mut memory = Memory::default();
     loop {
         tokio::select! {
             biased;
@@ -63,12 +64,46 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         let mut backlog = 0;
         // (unsettled bookings, captured payments neither booked nor refunded)
         let mut totals = (0, 0);
-        for (gid, g) in edge.led_event_groups() {
-            backlog += sweep(&edge, &p, gid, &g, &mut alerted, &mut totals).await;
+        let led = edge.led_event_groups();
+        memory
+            .unsettled_after
+            .retain(|gid, _| led.iter().any(|(g, _)| g == gid));
+        for (gid, g) in led {
+            backlog += sweep(&edge, &p, gid, &g, &mut memory, &mut totals).await;
         }
         edge.metrics.reconcile_backlog.set(backlog as f64);
         edge.metrics.unsettled.set(totals.0 as f64);
         edge.metrics.captured_unbooked.set(totals.1 as f64);
+    }
+}
+
+/// What the reconciler keeps between sweeps, in memory (a new leader
+/// simply starts over).
+#[derive(Default)]
+struct Memory {
+    /// Holds whose payment stayed unknown, alerted on (once each).
+    alerted: HashSet<(GroupId, u64)>,
+    /// Holds whose completed payment names another amount, alerted on
+    /// (once each).
+    mismatched: HashSet<(GroupId, u64)>,
+    /// Per group, the last unsettled booking visited: the next sweep goes
+    /// on after it.
+    unsettled_after: HashMap<GroupId, u64>,
+}
+
+/// Which payments one sweep visits, in order: the due holds (most overdue
+/// first) and the released bookings still unsettled, one of each in turn.
+/// The budget may end the pass anywhere; up to there each kind had half
+/// of it (all of it once the other has none left), so a busy sale's due
+/// payments never starve the watch of released ones.
+fn plan<T>(due: Vec<T>, unsettled: Vec<T>) -> Vec<T> {
+    let mut visits = Vec::with_capacity(due.len() + unsettled.len());
+    let (mut due, mut unsettled) = (due.into_iter(), unsettled.into_iter());
+    loop {
+        match (due.next(), unsettled.next()) {
+            (None, None) => return visits,
+            (a, b) => visits.extend(a.into_iter().chain(b)),
+        }
     }
 }
 
@@ -78,35 +113,36 @@ async fn sweep(
     p: &Payments,
     gid: GroupId,
     g: &seatfence_raft::registry::GroupHandle,
-    alerted: &mut HashSet<(GroupId, u64)>,
+    memory: &mut Memory,
     totals: &mut (usize, usize),
 ) -> u64 {
     let started = Instant::now();
     let budget = Duration::from_millis(p.config.reconcile_budget_ms);
     let now = edge.clock.now_ms();
-    let (event_id, due) = g.sm.read(|s| {
-        let event = s.state.inventory.event.as_ref().map(|e| e.event_id.clone());
-        let list = |q| match s.state.query(&q) {
+    let after = memory.unsettled_after.get(&gid).copied().unwrap_or(0);
+    let (event_id, due, unsettled, counts) = g.sm.read(|s| {
+        let inv = &s.state.inventory;
+        let event = inv.event.as_ref().map(|e| e.event_id.clone());
+        let due = match s.state.query(&Query::DuePayments {
+            until_ms: now.saturating_add(p.config.reconcile_margin_ms),
+            limit: SWEEP_LIMIT,
+        }) {
             QueryResult::DuePayments(d) => d,
             _ => Vec::new(),
         };
-        let mut due = list(Query::DuePayments {
-            until_ms: now.saturating_add(p.config.reconcile_margin_ms),
-            limit: SWEEP_LIMIT,
-        });
-        due.extend(list(Query::Unsettled { limit: SWEEP_LIMIT }));
-        (event, due)
+        let unsettled = inv.unsettled_after(after, SWEEP_LIMIT as usize);
+        let counts = (inv.index.unsettled.len(), inv.refunds_pending());
+        (event, due, unsettled, counts)
     });
-    let (unsettled, captured) = g.sm.read(|s| {
-        let inv = &s.state.inventory;
-        (inv.index.unsettled.len(), inv.refunds_pending())
-    });
-    *totals = (totals.0 + unsettled, totals.1 + captured);
+    *totals = (totals.0 + counts.0, totals.1 + counts.1);
     let Some(event_id) = event_id else {
         return 0;
     };
+    let visits = (due.len() + unsettled.len()) as u64;
+    let plan = plan(due, unsettled);
     let mut oldest_unknown = 0;
-    for batch in due.chunks(p.config.reconcile_batch as usize) {
+    let mut last_unsettled = None;
+    for batch in plan.chunks(p.config.reconcile_batch.max(1) as usize) {
         if started.elapsed() > budget || !g.leads() {
             break;
         }
@@ -116,17 +152,29 @@ async fn sweep(
         }))
         .await;
         for ((hold, booking), r) in batch.iter().zip(results) {
+            if booking.unsettled() {
+                last_unsettled = Some(hold.seq);
+            }
             match r {
                 Ok(Verdict::Done) | Ok(Verdict::Left) => {}
+                Ok(Verdict::Mismatch(m)) => {
+                    if memory.mismatched.len() >= ALERTED_MAX {
+                        memory.mismatched.clear();
+                    }
+                    if memory.mismatched.insert((gid, hold.seq)) {
+                        let l = loaded(gid, &event_id, hold, booking);
+                        edge.amount_alert(&l, ConfirmPath::Reconciler, &m);
+                    }
+                }
                 Ok(Verdict::Unknown { .. }) if booking.unsettled() => {
                     // Released already: counted in `payments_unsettled`.
                 }
                 Ok(Verdict::Unknown { exhausted }) => {
                     oldest_unknown = oldest_unknown.max(now.saturating_sub(hold.expires_at_ms));
-                    if exhausted && alerted.len() >= ALERTED_MAX {
-                        alerted.clear();
+                    if exhausted && memory.alerted.len() >= ALERTED_MAX {
+                        memory.alerted.clear();
                     }
-                    if exhausted && alerted.insert((gid, hold.seq)) {
+                    if exhausted && memory.alerted.insert((gid, hold.seq)) {
                         edge.metrics.inc(|m| &m.reconcile_alerts);
                         tracing::error!(
                             group = gid.0, event = %event_id, hold = hold.seq,
@@ -139,10 +187,13 @@ async fn sweep(
             }
         }
     }
+    if let Some(seq) = last_unsettled {
+        memory.unsettled_after.insert(gid, seq);
+    }
     edge.metrics
         .unknown_payment_age
         .set(oldest_unknown as f64 / 1000.0);
-    due.len() as u64
+    visits
 }
 
 fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> Loaded {
@@ -162,6 +213,10 @@ fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> L
 enum Verdict {
     /// Confirmed, released or executed.
     Done,
+    /// The gateway says completed, but not for the booking's amount and
+    /// currency (or without them): nothing is committed, the seats stay
+    /// held, an operator is alerted.
+    Mismatch(super::amount::AmountMismatch),
     /// Nothing to do yet.
     Left,
     /// The gateway could not be asked; `exhausted` when no extension is left.
@@ -213,15 +268,13 @@ async fn confirm_captured(
     state: PaymentState,
 ) -> Result<Verdict, ApiError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
-    let txn = state.txn_id.unwrap_or_default();
-    edge.confirm(
-        l,
-        &b.payment.payment_id,
-        &txn,
-        ConfirmPath::Reconciler,
-        None,
-    )
-    .await?;
+    // Checked here first so that a booking visited every sweep alerts
+    // once (`sweep`); `Edge::confirm` checks again.
+    if let Err(m) = super::amount::check(b, &state) {
+        return Ok(Verdict::Mismatch(m));
+    }
+    edge.confirm(l, &state, ConfirmPath::Reconciler, None)
+        .await?;
     Ok(Verdict::Done)
 }
 
@@ -345,4 +398,35 @@ async fn extend(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiErr
         Outcome::ExtensionsExhausted { .. } => Verdict::Unknown { exhausted: true },
         _ => Verdict::Left,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn due_and_unsettled_payments_take_turns() {
+        let due: Vec<String> = (1..=4).map(|i| format!("d{i}")).collect();
+        let unsettled = vec!["u1".to_string(), "u2".to_string()];
+        assert_eq!(
+            plan(due, unsettled),
+            ["d1", "u1", "d2", "u2", "d3", "d4"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn a_budget_that_ends_the_pass_early_still_reaches_unsettled_bookings() {
+        // 4,096 due payments, a budget for 8 visits: half are unsettled.
+        let due: Vec<(bool, u32)> = (0..4096).map(|i| (false, i)).collect();
+        let unsettled: Vec<(bool, u32)> = (0..100).map(|i| (true, i)).collect();
+        let visited = &plan(due, unsettled)[..8];
+        assert_eq!(visited.iter().filter(|(u, _)| *u).count(), 4);
+    }
+
+    #[test]
+    fn either_kind_alone_is_visited_whole() {
+        assert_eq!(plan(vec![1, 2, 3], vec![]), vec![1, 2, 3]);
+        assert_eq!(plan(vec![], vec![7, 8]), vec![7, 8]);
+        assert!(plan::<u8>(vec![], vec![]).is_empty());
+    }
 }

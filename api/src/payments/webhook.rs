@@ -5,7 +5,8 @@
 //! ignored or left to the reconciler — so the gateway stops redelivering.
 //! It is only a hint: a decided booking answers its status; otherwise the
 //! handler dedupes by provider event id (inbox), asks the gateway, compares the txn id and the amount and currency (the
-//! message's and the gateway's must be the booking's), and only then
+//! message's where it gives them, and the gateway's, which must give
+//! them: `amount::check`, the check of every confirm path), and only then
 //! confirms.
 
 use hyper::StatusCode;
@@ -15,6 +16,7 @@ use seatfence_raft::Read;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::amount;
 use crate::error::ApiError;
 use crate::gateway::{sign, PaymentState, PaymentStatus};
 use crate::http::{Reply, Req};
@@ -91,30 +93,36 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             return ok("deferred");
         }
     };
-    // Both the message and the gateway must name the booking's own amount
-    // and currency: a payment for another sum never confirms a booking.
-    let (amount, currency) = (b.payment.amount_cents, b.payment.currency.as_str());
+    // The message, where it names an amount or currency, must name the
+    // booking's; the gateway's answer must name both (`Edge::confirm`
+    // checks it, as on every confirm path): a payment for another sum, or
+    // one that does not say what was taken, never confirms a booking.
     let told = PaymentState {
-        amount_cents: n.amount_cents,
-        currency: n.currency.clone(),
+        amount_cents: n.amount_cents.or(Some(b.payment.amount_cents)),
+        currency: n
+            .currency
+            .clone()
+            .or_else(|| Some(b.payment.currency.clone())),
         ..state.clone()
     };
-    if !state.is_for(amount, currency) || !told.is_for(amount, currency) {
+    if let Err(m) = amount::check(b, &told) {
         edge.metrics.inc(|m| &m.webhooks_rejected);
-        tracing::error!(
-            booking = %id, payment = n.payment_id, expected_cents = amount, expected_currency = currency,
-            gateway_cents = ?state.amount_cents, gateway_currency = ?state.currency,
-            message_cents = ?n.amount_cents, message_currency = ?n.currency,
-            "webhook: the payment's amount or currency differs from the booking's: ignored"
-        );
+        edge.amount_alert(&l, ConfirmPath::Webhook, &m);
         return ok("amount_mismatch");
     }
     match (state.status, &state.txn_id) {
         (PaymentStatus::Completed, Some(txn)) if Some(txn) == n.txn_id.as_ref() => {
-            let b = edge
-                .confirm(&l, &n.payment_id, txn, ConfirmPath::Webhook, Some(n.id))
-                .await?;
-            ok(b.status.as_str())
+            match edge
+                .confirm(&l, &state, ConfirmPath::Webhook, Some(n.id))
+                .await
+            {
+                Ok(b) => ok(b.status.as_str()),
+                Err(e) if e.code() == "amount_mismatch" => {
+                    edge.metrics.inc(|m| &m.webhooks_rejected);
+                    ok("amount_mismatch")
+                }
+                Err(e) => Err(e),
+            }
         }
         (PaymentStatus::Completed, _) => {
             tracing::warn!(booking = %id, "webhook txn id differs from the gateway's: ignored");

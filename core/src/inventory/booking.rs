@@ -507,17 +507,15 @@ impl Inventory {
         let ev = self.event_mut(changed);
         let id = ev.next_outbox_id;
         ev.next_outbox_id += 1;
-        self.outbox.insert(
+        let item = OutboxItem {
             id,
-            OutboxItem {
-                id,
-                booking,
-                kind,
-                created_ms: now,
-                done_ms: None,
-            },
-        );
-        self.index.outbox_pending.insert(id);
+            booking,
+            kind,
+            created_ms: now,
+            done_ms: None,
+        };
+        self.index.index_pending(&item);
+        self.outbox.insert(id, item);
         changed.push(RecordKey::Outbox(id));
     }
 
@@ -536,7 +534,8 @@ impl Inventory {
         }
         item.done_ms = Some(now);
         let (booking, kind) = (item.booking, item.kind);
-        self.index.outbox_pending.remove(&id);
+        let item = item.clone();
+        self.index.unindex_pending(&item);
         changed.push(RecordKey::Outbox(id));
         if kind == super::OutboxKind::Refund {
             if let Some(b) = self.bookings.get_mut(&booking) {

@@ -20,6 +20,7 @@
 mod apply;
 mod booking;
 mod changes;
+mod outbox;
 mod refund;
 mod release;
 mod retention;
@@ -492,8 +493,15 @@ pub struct Indexes {
     /// Released bookings whose payment is not known to be terminal yet
     /// (the reconciler watches them).
     pub unsettled: imbl::OrdSet<u64>,
-    /// Outbox items not yet delivered.
+    /// Outbox items not yet delivered whose booking is still kept (an
+    /// item whose booking was pruned leaves with it: `outbox.rs`).
     pub outbox_pending: imbl::OrdSet<u64>,
+    /// The same, by kind: emails and refunds queue apart, so neither
+    /// waits behind the other.
+    pub outbox_emails: imbl::OrdSet<u64>,
+    pub outbox_refunds: imbl::OrdSet<u64>,
+    /// The same, by booking: `(booking seq, item id)`.
+    pub outbox_of: imbl::OrdSet<(u64, u64)>,
     /// When each idempotency record lapses: `(forget_at_ms, key)`.
     pub op_times: imbl::OrdSet<(u64, OpKey)>,
     /// When each inbox entry was recorded: `(at_ms, provider event id)`.
@@ -535,15 +543,7 @@ pub struct Inventory {
 impl Inventory {
     /// Refunds in the outbox not yet issued at the gateway.
     pub fn refunds_pending(&self) -> usize {
-        self.index
-            .outbox_pending
-            .iter()
-            .filter(|id| {
-                self.outbox
-                    .get(id)
-                    .is_some_and(|i| i.kind == OutboxKind::Refund)
-            })
-            .count()
+        self.index.outbox_refunds.len()
     }
 
     /// Recompute every derived index from the records.
@@ -575,8 +575,8 @@ impl Inventory {
             }
         }
         for item in self.outbox.values() {
-            if item.done_ms.is_none() {
-                ix.outbox_pending.insert(item.id);
+            if item.done_ms.is_none() && self.bookings.contains_key(&item.booking) {
+                ix.index_pending(item);
             }
         }
         let retention = self.retention_ms();

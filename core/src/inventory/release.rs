@@ -140,4 +140,23 @@ impl Inventory {
             expires_at_ms: new,
         }
     }
+
+    /// Up to `limit` released bookings still unsettled, with their holds,
+    /// starting after hold `after` and wrapping around: a reconciler that
+    /// passes the last one it visited as `after` goes round all of them
+    /// over its sweeps, however few it reaches in one.
+    pub fn unsettled_after(&self, after: u64, limit: usize) -> Vec<(super::Hold, super::Booking)> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let set = &self.index.unsettled;
+        set.range((Excluded(after), Unbounded))
+            .chain(set.range((Unbounded, Included(after))))
+            .take(limit)
+            .filter_map(|seq| {
+                Some((
+                    self.holds.get(seq)?.clone(),
+                    self.bookings.get(seq)?.clone(),
+                ))
+            })
+            .collect()
+    }
 }

@@ -10,11 +10,12 @@
 //!  hold released|expired, booking expired+settled        ├─▶ pruned at max(expires_at, booking.updated) + retention
 //!  hold released|expired, booking refunded              ─┘     (the hold and its booking)
 //!  outbox item delivered                                 ──▶ pruned at done + retention
+//!  outbox item undelivered, its booking pruned           ──▶ pruned with the booking
 //! ```
 //!
 //! Never pruned: held or booked holds (a seat names them), pending,
 //! confirmed or refund-pending bookings, unsettled ones (the reconciler
-//! still watches them), undelivered outbox items.
+//! still watches them), undelivered outbox items of a kept booking.
 //!
 //! Which records are finished, and when they go, is a function of the
 //! records alone, so the queue is a derived index: rebuilt after loading,
@@ -123,6 +124,9 @@ impl Inventory {
                     changed.push(RecordKey::Hold(seq));
                     if self.bookings.remove(&seq).is_some() {
                         changed.push(RecordKey::Booking(seq));
+                        // An email still undelivered a retention after its
+                        // booking was refunded: nobody is owed it now.
+                        self.drop_outbox_of(seq, changed);
                     }
                 }
                 PruneKey::Outbox(id) => {

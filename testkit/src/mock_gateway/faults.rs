@@ -28,6 +28,12 @@ pub struct Faults {
     pub void: String,
     /// `deliver` | `drop` | `duplicate` | `delay` (by `webhook_delay_ms`).
     pub webhook: String,
+    /// What a payment's answers (execute, void, `GET /v1/payments/{id}`)
+    /// say it is for: `ok` (its own amount and currency) | `other` (100
+    /// more cents, and `XXX` for the currency) | `omit` (neither field).
+    /// The payment itself and its webhook keep the real ones: a provider
+    /// that reports a sum it did not agree to, or none.
+    pub amount: String,
     pub timeout_ms: u64,
     pub webhook_delay_ms: u64,
     /// Added to every API call.
@@ -37,12 +43,13 @@ pub struct Faults {
 impl Faults {
     /// The first switch set to a value the mock does not know, if any.
     fn invalid(&self) -> Option<String> {
-        let known: [(&str, &str, &[&str]); 6] = [
+        let known: [(&str, &str, &[&str]); 7] = [
             ("create", &self.create, &["ok", "error"]),
             ("execute", &self.execute, &["ok", "fail", "timeout", "hold"]),
             ("query", &self.query, &["ok", "error"]),
             ("refund", &self.refund, &["ok", "error"]),
             ("void", &self.void, &["ok", "error", "lose", "ignore"]),
+            ("amount", &self.amount, &["ok", "other", "omit"]),
             (
                 "webhook",
                 &self.webhook,
@@ -65,11 +72,33 @@ impl Default for Faults {
             refund: "ok".into(),
             void: "ok".into(),
             webhook: "deliver".into(),
+            amount: "ok".into(),
             timeout_ms: 30_000,
             webhook_delay_ms: 2_000,
             latency_ms: 0,
         }
     }
+}
+
+/// A payment's state as the `amount` switch has the mock report it.
+pub(super) fn reported(mode: &str, (status, mut body): Answer) -> Answer {
+    if status == StatusCode::OK && body.get("status").is_some() {
+        match mode {
+            "other" => {
+                let cents = body["amount_cents"].as_u64().unwrap_or(0);
+                body["amount_cents"] = json!(cents.saturating_add(100));
+                body["currency"] = json!("XXX");
+            }
+            "omit" => {
+                if let Some(o) = body.as_object_mut() {
+                    o.remove("amount_cents");
+                    o.remove("currency");
+                }
+            }
+            _ => {}
+        }
+    }
+    (status, body)
 }
 
 impl Mock {
@@ -132,5 +161,28 @@ mod tests {
             (m.faults().execute.as_str(), m.faults().void.as_str()),
             ("hold", "lose")
         );
+        let (status, _) = m.set_faults(&Bytes::from(r#"{"amount":"half"}"#));
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn the_amount_switch_changes_what_a_payment_answer_reports() {
+        let paid = || {
+            (
+                StatusCode::OK,
+                json!({"status": "completed", "amount_cents": 5000, "currency": "EUR"}),
+            )
+        };
+        assert_eq!(reported("ok", paid()), paid());
+        let (_, other) = reported("other", paid());
+        assert_eq!(
+            (other["amount_cents"].as_u64(), other["currency"].as_str()),
+            (Some(5100), Some("XXX"))
+        );
+        let (_, omitted) = reported("omit", paid());
+        assert_eq!(omitted, json!({"status": "completed"}));
+        // Errors are not payment answers: left alone.
+        let refused = err(StatusCode::CONFLICT, "already_captured", "x");
+        assert_eq!(reported("omit", refused.clone()), refused);
     }
 }

@@ -102,6 +102,13 @@ impl Mock {
             }
             _ => err(StatusCode::NOT_FOUND, "not_found", "no such route"),
         };
+        let answer = match (&method, parts.as_slice()) {
+            (&Method::GET, ["v1", "payments", _])
+            | (&Method::POST, ["v1", "payments", _, "execute" | "void"]) => {
+                super::faults::reported(&self.faults().amount, answer)
+            }
+            _ => answer,
+        };
         respond(answer)
     }
 }

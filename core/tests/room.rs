@@ -1,11 +1,13 @@
 //! The waiting room in the state machine: the opening's draw, admission by
-//! the schedule, holds only by admitted buyers, lapses and re-joins.
+//! the schedule, holds only by admitted buyers, lapses and re-joins, and
+//! a schedule bounded without dropping usable tickets.
 
 mod common;
 
 use common::{cmd, outcome, spec_with};
 use seatfence_core::inventory::{
-    EventAction, Outcome, RoomAction, RoomSettings, SeatPick, Standing,
+    EventAction, Outcome, RoomAction, RoomSettings, SeatPick, Section, Standing, MAX_SEGMENTS,
+    MAX_TICKET_TTL_MS, MIN_SEGMENT_MS,
 };
 use seatfence_core::query::{Query, QueryResult, RoomView};
 use seatfence_core::{Command, GroupId, State, UserId};
@@ -34,6 +36,44 @@ fn event(per_sec: u32) -> State {
     let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
     assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
     s
+}
+
+/// An event opening at `OPENS` with `seats` seats in one section and a
+/// room admitting `per_sec`, tickets lasting `ttl_ms`.
+fn big_event(per_sec: u32, ttl_ms: u64, seats: u32) -> State {
+    let mut spec = spec_with(None);
+    spec.seats = vec![];
+    spec.sections = vec![Section {
+        name: "S".into(),
+        rows: seats.div_ceil(100),
+        seats_per_row: 100,
+    }];
+    spec.opens_at_ms = Some(OPENS);
+    spec.waiting_room = Some(RoomSettings {
+        enabled: true,
+        admit_per_sec: per_sec,
+        ticket_ttl_ms: ttl_ms,
+    });
+    let mut s = State::default();
+    let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
+    assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
+    s
+}
+
+fn segments(s: &State) -> usize {
+    s.inventory.room.as_ref().expect("a room").segments.len()
+}
+
+/// A hold of any one seat through `buyer`'s ticket.
+fn hold_any(s: &mut State, now: u64, buyer: &UserId) -> Outcome {
+    let action = EventAction::Room(RoomAction::Hold {
+        owner: buyer.clone(),
+        pick: SeatPick::Quantity {
+            section: None,
+            quantity: 1,
+        },
+    });
+    run(s, cmd(now, 1, None, action))
 }
 
 fn user(i: usize) -> UserId {
@@ -323,5 +363,92 @@ fn a_room_needs_an_opening_time_and_sane_settings() {
     assert_eq!(
         run(&mut plain, cmd(1, 1, None, set)),
         Outcome::OpensAtRequired
+    );
+}
+
+/// Joins that each find the queue drained (a buyer every 500 ms, faster
+/// admission) used to start a segment each, and past `MAX_SEGMENTS` the
+/// oldest went while their tickets were still good.
+#[test]
+fn a_drained_queue_joined_again_and_again_keeps_every_valid_ticket() {
+    const JOINS: usize = MAX_SEGMENTS + 1_000;
+    const EVERY_MS: u64 = 500;
+    let mut s = big_event(1_000, MAX_TICKET_TTL_MS, JOINS as u32);
+    tick(&mut s, OPENS);
+    for i in 0..JOINS {
+        let now = OPENS + 1 + i as u64 * EVERY_MS;
+        let st = join(&mut s, now, &[user(i)], i as u64);
+        assert!(
+            matches!(st[0].1, Standing::Admitted { .. }),
+            "buyer {i} on a drained queue: {st:?}"
+        );
+    }
+    let end = OPENS + 1 + JOINS as u64 * EVERY_MS;
+    assert!(
+        end - OPENS < MAX_TICKET_TTL_MS,
+        "every ticket is still good"
+    );
+    for i in 0..JOINS {
+        let st = view(&s, Some(&user(i)), end).1;
+        assert!(
+            matches!(st, Some(Standing::Admitted { .. })),
+            "buyer {i}: {st:?}"
+        );
+        let held = hold_any(&mut s, end, &user(i));
+        assert!(matches!(held, Outcome::Held(_)), "buyer {i}: {held:?}");
+    }
+    // A segment a second at most, whatever the joins.
+    let kept = segments(&s);
+    assert!(
+        kept <= ((end - OPENS) / MIN_SEGMENT_MS) as usize + 2 && kept <= MAX_SEGMENTS,
+        "{kept} segments"
+    );
+}
+
+/// Over many ticket times, segments whose every ticket ran out go, the
+/// rest stay: the schedule never holds more than a ticket time's worth,
+/// and a buyer who joined a drained queue has the whole ticket time.
+#[test]
+fn segments_go_once_their_tickets_ran_out_and_no_sooner() {
+    const EVERY_MS: u64 = 250;
+    let bound = (TTL / MIN_SEGMENT_MS) as usize + 2;
+    let mut s = big_event(1_000, TTL, 2_000);
+    tick(&mut s, OPENS);
+    let joined_at = |i: usize| OPENS + 1 + i as u64 * EVERY_MS;
+    let joins = (10 * TTL / EVERY_MS) as usize;
+    for i in 0..joins {
+        join(&mut s, joined_at(i), &[user(i)], i as u64);
+        assert!(segments(&s) <= bound, "{} segments", segments(&s));
+    }
+    let end = joined_at(joins - 1);
+    for i in 0..joins {
+        let st = view(&s, Some(&user(i)), end).1;
+        match st {
+            Some(Standing::Admitted { expires_at_ms, .. }) => {
+                assert!(joined_at(i) + TTL > end, "buyer {i} kept too long: {st:?}");
+                assert!(expires_at_ms >= joined_at(i) + TTL, "buyer {i}: {st:?}");
+            }
+            Some(Standing::Lapsed { .. }) => {
+                assert!(joined_at(i) + TTL <= end, "buyer {i} lapsed early")
+            }
+            other => panic!("buyer {i}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_rate_change_within_a_second_of_the_last_is_refused() {
+    let mut s = rush([1, 2, 3]);
+    let set = |per_sec| EventAction::Room(RoomAction::Configure(room(per_sec)));
+    assert_eq!(
+        run(&mut s, cmd(OPENS + 5_000, 1, None, set(100))),
+        Outcome::RoomSet(room(100))
+    );
+    let again = run(&mut s, cmd(OPENS + 5_500, 1, None, set(50)));
+    assert!(matches!(again, Outcome::InvalidRequest { .. }), "{again:?}");
+    assert_eq!(view(&s, None, OPENS + 5_500).0.settings, room(100));
+    assert_eq!(
+        run(&mut s, cmd(OPENS + 6_000, 1, None, set(50))),
+        Outcome::RoomSet(room(50))
     );
 }

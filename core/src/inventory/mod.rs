@@ -38,7 +38,7 @@ pub use changes::{
 pub use retention::PruneKey;
 pub use room::{
     Place, Room, RoomAction, RoomSettings, Segment, Standing, MAX_ADMIT_PER_SEC, MAX_JOIN_BATCH,
-    MAX_TICKET_TTL_MS, MIN_TICKET_TTL_MS,
+    MAX_SEGMENTS, MAX_TICKET_TTL_MS, MIN_SEGMENT_MS, MIN_TICKET_TTL_MS,
 };
 pub use spec::{
     EventSpec, Section, SpecError, Survival, DEFAULT_RETENTION_MS, MAX_CAPACITY, MAX_HOLD_TTL_MS,

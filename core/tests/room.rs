@@ -1,6 +1,7 @@
 //! The waiting room in the state machine: the opening's draw, admission by
-//! the schedule, holds only by admitted buyers, lapses and re-joins, and
-//! a schedule bounded without dropping usable tickets.
+//! the schedule, holds only by admitted buyers, lapses and re-joins, a
+//! schedule bounded without dropping usable tickets, and what one ticket
+//! may hold.
 
 mod common;
 
@@ -451,4 +452,139 @@ fn a_rate_change_within_a_second_of_the_last_is_refused() {
         run(&mut s, cmd(OPENS + 6_000, 1, None, set(50))),
         Outcome::RoomSet(room(50))
     );
+}
+
+fn hold_seats(s: &mut State, now: u64, buyer: &UserId, seats: &[&str]) -> Outcome {
+    let action = EventAction::Room(RoomAction::Hold {
+        owner: buyer.clone(),
+        pick: SeatPick::Seats(seats.iter().map(|s| s.to_string()).collect()),
+    });
+    run(s, cmd(now, 1, None, action))
+}
+
+/// The buyer admitted first of `rush`.
+fn front(s: &State) -> UserId {
+    (0..300)
+        .map(user)
+        .find(|u| position(s, u, OPENS) == 0)
+        .expect("a first place")
+}
+
+#[test]
+fn a_ticket_holds_the_per_buyer_limit_then_is_used() {
+    // Two seats a buyer: cancelling one does not give the ticket it back.
+    let mut s = State::default();
+    let mut spec = spec_with(Some(2));
+    spec.opens_at_ms = Some(OPENS);
+    spec.waiting_room = Some(room(10));
+    run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
+    join(&mut s, OPENS + 1, &[user(1)], 1);
+    let Outcome::Held(first) = hold_seats(&mut s, OPENS + 2, &user(1), &["A1"]) else {
+        panic!("the first hold")
+    };
+    let cancel = EventAction::Cancel {
+        owner: user(1),
+        hold: first.seq,
+    };
+    assert!(matches!(
+        run(&mut s, cmd(OPENS + 3, 1, None, cancel)),
+        Outcome::Cancelled(_)
+    ));
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 4, &user(1), &["A2"]),
+        Outcome::Held(_)
+    ));
+    // The buyer holds one seat of two, and the ticket has held two.
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 5, &user(1), &["A3"]),
+        Outcome::TicketUsed { limit: 2, held: 2 }
+    );
+    assert_eq!(
+        Outcome::TicketUsed { limit: 2, held: 2 }.error_code(),
+        Some("ticket_used")
+    );
+    assert_eq!(view(&s, None, OPENS + 5).0.tickets_used, 1);
+}
+
+#[test]
+fn without_a_per_buyer_limit_a_ticket_holds_the_per_hold_one() {
+    // `max_seats_per_hold` is 3 and there is no per-buyer limit.
+    let mut s = rush([1, 2, 3]);
+    let buyer = front(&s);
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 1, &buyer, &["A1", "A2"]),
+        Outcome::Held(_)
+    ));
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 2, &buyer, &["A3", "A4"]),
+        Outcome::TicketUsed { limit: 3, held: 2 },
+        "two more would make four"
+    );
+    // Over the per-hold limit is the hold's own refusal, as without a room.
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 2, &buyer, &["A3", "A4", "B1", "B2"]),
+        Outcome::TooManySeats { max: 3 }
+    );
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 3, &buyer, &["A3"]),
+        Outcome::Held(_)
+    ));
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 4, &buyer, &["A4"]),
+        Outcome::TicketUsed { limit: 3, held: 3 }
+    );
+    // What the ticket held survives a reload.
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).expect("record loads");
+    }
+    loaded.rebuild_indexes();
+    assert_eq!(
+        hold_seats(&mut loaded, OPENS + 4, &buyer, &["A4"]),
+        Outcome::TicketUsed { limit: 3, held: 3 }
+    );
+}
+
+#[test]
+fn a_retried_hold_answers_as_before_and_counts_once() {
+    let mut s = rush([1, 2, 3]);
+    let buyer = front(&s);
+    let keyed = |seats: &[&str]| {
+        EventAction::Room(RoomAction::Hold {
+            owner: buyer.clone(),
+            pick: SeatPick::Seats(seats.iter().map(|s| s.to_string()).collect()),
+        })
+    };
+    let key = Some((buyer.clone(), "k1".to_string()));
+    let first = run(&mut s, cmd(OPENS + 1, 1, key.clone(), keyed(&["A1", "A2"])));
+    assert!(matches!(first, Outcome::Held(_)), "{first:?}");
+    let again = run(&mut s, cmd(OPENS + 2, 1, key, keyed(&["A1", "A2"])));
+    assert_eq!(again, first, "the recorded answer");
+    assert!(
+        matches!(
+            hold_seats(&mut s, OPENS + 3, &buyer, &["A3"]),
+            Outcome::Held(_)
+        ),
+        "the retry did not count: one seat left on the ticket"
+    );
+}
+
+#[test]
+fn a_lapsed_buyer_who_joins_again_gets_a_new_allowance() {
+    let mut s = rush([1, 2, 3]);
+    let buyer = front(&s);
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 1, &buyer, &["A1", "A2", "A3"]),
+        Outcome::Held(_)
+    ));
+    // The holds expire (10 s), the ticket lapses, the buyer joins again
+    // and waits for its new place (303: behind everyone).
+    let back = join(&mut s, OPENS + TTL + 1, std::slice::from_ref(&buyer), 5);
+    let Standing::Waiting { admitted_at_ms, .. } = back[0].1 else {
+        panic!("{back:?}")
+    };
+    assert!(matches!(
+        hold_seats(&mut s, admitted_at_ms, &buyer, &["A1", "A2", "A3"]),
+        Outcome::Held(_)
+    ));
 }

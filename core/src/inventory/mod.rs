@@ -379,6 +379,13 @@ pub enum Outcome {
     TicketInvalid,
     /// A hold by a buyer still waiting in the queue.
     NotAdmittedYet,
+    /// A hold through a ticket that has already held `held` of the `limit`
+    /// seats one ticket may hold (the per-buyer limit, else the per-hold
+    /// one), so this one would go over.
+    TicketUsed {
+        limit: u32,
+        held: u32,
+    },
 }
 
 impl Outcome {
@@ -426,6 +433,7 @@ impl Outcome {
             Outcome::TicketRequired => "ticket_required",
             Outcome::TicketInvalid => "ticket_invalid",
             Outcome::NotAdmittedYet => "not_admitted_yet",
+            Outcome::TicketUsed { .. } => "ticket_used",
         })
     }
 }
@@ -587,7 +595,7 @@ impl Inventory {
         for (id, at) in &self.inbox {
             ix.inbox_times.insert((*at, id.clone()));
         }
-        for place in self.places.values().filter(|p| p.used) {
+        for place in self.places.values().filter(|p| p.used()) {
             ix.used_positions.extend(place.position);
         }
         self.index = ix;

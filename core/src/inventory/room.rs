@@ -28,9 +28,12 @@
 //! `ticket_ttl / MIN_SEGMENT_MS + 2` are ever kept and none is dropped
 //! while one of its tickets could still be used.
 //!
-//! An admitted buyer may hold seats until `admitted_at + ticket_ttl`;
-//! after that the place has lapsed and the buyer may join again, at the
-//! back.
+//! An admitted buyer may hold seats until `admitted_at + ticket_ttl`, at
+//! most the event's per-buyer limit of them over the ticket's life
+//! ([`Room::ticket_seats`]; `max_seats_per_hold` in an event without
+//! one), counted as they are held, so cancelling does not give them back:
+//! more is `ticket_used`. After that time the place has lapsed and the
+//! buyer may join again, at the back, with a new allowance.
 
 use std::collections::VecDeque;
 
@@ -134,8 +137,16 @@ pub struct Place {
     /// 0-based; `None` until the opening's draw.
     pub position: Option<u64>,
     pub joined_ms: u64,
+    /// Seats held through this place's ticket, in every hold it made
+    /// (cancelled ones included); at most [`Room::ticket_seats`].
+    pub seats_held: u32,
+}
+
+impl Place {
     /// The buyer held seats while admitted.
-    pub used: bool,
+    pub fn used(&self) -> bool {
+        self.seats_held > 0
+    }
 }
 
 /// Where a buyer stands, as the group computes it at `now`.
@@ -269,6 +280,12 @@ impl Room {
         }
     }
 
+    /// Seats one ticket may hold over its life in an event with these
+    /// limits: the per-buyer limit, else the per-hold one.
+    pub fn ticket_seats(max_seats_per_hold: u32, max_seats_per_buyer: Option<u32>) -> u32 {
+        max_seats_per_buyer.unwrap_or(max_seats_per_hold)
+    }
+
     /// Why no segment may start at `now`, if none may: the last one
     /// started less than [`MIN_SEGMENT_MS`] ago, or the schedule is full
     /// of segments with usable tickets.
@@ -386,17 +403,39 @@ impl Inventory {
         match action {
             RoomAction::Configure(settings) => self.configure_room(*settings, now, changed),
             RoomAction::Join { buyers, salt } => self.join(buyers, *salt, now, changed),
-            RoomAction::Hold { owner, pick } => match self.check_admitted(owner, now) {
-                Err(refused) => refused,
-                Ok(()) => {
-                    let outcome = self.hold(owner, pick, now, changed);
-                    if matches!(outcome, Outcome::Held(_)) {
-                        self.mark_ticket_used(owner, changed);
-                    }
-                    outcome
-                }
-            },
+            RoomAction::Hold { owner, pick } => self.ticket_hold(owner, pick, now, changed),
         }
+    }
+
+    /// A hold through an admitted buyer's ticket: while the place is
+    /// admitted and the ticket has seats left for all of it.
+    fn ticket_hold(
+        &mut self,
+        owner: &UserId,
+        pick: &super::SeatPick,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        if let Err(refused) = self.check_admitted(owner, now) {
+            return refused;
+        }
+        let ev = self.event.as_ref().expect("checked by the caller");
+        let limit = Room::ticket_seats(ev.max_seats_per_hold, ev.max_seats_per_buyer);
+        let held = self.places.get(owner).map_or(0, |p| p.seats_held);
+        let asked = match pick {
+            super::SeatPick::Seats(list) => list.len() as u64,
+            super::SeatPick::Quantity { quantity, .. } => u64::from(*quantity),
+        };
+        // An empty or oversized pick is the hold's own refusal (400).
+        let sane = (1..=u64::from(ev.max_seats_per_hold)).contains(&asked);
+        if self.open_room().is_some() && sane && u64::from(held) + asked > u64::from(limit) {
+            return Outcome::TicketUsed { limit, held };
+        }
+        let outcome = self.hold(owner, pick, now, changed);
+        if let Outcome::Held(hold) = &outcome {
+            self.mark_ticket_used(owner, hold.seats.len() as u32, changed);
+        }
+        outcome
     }
 
     fn configure_room(
@@ -471,7 +510,7 @@ impl Inventory {
             let lapsed = match self.places.get(buyer) {
                 Some(p) => match room.standing(p, opens_at, now) {
                     Standing::Lapsed { .. } => {
-                        if p.used {
+                        if p.used() {
                             if let Some(old) = p.position {
                                 self.index.used_positions.remove(&old);
                             }
@@ -499,7 +538,7 @@ impl Inventory {
             let place = Place {
                 position,
                 joined_ms: now,
-                used: false,
+                seats_held: 0,
             };
             let room = self.room.as_ref().expect("checked above");
             standings.push((buyer.clone(), room.standing(&place, opens_at, now)));
@@ -527,18 +566,27 @@ impl Inventory {
         }
     }
 
-    /// An admitted buyer's hold succeeded: count its ticket used, once.
-    pub(super) fn mark_ticket_used(&mut self, owner: &UserId, changed: &mut Vec<RecordKey>) {
+    /// An admitted buyer's hold of `seats` succeeded: count them against
+    /// its ticket, and the ticket used (once).
+    pub(super) fn mark_ticket_used(
+        &mut self,
+        owner: &UserId,
+        seats: u32,
+        changed: &mut Vec<RecordKey>,
+    ) {
         if self.open_room().is_none() {
             return;
         }
-        let Some(place) = self.places.get_mut(owner).filter(|p| !p.used) else {
+        let Some(place) = self.places.get_mut(owner) else {
             return;
         };
-        place.used = true;
-        self.index.used_positions.extend(place.position);
+        let first = !place.used();
+        place.seats_held = place.seats_held.saturating_add(seats);
         changed.push(RecordKey::Place(owner.clone()));
-        self.room_mut(changed).tickets_used += 1;
+        if first {
+            self.index.used_positions.extend(place.position);
+            self.room_mut(changed).tickets_used += 1;
+        }
     }
 }
 

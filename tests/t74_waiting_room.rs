@@ -1,7 +1,8 @@
 //! The waiting room against a real 3 regions × 3 nodes cluster: buyers
 //! join through every region before the opening and are drawn in one
 //! random order (the same through every edge), later joiners follow by
-//! arrival, admission keeps its rate, holds need the buyer's own ticket.
+//! arrival, admission keeps its rate, holds need the buyer's own ticket,
+//! and a ticket holds the per-buyer limit, then is `ticket_used`.
 
 mod common;
 
@@ -356,7 +357,8 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
     create_event(
         &r.cluster,
         &r.edges[0],
-        json!({"event_id": "room-short", "name": "Short", "home_region": "us-east", "seats": ["T1"],
+        json!({"event_id": "room-short", "name": "Short", "home_region": "us-east",
+               "seats": ["T1", "T2"], "max_seats_per_buyer": 1,
                "opens_at": rfc3339(opens_at_ms),
                "waiting_room": {"admit_per_sec": 100, "ticket_ttl_secs": 10}}),
     )
@@ -407,6 +409,31 @@ async fn t74_a_fair_queue_in_front_of_the_sale() {
         again.body
     );
     assert_eq!(again.body["position"], 2, "{}", again.body);
+    tracing::info!("--- a ticket holds the per-buyer limit (one seat), then it is used");
+    let ticket = again.body["ticket"].as_str().unwrap().to_string();
+    let hold = |seat: &'static str| {
+        let (http, tok, ticket) = (r.http.clone(), tok.clone(), ticket.clone());
+        let url = format!("{}/v1/holds", r.edges[2]);
+        async move {
+            http.post_with(
+                &url,
+                Some(&tok),
+                &[("admission-ticket", ticket.as_str())],
+                &json!({"event_id": "room-short", "seats": [seat]}),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let a = hold("T1").await;
+    assert_eq!(a.status.as_u16(), 201, "the new ticket: {}", a.body);
+    let a = hold("T2").await;
+    assert_eq!(
+        (a.status.as_u16(), a.code()),
+        (409, Some("ticket_used")),
+        "{}",
+        a.body
+    );
 
     // The group's leader reports the room: one ticket used.
     let all = common::moves::all_metrics(&common::moves::all_edges(&r.cluster)).await;

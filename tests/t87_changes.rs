@@ -2,7 +2,8 @@
 //! and real nodes (1 region × 3 nodes, one edge each): a reader resumes
 //! from its cursor on any edge, across a leader killed with SIGKILL, and
 //! sees every change once in order; a cursor older than the retention is
-//! 410 with the oldest cursor; an operator refunds a confirmed booking
+//! 410 with the oldest cursor, one naming an event at `o` (its oldest)
+//! is not; an operator refunds a confirmed booking
 //! exactly once at the gateway, and the refund is in the audit trail and
 //! the feed.
 
@@ -280,6 +281,23 @@ async fn expired_cursor(env: &Env, created: Instant) {
     assert_eq!(b.status.as_u16(), 200, "{}", b.body);
     let kept = seqs(&b.body);
     assert!(!kept.is_empty() && kept[0] > 1, "the oldest kept: {kept:?}");
+    // `G-o` (where a first read puts an event whose group did not answer)
+    // reads from the oldest kept change, not from 0: no 410.
+    let group = op_get(env, 0, "/v1/events/brief").await.body["group_id"]
+        .as_u64()
+        .expect("the event's group");
+    let o = op_get(
+        env,
+        0,
+        &format!("/v1/admin/changes?event=brief&after=c.{group}-o"),
+    )
+    .await;
+    assert_eq!(o.status.as_u16(), 200, "{}", o.body);
+    let from_o = seqs(&o.body);
+    assert!(
+        !from_o.is_empty() && kept.ends_with(&from_o),
+        "from the oldest kept (a tick may prune more): {from_o:?} of {kept:?}"
+    );
     let bad = op_get(env, 0, "/v1/admin/changes?after=nonsense").await;
     assert_eq!(bad.code(), Some("invalid_cursor"));
     let buyer = env

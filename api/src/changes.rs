@@ -12,11 +12,16 @@
 //! ```
 //!
 //! A cursor is the position reached in every event: `c` then `.G-S` per
-//! event group `G` read up to change `S` (`c.12-40.13-7`). An event missing
-//! from it is at 0. Without `after` a reader starts at each event's oldest
-//! kept change; with one, a change it would skip is an error (410 with the
-//! oldest cursor that resumes), never a silent gap. An event whose group
-//! does not answer keeps its position and is listed in `unavailable`.
+//! event group `G` read up to change `S` (`c.12-40.13-7`), or `.G-o` for
+//! an event to read from its oldest kept change (`c.12-40.13-o`: an event
+//! the first read could not reach). An event missing from it is at 0.
+//! Without `after` a reader starts at each event's oldest kept change;
+//! with one, a change it would skip is an error (410 with the oldest
+//! cursor that resumes), never a silent gap. An event whose group does
+//! not answer keeps its position and is listed in `unavailable`; on a
+//! first read its position is `o`, so it starts from its oldest later too
+//! (at 0 it would be 410 once its first change is pruned, a loss that
+//! never happened).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,9 +47,18 @@ const PARALLEL: usize = 16;
 /// How often a waiting request asks again.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Where a reader is: per event group, the last change read.
+/// Where a reader is in one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pos {
+    /// Read up to this change (`G-S`).
+    After(u64),
+    /// Nothing read yet: from the oldest change the event keeps (`G-o`).
+    Oldest,
+}
+
+/// Where a reader is: per event group, its [`Pos`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cursor(pub BTreeMap<u64, u64>);
+pub struct Cursor(pub BTreeMap<u64, Pos>);
 
 impl Cursor {
     pub fn parse(s: &str) -> Option<Cursor> {
@@ -52,34 +66,45 @@ impl Cursor {
         let mut map = BTreeMap::new();
         for pair in rest.split('.').skip(1) {
             let (g, seq) = pair.split_once('-')?;
-            let (g, seq): (u64, u64) = (g.parse().ok()?, seq.parse().ok()?);
+            let g: u64 = g.parse().ok()?;
+            let pos = match seq {
+                "o" => Pos::Oldest,
+                n => Pos::After(n.parse().ok()?),
+            };
             // A group named twice stands at the earlier position: reading
-            // again is safe, skipping is not.
-            let at = map.entry(g).or_insert(seq);
-            *at = (*at).min(seq);
+            // again is safe, skipping is not. A number beats `o`: it says
+            // where the reader stood, and keeps the 410 if that is gone.
+            let at = map.entry(g).or_insert(pos);
+            *at = match (*at, pos) {
+                (Pos::After(a), Pos::After(b)) => Pos::After(a.min(b)),
+                (Pos::After(a), Pos::Oldest) | (Pos::Oldest, Pos::After(a)) => Pos::After(a),
+                (Pos::Oldest, Pos::Oldest) => Pos::Oldest,
+            };
         }
         (rest.is_empty() || rest.starts_with('.')).then_some(Cursor(map))
     }
 
-    pub fn at(&self, group: GroupId) -> u64 {
-        self.0.get(&group.0).copied().unwrap_or(0)
+    /// What to ask `group` for: the changes after this one (0: from the
+    /// oldest kept).
+    pub fn after(&self, group: GroupId) -> u64 {
+        match self.0.get(&group.0) {
+            Some(Pos::After(s)) => *s,
+            Some(Pos::Oldest) | None => 0,
+        }
     }
 }
 
 impl std::fmt::Display for Cursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("c")?;
-        for (g, s) in &self.0 {
-            write!(f, ".{g}-{s}")?;
+        for (g, pos) in &self.0 {
+            match pos {
+                Pos::After(s) => write!(f, ".{g}-{s}")?,
+                Pos::Oldest => write!(f, ".{g}-o")?,
+            }
         }
         Ok(())
     }
-}
-
-/// One event's answer.
-enum Read1 {
-    Page(Box<ChangePage>),
-    Unavailable,
 }
 
 /// `GET /v1/admin/changes?after=CURSOR&event=ID&limit=N&wait_secs=S`.
@@ -163,39 +188,55 @@ async fn read_all(
         .iter()
         .map(|(event, group)| {
             let (client, event, group) = (edge.client.clone(), event.clone(), *group);
-            let after = cursor.at(group);
+            let after = cursor.after(group);
             async move {
                 let q = Query::Changes {
                     after,
                     limit: limit as u32,
                 };
                 let page = match client.query_with(group, &q, Read::Replica).await {
-                    Ok((QueryResult::Changes(p), _)) => Read1::Page(p),
-                    _ => Read1::Unavailable,
+                    Ok((QueryResult::Changes(p), _)) => Some(p),
+                    _ => None,
                 };
-                (event, group, after, page)
+                (event, group, page)
             }
         })
         .collect();
     let answers: Vec<_> = stream::iter(asks).buffered(PARALLEL).collect().await;
+    advance(cursor, strict, answers, limit)
+}
+
+/// The answer to one read from each event's page (`None`: its group did
+/// not answer), advancing `cursor` over the changes returned; `strict`
+/// when the reader gave a cursor. Pure, so its rules are tested alone.
+fn advance(
+    cursor: &mut Cursor,
+    strict: bool,
+    answers: Vec<(EventId, GroupId, Option<Box<ChangePage>>)>,
+    limit: usize,
+) -> Result<(Vec<Value>, Vec<String>), ApiError> {
     let start = cursor.clone();
     let (mut out, mut unavailable, mut expired) = (Vec::new(), Vec::new(), Vec::new());
-    for (event, group, after, page) in answers {
+    for (event, group, page) in answers {
         let page = match page {
-            Read1::Page(p) if p.event_id.as_ref() == Some(&event) => p,
+            Some(p) if p.event_id.as_ref() == Some(&event) => p,
             _ => {
                 unavailable.push(event.0.clone());
+                // Not read: a first read starts it at its oldest, later.
+                if !strict {
+                    cursor.0.entry(group.0).or_insert(Pos::Oldest);
+                }
                 continue;
             }
         };
         // From the start: the oldest kept change. Else the next one must
         // still be kept.
-        let from = if strict || cursor.0.contains_key(&group.0) {
-            after
-        } else {
-            page.oldest_seq.saturating_sub(1)
+        let from = match cursor.0.get(&group.0) {
+            Some(Pos::After(s)) => *s,
+            None if strict => 0,
+            Some(Pos::Oldest) | None => page.oldest_seq.saturating_sub(1),
         };
-        if from + 1 < page.oldest_seq {
+        if from.saturating_add(1) < page.oldest_seq {
             expired.push((event.0.clone(), group, page.oldest_seq - 1));
             continue;
         }
@@ -205,13 +246,13 @@ async fn read_all(
             out.push(change_json(&event, group, c));
             last = c.seq;
         }
-        cursor.0.insert(group.0, last);
+        cursor.0.insert(group.0, Pos::After(last));
     }
     if !expired.is_empty() {
         // From where the reader stood: what this answer read is not sent.
         let mut oldest = start;
         for (_, group, at) in &expired {
-            oldest.0.insert(group.0, *at);
+            oldest.0.insert(group.0, Pos::After(*at));
         }
         let names: Vec<&str> = expired.iter().map(|(e, _, _)| e.as_str()).collect();
         return Err(ApiError::Gone {
@@ -295,18 +336,141 @@ fn booking_json(group: GroupId, b: &BookingFacts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use seatfence_core::inventory::{ChangeKind, EventFacts};
+    use seatfence_core::{Epoch, RegionId};
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
-        let c = Cursor(BTreeMap::from([(12, 40), (13, 0)]));
-        assert_eq!(c.to_string(), "c.12-40.13-0");
-        assert_eq!(Cursor::parse("c.12-40.13-0"), Some(c));
+        let c = Cursor(BTreeMap::from([
+            (12, Pos::After(40)),
+            (13, Pos::After(0)),
+            (14, Pos::Oldest),
+        ]));
+        assert_eq!(c.to_string(), "c.12-40.13-0.14-o");
+        assert_eq!(Cursor::parse("c.12-40.13-0.14-o"), Some(c));
         assert_eq!(Cursor::parse("c"), Some(Cursor::default()));
-        // A group twice: the earlier position.
-        let twice = Cursor(BTreeMap::from([(1, 2)]));
-        assert_eq!(Cursor::parse("c.1-3.1-2"), Some(twice));
-        for bad in ["", "x.1-2", "c1-2", "c.1", "c.a-1", "c.1-2.", "c.-1-2"] {
+        // A group twice: the earlier position; a number over `o`.
+        let twice = Cursor(BTreeMap::from([(1, Pos::After(2))]));
+        assert_eq!(Cursor::parse("c.1-3.1-2"), Some(twice.clone()));
+        assert_eq!(Cursor::parse("c.1-o.1-2"), Some(twice.clone()));
+        assert_eq!(Cursor::parse("c.1-2.1-o"), Some(twice));
+        for bad in [
+            "", "x.1-2", "c1-2", "c.1", "c.a-1", "c.1-2.", "c.-1-2", "c.1-O", "c.1-oo", "c.o-1",
+        ] {
             assert_eq!(Cursor::parse(bad), None, "{bad:?}");
         }
+    }
+
+    fn change(seq: u64) -> Change {
+        Change {
+            seq,
+            at_ms: seq,
+            kind: ChangeKind::EventCreated,
+            subject: ChangeSubject::Event(EventFacts {
+                name: "e".into(),
+                home_region: RegionId("us-east".into()),
+                owner: RegionId("us-east".into()),
+                epoch: Epoch(1),
+                capacity: 1,
+                price_cents: 1,
+                currency: "EUR".into(),
+                opens_at_ms: None,
+                closes_at_ms: None,
+                forced_open: None,
+            }),
+        }
+    }
+
+    /// Event `e<g>` of group `g` keeping changes `oldest..next`, as a
+    /// group answers `after`.
+    fn page(
+        g: u64,
+        oldest: u64,
+        next: u64,
+        after: u64,
+    ) -> (EventId, GroupId, Option<Box<ChangePage>>) {
+        let page = ChangePage {
+            event_id: Some(EventId(format!("e{g}"))),
+            oldest_seq: oldest,
+            next_seq: next,
+            changes: (oldest.max(after + 1)..next).map(change).collect(),
+        };
+        (EventId(format!("e{g}")), GroupId(g), Some(Box::new(page)))
+    }
+
+    fn silent(g: u64) -> (EventId, GroupId, Option<Box<ChangePage>>) {
+        (EventId(format!("e{g}")), GroupId(g), None)
+    }
+
+    fn seqs(out: &[Value]) -> Vec<(String, u64)> {
+        out.iter()
+            .map(|c| {
+                (
+                    c["event_id"].as_str().unwrap().to_string(),
+                    c["seq"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_first_read_puts_an_event_it_could_not_read_at_its_oldest() {
+        let mut cursor = Cursor::default();
+        let (out, unavailable) =
+            advance(&mut cursor, false, vec![page(1, 1, 3, 0), silent(2)], 500).unwrap();
+        assert_eq!(seqs(&out), [("e1".into(), 1), ("e1".into(), 2)]);
+        assert_eq!(unavailable, ["e2"]);
+        assert_eq!(cursor.to_string(), "c.1-2.2-o");
+
+        // Later (group 2's first 49 changes pruned meanwhile), from this
+        // cursor: group 2 still silent keeps its `o` ...
+        let mut later = Cursor::parse(&cursor.to_string()).unwrap();
+        assert_eq!(later.after(GroupId(2)), 0);
+        let (out, unavailable) =
+            advance(&mut later, true, vec![page(1, 1, 3, 2), silent(2)], 500).unwrap();
+        assert!(out.is_empty() && unavailable == ["e2"]);
+        assert_eq!(later.to_string(), "c.1-2.2-o");
+        // ... and once it answers, it is read from its oldest kept change,
+        // not refused as expired.
+        let (out, unavailable) = advance(
+            &mut later,
+            true,
+            vec![page(1, 1, 3, 2), page(2, 50, 52, 0)],
+            500,
+        )
+        .unwrap();
+        assert_eq!(seqs(&out), [("e2".into(), 50), ("e2".into(), 51)]);
+        assert!(unavailable.is_empty());
+        assert_eq!(later.to_string(), "c.1-2.2-51");
+    }
+
+    #[test]
+    fn a_position_past_what_an_event_keeps_is_still_expired() {
+        // Read up to 10, or never read with a cursor (an event created
+        // since): both would skip changes 11..50, which are gone.
+        for given in ["c.2-10", "c.1-2"] {
+            let mut cursor = Cursor::parse(given).unwrap();
+            let after = cursor.after(GroupId(2));
+            let err = advance(&mut cursor, true, vec![page(2, 50, 52, after)], 500).unwrap_err();
+            let ApiError::Gone { code, extra, .. } = err else {
+                panic!("{err:?}")
+            };
+            assert_eq!(code, "cursor_expired");
+            assert!(
+                extra["oldest_cursor"].as_str().unwrap().contains(".2-49"),
+                "{extra}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unanswered_event_with_a_cursor_keeps_its_position() {
+        // With a cursor, an event it does not name stays at 0 (created
+        // since: its first change is still to read), and a named one where
+        // it stood.
+        let mut cursor = Cursor::parse("c.1-7").unwrap();
+        let (_, unavailable) = advance(&mut cursor, true, vec![silent(1), silent(2)], 500).unwrap();
+        assert_eq!(unavailable, ["e1", "e2"]);
+        assert_eq!(cursor.to_string(), "c.1-7");
     }
 }

@@ -169,6 +169,12 @@ impl ApiError {
                 "still waiting in the queue: poll GET /v1/events/{id}/queue/me".into(),
                 json!({}),
             ),
+            Outcome::TicketUsed { limit, held } => conflict(
+                format!(
+                    "this admission ticket has held {held} of the {limit} seats one ticket may hold (cancelled holds count): a hold past that is refused until the ticket lapses and the buyer joins the queue again"
+                ),
+                json!({"limit": limit, "seats_held": held}),
+            ),
             Outcome::NoWaitingRoom => {
                 conflict(format!("event {event_id} has no waiting room"), json!({}))
             }

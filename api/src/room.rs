@@ -17,7 +17,9 @@
 //! refused `ticket_invalid` at the edge when the ticket is forged, another
 //! buyer's, another event's or expired; the group then checks the buyer's
 //! own place again in apply (a hold without a ticket meets the group's
-//! `ticket_required`, a waiting buyer's `not_admitted_yet`).
+//! `ticket_required`, a waiting buyer's `not_admitted_yet`), and counts the
+//! seats held through the ticket: past the event's per-buyer limit (or
+//! `max_seats_per_hold` without one) it is 409 `ticket_used`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,11 +1,14 @@
 //! The waiting room in the state machine: the opening's draw, admission by
-//! the schedule, holds only by admitted buyers, lapses and re-joins.
+//! the schedule, holds only by admitted buyers, lapses and re-joins, a
+//! schedule bounded without dropping usable tickets, and what one ticket
+//! may hold.
 
 mod common;
 
 use common::{cmd, outcome, spec_with};
 use seatfence_core::inventory::{
-    EventAction, Outcome, RoomAction, RoomSettings, SeatPick, Standing,
+    EventAction, Outcome, RoomAction, RoomSettings, SeatPick, Section, Standing, MAX_SEGMENTS,
+    MAX_TICKET_TTL_MS, MIN_SEGMENT_MS,
 };
 use seatfence_core::query::{Query, QueryResult, RoomView};
 use seatfence_core::{Command, GroupId, State, UserId};
@@ -34,6 +37,44 @@ fn event(per_sec: u32) -> State {
     let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
     assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
     s
+}
+
+/// An event opening at `OPENS` with `seats` seats in one section and a
+/// room admitting `per_sec`, tickets lasting `ttl_ms`.
+fn big_event(per_sec: u32, ttl_ms: u64, seats: u32) -> State {
+    let mut spec = spec_with(None);
+    spec.seats = vec![];
+    spec.sections = vec![Section {
+        name: "S".into(),
+        rows: seats.div_ceil(100),
+        seats_per_row: 100,
+    }];
+    spec.opens_at_ms = Some(OPENS);
+    spec.waiting_room = Some(RoomSettings {
+        enabled: true,
+        admit_per_sec: per_sec,
+        ticket_ttl_ms: ttl_ms,
+    });
+    let mut s = State::default();
+    let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
+    assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
+    s
+}
+
+fn segments(s: &State) -> usize {
+    s.inventory.room.as_ref().expect("a room").segments.len()
+}
+
+/// A hold of any one seat through `buyer`'s ticket.
+fn hold_any(s: &mut State, now: u64, buyer: &UserId) -> Outcome {
+    let action = EventAction::Room(RoomAction::Hold {
+        owner: buyer.clone(),
+        pick: SeatPick::Quantity {
+            section: None,
+            quantity: 1,
+        },
+    });
+    run(s, cmd(now, 1, None, action))
 }
 
 fn user(i: usize) -> UserId {
@@ -324,4 +365,226 @@ fn a_room_needs_an_opening_time_and_sane_settings() {
         run(&mut plain, cmd(1, 1, None, set)),
         Outcome::OpensAtRequired
     );
+}
+
+/// Joins that each find the queue drained (a buyer every 500 ms, faster
+/// admission) used to start a segment each, and past `MAX_SEGMENTS` the
+/// oldest went while their tickets were still good.
+#[test]
+fn a_drained_queue_joined_again_and_again_keeps_every_valid_ticket() {
+    const JOINS: usize = MAX_SEGMENTS + 1_000;
+    const EVERY_MS: u64 = 500;
+    let mut s = big_event(1_000, MAX_TICKET_TTL_MS, JOINS as u32);
+    tick(&mut s, OPENS);
+    for i in 0..JOINS {
+        let now = OPENS + 1 + i as u64 * EVERY_MS;
+        let st = join(&mut s, now, &[user(i)], i as u64);
+        assert!(
+            matches!(st[0].1, Standing::Admitted { .. }),
+            "buyer {i} on a drained queue: {st:?}"
+        );
+    }
+    let end = OPENS + 1 + JOINS as u64 * EVERY_MS;
+    assert!(
+        end - OPENS < MAX_TICKET_TTL_MS,
+        "every ticket is still good"
+    );
+    for i in 0..JOINS {
+        let st = view(&s, Some(&user(i)), end).1;
+        assert!(
+            matches!(st, Some(Standing::Admitted { .. })),
+            "buyer {i}: {st:?}"
+        );
+        let held = hold_any(&mut s, end, &user(i));
+        assert!(matches!(held, Outcome::Held(_)), "buyer {i}: {held:?}");
+    }
+    // A segment a second at most, whatever the joins.
+    let kept = segments(&s);
+    assert!(
+        kept <= ((end - OPENS) / MIN_SEGMENT_MS) as usize + 2 && kept <= MAX_SEGMENTS,
+        "{kept} segments"
+    );
+}
+
+/// Over many ticket times, segments whose every ticket ran out go, the
+/// rest stay: the schedule never holds more than a ticket time's worth,
+/// and a buyer who joined a drained queue has the whole ticket time.
+#[test]
+fn segments_go_once_their_tickets_ran_out_and_no_sooner() {
+    const EVERY_MS: u64 = 250;
+    let bound = (TTL / MIN_SEGMENT_MS) as usize + 2;
+    let mut s = big_event(1_000, TTL, 2_000);
+    tick(&mut s, OPENS);
+    let joined_at = |i: usize| OPENS + 1 + i as u64 * EVERY_MS;
+    let joins = (10 * TTL / EVERY_MS) as usize;
+    for i in 0..joins {
+        join(&mut s, joined_at(i), &[user(i)], i as u64);
+        assert!(segments(&s) <= bound, "{} segments", segments(&s));
+    }
+    let end = joined_at(joins - 1);
+    for i in 0..joins {
+        let st = view(&s, Some(&user(i)), end).1;
+        match st {
+            Some(Standing::Admitted { expires_at_ms, .. }) => {
+                assert!(joined_at(i) + TTL > end, "buyer {i} kept too long: {st:?}");
+                assert!(expires_at_ms >= joined_at(i) + TTL, "buyer {i}: {st:?}");
+            }
+            Some(Standing::Lapsed { .. }) => {
+                assert!(joined_at(i) + TTL <= end, "buyer {i} lapsed early")
+            }
+            other => panic!("buyer {i}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_rate_change_within_a_second_of_the_last_is_refused() {
+    let mut s = rush([1, 2, 3]);
+    let set = |per_sec| EventAction::Room(RoomAction::Configure(room(per_sec)));
+    assert_eq!(
+        run(&mut s, cmd(OPENS + 5_000, 1, None, set(100))),
+        Outcome::RoomSet(room(100))
+    );
+    let again = run(&mut s, cmd(OPENS + 5_500, 1, None, set(50)));
+    assert!(matches!(again, Outcome::InvalidRequest { .. }), "{again:?}");
+    assert_eq!(view(&s, None, OPENS + 5_500).0.settings, room(100));
+    assert_eq!(
+        run(&mut s, cmd(OPENS + 6_000, 1, None, set(50))),
+        Outcome::RoomSet(room(50))
+    );
+}
+
+fn hold_seats(s: &mut State, now: u64, buyer: &UserId, seats: &[&str]) -> Outcome {
+    let action = EventAction::Room(RoomAction::Hold {
+        owner: buyer.clone(),
+        pick: SeatPick::Seats(seats.iter().map(|s| s.to_string()).collect()),
+    });
+    run(s, cmd(now, 1, None, action))
+}
+
+/// The buyer admitted first of `rush`.
+fn front(s: &State) -> UserId {
+    (0..300)
+        .map(user)
+        .find(|u| position(s, u, OPENS) == 0)
+        .expect("a first place")
+}
+
+#[test]
+fn a_ticket_holds_the_per_buyer_limit_then_is_used() {
+    // Two seats a buyer: cancelling one does not give the ticket it back.
+    let mut s = State::default();
+    let mut spec = spec_with(Some(2));
+    spec.opens_at_ms = Some(OPENS);
+    spec.waiting_room = Some(room(10));
+    run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
+    join(&mut s, OPENS + 1, &[user(1)], 1);
+    let Outcome::Held(first) = hold_seats(&mut s, OPENS + 2, &user(1), &["A1"]) else {
+        panic!("the first hold")
+    };
+    let cancel = EventAction::Cancel {
+        owner: user(1),
+        hold: first.seq,
+    };
+    assert!(matches!(
+        run(&mut s, cmd(OPENS + 3, 1, None, cancel)),
+        Outcome::Cancelled(_)
+    ));
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 4, &user(1), &["A2"]),
+        Outcome::Held(_)
+    ));
+    // The buyer holds one seat of two, and the ticket has held two.
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 5, &user(1), &["A3"]),
+        Outcome::TicketUsed { limit: 2, held: 2 }
+    );
+    assert_eq!(
+        Outcome::TicketUsed { limit: 2, held: 2 }.error_code(),
+        Some("ticket_used")
+    );
+    assert_eq!(view(&s, None, OPENS + 5).0.tickets_used, 1);
+}
+
+#[test]
+fn without_a_per_buyer_limit_a_ticket_holds_the_per_hold_one() {
+    // `max_seats_per_hold` is 3 and there is no per-buyer limit.
+    let mut s = rush([1, 2, 3]);
+    let buyer = front(&s);
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 1, &buyer, &["A1", "A2"]),
+        Outcome::Held(_)
+    ));
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 2, &buyer, &["A3", "A4"]),
+        Outcome::TicketUsed { limit: 3, held: 2 },
+        "two more would make four"
+    );
+    // Over the per-hold limit is the hold's own refusal, as without a room.
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 2, &buyer, &["A3", "A4", "B1", "B2"]),
+        Outcome::TooManySeats { max: 3 }
+    );
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 3, &buyer, &["A3"]),
+        Outcome::Held(_)
+    ));
+    assert_eq!(
+        hold_seats(&mut s, OPENS + 4, &buyer, &["A4"]),
+        Outcome::TicketUsed { limit: 3, held: 3 }
+    );
+    // What the ticket held survives a reload.
+    let mut loaded = State::default();
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).expect("record loads");
+    }
+    loaded.rebuild_indexes();
+    assert_eq!(
+        hold_seats(&mut loaded, OPENS + 4, &buyer, &["A4"]),
+        Outcome::TicketUsed { limit: 3, held: 3 }
+    );
+}
+
+#[test]
+fn a_retried_hold_answers_as_before_and_counts_once() {
+    let mut s = rush([1, 2, 3]);
+    let buyer = front(&s);
+    let keyed = |seats: &[&str]| {
+        EventAction::Room(RoomAction::Hold {
+            owner: buyer.clone(),
+            pick: SeatPick::Seats(seats.iter().map(|s| s.to_string()).collect()),
+        })
+    };
+    let key = Some((buyer.clone(), "k1".to_string()));
+    let first = run(&mut s, cmd(OPENS + 1, 1, key.clone(), keyed(&["A1", "A2"])));
+    assert!(matches!(first, Outcome::Held(_)), "{first:?}");
+    let again = run(&mut s, cmd(OPENS + 2, 1, key, keyed(&["A1", "A2"])));
+    assert_eq!(again, first, "the recorded answer");
+    assert!(
+        matches!(
+            hold_seats(&mut s, OPENS + 3, &buyer, &["A3"]),
+            Outcome::Held(_)
+        ),
+        "the retry did not count: one seat left on the ticket"
+    );
+}
+
+#[test]
+fn a_lapsed_buyer_who_joins_again_gets_a_new_allowance() {
+    let mut s = rush([1, 2, 3]);
+    let buyer = front(&s);
+    assert!(matches!(
+        hold_seats(&mut s, OPENS + 1, &buyer, &["A1", "A2", "A3"]),
+        Outcome::Held(_)
+    ));
+    // The holds expire (10 s), the ticket lapses, the buyer joins again
+    // and waits for its new place (303: behind everyone).
+    let back = join(&mut s, OPENS + TTL + 1, std::slice::from_ref(&buyer), 5);
+    let Standing::Waiting { admitted_at_ms, .. } = back[0].1 else {
+        panic!("{back:?}")
+    };
+    assert!(matches!(
+        hold_seats(&mut s, admitted_at_ms, &buyer, &["A1", "A2", "A3"]),
+        Outcome::Held(_)
+    ));
 }

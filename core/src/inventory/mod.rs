@@ -39,7 +39,7 @@ pub use changes::{
 pub use retention::PruneKey;
 pub use room::{
     Place, Room, RoomAction, RoomSettings, Segment, Standing, MAX_ADMIT_PER_SEC, MAX_JOIN_BATCH,
-    MAX_TICKET_TTL_MS, MIN_TICKET_TTL_MS,
+    MAX_SEGMENTS, MAX_TICKET_TTL_MS, MIN_SEGMENT_MS, MIN_TICKET_TTL_MS,
 };
 pub use spec::{
     EventSpec, Section, SpecError, Survival, DEFAULT_RETENTION_MS, MAX_CAPACITY, MAX_HOLD_TTL_MS,
@@ -380,6 +380,13 @@ pub enum Outcome {
     TicketInvalid,
     /// A hold by a buyer still waiting in the queue.
     NotAdmittedYet,
+    /// A hold through a ticket that has already held `held` of the `limit`
+    /// seats one ticket may hold (the per-buyer limit, else the per-hold
+    /// one), so this one would go over.
+    TicketUsed {
+        limit: u32,
+        held: u32,
+    },
 }
 
 impl Outcome {
@@ -427,6 +434,7 @@ impl Outcome {
             Outcome::TicketRequired => "ticket_required",
             Outcome::TicketInvalid => "ticket_invalid",
             Outcome::NotAdmittedYet => "not_admitted_yet",
+            Outcome::TicketUsed { .. } => "ticket_used",
         })
     }
 }
@@ -587,7 +595,7 @@ impl Inventory {
         for (id, at) in &self.inbox {
             ix.inbox_times.insert((*at, id.clone()));
         }
-        for place in self.places.values().filter(|p| p.used) {
+        for place in self.places.values().filter(|p| p.used()) {
             ix.used_positions.extend(place.position);
         }
         self.index = ix;

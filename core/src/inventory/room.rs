@@ -20,9 +20,20 @@
 //! new segment starts when an operator changes the rate (from the first
 //! position not yet admitted) and when a join finds the queue drained
 //! with admission credit saved up (so a rush after a quiet spell is paced,
-//! not let in at once). An admitted buyer may hold seats until
-//! `admitted_at + ticket_ttl`; after that the place has lapsed and the
-//! buyer may join again, at the back.
+//! not let in at once). Segments start at least [`MIN_SEGMENT_MS`] apart:
+//! a join on a drained queue sooner than that keeps the last one (the
+//! credit it can have saved is at most a second of the rate), and a rate
+//! change sooner than that is refused. A segment goes only once every
+//! position in it lapsed (admitted, and `ticket_ttl` passed), so at most
+//! `ticket_ttl / MIN_SEGMENT_MS + 2` are ever kept and none is dropped
+//! while one of its tickets could still be used.
+//!
+//! An admitted buyer may hold seats until `admitted_at + ticket_ttl`, at
+//! most the event's per-buyer limit of them over the ticket's life
+//! ([`Room::ticket_seats`]; `max_seats_per_hold` in an event without
+//! one), counted as they are held, so cancelling does not give them back:
+//! more is `ticket_used`. After that time the place has lapsed and the
+//! buyer may join again, at the back, with a new allowance.
 
 use std::collections::VecDeque;
 
@@ -40,9 +51,14 @@ pub const MIN_TICKET_TTL_MS: u64 = 10_000;
 pub const MAX_TICKET_TTL_MS: u64 = 3_600_000;
 /// Most buyers in one join batch.
 pub const MAX_JOIN_BATCH: usize = 1_000;
-/// Schedule segments kept: the oldest goes first (its positions count as
-/// lapsed) when rate changes and drained-queue restarts pile up.
+/// Schedule segments kept at most. Never reached while segments start
+/// [`MIN_SEGMENT_MS`] apart and go once lapsed (at most
+/// `MAX_TICKET_TTL_MS / MIN_SEGMENT_MS + 2` = 3,602 are live); a schedule
+/// that is full anyway starts no segment (a join keeps the last one, a
+/// rate change is refused) rather than drop one with usable tickets.
 pub const MAX_SEGMENTS: usize = 4_096;
+/// The least time between two segments' starts.
+pub const MIN_SEGMENT_MS: u64 = 1_000;
 
 /// A room's settings: the create body's `waiting_room` and the operators'
 /// `POST /v1/admin/events/{id}/waiting-room`.
@@ -121,8 +137,16 @@ pub struct Place {
     /// 0-based; `None` until the opening's draw.
     pub position: Option<u64>,
     pub joined_ms: u64,
+    /// Seats held through this place's ticket, in every hold it made
+    /// (cancelled ones included); at most [`Room::ticket_seats`].
+    pub seats_held: u32,
+}
+
+impl Place {
     /// The buyer held seats while admitted.
-    pub used: bool,
+    pub fn used(&self) -> bool {
+        self.seats_held > 0
+    }
 }
 
 /// Where a buyer stands, as the group computes it at `now`.
@@ -208,7 +232,9 @@ impl Room {
 
     /// Places whose time ran out unused by `now`: admitted at least
     /// `ticket_ttl` ago, their buyer never held seats (`used`: the used
-    /// positions).
+    /// positions). By the schedule alone: a place that joined a drained
+    /// queue after its position's time counts up to [`MIN_SEGMENT_MS`]
+    /// early.
     pub fn lapsed(&self, now: u64, used: &imbl::OrdSet<u64>) -> u64 {
         let expired = self.admitted_by(now.saturating_sub(self.settings.ticket_ttl_ms));
         let used_among = used.range(..expired).count() as u64;
@@ -228,6 +254,12 @@ impl Room {
         let Some(at) = self.admitted_at(p) else {
             return Standing::Lapsed { position: p };
         };
+        // Never before the buyer joined: a join on a drained queue within
+        // [`MIN_SEGMENT_MS`] of the last segment's start takes a position
+        // the schedule admitted a moment ago, and its ticket's time starts
+        // now. (Still by the next segment's start, which a place in a
+        // segment joined before.)
+        let at = at.max(place.joined_ms);
         let admitted = self.admitted(now);
         if p >= admitted {
             return Standing::Waiting {
@@ -248,24 +280,55 @@ impl Room {
         }
     }
 
-    /// Start a segment at `now` from the first position not yet admitted.
+    /// Seats one ticket may hold over its life in an event with these
+    /// limits: the per-buyer limit, else the per-hold one.
+    pub fn ticket_seats(max_seats_per_hold: u32, max_seats_per_buyer: Option<u32>) -> u32 {
+        max_seats_per_buyer.unwrap_or(max_seats_per_hold)
+    }
+
+    /// Why no segment may start at `now`, if none may: the last one
+    /// started less than [`MIN_SEGMENT_MS`] ago, or the schedule is full
+    /// of segments with usable tickets.
+    fn restart_refused(&self, now: u64) -> Option<String> {
+        if let Some(last) = self.segments.back() {
+            if now < last.from_ms.saturating_add(MIN_SEGMENT_MS) {
+                return Some(format!(
+                    "the admission schedule last changed less than {MIN_SEGMENT_MS} ms ago: change the rate again a second later"
+                ));
+            }
+        }
+        let ttl = self.settings.ticket_ttl_ms;
+        let lapsed = self
+            .segments
+            .iter()
+            .skip(1)
+            .take_while(|s| s.from_ms.saturating_add(ttl) <= now)
+            .count();
+        (self.segments.len() - lapsed >= MAX_SEGMENTS).then(|| {
+            format!("the admission schedule holds {MAX_SEGMENTS} segments with usable tickets")
+        })
+    }
+
+    /// Start a segment at `now` from the first position not yet admitted
+    /// (the caller checked [`Room::restart_refused`]), forgetting those
+    /// that lapsed.
     fn restart(&mut self, now: u64) {
+        self.drop_lapsed_segments(now);
         let from_pos = self.admitted(now);
         self.segments.push_back(Segment {
             from_pos,
             from_ms: now,
             per_sec: self.settings.admit_per_sec,
         });
-        self.drop_lapsed_segments(now);
     }
 
-    /// Forget segments whose every position lapsed before `now`.
+    /// Forget the oldest segments whose every position lapsed by `now`:
+    /// each was admitted by the next segment's start (a segment starts
+    /// from the first position not yet admitted), so its tickets ended by
+    /// then + `ticket_ttl`. The last segment always stays.
     fn drop_lapsed_segments(&mut self, now: u64) {
         let ttl = self.settings.ticket_ttl_ms;
-        while self.segments.len() > 1
-            && (self.segments[1].from_ms.saturating_add(ttl) <= now
-                || self.segments.len() > MAX_SEGMENTS)
-        {
+        while self.segments.len() > 1 && self.segments[1].from_ms.saturating_add(ttl) <= now {
             self.segments.pop_front();
         }
     }
@@ -340,17 +403,39 @@ impl Inventory {
         match action {
             RoomAction::Configure(settings) => self.configure_room(*settings, now, changed),
             RoomAction::Join { buyers, salt } => self.join(buyers, *salt, now, changed),
-            RoomAction::Hold { owner, pick } => match self.check_admitted(owner, now) {
-                Err(refused) => refused,
-                Ok(()) => {
-                    let outcome = self.hold(owner, pick, now, changed);
-                    if matches!(outcome, Outcome::Held(_)) {
-                        self.mark_ticket_used(owner, changed);
-                    }
-                    outcome
-                }
-            },
+            RoomAction::Hold { owner, pick } => self.ticket_hold(owner, pick, now, changed),
         }
+    }
+
+    /// A hold through an admitted buyer's ticket: while the place is
+    /// admitted and the ticket has seats left for all of it.
+    fn ticket_hold(
+        &mut self,
+        owner: &UserId,
+        pick: &super::SeatPick,
+        now: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Outcome {
+        if let Err(refused) = self.check_admitted(owner, now) {
+            return refused;
+        }
+        let ev = self.event.as_ref().expect("checked by the caller");
+        let limit = Room::ticket_seats(ev.max_seats_per_hold, ev.max_seats_per_buyer);
+        let held = self.places.get(owner).map_or(0, |p| p.seats_held);
+        let asked = match pick {
+            super::SeatPick::Seats(list) => list.len() as u64,
+            super::SeatPick::Quantity { quantity, .. } => u64::from(*quantity),
+        };
+        // An empty or oversized pick is the hold's own refusal (400).
+        let sane = (1..=u64::from(ev.max_seats_per_hold)).contains(&asked);
+        if self.open_room().is_some() && sane && u64::from(held) + asked > u64::from(limit) {
+            return Outcome::TicketUsed { limit, held };
+        }
+        let outcome = self.hold(owner, pick, now, changed);
+        if let Outcome::Held(hold) = &outcome {
+            self.mark_ticket_used(owner, hold.seats.len() as u32, changed);
+        }
+        outcome
     }
 
     fn configure_room(
@@ -371,13 +456,19 @@ impl Inventory {
             self.open_room_if_due(now, changed);
             return Outcome::RoomSet(settings);
         }
-        let room = self.room_mut(changed);
-        let paced_anew = room.settings.admit_per_sec != settings.admit_per_sec
-            || (settings.enabled && !room.settings.enabled);
-        room.settings = settings;
-        if room.opened && paced_anew {
-            room.restart(now);
+        let room = self.room.as_ref().expect("checked above");
+        let paced_anew = room.opened
+            && (room.settings.admit_per_sec != settings.admit_per_sec
+                || (settings.enabled && !room.settings.enabled));
+        let mut next = room.clone();
+        next.settings = settings;
+        if paced_anew {
+            if let Some(reason) = next.restart_refused(now) {
+                return Outcome::InvalidRequest { reason };
+            }
+            next.restart(now);
         }
+        *self.room_mut(changed) = next;
         self.open_room_if_due(now, changed);
         Outcome::RoomSet(settings)
     }
@@ -406,8 +497,11 @@ impl Inventory {
             .segments
             .back()
             .is_some_and(|s| s.admitted(now) > room.placed)
+            && room.restart_refused(now).is_none()
         {
-            // Drained, with credit saved up: pace what comes next.
+            // Drained, with credit saved up: pace what comes next (within
+            // a second of the last segment's start the credit is at most a
+            // second of the rate, and that one stays).
             room.restart(now);
         }
         let mut standings = Vec::with_capacity(buyers.len());
@@ -416,7 +510,7 @@ impl Inventory {
             let lapsed = match self.places.get(buyer) {
                 Some(p) => match room.standing(p, opens_at, now) {
                     Standing::Lapsed { .. } => {
-                        if p.used {
+                        if p.used() {
                             if let Some(old) = p.position {
                                 self.index.used_positions.remove(&old);
                             }
@@ -444,7 +538,7 @@ impl Inventory {
             let place = Place {
                 position,
                 joined_ms: now,
-                used: false,
+                seats_held: 0,
             };
             let room = self.room.as_ref().expect("checked above");
             standings.push((buyer.clone(), room.standing(&place, opens_at, now)));
@@ -472,18 +566,27 @@ impl Inventory {
         }
     }
 
-    /// An admitted buyer's hold succeeded: count its ticket used, once.
-    pub(super) fn mark_ticket_used(&mut self, owner: &UserId, changed: &mut Vec<RecordKey>) {
+    /// An admitted buyer's hold of `seats` succeeded: count them against
+    /// its ticket, and the ticket used (once).
+    pub(super) fn mark_ticket_used(
+        &mut self,
+        owner: &UserId,
+        seats: u32,
+        changed: &mut Vec<RecordKey>,
+    ) {
         if self.open_room().is_none() {
             return;
         }
-        let Some(place) = self.places.get_mut(owner).filter(|p| !p.used) else {
+        let Some(place) = self.places.get_mut(owner) else {
             return;
         };
-        place.used = true;
-        self.index.used_positions.extend(place.position);
+        let first = !place.used();
+        place.seats_held = place.seats_held.saturating_add(seats);
         changed.push(RecordKey::Place(owner.clone()));
-        self.room_mut(changed).tickets_used += 1;
+        if first {
+            self.index.used_positions.extend(place.position);
+            self.room_mut(changed).tickets_used += 1;
+        }
     }
 }
 

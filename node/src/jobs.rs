@@ -92,7 +92,10 @@ pub(crate) async fn follow_retired(registry: Arc<Registry>, mut rx_stop: watch::
                 .collect()
         });
         if registry.pool().set_retired(retired) {
-            tracing::info!(node = registry.node_id(), "retired nodes changed: no Raft message goes to them");
+            tracing::info!(
+                node = registry.node_id(),
+                "retired nodes changed: no Raft message goes to them"
+            );
         }
         tokio::select! {
             biased;

@@ -364,7 +364,13 @@ mod tests {
         assert!(!pool.set_retired([5].into()), "the same set is no change");
         let vote = VoteRequest::<TypeConfig>::new(Vote::new(1, 1), None);
         let r: Result<VoteResponse<TypeConfig>, _> = pool
-            .call(5, GroupId(1), RaftKind::Vote, &vote, &RPCOption::new(Duration::from_secs(1)))
+            .call(
+                5,
+                GroupId(1),
+                RaftKind::Vote,
+                &vote,
+                &RPCOption::new(Duration::from_secs(1)),
+            )
             .await;
         match r {
             Err(RPCError::Unreachable(u)) => assert!(u.to_string().contains("retired"), "{u}"),

@@ -440,21 +440,31 @@ pub fn room_metrics(edge: &Edge) -> String {
         if gid.is_directory() || !g.leads() {
             continue;
         }
-        let row = g.sm.read(|s| {
+        // Copied under the group's lock (the room is small, the set of used
+        // positions a persistent set: its copy is a reference count), and
+        // counted after it is released: a scrape never holds applies up
+        // for a scan of the places.
+        let copy = g.sm.read(|s| {
             let inv = &s.state.inventory;
             let (Some(ev), Some(room)) = (&inv.event, &inv.room) else {
                 return None;
             };
             Some((
                 ev.event_id.0.clone(),
+                room.clone(),
+                inv.index.used_positions.clone(),
+            ))
+        });
+        rows.extend(copy.map(|(event, room, used)| {
+            (
+                event,
                 room.queue_len(now),
                 room.admitted(now),
                 room.tickets_used,
-                room.lapsed(now, &inv.index.used_positions),
+                room.lapsed(now, &used),
                 room.rejoined,
-            ))
-        });
-        rows.extend(row);
+            )
+        }));
     }
     let families = [
         (

@@ -44,7 +44,10 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         }
     };
     let id = BookingId::parse(booking).ok_or_else(unknown)?;
-    let l = edge.load_booking(id).await?.ok_or_else(unknown)?;
+    let l = edge
+        .load_booking_for_stranger(id)
+        .await?
+        .ok_or_else(unknown)?;
     let b = l.booking.as_ref().ok_or_else(unknown)?;
     if b.payment.payment_id != payment_id {
         return Err(unknown());

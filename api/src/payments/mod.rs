@@ -112,6 +112,28 @@ impl Edge {
         if id.group.is_directory() || !self.group_exists(id.group).await? {
             return Ok(None);
         }
+        self.load_booking_of_known_group(id).await
+    }
+
+    /// [`load_booking`](Self::load_booking) for an anonymous caller (the
+    /// payment callback, before its signature can be checked): a group this
+    /// node's directory replica does not know is `None` at once, without
+    /// the directory read at its leader a lagging replica would need, so a
+    /// stranger's made-up booking id costs no leader any work. A replica
+    /// behind on the group's creation answers 404 to a genuine callback
+    /// then; the webhook and the reconciler still confirm the payment.
+    pub async fn load_booking_for_stranger(
+        &self,
+        id: BookingId,
+    ) -> Result<Option<Loaded>, ApiError> {
+        let known = self.registry_directory(|d| d.groups.contains_key(&id.group)) == Some(true);
+        if id.group.is_directory() || !known {
+            return Ok(None);
+        }
+        self.load_booking_of_known_group(id).await
+    }
+
+    async fn load_booking_of_known_group(&self, id: BookingId) -> Result<Option<Loaded>, ApiError> {
         let (answer, _) = self
             .client
             .query_with(id.group, &Query::Booking(id.seq), Read::Lease)

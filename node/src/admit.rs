@@ -7,7 +7,8 @@
 //!  identity known (admitted data dir) ─▶ serve
 //!  fresh ─▶ ping every other initial member (its answer: does its directory
 //!           replica list any node, does it list me?)
-//!    one lists me                              ─▶ refuse to start
+//!    one lists me with my own incarnation       ─▶ my registration landed: serve
+//!    one lists me (another incarnation)        ─▶ refuse to start
 //!    one lists nodes                           ─▶ register my new incarnation
 //!        (a linearizable write: the directory refuses a known id) ─▶ serve, or refuse
 //!    a majority of the initial members (me included) list none ─▶ a new cluster: serve
@@ -104,6 +105,19 @@ pub(crate) async fn admit(
                 .and_then(|r| r)
         }))
         .await;
+        // This data dir's own registration landed (its answer was lost, or
+        // the node stopped before it stored the admission): admitted.
+        if answers
+            .iter()
+            .flatten()
+            .any(|a| a.knows_caller && a.known_incarnation == ident.incarnation)
+        {
+            tracing::info!(
+                node = config.node_id,
+                "the directory lists this data dir's own incarnation: registered"
+            );
+            break;
+        }
         if answers.iter().flatten().any(|a| a.knows_caller) {
             return Err(refusal(
                 config,

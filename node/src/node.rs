@@ -10,7 +10,7 @@ use seatfence_core::{Command, GroupId, NodeId, Response};
 use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::network::gate::Gate;
-use seatfence_raft::network::tls::Principal;
+use seatfence_raft::network::tls::{node_server_name, Principal};
 use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::NodeDb;
@@ -113,6 +113,13 @@ impl Node {
                 "[tls] cert names {}, this is node {}: give each node its own certificate",
                 t.identity(),
                 config.node_id
+            ),
+            Some(t) if !t.names_dns(&node_server_name(config.node_id)) => anyhow::bail!(
+                "[tls] cert of node {id} does not name {name}, which its peers verify since \
+                 this version: reissue it (`seatfence cert node --id {id}`, after moving the old \
+                 node-{id}.pem and .key aside)",
+                id = config.node_id,
+                name = node_server_name(config.node_id),
             ),
             Some(_) => {}
             None => tracing::warn!(

@@ -314,20 +314,22 @@ impl Registry {
     }
 
     /// Whether this node's directory replica holds a cluster (it lists a
-    /// node: every node registers itself at each start), and whether it
-    /// lists node `id`: what a node starting on an empty data dir asks its
+    /// node: every node registers itself at each start), and the
+    /// incarnation it records for node `id` if it lists it: what a node starting on an empty data dir asks its
     /// peers (see [`crate::storage::ident`]). A directory that has a
     /// membership but no node yet is a cluster still forming, whose first
     /// leader waits for the other initial members.
-    pub fn directory_knows(&self, id: u64) -> (bool, bool) {
+    pub fn directory_knows(&self, id: u64) -> (bool, Option<u64>) {
         let Some(dir) = self.get(GroupId::DIRECTORY) else {
-            return (false, false);
+            return (false, None);
         };
         dir.sm.read(|s| {
             let nodes = &s.state.directory.nodes;
             (
                 !nodes.is_empty(),
-                nodes.contains_key(&seatfence_core::NodeId(id)),
+                nodes
+                    .get(&seatfence_core::NodeId(id))
+                    .map(|n| n.incarnation),
             )
         })
     }

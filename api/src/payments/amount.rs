@@ -36,7 +36,12 @@ pub struct AmountMismatch {
 /// answer without either is a mismatch.
 pub fn check(booking: &Booking, state: &PaymentState) -> Result<(), AmountMismatch> {
     let (cents, currency) = (booking.payment.amount_cents, &booking.payment.currency);
-    if state.amount_cents == Some(cents) && state.currency.as_ref() == Some(currency) {
+    // ISO 4217 codes: a gateway answering "eur" for "EUR" names the same.
+    let same_currency = state
+        .currency
+        .as_ref()
+        .is_some_and(|c| c.eq_ignore_ascii_case(currency));
+    if state.amount_cents == Some(cents) && same_currency {
         return Ok(());
     }
     Err(AmountMismatch {
@@ -126,7 +131,12 @@ mod tests {
         let m = check(&booking(), &answer(Some(1), Some("EUR"))).unwrap_err();
         assert_eq!((m.expected_cents, m.got_cents), (5_000, Some(1)));
         assert!(check(&booking(), &answer(Some(5_000), Some("USD"))).is_err());
-        assert!(check(&booking(), &answer(Some(5_000), Some("eur"))).is_err());
+    }
+
+    #[test]
+    fn a_currency_code_in_lower_case_is_the_same_currency() {
+        // Some gateways answer ISO 4217 codes in lower case ("eur").
+        assert_eq!(check(&booking(), &answer(Some(5_000), Some("eur"))), Ok(()));
     }
 
     #[test]

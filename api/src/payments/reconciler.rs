@@ -139,6 +139,11 @@ async fn sweep(
         return 0;
     };
     let visits = (due.len() + unsettled.len()) as u64;
+    // Payments the gateway reported for another amount wait for an
+    // operator: asked again only after every other due payment, so they
+    // never take the due half of each sweep from the rest for good.
+    let mut due = due;
+    due.sort_by_key(|(hold, _)| memory.mismatched.contains(&(gid, hold.seq)));
     let plan = plan(due, unsettled);
     let mut oldest_unknown = 0;
     let mut last_unsettled = None;

@@ -206,6 +206,23 @@ impl PeerPool {
     }
 }
 
+/// A reply's vote (a higher vote the peer claims to hold) must be one a
+/// real peer could answer with: below the largest term and at most
+/// [`MAX_TERM_JUMP`](super::service::MAX_TERM_JUMP) above the request's.
+/// openraft stores a higher vote it hears in a reply, so one forged answer
+/// at `u64::MAX` would wedge the group's next election (`term + 1`) for
+/// good, as a forged request would; such a reply is a network error.
+fn check_reply_vote(sent: &Vote, got: &Vote, target: u64) -> Result<(), NetworkError<TypeConfig>> {
+    let (term, mine) = (got.leader_id.term, sent.leader_id.term);
+    if term == u64::MAX || term > mine.saturating_add(super::service::MAX_TERM_JUMP) {
+        crate::metrics::METRICS.raft_refused("reply_term_out_of_bounds");
+        return Err(NetworkError::new(&TransportError(format!(
+            "node {target} answered with term {term} to a message at term {mine}: refused"
+        ))));
+    }
+    Ok(())
+}
+
 fn no_address(target: u64) -> Unreachable<TypeConfig> {
     Unreachable::new(&TransportError(format!("no address for node {target}")))
 }
@@ -240,8 +257,13 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(target, group, RaftKind::AppendEntries, &rpc, &option)
-            .await
+        let r: AppendEntriesResponse<TypeConfig> = self
+            .call(target, group, RaftKind::AppendEntries, &rpc, &option)
+            .await?;
+        if let AppendEntriesResponse::HigherVote(v) = &r {
+            check_reply_vote(&rpc.vote, v, target).map_err(RPCError::Network)?;
+        }
+        Ok(r)
     }
 
     async fn vote(
@@ -251,8 +273,11 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(target, group, RaftKind::Vote, &rpc, &option)
-            .await
+        let r: VoteResponse<TypeConfig> = self
+            .call(target, group, RaftKind::Vote, &rpc, &option)
+            .await?;
+        check_reply_vote(&rpc.vote, &r.vote, target).map_err(RPCError::Network)?;
+        Ok(r)
     }
 
     async fn pre_vote(
@@ -262,8 +287,11 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(target, group, RaftKind::PreVote, &rpc, &option)
-            .await
+        let r: VoteResponse<TypeConfig> = self
+            .call(target, group, RaftKind::PreVote, &rpc, &option)
+            .await?;
+        check_reply_vote(&rpc.vote, &r.vote, target).map_err(RPCError::Network)?;
+        Ok(r)
     }
 
     async fn transfer_leader(
@@ -290,6 +318,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
             .map_err(StreamingError::Unreachable)?;
         let mut client = self.client(target).map_err(StreamingError::Unreachable)?;
         let net = |e: std::io::Error| StreamingError::Network(NetworkError::new(&e));
+        let sent = vote;
         let vote = codec::encode(&vote).map_err(net)?;
         let meta = codec::encode(&snapshot.meta).map_err(net)?;
         let data = snapshot.snapshot.into_inner();
@@ -324,7 +353,10 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
             closed = cancel => return Err(StreamingError::Closed(closed)),
             r = send => r.map_err(|s| rpc_to_streaming(status_to_rpc(s)))?,
         };
-        codec::decode(&reply.into_inner().payload).map_err(net)
+        let r: SnapshotResponse<TypeConfig> =
+            codec::decode(&reply.into_inner().payload).map_err(net)?;
+        check_reply_vote(&sent, &r.vote, target).map_err(StreamingError::Network)?;
+        Ok(r)
     }
 
     fn backoff(&self) -> Option<Backoff> {
@@ -377,5 +409,14 @@ mod tests {
             other => panic!("a vote went to a retired node: {other:?}"),
         }
         assert!(pool.set_retired(Default::default()), "recommissioned");
+    }
+
+    #[test]
+    fn an_answer_at_the_largest_term_or_far_ahead_is_refused() {
+        let sent = Vote::new(7, 1);
+        assert!(check_reply_vote(&sent, &Vote::new(8, 2), 2).is_ok());
+        assert!(check_reply_vote(&sent, &Vote::new(7 + (1 << 32), 2), 2).is_ok());
+        assert!(check_reply_vote(&sent, &Vote::new(8 + (1 << 32), 2), 2).is_err());
+        assert!(check_reply_vote(&sent, &Vote::new(u64::MAX, 2), 2).is_err());
     }
 }

@@ -148,6 +148,11 @@ impl RaftGrpc {
     /// are not.
     fn check_campaign(&self, caller: &Caller, g: &GroupHandle) -> Result<(), Status> {
         if let (true, Caller::Joining(id)) = (g.id.is_directory(), caller) {
+            // A voter this replica's log already has (promoted while its
+            // registration is not applied here yet) may campaign.
+            if in_membership(g, *id) {
+                return Ok(());
+            }
             crate::metrics::METRICS.raft_refused("not_a_group_member");
             return Err(Status::permission_denied(format!(
                 "not_a_member: node {id} is not in the directory: it may not campaign in it"
@@ -412,6 +417,12 @@ impl RaftService for RaftGrpc {
             data.extend_from_slice(&chunk.data);
             done = chunk.done;
         }
+        // Decoded here first, so a malformed state is refused with a code
+        // instead of failing inside openraft's state-machine worker (which
+        // stops the replica).
+        if let Err(e) = codec::decode::<seatfence_core::State>(&data) {
+            return Err(malformed(format!("snapshot data: {e}")));
+        }
         let snapshot = Snapshot {
             meta,
             snapshot: Cursor::new(data),
@@ -426,12 +437,13 @@ impl RaftService for RaftGrpc {
             Caller::Member(id) | Caller::Joining(id) => id,
             _ => req.get_ref().from,
         };
-        let (directory_initialized, knows_caller) = self.registry.directory_knows(caller);
+        let (directory_initialized, known) = self.registry.directory_knows(caller);
         Ok(Response::new(PingReply {
             node_id: self.registry.node_id(),
             incarnation: crate::sleep::liveness::incarnation(),
             directory_initialized,
-            knows_caller,
+            knows_caller: known.is_some(),
+            known_incarnation: known.unwrap_or(0),
         }))
     }
 
@@ -456,6 +468,14 @@ impl RaftService for RaftGrpc {
         let asleep = g.quiesce_follower(req.term, req.leader, req.last_log_index);
         Ok(Response::new(QuiesceReply { asleep }))
     }
+}
+
+/// Whether `node` is a voter or learner of the replica's own membership.
+fn in_membership(g: &GroupHandle, node: u64) -> bool {
+    use openraft::async_runtime::watch::WatchReceiver;
+    let rx = g.raft.metrics();
+    let m = rx.borrow_watched();
+    m.membership_config.membership().get_node(&node).is_some()
 }
 
 /// The vote a replica holds now.

@@ -193,6 +193,24 @@ impl Tls {
         &self.identity
     }
 
+    /// Whether the certificate names DNS name `name` (a node's own
+    /// [`node_server_name`], which its peers verify).
+    pub fn names_dns(&self, name: &str) -> bool {
+        let Some(der) = first_der(&self.cert) else {
+            return false;
+        };
+        let Ok((_, cert)) = X509Certificate::from_der(&der) else {
+            return false;
+        };
+        let Ok(Some(san)) = cert.subject_alternative_name() else {
+            return false;
+        };
+        san.value
+            .general_names
+            .iter()
+            .any(|n| matches!(n, GeneralName::DNSName(d) if *d == name))
+    }
+
     /// A server that presents this certificate and requires a client
     /// certificate from the same CA.
     pub fn server(&self) -> ServerTlsConfig {

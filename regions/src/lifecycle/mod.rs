@@ -199,6 +199,11 @@ impl Lifecycle {
             let want = match since.map(|t| now.duration_since(t).as_millis() as u64) {
                 None => NodeState::Live,
                 Some(ms) if ms >= self.config.dead_after_ms => NodeState::Dead { declared: false },
+                // Silence alone never lowers a recorded state: a new leader
+                // counts silence from its own start, and must not turn a
+                // node an earlier leader found dead back into a suspect
+                // (t64_b saw it flip mid-repair). Only an answer does.
+                Some(_) if was == (NodeState::Dead { declared: false }) => was,
                 Some(ms) if ms >= self.config.suspect_after_ms => NodeState::Suspect,
                 Some(_) => was,
             };

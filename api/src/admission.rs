@@ -17,6 +17,10 @@ struct Bucket {
 }
 
 pub struct Admission {
+    /// The anonymous routes' buckets, per address (see
+    /// [`Admission::check_anonymous`]).
+    anonymous: Mutex<HashMap<crate::conn::Peer, Bucket>>,
+    anonymous_rate: f64,
     inflight: Arc<Semaphore>,
     /// Every other request (reads, operator calls, callbacks, webhooks).
     other: Arc<Semaphore>,
@@ -26,9 +30,38 @@ pub struct Admission {
     buckets: Mutex<HashMap<UserId, Bucket>>,
 }
 
+/// Take a token of `key`'s bucket (`rate` per second, up to `burst`);
+/// whether there was one. The mutex is held for this one update only.
+fn take<K: std::hash::Hash + Eq + Clone>(
+    buckets: &Mutex<HashMap<K, Bucket>>,
+    key: &K,
+    rate: f64,
+    burst: f64,
+) -> bool {
+    let now = Instant::now();
+    let mut buckets = buckets.lock().expect("bucket lock poisoned");
+    if buckets.len() > 100_000 {
+        // Forget full buckets so the map stays bounded.
+        buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+    }
+    let b = buckets.entry(key.clone()).or_insert(Bucket {
+        tokens: burst,
+        at: now,
+    });
+    b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
+    b.at = now;
+    if b.tokens < 1.0 {
+        return false;
+    }
+    b.tokens -= 1.0;
+    true
+}
+
 impl Admission {
     pub fn new(max_inflight: usize, max_other: usize, rate_per_sec: u32, burst: u32) -> Admission {
         Admission {
+            anonymous: Mutex::new(HashMap::new()),
+            anonymous_rate: 5_000.0,
             inflight: Arc::new(Semaphore::new(max_inflight.max(1))),
             other: Arc::new(Semaphore::new(max_other.max(1))),
             rate: f64::from(rate_per_sec.max(1)),
@@ -37,30 +70,35 @@ impl Admission {
         }
     }
 
+    /// The anonymous routes' rate per address (burst: twice that).
+    pub fn with_anonymous_rate(mut self, per_sec: u32) -> Admission {
+        self.anonymous_rate = f64::from(per_sec.max(1));
+        self
+    }
+
     /// Take one of `user`'s tokens, or refuse.
     pub fn check_rate(&self, user: &UserId) -> Result<(), ApiError> {
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("bucket lock poisoned");
-        if buckets.len() > 100_000 {
-            // Forget full buckets so the map stays bounded.
-            let burst = self.burst;
-            let rate = self.rate;
-            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+        if take(&self.buckets, user, self.rate, self.burst) {
+            return Ok(());
         }
-        let b = buckets.entry(user.clone()).or_insert(Bucket {
-            tokens: self.burst,
-            at: now,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.rate).min(self.burst);
-        b.at = now;
-        if b.tokens < 1.0 {
-            return Err(ApiError::TooManyRequests {
-                code: "rate_limited",
-                message: format!("more than {} requests per second from {user}", self.rate),
-            });
+        Err(ApiError::TooManyRequests {
+            code: "rate_limited",
+            message: format!("more than {} requests per second from {user}", self.rate),
+        })
+    }
+
+    /// Take one of `peer`'s tokens for a route anyone may call without a
+    /// token (payment callback and webhook, probes, `/metrics`), or
+    /// refuse: one address cannot make those routes' work its own.
+    pub(crate) fn check_anonymous(&self, peer: crate::conn::Peer) -> Result<(), ApiError> {
+        let rate = self.anonymous_rate;
+        if take(&self.anonymous, &peer, rate, 2.0 * rate) {
+            return Ok(());
         }
-        b.tokens -= 1.0;
-        Ok(())
+        Err(ApiError::TooManyRequests {
+            code: "rate_limited",
+            message: format!("more than {rate} requests per second from one address"),
+        })
     }
 
     /// A slot for one mutation, released when the permit drops.
@@ -97,6 +135,18 @@ mod tests {
         }
         assert_eq!(a.check_rate(&alice).unwrap_err().code(), "rate_limited");
         a.check_rate(&UserId("bob".into())).unwrap();
+    }
+
+    #[test]
+    fn an_address_beyond_its_anonymous_burst_is_refused_and_others_are_not() {
+        let a = Admission::new(2, 2, 1, 3).with_anonymous_rate(2);
+        let one = crate::conn::Peer::of("198.51.100.7".parse().unwrap());
+        for _ in 0..4 {
+            a.check_anonymous(one).unwrap();
+        }
+        assert_eq!(a.check_anonymous(one).unwrap_err().code(), "rate_limited");
+        a.check_anonymous(crate::conn::Peer::of("198.51.100.8".parse().unwrap()))
+            .unwrap();
     }
 
     #[test]

@@ -95,6 +95,12 @@ pub struct EdgeConfig {
     pub user_rate_per_sec: u32,
     #[serde(default = "default_burst")]
     pub user_burst: u32,
+    /// Per-address token bucket (an IPv4 address or an IPv6 /64) for the
+    /// routes anyone may call without a token: the payment callback and
+    /// webhook, the probes and `/metrics`. Sustained requests per second;
+    /// the burst is twice that. More answer 429 `rate_limited`.
+    #[serde(default = "default_anonymous_rate")]
+    pub anonymous_rate_per_ip: u32,
     /// How long a request may look for a leader before 503.
     #[serde(default = "default_timeout")]
     pub request_timeout_ms: u64,
@@ -147,6 +153,9 @@ fn default_rate() -> u32 {
 fn default_burst() -> u32 {
     40
 }
+fn default_anonymous_rate() -> u32 {
+    5_000
+}
 fn default_timeout() -> u64 {
     5000
 }
@@ -196,6 +205,7 @@ impl EdgeConfig {
             || self.max_inflight_other == 0
             || self.user_rate_per_sec == 0
             || self.user_burst == 0
+            || self.anonymous_rate_per_ip == 0
         {
             return Err(
                 "max_inflight_mutations, max_inflight_other, user_rate_per_sec and user_burst must be at least 1"

@@ -53,6 +53,7 @@ pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::R
         tokio::spawn(serve_connection(
             edge.clone(),
             stream,
+            Peer::of(addr.ip()),
             (slot, peer_slot),
             rx_stop.clone(),
         ));
@@ -63,13 +64,13 @@ pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::R
 /// IPv6), or an IPv6 /64 — one subscriber's network, which gives its
 /// holder 2^64 addresses to open connections from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Peer {
+pub(crate) enum Peer {
     V4(std::net::Ipv4Addr),
     V6Net(u64),
 }
 
 impl Peer {
-    fn of(ip: IpAddr) -> Peer {
+    pub(crate) fn of(ip: IpAddr) -> Peer {
         match ip {
             IpAddr::V4(v4) => Peer::V4(v4),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -207,6 +208,7 @@ impl tokio::io::AsyncWrite for Tracked {
 async fn serve_connection(
     edge: Arc<Edge>,
     stream: tokio::net::TcpStream,
+    peer: Peer,
     _slots: (tokio::sync::OwnedSemaphorePermit, PeerSlot),
     mut rx_stop: watch::Receiver<bool>,
 ) {
@@ -221,7 +223,7 @@ async fn serve_connection(
             let (edge, activity) = (edge.clone(), activity.clone());
             async move {
                 activity.inflight.fetch_add(1, Relaxed);
-                let resp = handle(edge, req).await;
+                let resp = handle(edge, req, peer).await;
                 activity.inflight.fetch_sub(1, Relaxed);
                 activity
                     .last_ms

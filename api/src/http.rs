@@ -166,12 +166,16 @@ impl Req {
     }
 }
 
-pub(crate) async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub(crate) async fn handle(
+    edge: Arc<Edge>,
+    req: Request<Incoming>,
+    peer: crate::conn::Peer,
+) -> Response<Full<Bytes>> {
     let start = Instant::now();
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();
     let result = match read_request(&edge, req).await {
-        Ok(r) => dispatch(&edge, matched, r).await,
+        Ok(r) => dispatch(&edge, matched, r, peer).await,
         Err(e) => Err(e),
     };
     let (status, body, content_type, headers) = match result {
@@ -292,7 +296,12 @@ async fn drain(mut body: Incoming, limit: u64) {
 /// mutations: a rate token and a mutation slot; every other request but
 /// probes and `/metrics`: a slot of its own pool), the handler, and an audit record for operator actions (who,
 /// what, on what, with what result), refused ones included.
-async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, ApiError> {
+async fn dispatch(
+    edge: &Edge,
+    matched: Matched,
+    mut req: Req,
+    peer: crate::conn::Peer,
+) -> Result<Reply, ApiError> {
     let def = match matched {
         Matched::Route(def) => def,
         Matched::WrongMethod => {
@@ -313,6 +322,19 @@ async fn dispatch(edge: &Edge, matched: Matched, mut req: Req) -> Result<Reply, 
     } else {
         if def.audit.is_some() {
             req.verified = req.caller(edge).ok();
+        }
+        // The routes anyone may call without a token cost an address at
+        // most its rate (before any work: the callback and webhook are
+        // checked against the gateway only after).
+        if matches!(
+            def.route,
+            Route::Healthz
+                | Route::Readyz
+                | Route::Metrics
+                | Route::PaymentCallback
+                | Route::PaymentWebhook
+        ) {
+            edge.admit_anonymous(peer)?;
         }
         // Probes and /metrics answer even when the edge is saturated.
         let probe = matches!(def.route, Route::Healthz | Route::Readyz | Route::Metrics);

@@ -133,7 +133,8 @@ impl Edge {
                 config.max_inflight_other,
                 config.user_rate_per_sec,
                 config.user_burst,
-            ),
+            )
+            .with_anonymous_rate(config.anonymous_rate_per_ip),
             config,
             routes: Arc::new(RouteCache::new(client.clone())),
             client,
@@ -392,6 +393,14 @@ impl Edge {
     /// Admission for one mutation by `user`: their rate, then a slot among
     /// the edge's mutations in flight (held until the permit drops).
     /// A slot for a request that is not a buyer's mutation.
+    /// A request to a route anyone may call without a token, from `peer`:
+    /// its address's rate (429 `rate_limited`).
+    pub(crate) fn admit_anonymous(&self, peer: crate::conn::Peer) -> Result<(), ApiError> {
+        self.admission
+            .check_anonymous(peer)
+            .inspect_err(|_| self.metrics.inc(|m| &m.rejected_anonymous))
+    }
+
     pub fn admit_other(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
         self.admission
             .enter_other()

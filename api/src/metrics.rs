@@ -201,6 +201,8 @@ pub struct EdgeMetrics {
     redirects_followed: Counter,
     pub rejected_inflight: Counter,
     pub rejected_rate: Counter,
+    /// Anonymous routes refused for their address's rate.
+    pub rejected_anonymous: Counter,
     pub no_leader: Counter,
     pub bookings_created: Counter,
     pub confirmed_callback: Counter,
@@ -276,6 +278,7 @@ impl Default for EdgeMetrics {
             redirects_followed: counter!("seatfence_not_leader_redirects_total", "side" => "edge"),
             rejected_inflight: refused("inflight"),
             rejected_rate: refused("rate"),
+            rejected_anonymous: refused("anonymous_rate"),
             no_leader: counter!("seatfence_no_leader_total"),
             bookings_created: counter!("seatfence_bookings_created_total"),
             confirmed_callback: confirmed("callback"),

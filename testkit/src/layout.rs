@@ -171,6 +171,7 @@ pub(crate) fn layout(
                 max_inflight_other: 4096,
                 user_rate_per_sec: 20,
                 user_burst: 40,
+                anonymous_rate_per_ip: 5_000,
                 request_timeout_ms: 5000,
                 header_timeout_ms: 10_000,
                 body_timeout_ms: 30_000,

@@ -42,6 +42,10 @@ struct CreateBody {
     #[serde(default, deserialize_with = "crate::whole::opt")]
     max_seats_per_buyer: Option<u32>,
     survival: Option<String>,
+    /// Never `null`: a waiting room needs it (the schema's
+    /// `dependentRequired`), and a `null` there would pass the schema's
+    /// presence check while meaning "absent" here.
+    #[serde(default, deserialize_with = "present")]
     opens_at: Option<String>,
     closes_at: Option<String>,
     #[serde(default, deserialize_with = "crate::whole::opt")]
@@ -52,6 +56,11 @@ struct CreateBody {
     #[serde(default, deserialize_with = "crate::whole::opt")]
     changes_retention_secs: Option<u64>,
     waiting_room: Option<crate::room::RoomBody>,
+}
+
+/// A field that may be absent (`#[serde(default)]`) but not `null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    <String as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// Seat price when the operator gives none.

@@ -53,6 +53,13 @@ enum Cmd {
         /// The node's TOML config (README "Running a node").
         #[arg(long)]
         config: PathBuf,
+        /// This node's data dir was lost and the directory still lists its
+        /// id: come back on an empty one anyway. Every group it is a voter
+        /// of demotes it to a learner, lets it catch up and makes it a
+        /// voter again; until then it votes nowhere (README "A replacement
+        /// machine").
+        #[arg(long)]
+        rejoin_empty: bool,
     },
     /// Start a local cluster (3 regions × 3 nodes, each with an HTTP edge),
     /// create a sample event, write demo.json, print a walk-through, and
@@ -147,12 +154,16 @@ fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
-        Cmd::Node { config } => {
+        Cmd::Node {
+            config,
+            rejoin_empty,
+        } => {
             init_tracing();
             let text = std::fs::read_to_string(&config)
                 .with_context(|| format!("read config {}", config.display()))?;
-            let config = NodeConfig::from_toml(&text)
+            let mut config = NodeConfig::from_toml(&text)
                 .with_context(|| format!("invalid config {}", config.display()))?;
+            config.rejoin_empty = rejoin_empty;
             // The node runs as a task on the workers, not on this thread,
             // which parks in `block_on` for the node's whole life (with
             // mimalloc, memory it allocated and workers freed waited for it

@@ -6,6 +6,12 @@
 //! back. Had B voted, C (without the hold) would lead and the seat would
 //! sell again. B refuses to start, naming the remedy; once A is back, the
 //! hold is there and the seat stays taken.
+//!
+//! Then B comes back with `--rejoin-empty`: the directory records it, every
+//! group takes it back (demoted, caught up, a voter again) and it votes
+//! again. The same scenario once more, on another seat, proves it: C
+//! paused, a hold commits on A and B, A dies, C comes back: B and C elect
+//! a leader (B votes again) and the hold is there (B caught up).
 
 mod common;
 
@@ -138,4 +144,71 @@ async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
     .await;
     assert_eq!(found.status.as_u16(), 200, "{}", found.body);
     assert_eq!(found.body["status"], "held");
+
+    tracing::info!("--- {b} comes back on its empty data dir with --rejoin-empty");
+    cluster.restart_with(b, &["--rejoin-empty"]).unwrap();
+    let admin = token(&cluster, "ops", true);
+    let cluster_url = format!("{edge}/v1/admin/cluster");
+    eventually(&format!("node {b} rejoined every group"), || {
+        let (http, url, admin) = (http.clone(), cluster_url.clone(), admin.clone());
+        async move {
+            let view = http.get(&url, Some(&admin)).await.ok()?.body;
+            let node = view["nodes"]
+                .as_array()?
+                .iter()
+                .find(|n| n["node_id"] == b)?;
+            // Null until the directory recorded the rejoin.
+            let pending = node["rejoin"]["pending"].as_array()?.is_empty();
+            let g = view["groups"]
+                .as_array()?
+                .iter()
+                .find(|x| x["group_id"] == group.0)?;
+            let voter = g["voters"].as_array()?.iter().any(|v| v == b);
+            (pending && voter).then_some(())
+        }
+    })
+    .await;
+
+    tracing::info!("--- pause {c}, hold A-1-2 (committed on {a} and {b}), kill {a}, resume {c}");
+    cluster.pause(c).unwrap();
+    let third = token(&cluster, "tia", false);
+    let edge_a = edge_of(&cluster, a);
+    eventually("the second hold while one voter is paused", || {
+        let (http, edge, third) = (http.clone(), edge_a.clone(), third.clone());
+        async move {
+            let r = http
+                .post(
+                    &format!("{edge}/v1/holds"),
+                    Some(&third),
+                    Some("tia-1"),
+                    &json!({"event_id": "wipe", "seats": ["A-1-2"]}),
+                )
+                .await
+                .ok()?;
+            (r.status.as_u16() == 201).then_some(())
+        }
+    })
+    .await;
+    cluster.kill(a).unwrap();
+    cluster.resume(c).unwrap();
+    // B votes again and holds what it acknowledged: B and C elect a leader
+    // that has the hold, so the seat stays taken.
+    let second = eventually("another buyer's hold of A-1-2 answered", || {
+        let (http, edge, rival) = (http.clone(), edge.clone(), rival.clone());
+        async move {
+            let r = http
+                .post(
+                    &format!("{edge}/v1/holds"),
+                    Some(&rival),
+                    Some("rex-2"),
+                    &json!({"event_id": "wipe", "seats": ["A-1-2"]}),
+                )
+                .await
+                .ok()?;
+            (r.status.as_u16() != 503).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(second.status.as_u16(), 409, "{}", second.body);
+    assert_eq!(second.code(), Some("seats_unavailable"));
 }

@@ -107,6 +107,13 @@ impl ClusterView {
                     "state": self.directory.node_state(n.id).name(),
                     "replicas": self.directory.replica_count(n.id),
                     "leader_of": leads(n.id.0),
+                    // A restart with `--rejoin-empty` (null: never):
+                    // the groups (0: the directory) that have not taken the
+                    // node back yet; its replicas there do not vote.
+                    "rejoin": self.directory.rejoins.get(&n.id).map(|r| json!({
+                        "pending": r.pending.iter().map(|g| g.0).collect::<Vec<_>>(),
+                        "started_ms": r.started_ms,
+                    })),
                 })
             })
             .collect();

@@ -61,6 +61,8 @@ pub struct Directory {
     pub node_states: BTreeMap<NodeId, crate::lifecycle::NodeState>,
     /// Running replica repairs, one per group at most.
     pub repairs: BTreeMap<GroupId, crate::lifecycle::Repair>,
+    /// Nodes that came back on an empty data dir (`--rejoin-empty`).
+    pub rejoins: BTreeMap<NodeId, crate::lifecycle::Rejoin>,
 }
 
 /// Whether an event is being moved between regions.

@@ -38,7 +38,9 @@ pub use audit::AuditEntry;
 pub use command::{Command, Response};
 pub use directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement, RouteState};
 pub use ids::{BookingId, Epoch, EventId, Fence, GroupId, HoldId, NodeId, RegionId, UserId};
-pub use lifecycle::{NodeOp, NodeOpDone, NodeRefused, NodeState, Repair, RepairReason, RepairStep};
+pub use lifecycle::{
+    NodeOp, NodeOpDone, NodeRefused, NodeState, Rejoin, Repair, RepairReason, RepairStep,
+};
 pub use moves::{MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep};
 pub use query::{PaymentSummary, Query, QueryResult, ReplicaDump};
 pub use state::{Applied, RecordKey, State};

@@ -92,6 +92,10 @@ pub enum RepairReason {
     /// Its node holds more replicas than the others of its region (a node
     /// added to the region takes its share).
     Rebalance,
+    /// Its node came back on an empty data dir (`--rejoin-empty`): the
+    /// same node is demoted to a learner, catches up, and is made a voter
+    /// again (`remove == add`; see [`Rejoin`]).
+    Rejoin,
 }
 
 impl RepairReason {
@@ -100,6 +104,7 @@ impl RepairReason {
             RepairReason::Dead => "dead",
             RepairReason::Decommission => "decommission",
             RepairReason::Rebalance => "rebalance",
+            RepairReason::Rejoin => "rejoin",
         }
     }
 }
@@ -144,6 +149,26 @@ impl Repair {
     }
 }
 
+/// A node that came back under its id on an empty data dir, started with
+/// `--rejoin-empty`: its new store incarnation, and the groups whose
+/// replica on it must not vote yet. Each of those groups demotes the node
+/// to a learner, lets it catch up and makes it a voter again (a
+/// [`RepairReason::Rejoin`] repair), or drops it (a move or another repair
+/// that removes it); group 0 by replacing it as a directory voter. Until
+/// then its replica refuses every vote, pre-vote and leadership transfer
+/// and never campaigns, so the log it forgot cannot elect anyone. Kept
+/// once done (`pending` empty), so the node can tell "settled" from "not
+/// heard of yet" in a lagging directory replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejoin {
+    pub incarnation: u64,
+    pub pending: std::collections::BTreeSet<GroupId>,
+    pub started_ms: u64,
+    /// The directory's leader took the node out of group 0's voters (or is
+    /// about to): it must be made a voter again once caught up.
+    pub directory_demoted: bool,
+}
+
 /// What the directory is asked to do with node states and repairs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeOp {
@@ -175,6 +200,21 @@ pub enum NodeOp {
     /// removes the learner first and cancels only while the group's voters
     /// are still the old ones (as its leader reports them).
     CancelRepair { group: GroupId },
+    /// `node`, known to the directory, came back on an empty data dir with
+    /// store incarnation `incarnation` (`--rejoin-empty`): record it, and
+    /// make every group it is a voter of (and group 0) pending until it is
+    /// back as a caught-up voter or gone from it. Refused for a retired
+    /// node (`node_retired`). Repeating it with the same incarnation
+    /// changes nothing.
+    Rejoin { node: NodeId, incarnation: u64 },
+    /// `group` no longer waits for `node`'s rejoin: the node is not a voter
+    /// of it any more (or, for group 0, not a directory voter, or one
+    /// again after catching up).
+    RejoinDone { node: NodeId, group: GroupId },
+    /// The directory's leader is about to take rejoining `node` out of
+    /// group 0's voters, to make it one again once caught up: recorded
+    /// first, so a leader that takes over knows to.
+    RejoinDirectoryDemoted { node: NodeId },
 }
 
 /// The answer to a [`NodeOp`].
@@ -184,6 +224,8 @@ pub enum NodeOpDone {
     State(NodeState),
     /// The repair as it stands afterwards (`None`: finished or cancelled).
     Repair(Option<Repair>),
+    /// The node's rejoin as it stands afterwards.
+    Rejoin(Rejoin),
 }
 
 /// Why the directory refused a [`NodeOp`]: a stable code and a message.
@@ -211,8 +253,17 @@ impl Directory {
             .unwrap_or(NodeState::Live)
     }
 
+    /// Whether `node`'s replica of `group` must still refuse votes: the
+    /// node rejoined on an empty data dir and `group` has not taken it back
+    /// as a caught-up voter yet.
+    pub fn rejoin_pending(&self, node: NodeId, group: GroupId) -> bool {
+        self.rejoins
+            .get(&node)
+            .is_some_and(|r| r.pending.contains(&group))
+    }
+
     /// Nodes that must not lead: drained ones, and those being retired,
-    /// retired or dead. Leaderships they get are handed off.
+    /// retired or dead, or rejoining. Leaderships they get are handed off.
     pub fn not_leading(&self) -> std::collections::BTreeSet<NodeId> {
         let retiring = self.node_states.iter().filter(|(_, s)| {
             matches!(
@@ -220,10 +271,12 @@ impl Directory {
                 NodeState::Decommissioning | NodeState::Decommissioned | NodeState::Dead { .. }
             )
         });
+        let rejoining = self.rejoins.iter().filter(|(_, r)| !r.pending.is_empty());
         self.drained
             .iter()
             .copied()
             .chain(retiring.map(|(n, _)| *n))
+            .chain(rejoining.map(|(n, _)| *n))
             .collect()
     }
 
@@ -378,6 +431,10 @@ impl Directory {
                     g.members = r.members_after(&g.members);
                     changed.push(RecordKey::Group(*group));
                 }
+                // The rejoined node is a caught-up voter again, or (another
+                // repair) not a voter at all: either way the group no longer
+                // waits for it.
+                self.rejoin_done(r.remove, *group, changed);
                 Ok(NodeOpDone::Repair(None))
             }
             NodeOp::CancelRepair { group } => {
@@ -385,6 +442,95 @@ impl Directory {
                 self.repairs.remove(group);
                 changed.push(RecordKey::Repair(*group));
                 Ok(NodeOpDone::Repair(None))
+            }
+            NodeOp::Rejoin { node, incarnation } => {
+                self.rejoin(*node, *incarnation, at_ms, changed)
+            }
+            NodeOp::RejoinDone { node, group } => {
+                self.known(*node)?;
+                if self
+                    .groups
+                    .get(group)
+                    .is_some_and(|g| g.members.contains(node))
+                {
+                    return Err(NodeRefused::new(
+                        "still_a_member",
+                        format!("node {node} is still a voter of group {group}"),
+                    ));
+                }
+                self.rejoin_done(*node, *group, changed);
+                self.rejoin_record(*node)
+            }
+            NodeOp::RejoinDirectoryDemoted { node } => {
+                if let Some(r) = self.rejoins.get_mut(node) {
+                    if r.pending.contains(&GroupId::DIRECTORY) && !r.directory_demoted {
+                        r.directory_demoted = true;
+                        changed.push(RecordKey::Rejoin(*node));
+                    }
+                }
+                self.rejoin_record(*node)
+            }
+        }
+    }
+
+    fn rejoin_record(&self, node: NodeId) -> Result<NodeOpDone, NodeRefused> {
+        let r = self.rejoins.get(&node).cloned();
+        r.map(NodeOpDone::Rejoin).ok_or_else(|| {
+            NodeRefused::new("rejoin_not_found", format!("node {node} is not rejoining"))
+        })
+    }
+
+    /// [`NodeOp::Rejoin`].
+    fn rejoin(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        at_ms: u64,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        self.known(node)?;
+        if let Some(r) = self
+            .rejoins
+            .get(&node)
+            .filter(|r| r.incarnation == incarnation)
+        {
+            return Ok(NodeOpDone::Rejoin(r.clone()));
+        }
+        if self.node_state(node).is_retired() {
+            return Err(NodeRefused::new(
+                "node_retired",
+                format!(
+                    "node {node} is {}: its id does not come back; start the host under a new id",
+                    self.node_state(node).name()
+                ),
+            ));
+        }
+        if incarnation == 0 {
+            return Err(NodeRefused::new("invalid_request", "incarnation 0"));
+        }
+        let mut pending: std::collections::BTreeSet<GroupId> =
+            self.groups_of(node).map(|g| g.id).collect();
+        pending.insert(GroupId::DIRECTORY);
+        let r = Rejoin {
+            incarnation,
+            pending,
+            started_ms: at_ms,
+            directory_demoted: false,
+        };
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.incarnation = incarnation;
+            changed.push(RecordKey::Node(node));
+        }
+        self.rejoins.insert(node, r.clone());
+        changed.push(RecordKey::Rejoin(node));
+        Ok(NodeOpDone::Rejoin(r))
+    }
+
+    /// `group` no longer waits for `node`'s rejoin (nothing if it did not).
+    fn rejoin_done(&mut self, node: NodeId, group: GroupId, changed: &mut Vec<RecordKey>) {
+        if let Some(r) = self.rejoins.get_mut(&node) {
+            if r.pending.remove(&group) {
+                changed.push(RecordKey::Rejoin(node));
             }
         }
     }
@@ -529,8 +675,24 @@ impl Directory {
                 format!("group {group}'s event is moving"),
             ));
         }
+        if reason == RepairReason::Rejoin || add == Some(remove) {
+            if reason != RepairReason::Rejoin || add.is_some_and(|a| a != remove) {
+                return Err(NodeRefused::new(
+                    "invalid_request",
+                    "a rejoin repair puts the same node back, and only it does",
+                ));
+            }
+            if !self.rejoin_pending(remove, group) {
+                return Err(NodeRefused::new(
+                    "rejoin_not_found",
+                    format!("node {remove} is not rejoining group {group}"),
+                ));
+            }
+        }
         let add = match add {
+            None if reason == RepairReason::Rejoin => Some(remove),
             None => self.replacement(group, remove, &self.replica_counts()),
+            Some(a) if reason == RepairReason::Rejoin => Some(a),
             Some(a) => {
                 let fits =
                     self.nodes.get(&a).is_some_and(|n| {

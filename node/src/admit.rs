@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use seatfence_core::{Command, GroupId, NodeId, NodeInfo, RegionId, Response};
+use seatfence_core::{Command, GroupId, NodeId, NodeInfo, NodeOp, NodeOpDone, RegionId, Response};
 use seatfence_raft::network::PeerPool;
 use seatfence_raft::storage::{IdentState, NodeDb, StoreIdent};
 use seatfence_raft::ClusterClient;
@@ -44,12 +44,69 @@ fn refusal(config: &NodeConfig, ident: &StoreIdent, why: &str) -> anyhow::Error 
         "node {node} refuses to start: its data dir {dir} is new (incarnation {inc:#x}) but {why}. \
          A node that forgot its log must not vote under its old id: it could elect a replica that \
          lacks a confirmed sale. If the old data dir still exists, start the node on it. If it is \
-         lost: declare node {node} dead (`seatfence ctl declare-dead {node}`: its replicas are repaired onto other \
-         nodes of its region) and start this host under a new node id with its own certificate",
+         lost: start it with `--rejoin-empty` (it rejoins every group as a learner and votes again once \
+         caught up), or declare node {node} dead (`seatfence ctl declare-dead {node}`: its replicas are \
+         repaired onto other nodes of its region) and start this host under a new node id with its own \
+         certificate",
         node = config.node_id,
         dir = config.data_dir.display(),
         inc = ident.incarnation,
     )
+}
+
+/// `--rejoin-empty`: ask the directory to take this node back under its
+/// id with this data dir's incarnation. The node-wide rejoin mark is
+/// stored first, so a crash after the directory recorded the rejoin (its
+/// answer lost) still comes back rejoining. `Ok(false)`: not decided yet,
+/// ask again.
+async fn rejoin(
+    config: &NodeConfig,
+    db: &NodeDb,
+    client: &ClusterClient,
+    ident: &StoreIdent,
+) -> anyhow::Result<bool> {
+    db.set_rejoining(true).await?;
+    let node = NodeId(config.node_id);
+    let op = NodeOp::Rejoin {
+        node,
+        incarnation: ident.incarnation,
+    };
+    let cmd = Command::Node {
+        op,
+        at_ms: seatfence_raft::clock::Clock::now_ms(&seatfence_raft::clock::SystemClock::default()),
+    };
+    match client.write(GroupId::DIRECTORY, &cmd).await {
+        Ok(c) => match c.response {
+            Response::Node(Ok(done)) => {
+                if let NodeOpDone::Rejoin(r) = *done {
+                    tracing::warn!(
+                        node = config.node_id,
+                        incarnation = ident.incarnation,
+                        groups = r.pending.len(),
+                        "rejoining on an empty data dir (--rejoin-empty): this node votes in no \
+                         group until the group has taken it back as a caught-up voter"
+                    );
+                }
+                Ok(true)
+            }
+            Response::Node(Err(r)) => Err(refusal(
+                config,
+                ident,
+                &format!(
+                    "the directory refused its rejoin: {} ({})",
+                    r.message, r.code
+                ),
+            )),
+            other => {
+                tracing::warn!(node = config.node_id, "rejoin: {other:?}");
+                Ok(false)
+            }
+        },
+        Err(e) => {
+            tracing::debug!(node = config.node_id, "rejoin: {e}");
+            Ok(false)
+        }
+    }
 }
 
 /// The registration this node sends (at admission and on every start).
@@ -119,11 +176,16 @@ pub(crate) async fn admit(
             break;
         }
         if answers.iter().flatten().any(|a| a.knows_caller) {
-            return Err(refusal(
-                config,
-                &ident,
-                "the cluster's directory already lists this node id",
-            ));
+            if !config.rejoin_empty {
+                return Err(refusal(
+                    config,
+                    &ident,
+                    "the cluster's directory already lists this node id",
+                ));
+            }
+            if rejoin(config, db, &client, &ident).await? {
+                break;
+            }
         }
         let empty = answers
             .iter()

@@ -55,6 +55,11 @@ pub struct NodeConfig {
     /// Test and drill hooks (the chaos harness); absent in production.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chaos: Option<ChaosHooks>,
+    /// `seatfence node --rejoin-empty` (never from the file): a node whose
+    /// id the directory lists may start on an empty data dir, rejoining
+    /// every group as a learner (see `admit`).
+    #[serde(skip)]
+    pub rejoin_empty: bool,
 }
 
 /// `[chaos]`: what the chaos harness may do to a node it supervises. None

@@ -82,6 +82,18 @@ fn may_write(gate: &Gate, caller: &Caller, group: u64, cmds: &[Command]) -> Resu
                 .iter()
                 .all(|c| matches!(c, Command::RegisterNode(n) if n.id.0 == id))
     };
+    // A node rejoins on an empty data dir only as itself: another
+    // member's certificate must not reset a node's store identity.
+    let foreign_rejoin = cmds.iter().any(|c| {
+        matches!(c, Command::Node { op: seatfence_core::NodeOp::Rejoin { node, .. }, .. }
+            if caller.node_id().is_some_and(|id| id != node.0))
+    });
+    if foreign_rejoin {
+        return Err(crate::network::gate::denied(
+            "sender_mismatch",
+            "a node may rejoin only as itself".to_string(),
+        ));
+    }
     match caller {
         Caller::Joining(id) if joins(*id) => Ok(()),
         _ => gate.allows(caller, Need::Write),

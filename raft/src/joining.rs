@@ -30,6 +30,18 @@
 //! The mark is stored with the group (meta `joining`), written before the
 //! replica's first entry and removed after the entry that ends it, so a
 //! restart in the middle of a catch-up keeps it.
+//!
+//! A *rejoin* mark is stronger: a node that came back under its id on an
+//! empty data dir (`seatfence node --rejoin-empty`) is still a voter of its
+//! groups' configurations, with no log and no memory of its votes. Its
+//! replicas refuse every vote, pre-vote and leadership transfer (so the
+//! forgotten log elects nobody; the voter counts as down) and never
+//! campaign, whatever membership they store, until the directory records
+//! that the group took the node back: demoted to a learner, caught up, made
+//! a voter again by a caught-up majority (a `Rejoin` repair), or removed.
+//! Then the mark becomes an ordinary joining mark, which the directory's
+//! listing ends. Acknowledging appends stays allowed: an acknowledgement
+//! is of entries this replica has just stored and flushed.
 
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
@@ -46,16 +58,21 @@ pub struct Joining {
     node: u64,
     db: NodeDb,
     on: AtomicBool,
+    /// A rejoin's mark: votes are refused too, and only the directory ends
+    /// it (`end_rejoin`).
+    rejoin: AtomicBool,
     tx: watch::Sender<bool>,
 }
 
 impl Joining {
-    pub(crate) fn new(db: NodeDb, group: GroupId, node: u64, on: bool) -> Joining {
+    pub(crate) fn new(db: NodeDb, group: GroupId, node: u64, on: bool, rejoin: bool) -> Joining {
+        let on = on || rejoin;
         Joining {
             group,
             node,
             db,
             on: AtomicBool::new(on),
+            rejoin: AtomicBool::new(rejoin),
             tx: watch::Sender::new(on),
         }
     }
@@ -65,19 +82,57 @@ impl Joining {
         self.on.load(SeqCst)
     }
 
+    /// Whether the replica must refuse votes, pre-votes and leadership
+    /// transfers: its node rejoined on an empty data dir and the group has
+    /// not taken it back yet.
+    pub fn refuses_votes(&self) -> bool {
+        self.rejoin.load(SeqCst)
+    }
+
+    /// Make this replica a rejoining one (its node was just admitted under
+    /// `--rejoin-empty`, before it serves any Raft message): stored, then
+    /// in force. The caller turns elections off.
+    pub(crate) fn begin_rejoin(&self) -> std::io::Result<()> {
+        self.db.set_rejoin_mark(self.group)?;
+        self.rejoin.store(true, SeqCst);
+        self.on.store(true, SeqCst);
+        self.tx.send_replace(true);
+        Ok(())
+    }
+
+    /// The directory records that the group took this node back (or let
+    /// it go): votes are answered again, and what is left is an ordinary
+    /// joining mark, which the directory's listing of the node as a voter
+    /// ends.
+    pub fn end_rejoin(&self, why: &str) {
+        if !self.rejoin.load(SeqCst) {
+            return;
+        }
+        if let Err(e) = self.db.set_joining(self.group, true) {
+            tracing::warn!(group = self.group.0, "downgrade the rejoin mark: {e}");
+            return;
+        }
+        self.rejoin.store(false, SeqCst);
+        tracing::info!(group = self.group.0, "rejoined: {why}");
+    }
+
     /// A membership the replica just stored (a log entry, after it is
     /// written, or an installed snapshot's): it ends the joining if it
-    /// lists this node as a learner.
+    /// lists this node as a learner (not a rejoin's: the log it replays
+    /// may list it as a learner from before it was wiped).
     pub(crate) fn note_membership(&self, m: &Membership<u64, openraft::BasicNode>) {
         if self.is_on() && m.learner_ids().any(|id| id == self.node) {
             self.end("stored the membership that made it a learner");
         }
     }
 
-    /// End the joining (idempotent): the mark goes from storage, then
-    /// elections may start (the registry's task watching it turns them
-    /// on).
+    /// End the joining (idempotent; nothing while a rejoin's mark holds):
+    /// the mark goes from storage, then elections may start (the
+    /// registry's task watching it turns them on).
     pub fn end(&self, why: &str) {
+        if self.refuses_votes() {
+            return;
+        }
         if !self.on.swap(false, SeqCst) {
             return;
         }

@@ -35,6 +35,11 @@ pub enum MembershipOp {
     /// learner and `remove` as one: the directory's voters, whose learners
     /// are every other node.
     ReplaceVoter { remove: u64, add: u64 },
+    /// Make voter `id` a learner (nothing if it is not a voter); every
+    /// learner stays.
+    DemoteVoter(u64),
+    /// Make learner `id` a voter (nothing if it is one already).
+    PromoteLearner(u64),
 }
 
 /// A group's membership as its leader sees it.
@@ -179,6 +184,26 @@ pub async fn apply(g: &GroupHandle, op: MembershipOp) -> Result<MembershipStatus
                     .await
                     .map_err(change_error)?;
                 tracing::info!(group = g.id.0, remove, add, voters = ?want, "voter replaced");
+            }
+        }
+        MembershipOp::DemoteVoter(id) => {
+            if now.voters.contains(&id) || now.joint {
+                let gone = BTreeSet::from([id]);
+                g.raft
+                    .change_membership(ChangeMembers::RemoveVoters(gone), true)
+                    .await
+                    .map_err(change_error)?;
+                tracing::info!(group = g.id.0, node = id, "voter demoted to learner");
+            }
+        }
+        MembershipOp::PromoteLearner(id) => {
+            if !now.voters.contains(&id) || now.joint {
+                let add = BTreeSet::from([id]);
+                g.raft
+                    .change_membership(ChangeMembers::AddVoterIds(add), true)
+                    .await
+                    .map_err(change_error)?;
+                tracing::info!(group = g.id.0, node = id, "learner promoted to voter");
             }
         }
         MembershipOp::RemoveLearners(ids) => {

@@ -80,6 +80,9 @@ pub struct Registry {
     sleepy: bool,
     /// Which peers answer pings (node liveness, see `sleep::liveness`).
     pub peers: crate::sleep::liveness::PeersUp,
+    /// This data dir's store incarnation, once admitted (0 before): what
+    /// a rejoin record must name to count as this node's.
+    incarnation: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
@@ -99,6 +102,94 @@ impl Registry {
             opening: tokio::sync::Mutex::new(()),
             sleepy: false,
             peers: Default::default(),
+            incarnation: Default::default(),
+        }
+    }
+
+    /// Record this data dir's admitted store incarnation (see
+    /// [`Registry::rejoin_settled`]).
+    pub fn set_incarnation(&self, incarnation: u64) {
+        self.incarnation
+            .store(incarnation, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// This node was just admitted under `--rejoin-empty`, before it
+    /// serves any Raft message: mark it rejoining (flushed), and every
+    /// replica already open (group 0's, on a new data dir) with a rejoin
+    /// mark, elections off; replicas opened later on new storage get one
+    /// at open (see [`joining`](crate::joining)).
+    pub async fn begin_rejoin(&self, incarnation: u64) -> anyhow::Result<()> {
+        self.set_incarnation(incarnation);
+        self.db.set_rejoining(true).await?;
+        for h in self.all().into_values() {
+            h.raft.runtime_config().elect(false);
+            h.joining.begin_rejoin()?;
+            watch_joining(&h);
+        }
+        self.db.flush().await?;
+        Ok(())
+    }
+
+    /// Whether this node's directory replica records that `id` took this
+    /// node back after its rejoin on an empty data dir (a rejoin record of
+    /// this data dir's incarnation that no longer lists `id` as pending).
+    /// A replica that has not heard of the rejoin yet says no.
+    pub fn rejoin_settled(&self, id: GroupId) -> bool {
+        let me = seatfence_core::NodeId(self.node_id);
+        let mine = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
+        self.get(GroupId::DIRECTORY).is_some_and(|dir| {
+            dir.sm.read(|s| {
+                s.state
+                    .directory
+                    .rejoins
+                    .get(&me)
+                    .is_some_and(|r| r.incarnation == mine && !r.pending.contains(&id))
+            })
+        })
+    }
+
+    /// Follow the directory for a rejoining node: each replica whose group
+    /// took it back answers votes again (and its ordinary joining mark
+    /// ends once the directory lists it as a voter), and once none is
+    /// pending the node-wide mark goes. Called on each directory change.
+    pub async fn follow_rejoin(&self) {
+        if !self.db.is_rejoining().unwrap_or(false) {
+            return;
+        }
+        let mut all_settled = true;
+        for h in self.all().into_values() {
+            if !h.joining.refuses_votes() {
+                continue;
+            }
+            if self.rejoin_settled(h.id) {
+                h.joining
+                    .end_rejoin("the directory records the group took it back");
+                if h.id.is_directory() || self.directory_voter(h.id) {
+                    h.joining.end("the directory lists it as a voter");
+                }
+            } else {
+                all_settled = false;
+            }
+        }
+        let me = seatfence_core::NodeId(self.node_id);
+        let mine = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
+        let none_pending = self.get(GroupId::DIRECTORY).is_some_and(|dir| {
+            dir.sm.read(|s| {
+                s.state
+                    .directory
+                    .rejoins
+                    .get(&me)
+                    .is_some_and(|r| r.incarnation == mine && r.pending.is_empty())
+            })
+        });
+        if all_settled && none_pending {
+            match self.db.set_rejoining(false).await {
+                Ok(()) => tracing::info!(
+                    node = self.node_id,
+                    "rejoined every group: this node votes again everywhere"
+                ),
+                Err(e) => tracing::warn!("clear the rejoin mark: {e}"),
+            }
         }
     }
 
@@ -438,15 +529,7 @@ impl Registry {
             joining: joining.clone(),
         });
         if joining.is_on() {
-            let weak = Arc::downgrade(&handle);
-            let mut rx = joining.subscribe();
-            tokio::spawn(async move {
-                if rx.wait_for(|on| !on).await.is_ok() {
-                    if let Some(h) = weak.upgrade() {
-                        h.allow_elections();
-                    }
-                }
-            });
+            watch_joining(&handle);
         }
         // A replica that restored its leadership keeps heartbeating (its
         // followers expect it); the controller puts it to sleep later.
@@ -496,14 +579,24 @@ impl Registry {
     }
 
     /// The joining state of `id`'s replica about to open: a target's new
-    /// storage is marked first; a mark ends once the directory lists this
-    /// node as a voter of the group.
+    /// storage is marked first (a rejoining node's new storage with a
+    /// rejoin mark); a mark ends once the directory lists this node as a
+    /// voter of the group (a rejoin mark once the directory records the
+    /// group took the node back).
     fn joining(&self, id: GroupId, target: bool) -> anyhow::Result<Joining> {
         let db = &self.db;
-        if target && !db.is_stored(id)? {
-            db.set_joining(id, true)?;
+        let rejoining = db.is_rejoining()?;
+        if (target || rejoining) && !db.is_stored(id)? {
+            match rejoining {
+                true => db.set_rejoin_mark(id)?,
+                false => db.set_joining(id, true)?,
+            }
         }
-        let joining = Joining::new(db.clone(), id, self.node_id, db.is_joining(id)?);
+        let rejoin = db.is_rejoin_mark(id)?;
+        let joining = Joining::new(db.clone(), id, self.node_id, db.is_joining(id)?, rejoin);
+        if rejoin && self.rejoin_settled(id) {
+            joining.end_rejoin("the directory records the group took it back");
+        }
         if joining.is_on() && self.directory_voter(id) {
             joining.end("the directory lists it as a voter");
         }
@@ -539,6 +632,12 @@ impl Registry {
     ) -> anyhow::Result<()> {
         let h = self.open(id).await?;
         if h.raft.is_initialized().await? {
+            return Ok(());
+        }
+        // A node back on an empty data dir must not start a group's log
+        // afresh: the group exists, and its leader will send the log.
+        if h.joining.refuses_votes() {
+            tracing::info!(group = id.0, "rejoining: not initializing the group");
             return Ok(());
         }
         // A candidate retries its election on ticks (a peer may not have
@@ -590,6 +689,20 @@ impl Registry {
             tracing::warn!("final flush failed: {e}");
         }
     }
+}
+
+/// Turn `h`'s elections on once its joining ends (a task holding no
+/// reference to the replica).
+fn watch_joining(h: &Arc<GroupHandle>) {
+    let weak = Arc::downgrade(h);
+    let mut rx = h.joining.subscribe();
+    tokio::spawn(async move {
+        if rx.wait_for(|on| !on).await.is_ok() {
+            if let Some(h) = weak.upgrade() {
+                h.allow_elections();
+            }
+        }
+    });
 }
 
 /// The opened replica, or `None` with the failure logged as `what`.

@@ -35,6 +35,9 @@ pub async fn place_groups(
     // over a catalogue's creation.
     let mut hosted: std::collections::BTreeSet<GroupId> = std::collections::BTreeSet::new();
     loop {
+        // A node back on an empty data dir votes again in each group that
+        // took it back (see `seatfence_raft::joining`).
+        registry.follow_rejoin().await;
         type Wanted = (GroupId, Vec<NodeId>, BTreeMap<u64, BasicNode>);
         let (wanted, known): (Vec<Wanted>, std::collections::BTreeSet<GroupId>) =
             dir.sm.read(|s| {

@@ -126,6 +126,10 @@ impl LocalCluster {
     }
 
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        self.spawn_with(i, &[])
+    }
+
+    fn spawn_with(&mut self, i: usize, extra: &[&str]) -> anyhow::Result<()> {
         let n = &mut self.nodes[i];
         let log = fs::OpenOptions::new()
             .create(true)
@@ -145,6 +149,7 @@ impl LocalCluster {
             .arg("node")
             .arg("--config")
             .arg(&n.config_path)
+            .args(extra)
             .env(
                 "RUST_LOG",
                 std::env::var("SEATFENCE_NODE_LOG").unwrap_or_else(|_| "info".into()),
@@ -276,6 +281,16 @@ impl LocalCluster {
             bail!("node {id} is running");
         }
         self.spawn(i)
+    }
+
+    /// [`restart`](Self::restart) with extra arguments of `seatfence node`
+    /// (`--rejoin-empty`).
+    pub fn restart_with(&mut self, id: u64, extra: &[&str]) -> anyhow::Result<()> {
+        let i = self.index(id)?;
+        if self.nodes[i].child.is_some() {
+            bail!("node {id} is running");
+        }
+        self.spawn_with(i, extra)
     }
 
     pub fn addrs(&self) -> Vec<String> {

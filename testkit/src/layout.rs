@@ -181,6 +181,7 @@ pub(crate) fn layout(
             }),
             payments: payments.clone(),
             chaos: None,
+            rejoin_empty: false,
         };
         configs.push((node_dir, config));
     }

@@ -44,6 +44,8 @@ pub enum RecordKey {
     NodeState(NodeId),
     /// Directory: a group's running repair.
     Repair(GroupId),
+    /// Directory: a node's rejoin on an empty data dir.
+    Rejoin(NodeId),
     /// Event group: one change of the changefeed, by its seq.
     Change(u64),
     /// Event group: the waiting room.
@@ -88,6 +90,7 @@ impl RecordKey {
             RecordKey::NextMoveId => b"m/next_move_id".to_vec(),
             RecordKey::NodeState(n) => [b"l/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Repair(g) => [b"p/".as_slice(), &g.0.to_be_bytes()].concat(),
+            RecordKey::Rejoin(n) => [b"j/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Change(c) => [b"c/".as_slice(), &c.to_be_bytes()].concat(),
             RecordKey::Room => b"m/room".to_vec(),
             RecordKey::Place(u) => [b"w/".as_slice(), u.0.as_bytes()].concat(),
@@ -122,6 +125,7 @@ impl RecordKey {
             (b"d/", n) => num(n).map(|n| RecordKey::Drained(NodeId(n))),
             (b"l/", n) => num(n).map(|n| RecordKey::NodeState(NodeId(n))),
             (b"p/", g) => num(g).map(|g| RecordKey::Repair(GroupId(g))),
+            (b"j/", n) => num(n).map(|n| RecordKey::Rejoin(NodeId(n))),
             (b"c/", c) => num(c).map(RecordKey::Change),
             (b"o/", rest) => {
                 let (owner, key) = split_owner_key(rest)?;
@@ -183,6 +187,7 @@ impl State {
             RecordKey::Answer(o, k) => self.answers.get(&(o.clone(), k.clone())).map(enc),
             RecordKey::NodeState(n) => self.directory.node_states.get(n).map(enc),
             RecordKey::Repair(g) => self.directory.repairs.get(g).map(enc),
+            RecordKey::Rejoin(n) => self.directory.rejoins.get(n).map(enc),
             RecordKey::Change(c) => self.inventory.changes.get(c).map(enc),
             RecordKey::Room => self.inventory.room.as_ref().map(enc),
             RecordKey::Place(u) => self.inventory.places.get(u).map(enc),
@@ -254,6 +259,9 @@ impl State {
             RecordKey::Repair(g) => {
                 self.directory.repairs.insert(g, dec(value).map_err(err)?);
             }
+            RecordKey::Rejoin(n) => {
+                self.directory.rejoins.insert(n, dec(value).map_err(err)?);
+            }
             RecordKey::Change(c) => {
                 self.inventory.changes.insert(c, dec(value).map_err(err)?);
             }
@@ -321,6 +329,9 @@ impl State {
             }
             RecordKey::Repair(g) => {
                 self.directory.repairs.remove(&g);
+            }
+            RecordKey::Rejoin(n) => {
+                self.directory.rejoins.remove(&n);
             }
             RecordKey::Change(c) => {
                 self.inventory.changes.remove(&c);
@@ -396,6 +407,7 @@ impl State {
                     .map(|n| RecordKey::NodeState(*n)),
             )
             .chain(self.directory.repairs.keys().map(|g| RecordKey::Repair(*g)))
+            .chain(self.directory.rejoins.keys().map(|n| RecordKey::Rejoin(*n)))
             .chain(self.inventory.changes.keys().map(|c| RecordKey::Change(*c)))
             .chain(std::iter::once(RecordKey::Room))
             .chain(

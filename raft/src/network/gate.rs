@@ -191,6 +191,6 @@ impl Gate {
     }
 }
 
-fn denied(code: &str, reason: String) -> Status {
+pub(crate) fn denied(code: &str, reason: String) -> Status {
     Status::permission_denied(format!("{code}: {reason}"))
 }

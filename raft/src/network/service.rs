@@ -161,6 +161,23 @@ impl RaftGrpc {
         Ok(())
     }
 
+    /// A replica of a node that came back on an empty data dir votes
+    /// nowhere until its group took it back (see
+    /// [`joining`](crate::joining)): to a candidate it is a voter that is
+    /// down.
+    fn check_not_rejoining(&self, g: &GroupHandle) -> Result<(), Status> {
+        if !g.joining.refuses_votes() {
+            return Ok(());
+        }
+        crate::metrics::METRICS.raft_refused("rejoining");
+        Err(Status::unavailable(format!(
+            "rejoining: node {} came back on an empty data dir and does not vote in group {} \
+             until the group has taken it back as a caught-up voter",
+            self.registry.node_id(),
+            g.id
+        )))
+    }
+
     fn check_term(&self, g: &GroupHandle, vote: &Vote) -> Result<(), Status> {
         let claimed = vote.leader_id.voted_for;
         let term = vote.leader_id.term;
@@ -237,6 +254,7 @@ impl RaftGrpc {
                 let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload).await?;
                 self.check_campaign(caller, &g)?;
                 self.check_sender(caller, &g, &rpc.vote)?;
+                self.check_not_rejoining(&g)?;
                 let r = g.raft.vote(rpc).await;
                 g.wake();
                 reply(r)
@@ -245,6 +263,7 @@ impl RaftGrpc {
                 let (g, rpc): (_, VoteRequest<TypeConfig>) = self.decode(group_id, payload).await?;
                 self.check_campaign(caller, &g)?;
                 self.check_sender(caller, &g, &rpc.vote)?;
+                self.check_not_rejoining(&g)?;
                 if let Some(refusal) = g.refuse_pre_vote(&self.registry.peers) {
                     return reply(Ok::<_, std::convert::Infallible>(refusal));
                 }
@@ -261,6 +280,7 @@ impl RaftGrpc {
                     self.decode(group_id, payload).await?;
                 self.check_campaign(caller, &g)?;
                 self.check_sender(caller, &g, rpc.from_leader())?;
+                self.check_not_rejoining(&g)?;
                 g.wake();
                 reply(g.raft.handle_transfer_leader(rpc).await)
             }

@@ -68,6 +68,15 @@ const CREATED: &[u8] = b"created";
 /// entry that made it one (see `crate::joining`).
 const JOINING: &[u8] = b"joining";
 
+/// The value of a `joining` mark that also refuses votes: the replica of a
+/// node rejoining on an empty data dir (see `crate::joining`).
+const REJOIN: &[u8] = b"rejoin";
+
+/// In sled's default tree: this node came back on an empty data dir
+/// (`--rejoin-empty`) and not every group has taken it back yet; every
+/// replica it opens on new storage meanwhile refuses votes.
+const NODE_REJOINING: &[u8] = b"node_rejoining";
+
 impl NodeDb {
     /// Open (or create) the node's storage in `dir`: sled in `dir/sled`,
     /// snapshot files in `dir/snapshots`. Must be called from inside a tokio
@@ -221,6 +230,37 @@ impl NodeDb {
             .get(JOINING)
             .map_err(io_err)?
             .is_some())
+    }
+
+    /// Whether `group`'s joining mark is a rejoin's (it refuses votes).
+    pub(crate) fn is_rejoin_mark(&self, group: GroupId) -> io::Result<bool> {
+        let mark = self.spaces(group).meta.get(JOINING).map_err(io_err)?;
+        Ok(mark.is_some_and(|m| m.as_ref() == REJOIN))
+    }
+
+    /// Mark `group`'s replica here as rejoining (a joining mark that also
+    /// refuses votes). Flushed before the replica takes any message.
+    pub(crate) fn set_rejoin_mark(&self, group: GroupId) -> io::Result<()> {
+        self.spaces(group)
+            .meta
+            .insert(JOINING, REJOIN)
+            .map_err(io_err)
+    }
+
+    /// Whether this node is rejoining on an empty data dir (see
+    /// [`NODE_REJOINING`]).
+    pub fn is_rejoining(&self) -> io::Result<bool> {
+        Ok(self.inner.db.get(NODE_REJOINING).map_err(io_err)?.is_some())
+    }
+
+    /// Set or clear the node-wide rejoin mark, flushed.
+    pub async fn set_rejoining(&self, on: bool) -> io::Result<()> {
+        match on {
+            true => self.inner.db.insert(NODE_REJOINING, &[][..]).map(drop),
+            false => self.inner.db.remove(NODE_REJOINING).map(drop),
+        }
+        .map_err(io_err)?;
+        self.flush().await
     }
 
     /// Mark or unmark `group`'s replica here as joining. Not flushed: the

@@ -37,7 +37,7 @@ pub use plan::plan_repairs;
 use plan::record_metrics;
 use seatfence_core::{
     Command, Directory, GroupId, NodeId, NodeOp, NodeOpDone, NodeRefused, NodeState, Repair,
-    RepairStep, Response,
+    RepairReason, RepairStep, Response,
 };
 use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::MembershipOp;
@@ -234,6 +234,7 @@ impl Lifecycle {
     /// learner of the directory already, so it is caught up.
     async fn directory_voters(&self) -> anyhow::Result<()> {
         let voters = self.directory_voters_now();
+        self.directory_rejoins(&voters).await?;
         let plan = self.read(|d| {
             let v = voters
                 .iter()
@@ -243,6 +244,7 @@ impl Lifecycle {
                 .nodes
                 .values()
                 .filter(|n| !voters.contains(&n.id.0) && d.node_state(n.id).takes_replicas())
+                .filter(|n| !d.rejoin_pending(n.id, GroupId::DIRECTORY))
                 .min_by_key(|n| (Some(&n.region) != region.as_ref(), n.id))
                 .map(|n| n.id.0);
             Some((*v, add))
@@ -263,6 +265,67 @@ impl Lifecycle {
                 Ok(())
             }
         }
+    }
+
+    /// Group 0's part of a rejoin on an empty data dir (`directory_voters`
+    /// being the directory's voters now): a rejoining node that is not a
+    /// directory voter (only a learner, as every node is) waits for nothing
+    /// here; one that is (or was, `directory_demoted`) is demoted to a
+    /// learner, waited for until caught up, and made a voter again. Each
+    /// step is read from the directory and the group's membership, so a
+    /// new directory leader picks it up where it stood.
+    async fn directory_rejoins(&self, voters: &BTreeSet<u64>) -> anyhow::Result<()> {
+        let live = |d: &Directory, n: NodeId| d.node_state(n) == NodeState::Live;
+        let rejoining: Vec<(NodeId, bool, bool)> = self.read(|d| {
+            d.rejoins
+                .iter()
+                .filter(|(_, r)| r.pending.contains(&GroupId::DIRECTORY))
+                .map(|(n, r)| (*n, r.directory_demoted, live(d, *n)))
+                .collect()
+        });
+        for (node, demoted, live) in rejoining {
+            let done = NodeOp::RejoinDone {
+                node,
+                group: GroupId::DIRECTORY,
+            };
+            let voter = voters.contains(&node.0);
+            if !voter && !demoted {
+                self.expect_done(done, "rejoin_not_found").await?;
+                tracing::info!(
+                    node = node.0,
+                    "rejoin: not a directory voter, nothing to wait for"
+                );
+                continue;
+            }
+            if !live {
+                continue; // Demoted or not, it waits until it answers.
+            }
+            if voter && !demoted {
+                let op = NodeOp::RejoinDirectoryDemoted { node };
+                self.expect_done(op, "rejoin_not_found").await?;
+            }
+            let d = GroupId::DIRECTORY;
+            let op = match voter {
+                true => MembershipOp::DemoteVoter(node.0),
+                false => MembershipOp::Status,
+            };
+            let st = self.client.membership(d, &op).await?;
+            if st.voters.contains(&node.0) || !st.caught_up(node.0, self.config.catch_up_slack) {
+                continue; // Next round.
+            }
+            let st = self
+                .client
+                .membership(d, &MembershipOp::PromoteLearner(node.0))
+                .await?;
+            anyhow::ensure!(
+                st.voters.contains(&node.0) && !st.joint,
+                "directory voters are {:?} after promoting node {node}",
+                st.voters
+            );
+            self.expect_done(done, "rejoin_not_found").await?;
+            tracing::info!(node = node.0, "rejoin: a caught-up directory voter again");
+        }
+        Ok(())
     }
 
     fn directory_voters_now(&self) -> BTreeSet<u64> {
@@ -333,6 +396,9 @@ impl Lifecycle {
     /// `members`: the group's voters as the directory records them (the
     /// old ones, until `FinishRepair`).
     async fn step(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
+        if r.reason == RepairReason::Rejoin {
+            return self.step_rejoin(r, members).await;
+        }
         match r.step {
             RepairStep::AddLearner => {
                 let addr = self
@@ -389,6 +455,72 @@ impl Lifecycle {
         }
     }
 
+    /// A rejoin's step: `add_learner` takes the node out of the voters
+    /// (a joint change the other voters commit) and adds it back as a
+    /// learner, then waits until it caught up; `change_membership` makes
+    /// it a voter again. Its replica refused every vote meanwhile; the
+    /// directory records the end (`FinishRepair`), after which it votes.
+    async fn step_rejoin(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
+        let all: Vec<u64> = members.iter().map(|m| m.0).collect();
+        let without: Vec<u64> = all.iter().copied().filter(|m| *m != r.add.0).collect();
+        match r.step {
+            RepairStep::AddLearner => {
+                let op = MembershipOp::ReplaceVoters {
+                    from: all.clone(),
+                    to: without.clone(),
+                };
+                let st = self.client.membership(r.group, &op).await?;
+                anyhow::ensure!(
+                    !st.voters.contains(&r.add.0) && !st.joint,
+                    "node {} is still a voter ({:?}, joint: {})",
+                    r.add,
+                    st.voters,
+                    st.joint
+                );
+                let addr = self
+                    .read(|d| d.nodes.get(&r.add).map(|n| n.grpc_addr.clone()))
+                    .ok_or_else(|| anyhow::anyhow!("node {} is not registered", r.add))?;
+                let st = self
+                    .client
+                    .membership(r.group, &MembershipOp::AddLearners(vec![(r.add.0, addr)]))
+                    .await?;
+                if !st.caught_up(r.add.0, self.config.catch_up_slack) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    return Ok(());
+                }
+                let op = NodeOp::AdvanceRepair {
+                    group: r.group,
+                    from: RepairStep::AddLearner,
+                };
+                self.expect_done(op, "step_mismatch").await
+            }
+            RepairStep::ChangeMembership => {
+                let op = MembershipOp::ReplaceVoters {
+                    from: without,
+                    to: all.clone(),
+                };
+                let st = self.client.membership(r.group, &op).await?;
+                let (mut have, mut want) = (st.voters.clone(), all);
+                have.sort_unstable();
+                want.sort_unstable();
+                anyhow::ensure!(
+                    have == want && !st.joint,
+                    "voters are {have:?} (joint: {}), want {want:?}",
+                    st.joint
+                );
+                self.expect_done(NodeOp::FinishRepair { group: r.group }, "repair_not_found")
+                    .await?;
+                tracing::info!(
+                    group = r.group.0,
+                    node = r.add.0,
+                    secs = self.clock.now_ms().saturating_sub(r.started_ms) / 1000,
+                    "rejoin done: the node is a caught-up voter again"
+                );
+                Ok(())
+            }
+        }
+    }
+
     /// The replaced voter leads (a node being retired, or rebalanced): hand
     /// its leadership to another caught-up voter first, through the one
     /// transfer path, so writes pause only for the hand-over.
@@ -426,6 +558,21 @@ impl Lifecycle {
         let mut new: Vec<u64> = r.members_after(members).iter().map(|m| m.0).collect();
         new.sort_unstable();
         anyhow::ensure!(!st.joint, "a membership change is half-way; asking again");
+        if r.reason == RepairReason::Rejoin && have != old {
+            // The rejoining node went silent after it was demoted: put it
+            // back as a voter (its replica still refuses votes: the rejoin
+            // stays pending), which is the group as it was before the
+            // repair; the plan starts a rejoin again when it answers, or
+            // replaces it if it stays dead.
+            let op = MembershipOp::ReplaceVoters {
+                from: have.clone(),
+                to: old.clone(),
+            };
+            self.client.membership(r.group, &op).await?;
+            return self
+                .expect_done(NodeOp::CancelRepair { group: r.group }, "repair_not_found")
+                .await;
+        }
         if have == new {
             return self
                 .expect_done(NodeOp::FinishRepair { group: r.group }, "repair_not_found")

@@ -46,6 +46,24 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
                 NodeState::Decommissioning | NodeState::Decommissioned => {
                     RepairReason::Decommission
                 }
+                // Back on an empty data dir: demoted, caught up, a voter
+                // again, in place (no spare node needed).
+                NodeState::Live if d.rejoin_pending(*m, g.id) => {
+                    if !d.repairable(g.id, *m) {
+                        continue;
+                    }
+                    needed = true;
+                    if running < config.repair_parallel {
+                        running += 1;
+                        ops.push(NodeOp::StartRepair {
+                            group: g.id,
+                            remove: *m,
+                            add: Some(*m),
+                            reason: RepairReason::Rejoin,
+                        });
+                    }
+                    break;
+                }
                 _ => continue,
             };
             if d.replacement(g.id, *m, &counts).is_none() || !d.repairable(g.id, *m) {
@@ -69,6 +87,19 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
         .values()
         .filter(|r| r.reason == RepairReason::Rebalance)
         .count();
+    // A rejoining node's pending group it is no longer a voter of (moved
+    // away, or repaired off it meanwhile) waits for nothing.
+    for (node, r) in &d.rejoins {
+        for g in &r.pending {
+            let member = d.groups.get(g).is_some_and(|g| g.members.contains(node));
+            if !g.is_directory() && !member {
+                ops.push(NodeOp::RejoinDone {
+                    node: *node,
+                    group: *g,
+                });
+            }
+        }
+    }
     if needed || rebalancing >= config.rebalance_parallel {
         return ops;
     }

@@ -253,3 +253,135 @@ fn repairs_and_moves_never_overlap() {
     .unwrap_err();
     assert_eq!(e.code, "move_in_progress");
 }
+
+/// A node back on an empty data dir (`--rejoin-empty`): the directory takes
+/// its new incarnation, makes every group it is a voter of (and group 0)
+/// wait for it, and a group stops waiting only when a rejoin repair put
+/// the same node back, or the node is no longer a voter there.
+#[test]
+fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
+    let mut s = cluster(0);
+    assert_eq!(members(&s), vec![1, 2, 3]);
+    let rejoin = NodeOp::Rejoin {
+        node: NodeId(2),
+        incarnation: 77,
+    };
+    let Ok(NodeOpDone::Rejoin(r)) = node_op(&mut s, rejoin.clone()) else {
+        panic!("rejoin refused");
+    };
+    assert_eq!(r.pending, [DIR, GroupId(1)].into_iter().collect());
+    assert_eq!(s.directory.nodes[&NodeId(2)].incarnation, 77);
+    assert!(s.directory.rejoin_pending(NodeId(2), GroupId(1)));
+    assert!(s.directory.not_leading().contains(&NodeId(2)));
+    // The same rejoin again changes nothing; the registration under the
+    // new incarnation is accepted, under the old one refused.
+    assert_eq!(node_op(&mut s, rejoin), Ok(NodeOpDone::Rejoin(r)));
+    let register = |inc| {
+        Command::RegisterNode(NodeInfo {
+            id: NodeId(2),
+            region: RegionId::from("a"),
+            grpc_addr: "127.0.0.1:7002".into(),
+            incarnation: inc,
+        })
+    };
+    let ok = s.apply(DIR, &register(77)).response;
+    assert!(matches!(ok, Response::NodeRegistered { .. }), "{ok:?}");
+    let old = s.apply(DIR, &register(5)).response;
+    assert!(
+        matches!(old, Response::IncarnationMismatch { .. }),
+        "{old:?}"
+    );
+
+    // A rejoin repair puts back the same node, only for a pending group,
+    // and only as a rejoin.
+    let bad = node_op(
+        &mut s,
+        NodeOp::StartRepair {
+            group: GroupId(1),
+            remove: NodeId(2),
+            add: Some(NodeId(2)),
+            reason: RepairReason::Dead,
+        },
+    );
+    assert_eq!(bad.unwrap_err().code, "invalid_request");
+    let bad = node_op(
+        &mut s,
+        NodeOp::StartRepair {
+            group: GroupId(1),
+            remove: NodeId(1),
+            add: None,
+            reason: RepairReason::Rejoin,
+        },
+    );
+    assert_eq!(bad.unwrap_err().code, "rejoin_not_found");
+    // Still a voter: group 1 cannot stop waiting by fiat.
+    let bad = node_op(
+        &mut s,
+        NodeOp::RejoinDone {
+            node: NodeId(2),
+            group: GroupId(1),
+        },
+    );
+    assert_eq!(bad.unwrap_err().code, "still_a_member");
+    let start = NodeOp::StartRepair {
+        group: GroupId(1),
+        remove: NodeId(2),
+        add: None,
+        reason: RepairReason::Rejoin,
+    };
+    let Ok(NodeOpDone::Repair(Some(repair))) = node_op(&mut s, start) else {
+        panic!("rejoin repair refused");
+    };
+    assert_eq!((repair.remove, repair.add), (NodeId(2), NodeId(2)));
+    for op in [
+        NodeOp::AdvanceRepair {
+            group: GroupId(1),
+            from: RepairStep::AddLearner,
+        },
+        NodeOp::FinishRepair { group: GroupId(1) },
+    ] {
+        node_op(&mut s, op).unwrap();
+    }
+    assert_eq!(members(&s), vec![1, 2, 3]);
+    assert!(!s.directory.rejoin_pending(NodeId(2), GroupId(1)));
+    // Group 0: demoted, then done; the record stays, with nothing pending.
+    let demoted = node_op(&mut s, NodeOp::RejoinDirectoryDemoted { node: NodeId(2) });
+    assert!(matches!(demoted, Ok(NodeOpDone::Rejoin(r)) if r.directory_demoted));
+    node_op(
+        &mut s,
+        NodeOp::RejoinDone {
+            node: NodeId(2),
+            group: DIR,
+        },
+    )
+    .unwrap();
+    let loaded = reloaded(&s);
+    assert!(loaded.directory.rejoins[&NodeId(2)].pending.is_empty());
+    assert_eq!(loaded.directory, s.directory);
+    assert!(!s.directory.not_leading().contains(&NodeId(2)));
+}
+
+/// A node an operator retired does not come back under its id.
+#[test]
+fn a_retired_node_cannot_rejoin() {
+    let mut s = cluster(1);
+    for declared in [false, true] {
+        node_op(
+            &mut s,
+            NodeOp::SetState {
+                node: NodeId(2),
+                state: NodeState::Dead { declared },
+            },
+        )
+        .unwrap();
+    }
+    let r = node_op(
+        &mut s,
+        NodeOp::Rejoin {
+            node: NodeId(2),
+            incarnation: 9,
+        },
+    );
+    assert_eq!(r.unwrap_err().code, "node_retired");
+    assert!(s.directory.rejoins.is_empty());
+}

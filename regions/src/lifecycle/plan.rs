@@ -195,6 +195,43 @@ mod tests {
     }
 
     #[test]
+    fn a_rejoining_node_is_put_back_in_place_and_gone_groups_wait_no_more() {
+        let mut d = dir(2, false);
+        let pending = [GroupId::DIRECTORY, GroupId(1), GroupId(2), GroupId(9)];
+        d.rejoins.insert(
+            NodeId(2),
+            seatfence_core::Rejoin {
+                incarnation: 7,
+                pending: pending.into_iter().collect(),
+                started_ms: 0,
+                directory_demoted: false,
+            },
+        );
+        let config = MovesConfig {
+            repair_parallel: 1,
+            ..MovesConfig::default()
+        };
+        let ops = plan_repairs(&d, &config);
+        // No spare node is needed; one at a time; group 9 (no longer a
+        // voter there) waits no more; group 0 is the directory leader's.
+        assert_eq!(
+            ops,
+            vec![
+                NodeOp::StartRepair {
+                    group: GroupId(1),
+                    remove: NodeId(2),
+                    add: Some(NodeId(2)),
+                    reason: RepairReason::Rejoin,
+                },
+                NodeOp::RejoinDone {
+                    node: NodeId(2),
+                    group: GroupId(9),
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn dead_voters_are_repaired_before_anything_is_rebalanced() {
         let mut d = dir(3, true);
         d.node_states

@@ -39,7 +39,7 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (Kind::Gauge, "seatfence_storage_full", "1 while the data directory's free space is below the reserve ([raft] min_free_mb): new writes are refused storage_full until space returns."),
     (Kind::Gauge, "seatfence_storage_free_bytes", "Free bytes of the data directory's filesystem, checked every half second."),
     (Kind::Gauge, "seatfence_groups_dormant", "Replicas on this node unloaded from memory after sleeping for raft.unload_after_ms: followers, reopened from storage by a Raft message, a use, or their leader's node going down."),
-    (Kind::Counter, "seatfence_raft_refused_total", "Raft messages this node refused from a peer, by reason: sender_mismatch (a certificate spoke for another node), not_a_group_member, term_out_of_bounds, snapshot_budget (too many snapshot bytes in flight), and answers to this node's messages refused: reply_term_out_of_bounds."),
+    (Kind::Counter, "seatfence_raft_refused_total", "Raft messages this node refused from a peer, by reason: sender_mismatch (a certificate spoke for another node), not_a_group_member, term_out_of_bounds, snapshot_budget (too many snapshot bytes in flight), rejoining (a vote asked of this node's replica while it rejoins on an empty data dir), and answers to this node's messages refused: reply_term_out_of_bounds."),
     (Kind::Gauge, "seatfence_groups_sleeping", "Replicas on this node that sleep: idle, timers stopped until a proposal, a read, a leader's entries, a vote or node liveness wakes them."),
 ];
 

@@ -22,6 +22,19 @@ use seatfence_core::GroupId;
 use seatfence_testkit::http_client::HttpClient;
 use serde_json::json;
 
+/// One buyer's hold of `seat` in the event, keyed `key`, through `edge`.
+async fn hold(
+    http: &HttpClient,
+    edge: &str,
+    buyer: &str,
+    key: &str,
+    seat: &str,
+) -> Option<seatfence_testkit::http_client::HttpAnswer> {
+    let body = json!({"event_id": "wipe", "seats": [seat]});
+    let url = format!("{edge}/v1/holds");
+    http.post(&url, Some(buyer), Some(key), &body).await.ok()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
     init_logs();
@@ -52,23 +65,15 @@ async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
 
     cluster.pause(c).unwrap();
     let buyer = token(&cluster, "bea", false);
-    let hold = eventually("the hold while one voter is paused", || {
+    let first = eventually("the hold while one voter is paused", || {
         let (http, edge, buyer) = (http.clone(), edge_of(&cluster, a), buyer.clone());
         async move {
-            let r = http
-                .post(
-                    &format!("{edge}/v1/holds"),
-                    Some(&buyer),
-                    Some("bea-1"),
-                    &json!({"event_id": "wipe", "seats": ["A-1-1"]}),
-                )
-                .await
-                .ok()?;
+            let r = hold(&http, &edge, &buyer, "bea-1", "A-1-1").await?;
             (r.status.as_u16() == 201).then_some(r.body)
         }
     })
     .await;
-    let hold_id = hold["hold_id"].as_str().unwrap().to_string();
+    let hold_id = first["hold_id"].as_str().unwrap().to_string();
     tracing::info!("--- {hold_id} committed on {a} and {b}: wipe {b} and start it again");
 
     cluster.kill(b).unwrap();
@@ -118,15 +123,7 @@ async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
     let second = eventually("another buyer's hold of the same seat answered", || {
         let (http, edge, rival) = (http.clone(), edge.clone(), rival.clone());
         async move {
-            let r = http
-                .post(
-                    &format!("{edge}/v1/holds"),
-                    Some(&rival),
-                    Some("rex-1"),
-                    &json!({"event_id": "wipe", "seats": ["A-1-1"]}),
-                )
-                .await
-                .ok()?;
+            let r = hold(&http, &edge, &rival, "rex-1", "A-1-1").await?;
             (r.status.as_u16() != 503).then_some(r)
         }
     })
@@ -176,15 +173,7 @@ async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
     eventually("the second hold while one voter is paused", || {
         let (http, edge, third) = (http.clone(), edge_a.clone(), third.clone());
         async move {
-            let r = http
-                .post(
-                    &format!("{edge}/v1/holds"),
-                    Some(&third),
-                    Some("tia-1"),
-                    &json!({"event_id": "wipe", "seats": ["A-1-2"]}),
-                )
-                .await
-                .ok()?;
+            let r = hold(&http, &edge, &third, "tia-1", "A-1-2").await?;
             (r.status.as_u16() == 201).then_some(())
         }
     })
@@ -196,15 +185,7 @@ async fn t41_a_wiped_voter_refuses_to_start_and_the_hold_survives() {
     let second = eventually("another buyer's hold of A-1-2 answered", || {
         let (http, edge, rival) = (http.clone(), edge.clone(), rival.clone());
         async move {
-            let r = http
-                .post(
-                    &format!("{edge}/v1/holds"),
-                    Some(&rival),
-                    Some("rex-2"),
-                    &json!({"event_id": "wipe", "seats": ["A-1-2"]}),
-                )
-                .await
-                .ok()?;
+            let r = hold(&http, &edge, &rival, "rex-2", "A-1-2").await?;
             (r.status.as_u16() != 503).then_some(r)
         }
     })

@@ -167,6 +167,22 @@ pub struct Rejoin {
     /// The directory's leader took the node out of group 0's voters (or is
     /// about to): it must be made a voter again once caught up.
     pub directory_demoted: bool,
+    /// Per event group, the term at which the group's leader took the node
+    /// out of its voters. Until a group has one, the node's replica takes
+    /// no append or snapshot at all; then only from that term on. A node
+    /// that forgot its term must not acknowledge a deposed leader's
+    /// entries: that leader could count it toward a quorum its successor
+    /// already overruled.
+    #[serde(default)]
+    pub floors: BTreeMap<GroupId, u64>,
+}
+
+impl Rejoin {
+    /// The lowest term whose appends `group`'s replica may take while the
+    /// rejoin is pending (`None`: none yet).
+    pub fn floor(&self, group: GroupId) -> Option<u64> {
+        self.floors.get(&group).copied()
+    }
 }
 
 /// What the directory is asked to do with node states and repairs.
@@ -215,6 +231,14 @@ pub enum NodeOp {
     /// group 0's voters, to make it one again once caught up: recorded
     /// first, so a leader that takes over knows to.
     RejoinDirectoryDemoted { node: NodeId },
+    /// `group`'s leader at `term` took rejoining `node` out of the group's
+    /// voters: its replica may take appends from that term on (see
+    /// [`Rejoin::floors`]). The first floor stays.
+    RejoinDemoted {
+        node: NodeId,
+        group: GroupId,
+        term: u64,
+    },
 }
 
 /// The answer to a [`NodeOp`].
@@ -461,6 +485,15 @@ impl Directory {
                 self.rejoin_done(*node, *group, changed);
                 self.rejoin_record(*node)
             }
+            NodeOp::RejoinDemoted { node, group, term } => {
+                if let Some(r) = self.rejoins.get_mut(node) {
+                    if r.pending.contains(group) && !r.floors.contains_key(group) {
+                        r.floors.insert(*group, *term);
+                        changed.push(RecordKey::Rejoin(*node));
+                    }
+                }
+                self.rejoin_record(*node)
+            }
             NodeOp::RejoinDirectoryDemoted { node } => {
                 if let Some(r) = self.rejoins.get_mut(node) {
                     if r.pending.contains(&GroupId::DIRECTORY) && !r.directory_demoted {
@@ -508,14 +541,29 @@ impl Directory {
         if incarnation == 0 {
             return Err(NodeRefused::new("invalid_request", "incarnation 0"));
         }
-        let mut pending: std::collections::BTreeSet<GroupId> =
-            self.groups_of(node).map(|g| g.id).collect();
+        // Every group whose replica the node holds or is receiving: a
+        // running move or repair may already have made it a voter there
+        // before the directory lists it.
+        let mut pending = self.hosted_on(node);
         pending.insert(GroupId::DIRECTORY);
+        // A rejoin repair of the node's previous life (wiped again
+        // mid-way) must not finish for this one: the plan starts anew.
+        let stale: Vec<GroupId> = self
+            .repairs
+            .values()
+            .filter(|r| r.reason == RepairReason::Rejoin && r.remove == node)
+            .map(|r| r.group)
+            .collect();
+        for g in stale {
+            self.repairs.remove(&g);
+            changed.push(RecordKey::Repair(g));
+        }
         let r = Rejoin {
             incarnation,
             pending,
             started_ms: at_ms,
             directory_demoted: false,
+            floors: BTreeMap::new(),
         };
         if let Some(n) = self.nodes.get_mut(&node) {
             n.incarnation = incarnation;
@@ -530,6 +578,7 @@ impl Directory {
     fn rejoin_done(&mut self, node: NodeId, group: GroupId, changed: &mut Vec<RecordKey>) {
         if let Some(r) = self.rejoins.get_mut(&node) {
             if r.pending.remove(&group) {
+                r.floors.remove(&group);
                 changed.push(RecordKey::Rejoin(node));
             }
         }

@@ -270,6 +270,7 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
         panic!("rejoin refused");
     };
     assert_eq!(r.pending, [DIR, GroupId(1)].into_iter().collect());
+    assert_eq!(r.floor(GroupId(1)), None);
     assert_eq!(s.directory.nodes[&NodeId(2)].incarnation, 77);
     assert!(s.directory.rejoin_pending(NodeId(2), GroupId(1)));
     assert!(s.directory.not_leading().contains(&NodeId(2)));
@@ -333,6 +334,36 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
         panic!("rejoin repair refused");
     };
     assert_eq!((repair.remove, repair.add), (NodeId(2), NodeId(2)));
+    // The leader at term 5 demoted it: appends from term 5 on; the first
+    // floor stays.
+    for term in [5, 3] {
+        let op = NodeOp::RejoinDemoted {
+            node: NodeId(2),
+            group: GroupId(1),
+            term,
+        };
+        let Ok(NodeOpDone::Rejoin(r)) = node_op(&mut s, op) else {
+            panic!("floor refused");
+        };
+        assert_eq!(r.floor(GroupId(1)), Some(5));
+    }
+    // Wiped again mid-way: the old life's repair goes, the plan starts anew.
+    let again = NodeOp::Rejoin {
+        node: NodeId(2),
+        incarnation: 78,
+    };
+    let Ok(NodeOpDone::Rejoin(r)) = node_op(&mut s, again) else {
+        panic!("second rejoin refused");
+    };
+    assert_eq!(r.floor(GroupId(1)), None);
+    assert!(s.directory.repairs.is_empty());
+    let start = NodeOp::StartRepair {
+        group: GroupId(1),
+        remove: NodeId(2),
+        add: None,
+        reason: RepairReason::Rejoin,
+    };
+    node_op(&mut s, start).unwrap();
     for op in [
         NodeOp::AdvanceRepair {
             group: GroupId(1),

@@ -13,7 +13,7 @@ use seatfence_raft::network::gate::Gate;
 use seatfence_raft::network::tls::{node_server_name, Principal};
 use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
-use seatfence_raft::storage::{IdentState, NodeDb};
+use seatfence_raft::storage::NodeDb;
 use seatfence_raft::{ClusterClient, Proposer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -212,7 +212,6 @@ impl Node {
                 })
         };
         let server = tokio::spawn(server);
-        let fresh = matches!(ident, IdentState::Fresh(_));
         let ident = match admit::admit(&config, &db, ident, registry.pool(), rx_stop.clone()).await
         {
             Ok(ident) => ident,
@@ -222,10 +221,10 @@ impl Node {
             }
         };
         registry.set_incarnation(ident.incarnation);
-        // Admitted under `--rejoin-empty`: every replica refuses votes
-        // until its group took this node back, starting before the first
-        // Raft message is served.
-        if fresh && db.is_rejoining()? {
+        // Admitted under `--rejoin-empty` (now or in an earlier start):
+        // every replica refuses votes until its group took this node back,
+        // starting before the first Raft message is served.
+        if db.is_rejoining()? {
             registry.begin_rejoin(ident.incarnation).await?;
         }
         admitted.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -113,21 +113,42 @@ impl Registry {
             .store(incarnation, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// This node was just admitted under `--rejoin-empty`, before it
-    /// serves any Raft message: mark it rejoining (flushed), and every
-    /// replica already open (group 0's, on a new data dir) with a rejoin
-    /// mark, elections off; replicas opened later on new storage get one
-    /// at open (see [`joining`](crate::joining)).
+    /// This node is rejoining under `--rejoin-empty` (just admitted, or
+    /// restarted before every group took it back), before it serves any
+    /// Raft message: mark it rejoining (flushed), and every replica already
+    /// open that has no mark and whose group has not taken it back (group
+    /// 0's, on a new data dir) with a rejoin mark, elections off; replicas
+    /// opened later on new storage get one at open (see
+    /// [`joining`](crate::joining)).
     pub async fn begin_rejoin(&self, incarnation: u64) -> anyhow::Result<()> {
         self.set_incarnation(incarnation);
         self.db.set_rejoining(true).await?;
+        // At every start while rejoining: a crash between the admission
+        // and the marks left an open replica (group 0's) unmarked. A group
+        // the directory says took the node back keeps its own state.
         for h in self.all().into_values() {
-            h.raft.runtime_config().elect(false);
+            if h.joining.refuses_votes() || self.rejoin_settled(h.id) {
+                continue;
+            }
             h.joining.begin_rejoin()?;
+            h.raft.runtime_config().elect(false);
             watch_joining(&h);
         }
         self.db.flush().await?;
         Ok(())
+    }
+
+    /// The term from which `id`'s rejoining replica here may take appends
+    /// (see [`Rejoin::floors`](seatfence_core::Rejoin)); `None`: not yet.
+    pub fn rejoin_floor(&self, id: GroupId) -> Option<u64> {
+        let me = seatfence_core::NodeId(self.node_id);
+        let mine = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
+        self.get(GroupId::DIRECTORY).and_then(|dir| {
+            dir.sm.read(|s| {
+                let r = s.state.directory.rejoins.get(&me)?;
+                (r.incarnation == mine).then(|| r.floor(id)).flatten()
+            })
+        })
     }
 
     /// Whether this node's directory replica records that `id` took this

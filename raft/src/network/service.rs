@@ -178,6 +178,32 @@ impl RaftGrpc {
         )))
     }
 
+    /// A rejoining replica of an event group forgot its term: it takes
+    /// appends and snapshots only from the term at which the group's leader
+    /// took it out of the voters (the directory's `Rejoin::floors`), none
+    /// before that, so a deposed leader cannot count it toward a quorum its
+    /// successor overruled. Group 0's replica takes them (it learns the
+    /// floors from them); that is the rejoin's remaining window (see
+    /// ARCHITECTURE.md).
+    fn check_rejoin_floor(&self, g: &GroupHandle, vote: &Vote) -> Result<(), Status> {
+        if !g.joining.refuses_votes() || g.id.is_directory() {
+            return Ok(());
+        }
+        let term = vote.leader_id.term;
+        match self.registry.rejoin_floor(g.id) {
+            Some(floor) if term >= floor => Ok(()),
+            floor => {
+                crate::metrics::METRICS.raft_refused("rejoining");
+                Err(Status::unavailable(format!(
+                    "rejoining: node {} came back on an empty data dir and takes group {}'s \
+                     entries only from the term its leader demoted it at ({floor:?}), not {term}",
+                    self.registry.node_id(),
+                    g.id
+                )))
+            }
+        }
+    }
+
     fn check_term(&self, g: &GroupHandle, vote: &Vote) -> Result<(), Status> {
         let claimed = vote.leader_id.voted_for;
         let term = vote.leader_id.term;
@@ -234,6 +260,7 @@ impl RaftGrpc {
                 let (g, rpc): (_, AppendEntriesRequest<TypeConfig>) =
                     self.decode(group_id, payload).await?;
                 self.check_sender(caller, &g, &rpc.vote)?;
+                self.check_rejoin_floor(&g, &rpc.vote)?;
                 if !rpc.entries.is_empty() {
                     self.room_for_data()?;
                 }
@@ -413,6 +440,7 @@ impl RaftService for RaftGrpc {
         let vote: Vote =
             codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
         self.check_sender(&caller, &group, &vote)?;
+        self.check_rejoin_floor(&group, &vote)?;
         let meta: SnapshotMeta =
             codec::decode(&first.meta).map_err(|e| malformed(format!("snapshot meta: {e}")))?;
         // Chunks are held in memory until the last one: nothing reaches the

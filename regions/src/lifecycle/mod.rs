@@ -400,24 +400,7 @@ impl Lifecycle {
             return self.step_rejoin(r, members).await;
         }
         match r.step {
-            RepairStep::AddLearner => {
-                let addr = self
-                    .read(|d| d.nodes.get(&r.add).map(|n| n.grpc_addr.clone()))
-                    .ok_or_else(|| anyhow::anyhow!("node {} is not registered", r.add))?;
-                let st = self
-                    .client
-                    .membership(r.group, &MembershipOp::AddLearners(vec![(r.add.0, addr)]))
-                    .await?;
-                if !st.caught_up(r.add.0, self.config.catch_up_slack) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    return Ok(());
-                }
-                let op = NodeOp::AdvanceRepair {
-                    group: r.group,
-                    from: RepairStep::AddLearner,
-                };
-                self.expect_done(op, "step_mismatch").await
-            }
+            RepairStep::AddLearner => self.learn_and_advance(r).await,
             RepairStep::ChangeMembership => {
                 let from: Vec<u64> = members.iter().map(|m| m.0).collect();
                 let mut to: Vec<u64> = r.members_after(members).iter().map(|m| m.0).collect();
@@ -455,6 +438,27 @@ impl Lifecycle {
         }
     }
 
+    /// `r.add` is added as a learner of `r.group` (unless it is one);
+    /// once it caught up, the repair advances to `change_membership`.
+    async fn learn_and_advance(&self, r: &Repair) -> anyhow::Result<()> {
+        let addr = self
+            .read(|d| d.nodes.get(&r.add).map(|n| n.grpc_addr.clone()))
+            .ok_or_else(|| anyhow::anyhow!("node {} is not registered", r.add))?;
+        let st = self
+            .client
+            .membership(r.group, &MembershipOp::AddLearners(vec![(r.add.0, addr)]))
+            .await?;
+        if !st.caught_up(r.add.0, self.config.catch_up_slack) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Ok(());
+        }
+        let op = NodeOp::AdvanceRepair {
+            group: r.group,
+            from: RepairStep::AddLearner,
+        };
+        self.expect_done(op, "step_mismatch").await
+    }
+
     /// A rejoin's step: `add_learner` takes the node out of the voters
     /// (a joint change the other voters commit) and adds it back as a
     /// learner, then waits until it caught up; `change_membership` makes
@@ -462,13 +466,11 @@ impl Lifecycle {
     /// directory records the end (`FinishRepair`), after which it votes.
     async fn step_rejoin(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
         let all: Vec<u64> = members.iter().map(|m| m.0).collect();
-        let without: Vec<u64> = all.iter().copied().filter(|m| *m != r.add.0).collect();
         match r.step {
             RepairStep::AddLearner => {
-                let op = MembershipOp::ReplaceVoters {
-                    from: all.clone(),
-                    to: without.clone(),
-                };
+                // Out of the voters, kept as a learner (a retry finds it
+                // one already and changes nothing).
+                let op = MembershipOp::DemoteVoter(r.add.0);
                 let st = self.client.membership(r.group, &op).await?;
                 anyhow::ensure!(
                     !st.voters.contains(&r.add.0) && !st.joint,
@@ -477,28 +479,18 @@ impl Lifecycle {
                     st.voters,
                     st.joint
                 );
-                let addr = self
-                    .read(|d| d.nodes.get(&r.add).map(|n| n.grpc_addr.clone()))
-                    .ok_or_else(|| anyhow::anyhow!("node {} is not registered", r.add))?;
-                let st = self
-                    .client
-                    .membership(r.group, &MembershipOp::AddLearners(vec![(r.add.0, addr)]))
-                    .await?;
-                if !st.caught_up(r.add.0, self.config.catch_up_slack) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    return Ok(());
-                }
-                let op = NodeOp::AdvanceRepair {
+                // Its replica takes this leader's entries (and later
+                // terms'), a deposed leader's never.
+                let op = NodeOp::RejoinDemoted {
+                    node: r.add,
                     group: r.group,
-                    from: RepairStep::AddLearner,
+                    term: st.term,
                 };
-                self.expect_done(op, "step_mismatch").await
+                self.expect_done(op, "rejoin_not_found").await?;
+                self.learn_and_advance(r).await
             }
             RepairStep::ChangeMembership => {
-                let op = MembershipOp::ReplaceVoters {
-                    from: without,
-                    to: all.clone(),
-                };
+                let op = MembershipOp::PromoteLearner(r.add.0);
                 let st = self.client.membership(r.group, &op).await?;
                 let (mut have, mut want) = (st.voters.clone(), all);
                 have.sort_unstable();
@@ -558,17 +550,21 @@ impl Lifecycle {
         let mut new: Vec<u64> = r.members_after(members).iter().map(|m| m.0).collect();
         new.sort_unstable();
         anyhow::ensure!(!st.joint, "a membership change is half-way; asking again");
-        if r.reason == RepairReason::Rejoin && have != old {
-            // The rejoining node went silent after it was demoted: put it
-            // back as a voter (its replica still refuses votes: the rejoin
-            // stays pending), which is the group as it was before the
-            // repair; the plan starts a rejoin again when it answers, or
-            // replaces it if it stays dead.
-            let op = MembershipOp::ReplaceVoters {
-                from: have.clone(),
-                to: old.clone(),
-            };
-            self.client.membership(r.group, &op).await?;
+        if r.reason == RepairReason::Rejoin {
+            // The rejoining node went silent. Demoted: put it back as a
+            // voter (its replica still refuses votes: the rejoin stays
+            // pending), which is the group as it was before the repair; the
+            // plan starts a rejoin again when it answers, or replaces it if
+            // it stays dead.
+            if have != old {
+                let addr = self
+                    .read(|d| d.nodes.get(&r.add).map(|n| n.grpc_addr.clone()))
+                    .ok_or_else(|| anyhow::anyhow!("node {} is not registered", r.add))?;
+                let learner = MembershipOp::AddLearners(vec![(r.add.0, addr)]);
+                self.client.membership(r.group, &learner).await?;
+                let op = MembershipOp::PromoteLearner(r.add.0);
+                self.client.membership(r.group, &op).await?;
+            }
             return self
                 .expect_done(NodeOp::CancelRepair { group: r.group }, "repair_not_found")
                 .await;

@@ -92,7 +92,9 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
     for (node, r) in &d.rejoins {
         for g in &r.pending {
             let member = d.groups.get(g).is_some_and(|g| g.members.contains(node));
-            if !g.is_directory() && !member {
+            // A running move or repair may still make it a voter there.
+            let changing = d.is_moving(*g) || d.repairs.contains_key(g);
+            if !g.is_directory() && !member && !changing {
                 ops.push(NodeOp::RejoinDone {
                     node: *node,
                     group: *g,
@@ -205,6 +207,7 @@ mod tests {
                 pending: pending.into_iter().collect(),
                 started_ms: 0,
                 directory_demoted: false,
+                floors: Default::default(),
             },
         );
         let config = MovesConfig {

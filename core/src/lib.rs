@@ -31,6 +31,7 @@ pub mod inventory;
 pub mod lifecycle;
 pub mod moves;
 pub mod query;
+mod rejoin;
 pub mod state;
 
 pub use answers::KeyedAnswer;

@@ -200,9 +200,9 @@ fn repair_json(r: &seatfence_core::Repair) -> Value {
 impl Edge {
     /// The directory (leader's copy) and every registered node's status.
     pub async fn cluster_view(&self) -> Result<ClusterView, ApiError> {
-        let directory = self.directory_at_leader().await?;
+        let directory = self.commands.directory_at_leader().await?;
         let asks = directory.nodes.values().map(|n| {
-            let client = self.client.clone();
+            let client = self.commands.client.clone();
             let (id, addr) = (n.id.0, n.grpc_addr.clone());
             async move {
                 let status = async {
@@ -224,7 +224,7 @@ impl Edge {
     /// Hand `group`'s leadership to `to`, a caught-up voter, and wait until
     /// it leads. Returns `(previous leader, new term)`.
     pub async fn transfer_leader(&self, group: GroupId, to: u64) -> Result<(u64, u64), ApiError> {
-        let directory = self.directory_at_leader().await?;
+        let directory = self.commands.directory_at_leader().await?;
         if !group.is_directory() && !directory.groups.contains_key(&group) {
             return Err(ApiError::NotFound {
                 code: "group_not_found",
@@ -248,7 +248,7 @@ impl Edge {
         avoid: &[u64],
     ) -> Result<Transferred, ApiError> {
         let r = transfer::transfer_leader(
-            &self.client,
+            &self.commands.client,
             group,
             targets,
             avoid,
@@ -307,6 +307,7 @@ impl Edge {
             id: format!("{:032x}", rand::random::<u128>()),
         };
         if let Err(e) = self
+            .commands
             .write(GroupId::DIRECTORY, seatfence_core::Command::Audit(entry))
             .await
         {
@@ -320,6 +321,7 @@ pub async fn audit(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let limit = req.limit_param()?;
     let (answer, _) = edge
+        .commands
         .client
         .query(
             GroupId::DIRECTORY,
@@ -327,7 +329,7 @@ pub async fn audit(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             true,
         )
         .await
-        .map_err(|e| edge.client_error(e))?;
+        .map_err(|e| edge.commands.client_error(e))?;
     let seatfence_core::QueryResult::Audit(entries) = answer else {
         return Err(ApiError::Internal("directory answered oddly".into()));
     };
@@ -402,13 +404,13 @@ async fn set_drained(edge: &Edge, node: u64, drained: bool) -> Result<(), ApiErr
         node: seatfence_core::NodeId(node),
         drained,
     };
-    match edge.write(GroupId::DIRECTORY, cmd).await {
+    match edge.commands.write(GroupId::DIRECTORY, cmd).await {
         Ok(w) if matches!(w.response, seatfence_core::Response::DrainedSet { .. }) => Ok(()),
         Ok(w) => Err(ApiError::Internal(format!(
             "directory answered {:?}",
             w.response
         ))),
-        Err(e) => Err(edge.client_error(e)),
+        Err(e) => Err(edge.commands.client_error(e).into()),
     }
 }
 

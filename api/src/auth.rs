@@ -94,7 +94,7 @@ fn now_secs() -> u64 {
 /// the older is dropped, so memory is bounded and busy tokens stay.
 pub struct TokenCache {
     /// The secret every cached token verified with.
-    secret: crate::secret::Secret,
+    secret: seatfence_raft::secret::Secret,
     cap: usize,
     inner: std::sync::Mutex<Generations>,
 }
@@ -110,7 +110,7 @@ pub const TOKEN_CACHE: usize = 50_000;
 
 impl TokenCache {
     /// A cache of tokens verified with `secret`.
-    pub fn new(secret: crate::secret::Secret, cap: usize) -> TokenCache {
+    pub fn new(secret: seatfence_raft::secret::Secret, cap: usize) -> TokenCache {
         TokenCache {
             secret,
             cap: cap.max(1),
@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn the_cache_answers_as_verify_does() {
         let secret = "0123456789abcdef";
-        let cache = TokenCache::new(crate::secret::Secret::new(secret), 2);
+        let cache = TokenCache::new(seatfence_raft::secret::Secret::new(secret), 2);
         let alice = format!("Bearer {}", mint(secret, "alice", false, 60));
         for _ in 0..3 {
             assert_eq!(cache.verify(Some(&alice)).unwrap().user.0, "alice");

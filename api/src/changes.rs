@@ -159,10 +159,10 @@ pub async fn list(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
 async fn events(edge: &Edge, one: Option<&str>) -> Result<Vec<(EventId, GroupId)>, ApiError> {
     if let Some(id) = one {
         let event_id = parse_event_id(id)?;
-        let route = edge.route(&event_id).await?;
+        let route = edge.commands.route(&event_id).await?;
         return Ok(vec![(event_id, route.group)]);
     }
-    let directory = edge.directory_at_leader().await?;
+    let directory = edge.commands.directory_at_leader().await?;
     let mut all: Vec<(EventId, GroupId)> = directory
         .events
         .values()
@@ -187,7 +187,7 @@ async fn read_all(
     let asks: Vec<_> = events
         .iter()
         .map(|(event, group)| {
-            let (client, event, group) = (edge.client.clone(), event.clone(), *group);
+            let (client, event, group) = (edge.commands.client.clone(), event.clone(), *group);
             let after = cursor.after(group);
             async move {
                 let q = Query::Changes {

@@ -5,6 +5,8 @@
 use hyper::StatusCode;
 use seatfence_core::inventory::Outcome;
 use seatfence_core::EventId;
+use seatfence_payments::PaymentError;
+use seatfence_regions::CommandError;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -64,6 +66,39 @@ pub enum ApiError {
         epoch: u64,
         owner_region: String,
     },
+}
+
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> ApiError {
+        match e {
+            CommandError::EventNotFound(id) => ApiError::NotFound {
+                code: "event_not_found",
+                what: format!("event {id}"),
+            },
+            CommandError::Internal(m) => ApiError::Internal(m),
+            e @ (CommandError::NoLeader(_)
+            | CommandError::StorageFull(_)
+            | CommandError::Unavailable(_)) => ApiError::unavailable(e.code(), e.to_string()),
+        }
+    }
+}
+
+impl From<PaymentError> for ApiError {
+    fn from(e: PaymentError) -> ApiError {
+        match e {
+            PaymentError::Command(e) => e.into(),
+            PaymentError::BookingNotFound => ApiError::NotFound {
+                code: "booking_not_found",
+                what: "booking".into(),
+            },
+            PaymentError::AmountMismatch { booking } => ApiError::Conflict {
+                code: "amount_mismatch",
+                message: "the gateway reports another amount or currency for this payment (or none): it does not confirm the booking; operators are alerted".into(),
+                extra: json!({"booking_id": booking.to_string()}),
+            },
+            PaymentError::Refused { outcome, event_id } => ApiError::from_outcome(outcome, &event_id),
+        }
+    }
 }
 
 impl ApiError {

@@ -1,5 +1,6 @@
 //! Event handlers: create (operator), read, availability, open/close.
 
+use seatfence_regions::{CommandError, Commands};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use hyper::StatusCode;
@@ -167,13 +168,14 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
 
 async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let spec = spec_from(req.json()?)?;
-    if !edge.region_exists(&spec.home_region).await? {
+    if !edge.commands.region_exists(&spec.home_region).await? {
         return Err(ApiError::bad(
             "unknown_region",
             format!("no node is in region {}", spec.home_region),
         ));
     }
     let registered = edge
+        .commands
         .client
         .write(
             GroupId::DIRECTORY,
@@ -184,7 +186,7 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             },
         )
         .await
-        .map_err(|e| edge.client_error(e))?;
+        .map_err(|e| edge.commands.client_error(e))?;
     let route = match registered.response {
         Response::EventRegistered(r) => r,
         Response::PlacementFailed { reason } => {
@@ -195,8 +197,8 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     if route.home_region != spec.home_region || route.survival != spec.survival {
         return Err(event_exists(&spec.event_id));
     }
-    edge.routes.learn(route.clone());
-    let cmd = Edge::command(&route, None, EventAction::Create(Box::new(spec.clone())));
+    edge.commands.routes.learn(route.clone());
+    let cmd = Commands::command(&route, None, EventAction::Create(Box::new(spec.clone())));
     // The group was just placed: its replicas open it and elect a leader
     // as they see the directory entry. Give that a while (the create is
     // idempotent, so retrying is safe) before answering 503.
@@ -205,8 +207,12 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(10);
     let (reply, _) = loop {
-        match edge.execute(&route, cmd.clone()).await {
-            Err(ApiError::Unavailable { .. }) if started.elapsed() < GROUP_START_PATIENCE => {
+        match edge.commands.execute(&route, cmd.clone()).await {
+            Err(
+                CommandError::NoLeader(_)
+                | CommandError::StorageFull(_)
+                | CommandError::Unavailable(_),
+            ) if started.elapsed() < GROUP_START_PATIENCE => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
@@ -248,16 +254,18 @@ fn event_exists(id: &EventId) -> ApiError {
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.caller(edge)?;
     let event_id = parse_event_id(id)?;
-    let route = edge.route(&event_id).await?;
+    let route = edge.commands.route(&event_id).await?;
     let room_query = Query::Room {
         buyer: None,
         now_ms: edge.clock.now_ms(),
     };
     let (answer, room) = tokio::join!(
-        edge.client.query(route.group, &Query::Event, false),
-        edge.client.query(route.group, &room_query, false),
+        edge.commands
+            .client
+            .query(route.group, &Query::Event, false),
+        edge.commands.client.query(route.group, &room_query, false),
     );
-    let (answer, term) = answer.map_err(|e| edge.client_error(e))?;
+    let (answer, term) = answer.map_err(|e| edge.commands.client_error(e))?;
     let room = match room {
         Ok((QueryResult::Room { room: Some(r), .. }, _)) => json!({
             "enabled": r.settings.enabled,
@@ -316,12 +324,13 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 pub async fn payments(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let event_id = parse_event_id(id)?;
-    let route = edge.route(&event_id).await?;
+    let route = edge.commands.route(&event_id).await?;
     let (answer, _) = edge
+        .commands
         .client
         .query(route.group, &Query::Payments, true)
         .await
-        .map_err(|e| edge.client_error(e))?;
+        .map_err(|e| edge.commands.client_error(e))?;
     let QueryResult::Payments(p) = answer else {
         return Err(ApiError::Internal(
             "the event's group answered oddly".into(),
@@ -361,8 +370,9 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
     let (mut body, at) = match cached {
         Some(hit) => hit,
         None => {
-            let route = edge.route(&event_id).await?;
+            let route = edge.commands.route(&event_id).await?;
             let (answer, _) = edge
+                .commands
                 .client
                 .query(
                     route.group,
@@ -372,7 +382,7 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                     false,
                 )
                 .await
-                .map_err(|e| edge.client_error(e))?;
+                .map_err(|e| edge.commands.client_error(e))?;
             let QueryResult::Availability {
                 event: Some(ev),
                 free_seats,
@@ -408,9 +418,9 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
 pub async fn set_open(edge: &Edge, req: &Req, id: &str, open: bool) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let event_id = parse_event_id(id)?;
-    let route = edge.route(&event_id).await?;
-    let cmd = Edge::command(&route, None, EventAction::SetOpen { open });
-    let (reply, _) = edge.execute(&route, cmd).await?;
+    let route = edge.commands.route(&event_id).await?;
+    let cmd = Commands::command(&route, None, EventAction::SetOpen { open });
+    let (reply, _) = edge.commands.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::OpenSet { open } => Ok(Reply::json(
             StatusCode::OK,

@@ -3,6 +3,7 @@
 use hyper::StatusCode;
 use seatfence_core::inventory::{EventAction, Hold, Outcome, RoomAction, SeatPick};
 use seatfence_core::{EventId, HoldId};
+use seatfence_regions::Commands;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -93,9 +94,9 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             pick,
         },
     };
-    let route = edge.route(&event_id).await?;
-    let cmd = Edge::command(&route, Some((caller.user, key)), action);
-    let (reply, _) = edge.execute(&route, cmd).await?;
+    let route = edge.commands.route(&event_id).await?;
+    let cmd = Commands::command(&route, Some((caller.user, key)), action);
+    let (reply, _) = edge.commands.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::Held(h) => {
             if !reply.replayed {
@@ -137,7 +138,7 @@ async fn load(edge: &Edge, req: &Req, id: &str) -> Result<(HoldId, EventId, Hold
         group: id.group,
         seq: id.seq,
     };
-    match edge.load_booking(booking).await? {
+    match seatfence_payments::load_booking(&edge.commands, booking).await? {
         Some(l) if l.hold.owner == caller.user => Ok((id, l.event_id, l.hold)),
         _ => Err(not_found()),
     }
@@ -154,8 +155,8 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let (id, event_id, h) = load(edge, req, id).await?;
     let key = req.idempotency()?.unwrap_or_else(auto_key);
-    let route = edge.route(&event_id).await?;
-    let cmd = Edge::command(
+    let route = edge.commands.route(&event_id).await?;
+    let cmd = Commands::command(
         &route,
         Some((h.owner.clone(), key)),
         EventAction::Cancel {
@@ -163,7 +164,7 @@ pub async fn cancel(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
             hold: id.seq,
         },
     );
-    let (reply, _) = edge.execute(&route, cmd).await?;
+    let (reply, _) = edge.commands.execute(&route, cmd).await?;
     match reply.outcome {
         Outcome::Cancelled(h) => Ok(Reply::json(StatusCode::OK, hold_json(id, &event_id, &h))
             .header("x-seatfence-epoch", reply.epoch.0)

@@ -360,7 +360,7 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
     let id = p.first().copied().unwrap_or_default();
     match route {
         Route::Healthz => Ok(Reply::text(StatusCode::OK, "ok\n".into(), "text/plain")),
-        Route::Readyz if edge.ready() => {
+        Route::Readyz if edge.commands.ready() => {
             Ok(Reply::text(StatusCode::OK, "ready\n".into(), "text/plain"))
         }
         Route::Readyz => Ok(Reply::text(
@@ -370,14 +370,16 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         )),
         Route::Metrics => Ok(Reply::text(
             StatusCode::OK,
-            edge.metrics.render(edge.client.redirects())
+            edge.metrics.render(edge.commands.client.redirects())
                 + &moves::progress_metrics(edge)
                 + &crate::room::room_metrics(edge)
-                + &crate::metrics::runtime_metrics(edge.client.write_queues()),
+                + &crate::metrics::runtime_metrics(edge.commands.client.write_queues()),
             "text/plain; version=0.0.4",
         )),
-        Route::Console => Ok(crate::console::page()),
-        Route::ConsoleAsset => crate::console::asset(id),
+        Route::Console => Ok(console(seatfence_console::page())),
+        Route::ConsoleAsset => seatfence_console::asset(id)
+            .map(console)
+            .ok_or_else(|| ApiError::NoRoute(format!("/console/{id}"))),
         Route::CreateEvent => events::create(edge, req).await,
         Route::GetEvent => events::get(edge, req, id).await,
         Route::Availability => events::availability(edge, req, id).await,
@@ -483,4 +485,12 @@ mod tests {
         );
         assert_eq!(in_json_terms("expected a string"), "expected a string");
     }
+}
+
+/// A console answer (`seatfence_console`) as a reply, with its headers.
+fn console(served: seatfence_console::Served) -> Reply {
+    seatfence_console::Served::HEADERS.iter().fold(
+        Reply::text(StatusCode::OK, served.body.to_string(), served.content_type),
+        |reply, (name, value)| reply.header(name, *value),
+    )
 }

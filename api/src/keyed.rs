@@ -69,7 +69,7 @@ where
             key,
             request,
         };
-        if let Err(e) = edge.write(GroupId::DIRECTORY, forget).await {
+        if let Err(e) = edge.commands.write(GroupId::DIRECTORY, forget).await {
             tracing::warn!("dropping a keyed request's reservation failed: {e}");
         }
         return result;
@@ -105,9 +105,10 @@ async fn remember(
         answer,
     };
     let done = edge
+        .commands
         .write(GroupId::DIRECTORY, cmd)
         .await
-        .map_err(|e| edge.client_error(e))?;
+        .map_err(|e| edge.commands.client_error(e))?;
     match done.response {
         Response::Answer(a) => Ok(*a),
         other => Err(ApiError::Internal(format!(

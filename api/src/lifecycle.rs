@@ -58,9 +58,10 @@ async fn node_op(
 ) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let node = NodeId(parse_id(id, "node_not_found")?);
-    let answer = seatfence_regions::lifecycle::propose(&edge.client, edge.clock.now_ms(), op(node))
-        .await
-        .map_err(|e| edge.client_error(e))?;
+    let answer =
+        seatfence_regions::lifecycle::propose(&edge.commands.client, edge.clock.now_ms(), op(node))
+            .await
+            .map_err(|e| edge.commands.client_error(e))?;
     match answer {
         Ok(NodeOpDone::State(state)) => Ok(Reply::json(
             StatusCode::OK,

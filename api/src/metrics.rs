@@ -60,106 +60,6 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         "Requests answered 503 because no leader was found in time.",
     ),
     (
-        Kind::Counter,
-        "seatfence_bookings_created_total",
-        "Bookings created (payment created at the gateway and recorded).",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_payments_confirmed_total",
-        "Bookings confirmed (HELD -> PAID), by the path that confirmed them.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_late_success_total",
-        "Payments that completed after their seats were released (refund queued).",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_reconciler_releases_total",
-        "Holds with a payment released by the reconciler, by reason.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_payments_voided_total",
-        "Payments voided at the gateway by the reconciler before their seats went back on sale.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_reconciler_extensions_total",
-        "Deadlines pushed back because the gateway could not be asked.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_reconciler_alerts_total",
-        "Holds whose payment stayed unknown after every extension (operator attention).",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_payment_signals_rejected_total",
-        "Callbacks and webhooks refused (bad signature, unknown payment).",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_webhooks_duplicate_total",
-        "Webhooks already in the inbox (ignored).",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_gateway_errors_total",
-        "Gateway calls that failed or timed out.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_gateway_token_grants_total",
-        "Gateway token grants by this node, by result.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_outbox_delivered_total",
-        "Outbox items delivered and recorded, by kind.",
-    ),
-    (
-        Kind::Gauge,
-        "seatfence_reconciliation_backlog",
-        "Holds with a payment due for reconciliation, and released bookings still unsettled, at the last sweep.",
-    ),
-    (
-        Kind::Gauge,
-        "seatfence_outbox_backlog",
-        "Undelivered outbox items at the last scan.",
-    ),
-    (
-        Kind::Gauge,
-        "seatfence_unknown_payment_age_seconds",
-        "How long past its deadline the oldest undecided payment was at the last sweep.",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_money_alerts_total",
-        "Captured payments still neither booked nor refunded 5 minutes after the capture was recorded (ALERT log line each).",
-    ),
-    (
-        Kind::Counter,
-        "seatfence_payment_alerts_total",
-        "Gateway answers refused as proof of payment, by kind: amount_mismatch (a completed payment reported with another amount or currency than its booking's, or without them; nothing is confirmed). ALERT log line each.",
-    ),
-    (
-        Kind::Gauge,
-        "seatfence_payments_unsettled",
-        "Released bookings whose payment the gateway has not yet called terminal (the reconciler keeps asking).",
-    ),
-    (
-        Kind::Gauge,
-        "seatfence_money_captured_unbooked",
-        "Payments captured whose booking is neither confirmed nor refunded yet (refund pending). Alert while above 0 for minutes.",
-    ),
-    (
-        Kind::Gauge,
-        "seatfence_refund_pending_age_seconds",
-        "Age of the oldest undelivered refund at the last outbox scan.",
-    ),
-    (
         Kind::Gauge,
         "seatfence_http_connections",
         "HTTP connections open on this edge.",
@@ -204,42 +104,6 @@ pub struct EdgeMetrics {
     /// Anonymous routes refused for their address's rate.
     pub rejected_anonymous: Counter,
     pub no_leader: Counter,
-    pub bookings_created: Counter,
-    pub confirmed_callback: Counter,
-    pub confirmed_webhook: Counter,
-    pub confirmed_reconciler: Counter,
-    pub late_success: Counter,
-    pub released_failed: Counter,
-    pub released_unpaid: Counter,
-    pub voided: Counter,
-    pub money_alerts: Counter,
-    /// `seatfence_payment_alerts_total{kind="amount_mismatch"}`.
-    pub amount_alerts: Counter,
-    pub extensions: Counter,
-    pub reconcile_alerts: Counter,
-    pub callbacks_rejected: Counter,
-    pub webhooks_rejected: Counter,
-    pub webhooks_duplicate: Counter,
-    pub gateway_errors: Counter,
-    pub token_grants: Counter,
-    pub token_grant_failures: Counter,
-    pub emails_sent: Counter,
-    pub refunds_done: Counter,
-    /// Gauges, set by the last reconciler sweep / outbox scan.
-    pub reconcile_backlog: Gauge,
-    pub outbox_backlog: Gauge,
-    /// Seconds past its deadline of the oldest hold the last sweep could
-    /// not decide.
-    pub unknown_payment_age: Gauge,
-    /// Seconds since the oldest undelivered refund was queued, at the last
-    /// outbox scan.
-    pub refund_pending_age: Gauge,
-    /// Released bookings not yet known to be terminal at the gateway, in
-    /// the groups this node leads (last sweep).
-    pub unsettled: Gauge,
-    /// Captured payments with neither a confirmed booking nor a refund yet
-    /// (refund pending), in the groups this node leads (last sweep).
-    pub captured_unbooked: Gauge,
     pub connections: Gauge,
     pub connections_refused: Counter,
     pub connections_refused_per_ip: Counter,
@@ -253,16 +117,12 @@ impl Default for EdgeMetrics {
         seatfence_raft::metrics::install();
         std::sync::LazyLock::force(&seatfence_raft::metrics::METRICS);
         seatfence_raft::metrics::describe(FAMILIES);
+        // The payment series show from zero on every edge, payments
+        // configured or not (as they always have).
+        let _ = seatfence_payments::PaymentMetrics::default();
         let responses =
             |class: &'static str| counter!("seatfence_http_responses_total", "class" => class);
-        let confirmed =
-            |path: &'static str| counter!("seatfence_payments_confirmed_total", "path" => path);
-        let released = |reason: &'static str| counter!("seatfence_reconciler_releases_total", "reason" => reason);
         let refused = |reason: &'static str| counter!("seatfence_admission_rejections_total", "reason" => reason);
-        let signals = |path: &'static str| counter!("seatfence_payment_signals_rejected_total", "path" => path);
-        let grants = |result: &'static str| counter!("seatfence_gateway_token_grants_total", "result" => result);
-        let delivered =
-            |kind: &'static str| counter!("seatfence_outbox_delivered_total", "kind" => kind);
         EdgeMetrics {
             latency: LABELS.map(
                 |route| histogram!("seatfence_http_request_duration_seconds", "route" => route),
@@ -280,32 +140,6 @@ impl Default for EdgeMetrics {
             rejected_rate: refused("rate"),
             rejected_anonymous: refused("anonymous_rate"),
             no_leader: counter!("seatfence_no_leader_total"),
-            bookings_created: counter!("seatfence_bookings_created_total"),
-            confirmed_callback: confirmed("callback"),
-            confirmed_webhook: confirmed("webhook"),
-            confirmed_reconciler: confirmed("reconciler"),
-            late_success: counter!("seatfence_late_success_total"),
-            released_failed: released("payment_failed"),
-            released_unpaid: released("unpaid"),
-            voided: counter!("seatfence_payments_voided_total"),
-            money_alerts: counter!("seatfence_money_alerts_total"),
-            amount_alerts: counter!("seatfence_payment_alerts_total", "kind" => "amount_mismatch"),
-            extensions: counter!("seatfence_reconciler_extensions_total"),
-            reconcile_alerts: counter!("seatfence_reconciler_alerts_total"),
-            callbacks_rejected: signals("callback"),
-            webhooks_rejected: signals("webhook"),
-            webhooks_duplicate: counter!("seatfence_webhooks_duplicate_total"),
-            gateway_errors: counter!("seatfence_gateway_errors_total"),
-            token_grants: grants("ok"),
-            token_grant_failures: grants("failed"),
-            emails_sent: delivered("email"),
-            refunds_done: delivered("refund"),
-            reconcile_backlog: gauge!("seatfence_reconciliation_backlog"),
-            outbox_backlog: gauge!("seatfence_outbox_backlog"),
-            unknown_payment_age: gauge!("seatfence_unknown_payment_age_seconds"),
-            refund_pending_age: gauge!("seatfence_refund_pending_age_seconds"),
-            unsettled: gauge!("seatfence_payments_unsettled"),
-            captured_unbooked: gauge!("seatfence_money_captured_unbooked"),
             connections: gauge!("seatfence_http_connections"),
             connections_refused: counter!("seatfence_http_connections_refused_total"),
             connections_refused_per_ip: counter!("seatfence_http_connections_refused_per_ip_total"),

@@ -87,9 +87,9 @@ fn refused(r: MoveRefused) -> ApiError {
 }
 
 async fn propose(edge: &Edge, op: MoveOp) -> Result<MoveRecord, ApiError> {
-    seatfence_regions::moves::propose(&edge.client, edge.clock.now_ms(), op)
+    seatfence_regions::moves::propose(&edge.commands.client, edge.clock.now_ms(), op)
         .await
-        .map_err(|e| edge.client_error(e))?
+        .map_err(|e| edge.commands.client_error(e))?
         .map_err(refused)
 }
 
@@ -157,7 +157,7 @@ async fn abort_move(edge: &Edge, id: &str, caller: crate::auth::Caller) -> Resul
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let move_id = crate::admin::parse_id(id, "move_not_found")?;
-    let dir = edge.directory_at_leader().await?;
+    let dir = edge.commands.directory_at_leader().await?;
     let m = dir.moves.get(&move_id).ok_or_else(|| ApiError::NotFound {
         code: "move_not_found",
         what: format!("move {move_id}"),
@@ -169,7 +169,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
 pub async fn list(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let limit = req.limit_param()? as usize;
-    let dir = edge.directory_at_leader().await?;
+    let dir = edge.commands.directory_at_leader().await?;
     let moves: Vec<Value> = dir
         .moves
         .values()
@@ -189,7 +189,8 @@ pub fn progress_metrics(edge: &Edge) -> String {
         "# HELP {name} Step (1 add_learners .. 6 done) of each running ownership move.\n# TYPE {name} gauge\n"
     );
     let running: Vec<MoveRecord> = edge
-        .registry_directory(|d| {
+        .commands
+        .directory(|d| {
             d.moves
                 .values()
                 .filter(|m| m.is_running())

@@ -21,6 +21,7 @@
 //! seats held through the ticket: past the event's per-buyer limit (or
 //! `max_seats_per_hold` without one) it is 409 `ticket_used`.
 
+use seatfence_regions::Commands;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,9 +39,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 use crate::events::{format_ms, parse_event_id};
-use crate::gateway::sign;
 use crate::http::{Reply, Req};
 use crate::Edge;
+use seatfence_payments::gateway::sign;
 
 /// How long the join worker waits for more joins before proposing.
 pub const JOIN_WINDOW: Duration = Duration::from_millis(3);
@@ -116,13 +117,14 @@ pub(crate) async fn run_joins(
 async fn propose_joins(edge: Arc<Edge>, event: EventId, waiters: Vec<Waiter>) {
     let buyers: Vec<UserId> = waiters.iter().map(|w| w.buyer.clone()).collect();
     let answer = async {
-        let route = edge.route(&event).await?;
+        let route = edge.commands.route(&event).await?;
         let action = EventAction::Room(RoomAction::Join {
             buyers,
             salt: rand::random(),
         });
         // A repeated join keeps the buyer's place: retrying is safe.
-        edge.execute(&route, Edge::command(&route, None, action))
+        edge.commands
+            .execute(&route, Commands::command(&route, None, action))
             .await
             .map(|(reply, _)| reply)
     }
@@ -143,6 +145,7 @@ async fn propose_joins(edge: Arc<Edge>, event: EventId, waiters: Vec<Waiter>) {
             }
         },
         Err(e) => {
+            let e = ApiError::from(e);
             for w in waiters {
                 let _ = w.tx.send(Err(e.clone()));
             }
@@ -206,16 +209,17 @@ async fn read(
     buyer: Option<&UserId>,
     now: u64,
 ) -> Result<(RoomView, Option<Standing>), ApiError> {
-    let route = edge.route(event_id).await?;
+    let route = edge.commands.route(event_id).await?;
     let q = Query::Room {
         buyer: buyer.cloned(),
         now_ms: now,
     };
     let (answer, _) = edge
+        .commands
         .client
         .query_with(route.group, &q, Read::Lease)
         .await
-        .map_err(|e| edge.client_error(e))?;
+        .map_err(|e| edge.commands.client_error(e))?;
     let QueryResult::Room {
         event_id: found,
         room,
@@ -395,7 +399,7 @@ pub async fn configure(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErr
     settings
         .validate()
         .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
-    let route = edge.route(&event_id).await?;
+    let route = edge.commands.route(&event_id).await?;
     if body.ticket_ttl_secs.is_none() {
         // A new rate alone keeps the room's ticket time.
         let q = Query::Room {
@@ -403,17 +407,19 @@ pub async fn configure(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErr
             now_ms: edge.clock.now_ms(),
         };
         let (answer, _) = edge
+            .commands
             .client
             .query_with(route.group, &q, Read::Lease)
             .await
-            .map_err(|e| edge.client_error(e))?;
+            .map_err(|e| edge.commands.client_error(e))?;
         if let QueryResult::Room { room: Some(r), .. } = answer {
             settings.ticket_ttl_ms = r.settings.ticket_ttl_ms;
         }
     }
     let action = EventAction::Room(RoomAction::Configure(settings));
     let (reply, _) = edge
-        .execute(&route, Edge::command(&route, None, action))
+        .commands
+        .execute(&route, Commands::command(&route, None, action))
         .await?;
     match reply.outcome {
         Outcome::RoomSet(s) => Ok(Reply::json(

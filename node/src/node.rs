@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use seatfence_api::Edge;
 use seatfence_core::{Command, GroupId, NodeId, Response};
+use seatfence_payments::Payments;
 use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::network::gate::Gate;
@@ -15,6 +16,7 @@ use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::NodeDb;
 use seatfence_raft::{ClusterClient, Proposer};
+use seatfence_regions::Commands;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -365,7 +367,9 @@ fn node_client(
         .with_local(proposer.clone())
 }
 
-/// The HTTP edge and its workers, if `[edge]` is configured.
+/// The HTTP edge, if `[edge]` is configured, with the node's payment side
+/// if `[payments]` is (its duties started here: they act for the groups
+/// this node leads, whatever the edge serves).
 async fn start_edge(
     config: &NodeConfig,
     registry: &Arc<Registry>,
@@ -383,16 +387,43 @@ async fn start_edge(
     tracing::info!(%addr, region = %config.region, "edge serving");
     let client = node_client(config, registry, proposer)
         .with_deadline(Duration::from_millis(edge_config.request_timeout_ms));
+    let commands = Arc::new(Commands::new(client, registry.clone()));
+    tokio::spawn(seatfence_regions::routes::follow_directory(
+        commands.routes.clone(),
+        registry.clone(),
+        rx_stop.clone(),
+    ));
+    let public_url = format!("http://{}", edge_config.http_addr);
     let mut edge = Edge::new(
         config.region.clone(),
         edge_config,
-        client,
+        commands.clone(),
         registry.clone(),
         clock.clone(),
     );
     edge.catch_up_slack = config.moves.catch_up_slack;
     if let Some(p) = config.payments.clone() {
-        edge = edge.with_payments(p, config.data_dir.join("mail"));
+        let payments = Arc::new(Payments::new(
+            p,
+            public_url,
+            config.data_dir.join("mail"),
+            commands,
+            registry.clone(),
+            clock.clone(),
+        ));
+        tokio::spawn(seatfence_payments::reconciler::run(
+            payments.clone(),
+            rx_stop.clone(),
+        ));
+        tokio::spawn(seatfence_payments::outbox::run(
+            payments.clone(),
+            rx_stop.clone(),
+        ));
+        tokio::spawn(seatfence_payments::refresher::run(
+            payments.clone(),
+            rx_stop.clone(),
+        ));
+        edge = edge.with_payments(payments);
     }
     let edge = Arc::new(edge);
     edge.spawn_workers(rx_stop.clone());

@@ -30,7 +30,8 @@
 //! - [`membership`]: membership changes at a group's leader (moves).
 //! - [`sleep`]: idle groups stop their timers; node-level liveness pings
 //!   stand in for their heartbeats.
-//! - [`config`]: the `[raft]` section; [`clock`], [`metrics`].
+//! - [`config`]: the `[raft]` section; [`clock`], [`metrics`]; [`secret`]:
+//!   a config secret (`env:`/`file:` references, never logged).
 //!
 //! The node's assembly lives in `seatfence-node`; routing, placement, moves
 //! and leadership transfer in `seatfence-regions`.
@@ -51,6 +52,7 @@ pub mod metrics;
 pub mod network;
 pub mod propose;
 pub mod registry;
+pub mod secret;
 pub mod sleep;
 pub mod status;
 pub mod storage;

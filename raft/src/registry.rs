@@ -409,6 +409,13 @@ impl Registry {
         })
     }
 
+    /// Read this node's replica of the directory (`None` when it is not
+    /// hosted here).
+    pub fn read_directory<T>(&self, f: impl FnOnce(&seatfence_core::Directory) -> T) -> Option<T> {
+        self.get(GroupId::DIRECTORY)
+            .map(|d| d.sm.read(|s| f(&s.state.directory)))
+    }
+
     /// Every node in this node's replica of the directory, with its gRPC
     /// address.
     pub fn directory_nodes(&self) -> Vec<(u64, String)> {

@@ -15,6 +15,8 @@
 //! - [`routes`]: the edge's cache of the directory, its refresh loop
 //!   (`follow_directory`) and the fence check at the edge (check 1 of
 //!   DESIGN §5).
+//! - [`commands`]: the fenced command path every in-node caller uses
+//!   (route, stamp the epoch, check the reply's fence, retry).
 //! - [`placement`]: hosting follows the directory (`place_groups`).
 //! - [`moves`]: the ownership-move coordinator, run by whichever node leads
 //!   the directory; every step idempotent, progress only in the directory.
@@ -32,6 +34,7 @@
 //! it never writes to a group except through a committed command.
 
 pub mod balance;
+pub mod commands;
 pub mod config;
 pub mod lifecycle;
 pub mod moves;
@@ -39,4 +42,5 @@ pub mod placement;
 pub mod routes;
 pub mod transfer;
 
+pub use commands::{CommandError, Commands};
 pub use routes::{FenceCheck, RouteCache, RouteError};

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seatfence_api::gateway::client::HttpGateway;
-use seatfence_api::gateway::token::{self, StaticToken};
-use seatfence_api::gateway::{CreatePayment, Gateway, GatewayError, PaymentStatus};
 use seatfence_core::{Epoch, Fence};
+use seatfence_payments::gateway::client::HttpGateway;
+use seatfence_payments::gateway::token::{self, StaticToken};
+use seatfence_payments::gateway::{CreatePayment, Gateway, GatewayError, PaymentStatus};
 use seatfence_testkit::mock_gateway::{self as mock, Mock, MockConfig};
 use serde_json::{json, Value};
 

@@ -306,7 +306,7 @@ impl Env {
             .header("content-type", "application/json")
             .header(
                 "x-gateway-signature",
-                seatfence_api::gateway::sign::webhook_header(secret, bytes.as_bytes()),
+                seatfence_payments::gateway::sign::webhook_header(secret, bytes.as_bytes()),
             )
             .body(bytes)
             .send()

@@ -14,10 +14,12 @@ use seatfence_core::{BookingId, HoldId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::Loaded;
+use seatfence_payments::gateway::{provider_key, CreatePayment, GatewayError};
+use seatfence_payments::{Loaded, Payments};
+
+use super::fenced;
 use crate::error::ApiError;
 use crate::events::format_ms;
-use crate::gateway::{provider_key, CreatePayment, GatewayError};
 use crate::http::{Reply, Req};
 use crate::Edge;
 
@@ -81,7 +83,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         group: hold.group,
         seq: hold.seq,
     };
-    let l = edge
+    let l = payments
         .load_booking(id)
         .await?
         .filter(|l| l.hold.owner == caller.user)
@@ -89,7 +91,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     if let Some(b) = &l.booking {
         if idem.is_none() {
             // One booking per hold: a repeated request gets the same booking.
-            return Ok(l.fenced(reply(&l, b, StatusCode::CREATED)));
+            return Ok(fenced(&l, reply(&l, b, StatusCode::CREATED)));
         }
         // Keyed: the same attach again (a no-op) answers from the key's record.
         let attach = PaymentAction::Attach {
@@ -97,7 +99,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             hold: id.seq,
             payment: b.payment.clone(),
         };
-        return attached(edge, &l, idem, attach).await;
+        return attached(payments, &l, idem, attach).await;
     }
     if l.hold.status != HoldStatus::Held {
         return Err(ApiError::from_outcome(
@@ -132,7 +134,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             webhook_url: format!("{base}/v1/payments/webhook"),
         })
         .await
-        .inspect_err(|_| edge.metrics.inc(|m| &m.gateway_errors))
+        .inspect_err(|_| payments.metrics.inc(|m| &m.gateway_errors))
         .map_err(gateway_error)?;
     let attach = PaymentAction::Attach {
         owner: caller.user,
@@ -146,21 +148,21 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             currency,
         },
     };
-    let answer = attached(edge, &l, idem, attach).await;
+    let answer = attached(payments, &l, idem, attach).await;
     if answer.is_ok() {
-        edge.metrics.inc(|m| &m.bookings_created);
+        payments.metrics.inc(|m| &m.bookings_created);
     }
     answer
 }
 
 /// Commit `attach` (under the request's key, if any) and answer it.
 async fn attached(
-    edge: &Edge,
+    payments: &Payments,
     l: &Loaded,
     key: Option<(seatfence_core::UserId, String)>,
     attach: PaymentAction,
 ) -> Result<Reply, ApiError> {
-    let (r, _) = edge.keyed_payment_command(&l.event_id, key, attach).await?;
+    let (r, _) = payments.keyed_command(&l.event_id, key, attach).await?;
     match r.outcome {
         Outcome::Booking(b) => Ok(reply(l, &b, StatusCode::CREATED)
             .header("x-seatfence-epoch", r.epoch.0)
@@ -179,8 +181,7 @@ fn reply(l: &Loaded, b: &Booking, status: StatusCode) -> Reply {
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
     let id = BookingId::parse(id).ok_or_else(not_found)?;
-    let l = edge
-        .load_booking(id)
+    let l = seatfence_payments::load_booking(&edge.commands, id)
         .await?
         .filter(|l| l.hold.owner == caller.user)
         .ok_or_else(not_found)?;

@@ -15,37 +15,39 @@ use seatfence_core::BookingId;
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::gateway::sign;
+use seatfence_payments::gateway::sign;
+use seatfence_payments::Payments;
+
+use super::fenced;
 use crate::http::{Reply, Req};
 use crate::Edge;
 
-fn rejected(edge: &Edge, code: &'static str, message: &str) -> ApiError {
-    edge.metrics.inc(|m| &m.callbacks_rejected);
+fn rejected(payments: &Payments, code: &'static str, message: &str) -> ApiError {
+    payments.metrics.inc(|m| &m.callbacks_rejected);
     ApiError::bad(code, message.to_string())
 }
 
 pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
-    edge.payments()?;
+    let payments = edge.payments()?;
     let param = |name| req.query_param(name).filter(|v| !v.is_empty());
     let (Some(booking), Some(payment_id), Some(signature)) =
         (param("booking"), param("paymentID"), param("signature"))
     else {
         return Err(rejected(
-            edge,
+            payments,
             "invalid_callback",
             "booking, paymentID and signature are required",
         ));
     };
     let unknown = || {
-        edge.metrics.inc(|m| &m.callbacks_rejected);
+        payments.metrics.inc(|m| &m.callbacks_rejected);
         ApiError::NotFound {
             code: "payment_not_found",
             what: "payment".into(),
         }
     };
     let id = BookingId::parse(booking).ok_or_else(unknown)?;
-    let l = edge
-        .load_booking_for_stranger(id)
+    let l = seatfence_payments::load_booking_for_stranger(&edge.commands, id)
         .await?
         .ok_or_else(unknown)?;
     let b = l.booking.as_ref().ok_or_else(unknown)?;
@@ -53,13 +55,14 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         return Err(unknown());
     }
     if !sign::same(&b.payment.signature, signature) {
-        edge.metrics.inc(|m| &m.callbacks_rejected);
+        payments.metrics.inc(|m| &m.callbacks_rejected);
         return Err(ApiError::InvalidSignature(
             "the callback's signature is not this payment's",
         ));
     }
     let answer = |status: BookingStatus| {
-        l.fenced(
+        fenced(
+            &l,
             Reply::json(
                 StatusCode::OK,
                 json!({"booking_id": id.to_string(), "status": status.as_str()}),
@@ -79,7 +82,7 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             extra: json!({"booking_id": id.to_string()}),
         });
     }
-    let booking = edge
+    let booking = payments
         .execute_and_confirm(&l, false, ConfirmPath::Callback)
         .await?;
     if booking.status != BookingStatus::Pending {
@@ -87,12 +90,12 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     }
     // Undecided: another path may be executing this payment right now.
     // Give it about one gateway call to finish so the buyer sees the result.
-    let patience = Duration::from_millis(edge.payments()?.config.call_timeout_ms + 1_000);
+    let patience = Duration::from_millis(payments.config.call_timeout_ms + 1_000);
     let start = Instant::now();
     let mut status = booking.status;
     while status == BookingStatus::Pending && start.elapsed() < patience {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(b) = edge.load_booking(id).await?.and_then(|l| l.booking) {
+        if let Some(b) = payments.load_booking(id).await?.and_then(|l| l.booking) {
             status = b.status;
         }
     }

@@ -17,7 +17,7 @@
 //! `booking.refunded`; `hold.released` when the seats return).
 
 use hyper::StatusCode;
-use seatfence_core::inventory::{Outcome, PaymentAction};
+use seatfence_core::inventory::{EventAction, Outcome, PaymentAction};
 use seatfence_core::BookingId;
 use serde::Deserialize;
 use serde_json::json;
@@ -62,7 +62,9 @@ pub async fn refund(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
         ));
     }
     let id = BookingId::parse(id).ok_or_else(not_found)?;
-    let l = edge.load_booking(id).await?.ok_or_else(not_found)?;
+    let l = seatfence_payments::load_booking(&edge.commands, id)
+        .await?
+        .ok_or_else(not_found)?;
     if l.booking.is_none() {
         return Err(not_found());
     }
@@ -72,8 +74,10 @@ pub async fn refund(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
         reason: body.reason,
         release_seats: body.release_seats,
     };
+    let key = Some((caller.user.clone(), key));
     let (reply, _) = edge
-        .keyed_payment_command(&l.event_id, Some((caller.user.clone(), key)), action)
+        .commands
+        .run(&l.event_id, key, EventAction::Payment(action))
         .await?;
     match reply.outcome {
         Outcome::Booking(b) => {

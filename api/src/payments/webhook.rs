@@ -16,9 +16,11 @@ use seatfence_raft::Read;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::amount;
+use seatfence_payments::amount;
+use seatfence_payments::gateway::{sign, PaymentState, PaymentStatus};
+use seatfence_payments::PaymentError;
+
 use crate::error::ApiError;
-use crate::gateway::{sign, PaymentState, PaymentStatus};
 use crate::http::{Reply, Req};
 use crate::Edge;
 
@@ -45,7 +47,7 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let payments = edge.payments()?;
     let header = req.gateway_signature.as_deref();
     if !sign::verify_webhook(payments.config.webhook_secret.expose(), &req.body, header) {
-        edge.metrics.inc(|m| &m.webhooks_rejected);
+        payments.metrics.inc(|m| &m.webhooks_rejected);
         return Err(ApiError::InvalidSignature(
             "X-Gateway-Signature does not match the body",
         ));
@@ -57,7 +59,7 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let Some(id) = BookingId::parse(&n.invoice) else {
         return ok("ignored");
     };
-    let Some(l) = edge.load_booking(id).await? else {
+    let Some(l) = payments.load_booking(id).await? else {
         return ok("ignored");
     };
     let Some(b) = l
@@ -76,25 +78,26 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         return ok(b.status.as_str());
     }
     let (seen, _) = edge
+        .commands
         .client
         .query_with(id.group, &Query::Inbox(n.id.clone()), Read::Lease)
         .await
-        .map_err(|e| edge.client_error(e))?;
+        .map_err(|e| edge.commands.client_error(e))?;
     if seen == QueryResult::Inbox(true) {
-        edge.metrics.inc(|m| &m.webhooks_duplicate);
+        payments.metrics.inc(|m| &m.webhooks_duplicate);
         return ok("duplicate");
     }
     // The message is a hint: the gateway's own answer decides.
     let state = match payments.gateway.query(&n.payment_id).await {
         Ok(s) => s,
         Err(e) => {
-            edge.metrics.inc(|m| &m.gateway_errors);
+            payments.metrics.inc(|m| &m.gateway_errors);
             tracing::warn!(booking = %id, kind = n.kind, "webhook: gateway query failed ({e}); left to the reconciler");
             return ok("deferred");
         }
     };
     // The message, where it names an amount or currency, must name the
-    // booking's; the gateway's answer must name both (`Edge::confirm`
+    // booking's; the gateway's answer must name both (`Payments::confirm`
     // checks it, as on every confirm path): a payment for another sum, or
     // one that does not say what was taken, never confirms a booking.
     let told = PaymentState {
@@ -106,22 +109,22 @@ pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         ..state.clone()
     };
     if let Err(m) = amount::check(b, &told) {
-        edge.metrics.inc(|m| &m.webhooks_rejected);
-        edge.amount_alert(&l, ConfirmPath::Webhook, &m);
+        payments.metrics.inc(|m| &m.webhooks_rejected);
+        payments.amount_alert(&l, ConfirmPath::Webhook, &m);
         return ok("amount_mismatch");
     }
     match (state.status, &state.txn_id) {
         (PaymentStatus::Completed, Some(txn)) if Some(txn) == n.txn_id.as_ref() => {
-            match edge
+            match payments
                 .confirm(&l, &state, ConfirmPath::Webhook, Some(n.id))
                 .await
             {
                 Ok(b) => ok(b.status.as_str()),
-                Err(e) if e.code() == "amount_mismatch" => {
-                    edge.metrics.inc(|m| &m.webhooks_rejected);
+                Err(PaymentError::AmountMismatch { .. }) => {
+                    payments.metrics.inc(|m| &m.webhooks_rejected);
                     ok("amount_mismatch")
                 }
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
             }
         }
         (PaymentStatus::Completed, _) => {

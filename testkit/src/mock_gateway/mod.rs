@@ -20,7 +20,7 @@ use hyper::StatusCode;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use seatfence_api::gateway::sign;
+use seatfence_payments::gateway::sign;
 
 mod cli;
 mod faults;
@@ -156,7 +156,7 @@ impl Mock {
     }
 
     fn create(&self, body: &Bytes) -> Answer {
-        let req: seatfence_api::gateway::CreatePayment = match serde_json::from_slice(body) {
+        let req: seatfence_payments::gateway::CreatePayment = match serde_json::from_slice(body) {
             Ok(r) => r,
             Err(e) => return err(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string()),
         };

@@ -37,10 +37,8 @@ use seatfence_core::inventory::{
 use seatfence_core::{BookingId, EventId, GroupId, Query, QueryResult};
 use tokio::sync::watch;
 
-use super::{Loaded, Payments};
-use crate::error::ApiError;
 use crate::gateway::{GatewayError, PaymentState, PaymentStatus};
-use crate::Edge;
+use crate::{Loaded, PaymentError, Payments};
 
 /// Holds looked at per sweep and group, at most.
 const SWEEP_LIMIT: u32 = 4096;
@@ -49,10 +47,7 @@ const SWEEP_LIMIT: u32 = 4096;
 /// memory starts over, so a long outage cannot grow it without bound.
 const ALERTED_MAX: usize = 10_000;
 
-pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
-    let Some(p) = edge.payments.clone() else {
-        return;
-    };
+pub async fn run(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
     let interval = Duration::from_millis(p.config.reconcile_interval_ms);
     let mut memory = Memory::default();
     loop {
@@ -64,16 +59,16 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         let mut backlog = 0;
         // (unsettled bookings, captured payments neither booked nor refunded)
         let mut totals = (0, 0);
-        let led = edge.led_event_groups();
+        let led = p.led_event_groups();
         memory
             .unsettled_after
             .retain(|gid, _| led.iter().any(|(g, _)| g == gid));
         for (gid, g) in led {
-            backlog += sweep(&edge, &p, gid, &g, &mut memory, &mut totals).await;
+            backlog += sweep(&p, gid, &g, &mut memory, &mut totals).await;
         }
-        edge.metrics.reconcile_backlog.set(backlog as f64);
-        edge.metrics.unsettled.set(totals.0 as f64);
-        edge.metrics.captured_unbooked.set(totals.1 as f64);
+        p.metrics.reconcile_backlog.set(backlog as f64);
+        p.metrics.unsettled.set(totals.0 as f64);
+        p.metrics.captured_unbooked.set(totals.1 as f64);
     }
 }
 
@@ -109,7 +104,6 @@ fn plan<T>(due: Vec<T>, unsettled: Vec<T>) -> Vec<T> {
 
 /// One sweep of one group; returns how many holds were due.
 async fn sweep(
-    edge: &Edge,
     p: &Payments,
     gid: GroupId,
     g: &seatfence_raft::registry::GroupHandle,
@@ -118,7 +112,7 @@ async fn sweep(
 ) -> u64 {
     let started = Instant::now();
     let budget = Duration::from_millis(p.config.reconcile_budget_ms);
-    let now = edge.clock.now_ms();
+    let now = p.clock.now_ms();
     let after = memory.unsettled_after.get(&gid).copied().unwrap_or(0);
     let (event_id, due, unsettled, counts) = g.sm.read(|s| {
         let inv = &s.state.inventory;
@@ -151,11 +145,12 @@ async fn sweep(
         if started.elapsed() > budget || !g.leads() {
             break;
         }
-        let now = edge.clock.now_ms();
-        let results = futures::future::join_all(batch.iter().map(|(hold, booking)| {
-            reconcile_one(edge, p, loaded(gid, &event_id, hold, booking), now)
-        }))
-        .await;
+        let now = p.clock.now_ms();
+        let results =
+            futures::future::join_all(batch.iter().map(|(hold, booking)| {
+                reconcile_one(p, loaded(gid, &event_id, hold, booking), now)
+            }))
+            .await;
         for ((hold, booking), r) in batch.iter().zip(results) {
             if booking.unsettled() {
                 last_unsettled = Some(hold.seq);
@@ -168,7 +163,7 @@ async fn sweep(
                     }
                     if memory.mismatched.insert((gid, hold.seq)) {
                         let l = loaded(gid, &event_id, hold, booking);
-                        edge.amount_alert(&l, ConfirmPath::Reconciler, &m);
+                        p.amount_alert(&l, ConfirmPath::Reconciler, &m);
                     }
                 }
                 Ok(Verdict::Unknown { .. }) if booking.unsettled() => {
@@ -180,7 +175,7 @@ async fn sweep(
                         memory.alerted.clear();
                     }
                     if exhausted && memory.alerted.insert((gid, hold.seq)) {
-                        edge.metrics.inc(|m| &m.reconcile_alerts);
+                        p.metrics.inc(|m| &m.reconcile_alerts);
                         tracing::error!(
                             group = gid.0, event = %event_id, hold = hold.seq,
                             "ALERT: payment state unknown after {} extensions; hold kept, operator attention needed",
@@ -195,7 +190,7 @@ async fn sweep(
     if let Some(seq) = last_unsettled {
         memory.unsettled_after.insert(gid, seq);
     }
-    edge.metrics
+    p.metrics
         .unknown_payment_age
         .set(oldest_unknown as f64 / 1000.0);
     visits
@@ -228,19 +223,14 @@ enum Verdict {
     Unknown { exhausted: bool },
 }
 
-async fn reconcile_one(
-    edge: &Edge,
-    p: &Payments,
-    l: Loaded,
-    now: u64,
-) -> Result<Verdict, ApiError> {
+async fn reconcile_one(p: &Payments, l: Loaded, now: u64) -> Result<Verdict, PaymentError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
     let payment_id = b.payment.payment_id.clone();
     let past = now >= l.hold.expires_at_ms;
     let state = match p.gateway.query(&payment_id).await {
         Ok(s) => s,
         Err(e) => {
-            edge.metrics.inc(|m| &m.gateway_errors);
+            p.metrics.inc(|m| &m.gateway_errors);
             if b.unsettled() {
                 return Ok(Verdict::Unknown { exhausted: false });
             }
@@ -248,19 +238,19 @@ async fn reconcile_one(
                 return Ok(Verdict::Left);
             }
             tracing::warn!(booking = %l.id, "gateway query failed at the deadline ({e}): extending, not releasing");
-            return extend(edge, p, &l).await;
+            return extend(p, &l).await;
         }
     };
     match state.status {
-        PaymentStatus::Completed => confirm_captured(edge, &l, state).await,
-        s if s.is_dead() => terminal(edge, &l, s).await,
+        PaymentStatus::Completed => confirm_captured(p, &l, state).await,
+        s if s.is_dead() => terminal(p, &l, s).await,
         PaymentStatus::Approved if !past && !b.voiding && !b.unsettled() => {
             // The buyer approved but the callback never came: finish it.
-            edge.execute_and_confirm(&l, true, ConfirmPath::Reconciler)
+            p.execute_and_confirm(&l, true, ConfirmPath::Reconciler)
                 .await?;
             Ok(Verdict::Done)
         }
-        _ if past || b.unsettled() => void(edge, p, &l).await,
+        _ if past || b.unsettled() => void(p, &l).await,
         _ => Ok(Verdict::Left),
     }
 }
@@ -268,28 +258,31 @@ async fn reconcile_one(
 /// The gateway captured the payment: confirm (a released booking becomes
 /// `refund_pending`, and the outbox refunds it).
 async fn confirm_captured(
-    edge: &Edge,
+    p: &Payments,
     l: &Loaded,
     state: PaymentState,
-) -> Result<Verdict, ApiError> {
+) -> Result<Verdict, PaymentError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
     // Checked here first so that a booking visited every sweep alerts
-    // once (`sweep`); `Edge::confirm` checks again.
+    // once (`sweep`); `Payments::confirm` checks again.
     if let Err(m) = super::amount::check(b, &state) {
         return Ok(Verdict::Mismatch(m));
     }
-    edge.confirm(l, &state, ConfirmPath::Reconciler, None)
-        .await?;
+    p.confirm(l, &state, ConfirmPath::Reconciler, None).await?;
     Ok(Verdict::Done)
 }
 
 /// The gateway says the payment can never be captured: release a pending
 /// booking's seats, or settle a released one.
-async fn terminal(edge: &Edge, l: &Loaded, status: PaymentStatus) -> Result<Verdict, ApiError> {
+async fn terminal(
+    p: &Payments,
+    l: &Loaded,
+    status: PaymentStatus,
+) -> Result<Verdict, PaymentError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
     let (hold, payment_id) = (l.id.seq, b.payment.payment_id.clone());
     if b.unsettled() {
-        edge.payment_command(&l.event_id, PaymentAction::Settle { hold, payment_id })
+        p.command(&l.event_id, PaymentAction::Settle { hold, payment_id })
             .await?;
         tracing::info!(booking = %l.id, status = ?status, "released booking settled: the payment can never be captured");
         return Ok(Verdict::Done);
@@ -306,10 +299,10 @@ async fn terminal(edge: &Edge, l: &Loaded, status: PaymentStatus) -> Result<Verd
         payment_id,
         reason,
     };
-    let (reply, _) = edge.payment_command(&l.event_id, release).await?;
+    let (reply, _) = p.command(&l.event_id, release).await?;
     if let Outcome::Booking(b) = &reply.outcome {
         if b.status == BookingStatus::Expired {
-            edge.metrics.inc(|m| match reason {
+            p.metrics.inc(|m| match reason {
                 ReleaseReason::PaymentFailed => &m.released_failed,
                 ReleaseReason::Unpaid => &m.released_unpaid,
             });
@@ -321,7 +314,7 @@ async fn terminal(edge: &Edge, l: &Loaded, status: PaymentStatus) -> Result<Verd
 
 /// Past the deadline (or released and still unsettled) and not terminal:
 /// commit a void intent, then void at the gateway with its fence.
-async fn void(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError> {
+async fn void(p: &Payments, l: &Loaded) -> Result<Verdict, PaymentError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
     let payment_id = b.payment.payment_id.clone();
     let intent = PaymentAction::VoidIntent {
@@ -329,7 +322,7 @@ async fn void(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError
         payment_id: payment_id.clone(),
     };
     let watched = b.unsettled();
-    let (reply, fence) = edge.payment_command(&l.event_id, intent).await?;
+    let (reply, fence) = p.command(&l.event_id, intent).await?;
     let l = match reply.outcome {
         Outcome::Booking(b)
             if b.voiding && (b.status == BookingStatus::Pending || b.unsettled()) =>
@@ -343,27 +336,30 @@ async fn void(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError
         Outcome::Booking(_) => return Ok(Verdict::Done),
         // Extended meanwhile: not past the deadline any more.
         Outcome::ReleaseRefused { .. } => return Ok(Verdict::Left),
-        other => return Err(ApiError::from_outcome(other, &l.event_id)),
+        other => {
+            return Err(PaymentError::Refused {
+                outcome: other,
+                event_id: l.event_id.clone(),
+            })
+        }
     };
     match p.gateway.void(&payment_id, fence).await {
-        Ok(s) if s.status == PaymentStatus::Completed => confirm_captured(edge, &l, s).await,
+        Ok(s) if s.status == PaymentStatus::Completed => confirm_captured(p, &l, s).await,
         Ok(s) if s.status.is_dead() => {
             if s.status == PaymentStatus::Voided {
-                edge.metrics.inc(|m| &m.voided);
+                p.metrics.inc(|m| &m.voided);
             }
             if watched {
                 // Settled only on a query's answer at a later sweep: a
                 // void's answer alone does not end the watch.
                 return Ok(Verdict::Unknown { exhausted: false });
             }
-            terminal(edge, &l, s.status).await
+            terminal(p, &l, s.status).await
         }
         Err(GatewayError::AlreadyCaptured) => {
             tracing::warn!(booking = %l.id, "void came after the capture: confirming");
             match p.gateway.query(&payment_id).await {
-                Ok(s) if s.status == PaymentStatus::Completed => {
-                    confirm_captured(edge, &l, s).await
-                }
+                Ok(s) if s.status == PaymentStatus::Completed => confirm_captured(p, &l, s).await,
                 // Asked again at the next sweep.
                 _ => Ok(Verdict::Unknown { exhausted: false }),
             }
@@ -373,12 +369,12 @@ async fn void(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError
             Ok(Verdict::Left)
         }
         other => {
-            edge.metrics.inc(|m| &m.gateway_errors);
+            p.metrics.inc(|m| &m.gateway_errors);
             tracing::warn!(booking = %l.id, fence = %fence, "void did not answer terminal ({other:?}): keeping the seats");
             if watched {
                 return Ok(Verdict::Unknown { exhausted: false });
             }
-            extend(edge, p, &l).await
+            extend(p, &l).await
         }
     }
 }
@@ -386,7 +382,7 @@ async fn void(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError
 /// The payment's fate is unknown past the deadline: push the deadline back
 /// (keyed by the extension count seen, so a re-sent extend counts once),
 /// or report that none is left.
-async fn extend(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiError> {
+async fn extend(p: &Payments, l: &Loaded) -> Result<Verdict, PaymentError> {
     let b = l.booking.as_ref().expect("due payments have a booking");
     let extend = PaymentAction::Extend {
         hold: l.id.seq,
@@ -394,10 +390,10 @@ async fn extend(edge: &Edge, p: &Payments, l: &Loaded) -> Result<Verdict, ApiErr
         by_ms: p.config.extension_ms,
         attempt: l.hold.extensions,
     };
-    let (reply, _) = edge.payment_command(&l.event_id, extend).await?;
+    let (reply, _) = p.command(&l.event_id, extend).await?;
     Ok(match reply.outcome {
         Outcome::Extended { .. } => {
-            edge.metrics.inc(|m| &m.extensions);
+            p.metrics.inc(|m| &m.extensions);
             Verdict::Unknown { exhausted: false }
         }
         Outcome::ExtensionsExhausted { .. } => Verdict::Unknown { exhausted: true },

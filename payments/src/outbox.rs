@@ -28,9 +28,8 @@ use seatfence_core::inventory::{Booking, OutboxItem, OutboxKind, Outcome, Paymen
 use seatfence_core::{BookingId, EventId, Fence, GroupId};
 use tokio::sync::watch;
 
-use super::Payments;
 use crate::gateway::GatewayError;
-use crate::Edge;
+use crate::Payments;
 
 /// Items delivered per page, lane and group.
 const PAGE: usize = 64;
@@ -51,14 +50,8 @@ const ALERTS_PER_SCAN: usize = 100;
 /// The longest wait after a failure.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-pub async fn run(edge: Arc<Edge>, rx_stop: watch::Receiver<bool>) {
-    let Some(p) = edge.payments.clone() else {
-        return;
-    };
-    tokio::join!(
-        refunds(edge.clone(), p.clone(), rx_stop.clone()),
-        emails(edge, p, rx_stop),
-    );
+pub async fn run(p: Arc<Payments>, rx_stop: watch::Receiver<bool>) {
+    tokio::join!(refunds(p.clone(), rx_stop.clone()), emails(p, rx_stop));
 }
 
 /// Failed deliveries: (group, item) → (attempts, next try). In memory: a
@@ -116,7 +109,7 @@ async fn pause(rx_stop: &mut watch::Receiver<bool>, pause: Duration) -> bool {
 /// The lane of refunds: every waiting refund is watched (its age, an
 /// alert once past [`REFUND_ALERT_MS`]), and a page of those not backed
 /// off is issued at the gateway each scan.
-async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
+async fn refunds(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
     let interval = Duration::from_millis(p.config.outbox_interval_ms);
     let mut retry = Retry::default();
     // Per group, the last refund alerted on: each is alerted on once.
@@ -133,8 +126,8 @@ async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver
         }
         busy = false;
         let (mut backlog, mut refund_age) = (0, 0);
-        let now_ms = edge.clock.now_ms();
-        let led = edge.led_event_groups();
+        let now_ms = p.clock.now_ms();
+        let led = p.led_event_groups();
         alerted.retain(|gid, _| led.iter().any(|(g, _)| g == gid));
         for (gid, g) in led {
             let now = Instant::now();
@@ -169,7 +162,7 @@ async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver
                 refund_age = refund_age.max(now_ms.saturating_sub(at));
             }
             for item in &overdue {
-                edge.metrics.inc(|m| &m.money_alerts);
+                p.metrics.inc(|m| &m.money_alerts);
                 tracing::error!(
                     group = gid.0, event = %event_id, outbox_item = item.id, booking = item.booking,
                     "ALERT: a captured payment is neither booked nor refunded after {} s; refund still failing",
@@ -186,7 +179,7 @@ async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver
                     group: gid,
                     seq: booking.seq,
                 };
-                match deliver_refund(&edge, &p, &event_id, id, &item, &booking).await {
+                match deliver_refund(&p, &event_id, id, &item, &booking).await {
                     Ok(()) => {
                         delivered += 1;
                         retry.delivered(gid, item.id);
@@ -198,10 +191,8 @@ async fn refunds(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver
             busy |= full && delivered > 0;
         }
         retry.tidy();
-        edge.metrics.outbox_backlog.set(backlog as f64);
-        edge.metrics
-            .refund_pending_age
-            .set(refund_age as f64 / 1000.0);
+        p.metrics.outbox_backlog.set(backlog as f64);
+        p.metrics.refund_pending_age.set(refund_age as f64 / 1000.0);
     }
 }
 
@@ -218,7 +209,6 @@ struct RefundScan {
 /// Commit a refund intent, refund at the gateway with its fence, then
 /// record the delivery.
 async fn deliver_refund(
-    edge: &Edge,
     p: &Payments,
     event_id: &EventId,
     id: BookingId,
@@ -227,7 +217,7 @@ async fn deliver_refund(
 ) -> anyhow::Result<()> {
     // A refund carries the fence of a committed intent.
     let intent = PaymentAction::RefundIntent { id: item.id };
-    let fence = match edge.payment_command(event_id, intent).await {
+    let fence = match p.command(event_id, intent).await {
         Ok((r, f)) if matches!(r.outcome, Outcome::Booking(_)) => f,
         Ok((r, _)) => anyhow::bail!("refund intent answered {:?}", r.outcome),
         Err(e) => anyhow::bail!("refund intent failed: {e}"),
@@ -239,10 +229,10 @@ async fn deliver_refund(
     };
     // Refunded at the gateway under a stable key: a next try after a
     // failed record gets the same refund, not a second one.
-    edge.payment_command(event_id, done)
+    p.command(event_id, done)
         .await
         .map_err(|e| anyhow::anyhow!("recording the delivered refund failed: {e}"))?;
-    edge.metrics.inc(|m| &m.refunds_done);
+    p.metrics.inc(|m| &m.refunds_done);
     tracing::info!(booking = %id, kind = item.kind.as_str(), "outbox item delivered");
     Ok(())
 }
@@ -253,7 +243,7 @@ async fn deliver_refund(
 /// fails) is also the sink's failure: the whole lane waits (250 ms
 /// doubling to 5 min, reset by a page that writes anything) instead of
 /// trying page after page of a sink that is down.
-async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
+async fn emails(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
     let interval = Duration::from_millis(p.config.outbox_interval_ms);
     let mut retry = Retry::default();
     // The sink's failures in a row, and when it may be tried again.
@@ -272,7 +262,7 @@ async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<
         if sink.1.is_some_and(|at| Instant::now() < at) {
             continue;
         }
-        for (gid, g) in edge.led_event_groups() {
+        for (gid, g) in p.led_event_groups() {
             let term = g.term();
             let now = Instant::now();
             let scan = g.sm.read(|s| {
@@ -291,7 +281,7 @@ async fn emails(edge: Arc<Edge>, p: Arc<Payments>, mut rx_stop: watch::Receiver<
             }
             let full = page.len() >= PAGE;
             let fence = Fence { epoch, term };
-            let r = deliver_emails(&edge, &p, gid, &event_id, page, fence).await;
+            let r = deliver_emails(&p, gid, &event_id, page, fence).await;
             for id in &r.recorded {
                 retry.delivered(gid, *id);
             }
@@ -333,7 +323,6 @@ struct EmailPage {
 /// its own `OutboxDone`, all at once (the leader batches them into few log
 /// entries).
 async fn deliver_emails(
-    edge: &Edge,
     p: &Arc<Payments>,
     gid: GroupId,
     event_id: &EventId,
@@ -401,7 +390,7 @@ async fn deliver_emails(
     }
     page.written = done.len();
     let recorded = futures::future::join_all(done.iter().map(|(item, _)| {
-        edge.payment_command(
+        p.command(
             event_id,
             PaymentAction::OutboxDone {
                 id: item.id,
@@ -414,7 +403,7 @@ async fn deliver_emails(
         match r {
             Ok((reply, _)) if matches!(reply.outcome, Outcome::OutboxDone) => {
                 page.recorded.push(item.id);
-                edge.metrics.inc(|m| &m.emails_sent);
+                p.metrics.inc(|m| &m.emails_sent);
                 tracing::debug!(booking = %id, "outbox: confirmation email delivered");
             }
             Ok((reply, _)) => {

@@ -1,4 +1,4 @@
-//! Fence check 1 (DESIGN §5): the edge keeps the highest `(epoch, term)` seen
+//! Fence check 1 (DESIGN §5): the edge's command path (`Commands`) keeps the highest `(epoch, term)` seen
 //! per event and discards a reply stamped lower, retrying the command (same
 //! idempotency key). Driven against a fake leader on a real gRPC port that
 //! answers with the fences it is told to.
@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use seatfence_api::Edge;
 use seatfence_core::inventory::{
     EventAction, EventCommand, EventReply, Hold, HoldStatus, Outcome, SeatPick, Survival,
 };
@@ -18,6 +17,7 @@ use seatfence_raft::codec::encode;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::{FlushMode, NodeDb};
 use seatfence_raft::ClusterClient;
+use seatfence_regions::Commands;
 use tonic::{Request, Response as TonicResponse, Status};
 
 /// Answers each `WriteBatch` with a granted hold (seq = call number) stamped
@@ -111,10 +111,6 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let edge_config: seatfence_api::config::EdgeConfig = serde_json::from_value(
-        serde_json::json!({"http_addr": "127.0.0.1:0", "jwt_secret": "0123456789abcdef"}),
-    )
-    .unwrap();
     let db = NodeDb::open(dir.path(), FlushMode::Shared).unwrap();
     let registry = Arc::new(Registry::new(
         9,
@@ -122,13 +118,10 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         Default::default(),
         seatfence_raft::config::RaftTuning::default().openraft_config(),
     ));
-    let clock = Arc::new(seatfence_raft::clock::SystemClock::default());
-    let edge = Edge::new(
-        "eu-west".into(),
-        edge_config,
+    seatfence_raft::metrics::install();
+    let commands = Commands::new(
         ClusterClient::new(vec![addr]).with_deadline(Duration::from_secs(5)),
         registry,
-        clock,
     );
     let route = EventRoute {
         event_id: EventId("e".into()),
@@ -139,7 +132,7 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         survival: Survival::Zone,
         state: Default::default(),
     };
-    edge.routes.learn(route.clone());
+    commands.routes.learn(route.clone());
     let cmd = |key: &str| EventCommand {
         event_id: EventId("e".into()),
         epoch: Epoch(1),
@@ -154,11 +147,11 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         },
     };
 
-    let (first, fence) = edge.execute(&route, cmd("k1")).await.unwrap();
+    let (first, fence) = commands.execute(&route, cmd("k1")).await.unwrap();
     assert_eq!(fence.term, 3);
     assert!(matches!(first.outcome, Outcome::Held(ref h) if h.seq == 1));
 
-    let (second, fence) = edge.execute(&route, cmd("k2")).await.unwrap();
+    let (second, fence) = commands.execute(&route, cmd("k2")).await.unwrap();
     assert_eq!(fence.term, 3, "the term-2 reply was not used");
     assert!(
         matches!(second.outcome, Outcome::Held(ref h) if h.seq == 3),
@@ -169,8 +162,6 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
         3,
         "the stale reply caused one retry"
     );
-    assert!(edge
-        .metrics
-        .render(0)
+    assert!(seatfence_raft::metrics::render()
         .contains("seatfence_stale_epoch_rejections_total{layer=\"edge\"} 1"));
 }

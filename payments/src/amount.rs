@@ -15,12 +15,9 @@
 //! an operator decides: refund at the gateway, or book by hand.
 
 use seatfence_core::inventory::{Booking, ConfirmPath};
-use serde_json::json;
 
-use super::Loaded;
-use crate::error::ApiError;
 use crate::gateway::PaymentState;
-use crate::Edge;
+use crate::{Loaded, Payments};
 
 /// What a gateway answer said about the money, against what the booking
 /// expects.
@@ -52,18 +49,7 @@ pub fn check(booking: &Booking, state: &PaymentState) -> Result<(), AmountMismat
     })
 }
 
-impl AmountMismatch {
-    /// The answer of a confirm path that refused (409 `amount_mismatch`).
-    pub fn error(&self, l: &Loaded) -> ApiError {
-        ApiError::Conflict {
-            code: "amount_mismatch",
-            message: "the gateway reports another amount or currency for this payment (or none): it does not confirm the booking; operators are alerted".into(),
-            extra: json!({"booking_id": l.id.to_string()}),
-        }
-    }
-}
-
-impl Edge {
+impl Payments {
     /// Raise the alert for a refused answer: an `ALERT` log line and
     /// `seatfence_payment_alerts_total{kind="amount_mismatch"}`.
     pub fn amount_alert(&self, l: &Loaded, via: ConfirmPath, m: &AmountMismatch) {

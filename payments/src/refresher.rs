@@ -22,7 +22,7 @@ use seatfence_core::{Command, GroupId, Response};
 use tokio::sync::watch;
 
 use crate::gateway::token::{self, Backoff, Claim, SharedToken, REJECTED_KEY, TOKEN_KEY};
-use crate::Edge;
+use crate::Payments;
 
 /// Refreshes forced by a refusal are at least this far apart.
 const FORCED_EVERY: Duration = Duration::from_secs(30);
@@ -44,11 +44,11 @@ pub trait TokenStore: Send + Sync {
     ) -> BoxFuture<'_, anyhow::Result<bool>>;
 }
 
-struct Directory<'a>(&'a Edge);
+struct Directory<'a>(&'a Payments);
 
 impl TokenStore for Directory<'_> {
     fn read(&self) -> Option<Vec<u8>> {
-        self.0.payments.as_ref()?.tokens.kv(TOKEN_KEY)
+        self.0.tokens.kv(TOKEN_KEY)
     }
 
     fn put_if(
@@ -62,7 +62,13 @@ impl TokenStore for Directory<'_> {
             value,
         };
         Box::pin(async move {
-            match self.0.write(GroupId::DIRECTORY, cmd).await?.response {
+            match self
+                .0
+                .commands
+                .write(GroupId::DIRECTORY, cmd)
+                .await?
+                .response
+            {
                 Response::Written { .. } => Ok(true),
                 Response::Changed => Ok(false),
                 other => anyhow::bail!("the directory answered {other:?}"),
@@ -170,10 +176,7 @@ where
 /// Tries to store a granted token before giving it up.
 const STORE_TRIES: u32 = 4;
 
-pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
-    let Some(p) = edge.payments.clone() else {
-        return;
-    };
+pub async fn run(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
     let http = reqwest::Client::new();
     let backoff = Backoff::default();
     let tokens = p.tokens.clone();
@@ -191,7 +194,7 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
         let seen = tokens.take_rejected();
         let stored = tokens.stored();
         let current = stored.as_ref().map(|t| t.access_token.clone());
-        let leads = edge
+        let leads = p
             .registry
             .get(GroupId::DIRECTORY)
             .is_some_and(|g| g.leads());
@@ -202,13 +205,13 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                     key: REJECTED_KEY.into(),
                     value: seen.unwrap_or_default().into_bytes(),
                 };
-                if let Err(e) = edge.write(GroupId::DIRECTORY, put).await {
+                if let Err(e) = p.commands.write(GroupId::DIRECTORY, put).await {
                     tracing::warn!("reporting a refused gateway token failed: {e}");
                 }
             }
             continue;
         }
-        let now = edge.clock.now_ms();
+        let now = p.clock.now_ms();
         let refused =
             current.is_some() && (seen == current || tokens.rejected_in_directory() == current);
         let forced = refused && last_forced.is_none_or(|at| at.elapsed() >= FORCED_EVERY);
@@ -223,24 +226,24 @@ pub async fn run(edge: Arc<Edge>, mut rx_stop: watch::Receiver<bool>) {
                 p.config.client_secret.expose(),
             )
         };
-        match refresh_once(&Directory(&edge), &me, now, forced, grant).await {
+        match refresh_once(&Directory(&p), &me, now, forced, grant).await {
             Refresh::NotDue | Refresh::Busy => {}
             Refresh::Granted(ttl) => {
                 if forced {
                     last_forced = Some(Instant::now());
                 }
                 backoff.succeeded();
-                edge.metrics.inc(|m| &m.token_grants);
+                p.metrics.inc(|m| &m.token_grants);
                 tracing::info!("gateway token granted, valid {ttl:?}");
             }
             Refresh::Lost { granted } => {
                 if granted {
-                    edge.metrics.inc(|m| &m.token_grants);
+                    p.metrics.inc(|m| &m.token_grants);
                 }
                 tracing::warn!(granted, "another refresher changed the gateway token first");
             }
             Refresh::GrantFailed(e) => {
-                edge.metrics.inc(|m| &m.token_grant_failures);
+                p.metrics.inc(|m| &m.token_grant_failures);
                 wait = backoff.failed();
                 tracing::warn!("gateway token grant failed ({e}); next try in {wait:?}");
             }

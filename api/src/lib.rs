@@ -147,12 +147,16 @@ impl Edge {
         self
     }
 
-    /// Start the edge's own background work, stopped with `rx_stop`: the
+    /// Start the edge's own background work into `tasks`, stopped with `rx_stop`: the
     /// waiting room's join worker. (The route cache follows the directory
     /// through the task the node starts for its `Commands`.)
-    pub fn spawn_workers(self: &Arc<Edge>, rx_stop: tokio::sync::watch::Receiver<bool>) {
+    pub fn spawn_workers(
+        self: &Arc<Edge>,
+        tasks: &mut tokio::task::JoinSet<()>,
+        rx_stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         if let Some(rx) = self.joins.take_receiver() {
-            tokio::spawn(room::run_joins(self.clone(), rx, rx_stop));
+            tasks.spawn(room::run_joins(self.clone(), rx, rx_stop));
         }
     }
 

@@ -11,7 +11,7 @@ use seatfence_payments::Payments;
 use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::network::gate::Gate;
-use seatfence_raft::network::tls::{node_server_name, Principal};
+use seatfence_raft::network::tls::{node_server_name, Principal, Tls};
 use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::NodeDb;
@@ -19,6 +19,7 @@ use seatfence_raft::{ClusterClient, Proposer};
 use seatfence_regions::Commands;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::config::NodeConfig;
 use crate::{admit, jobs};
@@ -91,6 +92,9 @@ pub struct Node {
     /// dir's incarnation), once it must.
     rx_fatal: watch::Receiver<Option<String>>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Every background task the node started (jobs, duties, the edge's
+    /// server and workers): `stop` waits for all of them.
+    tasks: JoinSet<()>,
 }
 
 impl Node {
@@ -103,33 +107,7 @@ impl Node {
         config.validate()?;
         // TLS before anything dials: a stored group that leads at once
         // opens its peers' channels, and a channel keeps its scheme.
-        let tls = config
-            .tls
-            .as_ref()
-            .map(|t| t.load())
-            .transpose()
-            .context("[tls]")?
-            .flatten();
-        match &tls {
-            Some(t) if *t.identity() != Principal::Node(config.node_id) => anyhow::bail!(
-                "[tls] cert names {}, this is node {}: give each node its own certificate",
-                t.identity(),
-                config.node_id
-            ),
-            Some(t) if !t.names_dns(&node_server_name(config.node_id)) => anyhow::bail!(
-                "[tls] cert of node {id} does not name {name}, which its peers verify since \
-                 this version: reissue it (`seatfence cert node --id {id}`, after moving the old \
-                 node-{id}.pem and .key aside)",
-                id = config.node_id,
-                name = node_server_name(config.node_id),
-            ),
-            Some(_) => {}
-            None => tracing::warn!(
-                node = config.node_id,
-                "INSECURE: [tls] insecure = true, the gRPC port takes plaintext from anyone \
-                 who reaches it (no peer identity, no authorization)"
-            ),
-        }
+        let tls = load_tls(&config)?;
         seatfence_raft::network::tls::install_client(tls.as_ref());
         seatfence_raft::heap::set_pretouch(config.raft.pretouch);
         std::fs::create_dir_all(&config.data_dir)
@@ -236,84 +214,24 @@ impl Node {
             "data dir admitted"
         );
         let (tx_fatal, rx_fatal) = watch::channel(None);
+        let mut tasks = JoinSet::new();
 
         if config.is_bootstrapper() {
             registry
                 .initialize(GroupId::DIRECTORY, config.directory_members())
                 .await?;
         }
-        tokio::spawn(jobs::register_self(
-            config.clone(),
-            ident.incarnation,
-            tx_fatal,
-            rx_stop.clone(),
-        ));
-        if sleep_after_ms > 0 {
-            tokio::spawn(seatfence_raft::sleep::controller::run(
-                registry.clone(),
-                sleep_after_ms,
-                config.raft.unload_after_ms,
-                rx_stop.clone(),
-            ));
-            tokio::spawn(seatfence_raft::sleep::liveness::run(
-                registry.clone(),
-                config.raft.liveness(),
-                rx_stop.clone(),
-            ));
-        }
-        tokio::spawn(seatfence_regions::placement::place_groups(
-            registry.clone(),
-            config.moves.clone(),
-            rx_stop.clone(),
-        ));
-        tokio::spawn(jobs::add_directory_learners(
-            registry.clone(),
-            rx_stop.clone(),
-        ));
-        tokio::spawn(jobs::follow_retired(registry.clone(), rx_stop.clone()));
-        tokio::spawn(jobs::expire_holds(
-            proposer.clone(),
-            clock.clone(),
-            rx_stop.clone(),
-        ));
-        tokio::spawn(seatfence_regions::transfer::hand_off_when_drained(
-            registry.clone(),
-            config.moves.catch_up_slack,
-            rx_stop.clone(),
-        ));
-        if let Some(path) = config.chaos.as_ref().and_then(|c| c.skew_file.clone()) {
-            tokio::spawn(jobs::follow_skew_file(
-                path,
-                clock.clone(),
-                registry.db().clone(),
-                rx_stop.clone(),
-            ));
-        }
-        if config.moves.balance_every_ms > 0 {
-            tokio::spawn(seatfence_regions::balance::run(
-                registry.clone(),
-                node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
-                Duration::from_millis(config.moves.balance_every_ms),
-                config.moves.catch_up_slack,
-                rx_stop.clone(),
-            ));
-        }
-        seatfence_regions::moves::spawn(
-            registry.clone(),
-            node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
-            config.moves.clone(),
-            clock.clone(),
-            rx_stop.clone(),
-        );
-        seatfence_regions::lifecycle::spawn(
-            registry.clone(),
-            node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
-            config.moves.clone(),
-            clock.clone(),
-            rx_stop.clone(),
+        spawn_jobs(
+            &mut tasks,
+            &config,
+            &registry,
+            &proposer,
+            &clock,
+            (ident.incarnation, tx_fatal),
+            &rx_stop,
         );
         let (edge, http_addr) =
-            match start_edge(&config, &registry, &proposer, &clock, &rx_stop).await? {
+            match start_edge(&mut tasks, &config, &registry, &proposer, &clock, &rx_stop).await? {
                 Some((edge, addr)) => (Some(edge), Some(addr)),
                 None => (None, None),
             };
@@ -329,22 +247,157 @@ impl Node {
             tx_stop,
             rx_fatal,
             server,
+            tasks,
         })
     }
 
-    /// Stop serving, shut every replica down, flush.
-    pub async fn stop(self) {
+    /// Stop serving, wait for every background task, shut every replica
+    /// down, flush.
+    pub async fn stop(mut self) {
         tracing::info!(node = self.config.node_id, "shutting down");
         let _ = self.tx_stop.send(true);
-        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
+        match tokio::time::timeout(STOP_LIMIT, &mut self.server).await {
             Ok(Ok(Err(e))) => tracing::warn!("gRPC server: {e}"),
             Ok(Err(e)) => tracing::warn!("gRPC server task: {e}"),
             Err(_) => tracing::warn!("gRPC server did not stop within 5 s"),
             Ok(Ok(Ok(()))) => {}
         }
+        let tasks = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(STOP_LIMIT, tasks).await.is_err() {
+            tracing::warn!(
+                left = self.tasks.len(),
+                "background tasks did not stop within {STOP_LIMIT:?}: aborted"
+            );
+            self.tasks.shutdown().await;
+        }
         self.registry.shutdown().await;
     }
 }
+
+/// The node's TLS identity from `[tls]` (`None`: insecure, said loudly),
+/// checked to be this node's own certificate.
+fn load_tls(config: &NodeConfig) -> anyhow::Result<Option<Tls>> {
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|t| t.load())
+        .transpose()
+        .context("[tls]")?
+        .flatten();
+    match &tls {
+        Some(t) if *t.identity() != Principal::Node(config.node_id) => anyhow::bail!(
+            "[tls] cert names {}, this is node {}: give each node its own certificate",
+            t.identity(),
+            config.node_id
+        ),
+        Some(t) if !t.names_dns(&node_server_name(config.node_id)) => anyhow::bail!(
+            "[tls] cert of node {id} does not name {name}, which its peers verify since \
+             this version: reissue it (`seatfence cert node --id {id}`, after moving the old \
+             node-{id}.pem and .key aside)",
+            id = config.node_id,
+            name = node_server_name(config.node_id),
+        ),
+        Some(_) => {}
+        None => tracing::warn!(
+            node = config.node_id,
+            "INSECURE: [tls] insecure = true, the gRPC port takes plaintext from anyone \
+             who reaches it (no peer identity, no authorization)"
+        ),
+    }
+    Ok(tls)
+}
+
+/// Start the node's background work into `tasks`, each stopped by
+/// `rx_stop`: registration (`registered`: this data dir's incarnation, and
+/// where a refusal goes), sleep and liveness, placement, the directory
+/// leader's learners and duties (moves, lifecycle, balance), hold expiry,
+/// a drained node's hand-off, and a drill's skew file.
+fn spawn_jobs(
+    tasks: &mut JoinSet<()>,
+    config: &NodeConfig,
+    registry: &Arc<Registry>,
+    proposer: &Arc<Proposer>,
+    clock: &Arc<SystemClock>,
+    registered: (u64, watch::Sender<Option<String>>),
+    rx_stop: &watch::Receiver<bool>,
+) {
+    let (incarnation, tx_fatal) = registered;
+    let sleep_after_ms = config.raft.sleep_after_ms;
+    tasks.spawn(jobs::register_self(
+        config.clone(),
+        incarnation,
+        tx_fatal,
+        rx_stop.clone(),
+    ));
+    if sleep_after_ms > 0 {
+        tasks.spawn(seatfence_raft::sleep::controller::run(
+            registry.clone(),
+            sleep_after_ms,
+            config.raft.unload_after_ms,
+            rx_stop.clone(),
+        ));
+        tasks.spawn(seatfence_raft::sleep::liveness::run(
+            registry.clone(),
+            config.raft.liveness(),
+            rx_stop.clone(),
+        ));
+    }
+    tasks.spawn(seatfence_regions::placement::place_groups(
+        registry.clone(),
+        config.moves.clone(),
+        rx_stop.clone(),
+    ));
+    tasks.spawn(jobs::add_directory_learners(
+        registry.clone(),
+        rx_stop.clone(),
+    ));
+    tasks.spawn(jobs::follow_retired(registry.clone(), rx_stop.clone()));
+    tasks.spawn(jobs::expire_holds(
+        proposer.clone(),
+        clock.clone(),
+        rx_stop.clone(),
+    ));
+    tasks.spawn(seatfence_regions::transfer::hand_off_when_drained(
+        registry.clone(),
+        config.moves.catch_up_slack,
+        rx_stop.clone(),
+    ));
+    if let Some(path) = config.chaos.as_ref().and_then(|c| c.skew_file.clone()) {
+        tasks.spawn(jobs::follow_skew_file(
+            path,
+            clock.clone(),
+            registry.db().clone(),
+            rx_stop.clone(),
+        ));
+    }
+    if config.moves.balance_every_ms > 0 {
+        tasks.spawn(seatfence_regions::balance::run(
+            registry.clone(),
+            node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+            Duration::from_millis(config.moves.balance_every_ms),
+            config.moves.catch_up_slack,
+            rx_stop.clone(),
+        ));
+    }
+    tasks.spawn(seatfence_regions::moves::run(
+        registry.clone(),
+        node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+        config.moves.clone(),
+        clock.clone(),
+        rx_stop.clone(),
+    ));
+    tasks.spawn(seatfence_regions::lifecycle::run(
+        registry.clone(),
+        node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+        config.moves.clone(),
+        clock.clone(),
+        rx_stop.clone(),
+    ));
+}
+
+/// How long `Node::stop` waits for the gRPC server, then for the
+/// background tasks.
+const STOP_LIMIT: Duration = Duration::from_secs(5);
 
 /// The seeds a node's clients start from: itself, then the directory's
 /// initial voters.
@@ -371,6 +424,7 @@ fn node_client(
 /// if `[payments]` is (its duties started here: they act for the groups
 /// this node leads, whatever the edge serves).
 async fn start_edge(
+    tasks: &mut JoinSet<()>,
     config: &NodeConfig,
     registry: &Arc<Registry>,
     proposer: &Arc<Proposer>,
@@ -388,7 +442,7 @@ async fn start_edge(
     let client = node_client(config, registry, proposer)
         .with_deadline(Duration::from_millis(edge_config.request_timeout_ms));
     let commands = Arc::new(Commands::new(client, registry.clone()));
-    tokio::spawn(seatfence_regions::routes::follow_directory(
+    tasks.spawn(seatfence_regions::routes::follow_directory(
         commands.routes.clone(),
         registry.clone(),
         rx_stop.clone(),
@@ -411,23 +465,23 @@ async fn start_edge(
             registry.clone(),
             clock.clone(),
         ));
-        tokio::spawn(seatfence_payments::reconciler::run(
+        tasks.spawn(seatfence_payments::reconciler::run(
             payments.clone(),
             rx_stop.clone(),
         ));
-        tokio::spawn(seatfence_payments::outbox::run(
+        tasks.spawn(seatfence_payments::outbox::run(
             payments.clone(),
             rx_stop.clone(),
         ));
-        tokio::spawn(seatfence_payments::refresher::run(
+        tasks.spawn(seatfence_payments::refresher::run(
             payments.clone(),
             rx_stop.clone(),
         ));
         edge = edge.with_payments(payments);
     }
     let edge = Arc::new(edge);
-    edge.spawn_workers(rx_stop.clone());
-    tokio::spawn(seatfence_api::serve(
+    edge.spawn_workers(tasks, rx_stop.clone());
+    tasks.spawn(seatfence_api::serve(
         edge.clone(),
         listener,
         rx_stop.clone(),

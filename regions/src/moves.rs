@@ -34,6 +34,7 @@ use seatfence_raft::metrics::METRICS;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 /// What a step did.
@@ -55,7 +56,7 @@ pub struct Coordinator {
 
 /// Start the coordinator of this node; it acts only while the node leads
 /// the directory.
-pub fn spawn(
+pub async fn run(
     registry: Arc<Registry>,
     client: ClusterClient,
     config: MovesConfig,
@@ -69,7 +70,7 @@ pub fn spawn(
         clock,
         driving: Mutex::new(HashSet::new()),
     });
-    tokio::spawn(c.run(rx_stop));
+    c.run(rx_stop).await
 }
 
 impl Coordinator {
@@ -78,7 +79,11 @@ impl Coordinator {
             return;
         };
         let mut rx_applied = dir.sm.subscribe_applied();
+        // One task per move driven; each ends with the node's stop, and
+        // this task waits for them.
+        let mut drives = JoinSet::new();
         loop {
+            while drives.try_join_next().is_some() {}
             if dir.raft.is_leader() {
                 let pending: Vec<u64> = dir.sm.read(|s| {
                     s.state
@@ -92,18 +97,19 @@ impl Coordinator {
                 for id in pending {
                     let fresh = self.driving.lock().expect("lock poisoned").insert(id);
                     if fresh {
-                        tokio::spawn(self.clone().drive(id, rx_stop.clone()));
+                        drives.spawn(self.clone().drive(id, rx_stop.clone()));
                     }
                 }
             }
             tokio::select! {
                 biased;
-                _ = rx_stop.wait_for(|s| *s) => return,
-                changed = rx_applied.changed() => if changed.is_err() { return },
+                _ = rx_stop.wait_for(|s| *s) => break,
+                changed = rx_applied.changed() => if changed.is_err() { break },
                 // Leadership may arrive without a new apply.
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
+        while drives.join_next().await.is_some() {}
     }
 
     /// Drive move `id` until it is finished or this node stops leading the

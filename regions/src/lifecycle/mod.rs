@@ -44,6 +44,7 @@ use seatfence_raft::membership::MembershipOp;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 struct Lifecycle {
     registry: Arc<Registry>,
@@ -56,7 +57,7 @@ struct Lifecycle {
 
 /// Start the lifecycle task of this node; it acts only while the node
 /// leads the directory (the gauges are set on every node).
-pub fn spawn(
+pub async fn run(
     registry: Arc<Registry>,
     client: ClusterClient,
     config: MovesConfig,
@@ -70,7 +71,7 @@ pub fn spawn(
         clock,
         driving: Mutex::new(HashSet::new()),
     });
-    tokio::spawn(l.run(rx_stop));
+    l.run(rx_stop).await
 }
 
 impl Lifecycle {
@@ -86,12 +87,16 @@ impl Lifecycle {
             .get(GroupId::DIRECTORY)
             .map(|d| d.sm.subscribe_applied());
         let mut first = true;
+        // One task per repair driven; each ends with the node's stop, and
+        // this task waits for them.
+        let mut drives = JoinSet::new();
         loop {
             tokio::select! {
                 biased;
-                _ = rx_stop.wait_for(|s| *s) => return,
+                _ = rx_stop.wait_for(|s| *s) => break,
                 _ = tokio::time::sleep(every) => {}
             }
+            while drives.try_join_next().is_some() {}
             let changed = rx_applied.as_mut().is_some_and(|rx| {
                 let c = rx.has_changed().unwrap_or(false);
                 rx.borrow_and_update();
@@ -104,10 +109,11 @@ impl Lifecycle {
                 silent.clear();
                 continue;
             }
-            if let Err(e) = self.round(&mut silent, &rx_stop).await {
+            if let Err(e) = self.round(&mut silent, &mut drives, &rx_stop).await {
                 tracing::warn!("node lifecycle: {e:#}");
             }
         }
+        while drives.join_next().await.is_some() {}
     }
 
     /// One look at the cluster: states, repairs to start, directory voters,
@@ -115,6 +121,7 @@ impl Lifecycle {
     async fn round(
         self: &Arc<Self>,
         silent: &mut BTreeMap<NodeId, Instant>,
+        drives: &mut JoinSet<()>,
         rx_stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         self.update_states(silent).await?;
@@ -128,7 +135,7 @@ impl Lifecycle {
         for group in repairs {
             let fresh = self.driving.lock().expect("lock poisoned").insert(group);
             if fresh {
-                tokio::spawn(self.clone().drive(group, rx_stop.clone()));
+                drives.spawn(self.clone().drive(group, rx_stop.clone()));
             }
         }
         if let Err(e) = self.directory_voters().await {

@@ -4,22 +4,29 @@
 //! ```text
 //!  HTTP ─▶ http.rs: body limit, route (routes.rs), auth (JWT HS256), admission (429)
 //!        ─▶ events.rs / holds.rs: validate (400/404/413), build an EventCommand
-//!        ─▶ Edge::execute: epoch from the RouteCache ─▶ ClusterClient
+//!        ─▶ Commands::execute (seatfence-regions): epoch from the RouteCache ─▶ ClusterClient
 //!              ─▶ this node leads? its Proposer in-process : the leader over gRPC
 //!              ◀─ reply (epoch, term): below the highest fence seen? discard, retry
 //!              ◀─ StaleEpoch{current}: adopt the epoch, retry
 //!        ─▶ one mapping from ApiError / Outcome to status + stable code
 //! ```
 //!
-//! - [`auth`]: bearer tokens. [`admission`]: in-flight bound and per-user rate.
-//! - [`error`]: `ApiError` and its HTTP mapping. [`metrics`]: `/metrics`.
+//! Every module:
+//! - [`http`]: the hyper server's dispatch and `Reply`/`Req`; `conn`: the
+//!   connections' bounds (per-address limit, slow-client timeouts).
 //! - [`routes`]: the one route table (dispatch, admission, audit, metric
-//!   labels, the OpenAPI test). [`http`]: the hyper server and dispatch.
-//! - [`events`], [`holds`]: handlers. [`config`]: `[edge]`, `[payments]`.
-//! - [`payments`]: bookings, callback, webhook, reconciler, outbox;
-//!   [`gateway`]: the payment provider's client (the mock provider is in
-//!   `seatfence-testkit`).
-//! - [`admin`]: operator endpoints (cluster view, leader transfer, drain).
+//!   labels, the OpenAPI test).
+//! - [`auth`]: bearer tokens. [`admission`]: in-flight bound and per-user rate.
+//! - [`error`]: `ApiError` and its HTTP mapping (from `CommandError`,
+//!   `PaymentError` and refused outcomes). [`metrics`]: `/metrics`.
+//! - Handlers, one file per resource: [`events`] (create, read,
+//!   availability, open/close), [`holds`], [`room`] (the waiting room and
+//!   its join worker), [`payments`] (bookings, callback, webhook, refunds;
+//!   the work itself is `seatfence-payments`'), [`changes`] (the
+//!   changefeed), [`moves`] and [`lifecycle`] (operator moves and node
+//!   states), [`admin`] (cluster view, leader transfer, drain).
+//! - [`keyed`]: `Idempotency-Key` on operator requests; `whole`: whole
+//!   numbers in request bodies; [`config`]: `[edge]`.
 //!
 //! The edge never decides an outcome itself: seats change only through a
 //! committed command of the owning group. A request that cannot be admitted

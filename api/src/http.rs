@@ -463,6 +463,14 @@ fn in_json_terms(msg: &str) -> String {
     out
 }
 
+/// A console answer (`seatfence_console`) as a reply, with its headers.
+fn console(served: seatfence_console::Served) -> Reply {
+    seatfence_console::Served::HEADERS.iter().fold(
+        Reply::text(StatusCode::OK, served.body.to_string(), served.content_type),
+        |reply, (name, value)| reply.header(name, *value),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::in_json_terms;
@@ -485,12 +493,4 @@ mod tests {
         );
         assert_eq!(in_json_terms("expected a string"), "expected a string");
     }
-}
-
-/// A console answer (`seatfence_console`) as a reply, with its headers.
-fn console(served: seatfence_console::Served) -> Reply {
-    seatfence_console::Served::HEADERS.iter().fold(
-        Reply::text(StatusCode::OK, served.body.to_string(), served.content_type),
-        |reply, (name, value)| reply.header(name, *value),
-    )
 }

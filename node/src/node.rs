@@ -373,7 +373,7 @@ fn spawn_jobs(
     if config.moves.balance_every_ms > 0 {
         tasks.spawn(seatfence_regions::balance::run(
             registry.clone(),
-            node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+            node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
             Duration::from_millis(config.moves.balance_every_ms),
             config.moves.catch_up_slack,
             rx_stop.clone(),
@@ -381,14 +381,14 @@ fn spawn_jobs(
     }
     tasks.spawn(seatfence_regions::moves::run(
         registry.clone(),
-        node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+        node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
         config.moves.clone(),
         clock.clone(),
         rx_stop.clone(),
     ));
     tasks.spawn(seatfence_regions::lifecycle::run(
         registry.clone(),
-        node_client(&config, &registry, &proposer).with_deadline(Duration::from_secs(5)),
+        node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
         config.moves.clone(),
         clock.clone(),
         rx_stop.clone(),

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["seatfence-raft"],
     &["seatfence-regions"],
     &["seatfence-payments", "seatfence-console"],
-    &["seatfence-api"],
+    &["seatfence-duties", "seatfence-api"],
     &["seatfence-node"],
 ];
 

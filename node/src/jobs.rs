@@ -1,16 +1,17 @@
 //! The node's own background jobs, each a task that stops with the node:
 //! registering in the directory, adding registered nodes to the directory
-//! as learners (on its leader), expiring idle events' holds (on their
-//! leaders), and following a drill's clock-skew file.
+//! as learners (on its leader), following the retired nodes, and following
+//! a drill's clock-skew file. (The event groups' leader duties are
+//! `seatfence-duties`'.)
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::BasicNode;
-use seatfence_core::{Command, GroupId, Response};
-use seatfence_raft::clock::{Clock, SystemClock};
+use seatfence_core::{GroupId, Response};
+use seatfence_raft::clock::SystemClock;
 use seatfence_raft::registry::Registry;
-use seatfence_raft::{ClusterClient, Proposer};
+use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
@@ -147,69 +148,6 @@ pub(crate) async fn add_directory_learners(
             changed = rx_applied.changed() => if changed.is_err() { return },
             // Leadership may arrive without a new apply.
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
-}
-
-/// How long finished records may wait past their time on an idle event
-/// before a `Tick` is proposed for them alone: one tick a minute at most
-/// per idle event (a busy one forgets them with its next command anyway).
-const CLEANUP_LAG_MS: u64 = 60_000;
-
-/// On each event group this node leads: once a hold's deadline has passed,
-/// propose a `Tick` so the hold is expired and its seats counted free again
-/// even when no other command arrives. (Any command expires due holds
-/// first; this only keeps idle events current.) Holds with a payment are
-/// never expired by time; only the reconciler releases those. The same
-/// tick forgets idempotency records and prunes finished records whose
-/// retention ended (`CLEANUP_LAG_MS` late at most).
-pub(crate) async fn expire_holds(
-    proposer: Arc<Proposer>,
-    clock: Arc<SystemClock>,
-    mut rx_stop: watch::Receiver<bool>,
-) {
-    use seatfence_core::inventory::{EventAction, EventCommand};
-    loop {
-        tokio::select! {
-            biased;
-            _ = rx_stop.wait_for(|s| *s) => return,
-            _ = seatfence_raft::timer::sleep(Duration::from_millis(500)) => {}
-        }
-        let now = clock.now_ms();
-        for (gid, g) in proposer.registry().all() {
-            if gid.is_directory() || !g.leads() {
-                continue;
-            }
-            let due = g.sm.read(|s| {
-                let inv = &s.state.inventory;
-                let expiry = inv.index.deadlines.get_min().map(|(at, _)| *at);
-                let cleanup = inv
-                    .next_cleanup_ms()
-                    .map(|at| at.saturating_add(CLEANUP_LAG_MS));
-                // A waiting room's draw is due at its opening, on time.
-                let first = expiry
-                    .into_iter()
-                    .chain(cleanup)
-                    .chain(inv.room_due_ms())
-                    .min();
-                match (&inv.event, first) {
-                    (Some(e), Some(at)) if at <= now => Some((e.event_id.clone(), e.epoch)),
-                    _ => None,
-                }
-            });
-            let Some((event_id, epoch)) = due else {
-                continue;
-            };
-            let cmd = Command::event(EventCommand {
-                event_id,
-                epoch,
-                now_ms: now,
-                idempotency: None,
-                action: EventAction::Tick,
-            });
-            if let Err(e) = proposer.write(gid, cmd, Some(g.term())).await {
-                tracing::debug!(group = gid.0, "expire tick: {e}");
-            }
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use seatfence_api::Edge;
 use seatfence_core::{Command, GroupId, NodeId, Response};
+use seatfence_duties::EventDuties;
 use seatfence_payments::Payments;
 use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
@@ -235,6 +236,13 @@ impl Node {
                 Some((edge, addr)) => (Some(edge), Some(addr)),
                 None => (None, None),
             };
+        // The leader duties of the event groups this node leads, the
+        // payment ones with the node's payment side.
+        let payments = edge.as_ref().and_then(|e| e.payments.clone());
+        tasks.spawn(
+            EventDuties::new(registry.clone(), proposer.clone(), clock.clone(), payments)
+                .run(rx_stop.clone()),
+        );
         Ok(Node {
             config,
             registry,
@@ -352,11 +360,6 @@ fn spawn_jobs(
         rx_stop.clone(),
     ));
     tasks.spawn(jobs::follow_retired(registry.clone(), rx_stop.clone()));
-    tasks.spawn(jobs::expire_holds(
-        proposer.clone(),
-        clock.clone(),
-        rx_stop.clone(),
-    ));
     tasks.spawn(seatfence_regions::transfer::hand_off_when_drained(
         registry.clone(),
         config.moves.catch_up_slack,
@@ -421,8 +424,8 @@ fn node_client(
 }
 
 /// The HTTP edge, if `[edge]` is configured, with the node's payment side
-/// if `[payments]` is (its duties started here: they act for the groups
-/// this node leads, whatever the edge serves).
+/// if `[payments]` is (its token refresher started here; its duties on the
+/// groups this node leads are `EventDuties`').
 async fn start_edge(
     tasks: &mut JoinSet<()>,
     config: &NodeConfig,
@@ -464,14 +467,6 @@ async fn start_edge(
             commands,
             registry.clone(),
             clock.clone(),
-        ));
-        tasks.spawn(seatfence_payments::reconciler::run(
-            payments.clone(),
-            rx_stop.clone(),
-        ));
-        tasks.spawn(seatfence_payments::outbox::run(
-            payments.clone(),
-            rx_stop.clone(),
         ));
         tasks.spawn(seatfence_payments::refresher::run(
             payments.clone(),

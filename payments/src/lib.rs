@@ -25,8 +25,9 @@
 //!   signatures and the fleet's shared token; [`refresher`]: the one
 //!   token refresher (on the directory's leader).
 //! - [`amount`]: the one amount check of every confirm.
-//! - [`reconciler`], [`outbox`]: the leader's payment work, one pass per
-//!   led group at a time (driven by `seatfence-duties`).
+//! - [`reconciler`], [`outbox`]: the leader's payment work, as passes over
+//!   one group this node leads (`reconciler::sweep`, `outbox::refunds`,
+//!   `outbox::emails`), scheduled per group by `seatfence-duties`.
 //! - [`config`]: the `[payments]` section; [`metrics`]; [`error`].
 //!
 //! The HTTP handlers of bookings, callbacks, webhooks and refunds are the
@@ -77,6 +78,8 @@ pub struct Payments {
     pub registry: Arc<Registry>,
     pub clock: Arc<dyn Clock>,
     pub metrics: PaymentMetrics,
+    /// The mail sink's health (the outbox's emails lane backs off on it).
+    sink: std::sync::Mutex<outbox::Sink>,
 }
 
 /// A hold and its booking (if any), read at the group's leader.
@@ -126,6 +129,7 @@ impl Payments {
             registry,
             clock,
             metrics: PaymentMetrics::default(),
+            sink: Default::default(),
         }
     }
 
@@ -261,20 +265,6 @@ impl Payments {
             Some(s) if s.status == PaymentStatus::Completed => self.confirm(l, &s, via, None).await,
             _ => Ok(booking.clone()),
         }
-    }
-
-    /// The event groups this node leads now (the workers act for these).
-    pub fn led_event_groups(
-        &self,
-    ) -> Vec<(
-        seatfence_core::GroupId,
-        Arc<seatfence_raft::registry::GroupHandle>,
-    )> {
-        self.registry
-            .all()
-            .into_iter()
-            .filter(|(gid, g)| !gid.is_directory() && g.leads())
-            .collect()
     }
 }
 

@@ -1,5 +1,5 @@
-//! The outbox worker: delivers what a commit promised (confirmation
-//! emails, refunds) for the groups this node leads, retrying with backoff
+//! The outbox: delivers what a commit promised (confirmation emails,
+//! refunds) for a group this node leads, retrying with backoff
 //! until delivered, then records `OutboxDone` once. Delivery is at least
 //! once (a leader change may repeat one); the record is exactly once.
 //!
@@ -10,10 +10,12 @@
 //!                a page that failed whole (the mail sink is down) backs the lane off
 //! ```
 //!
-//! The two lanes run side by side and read their own queues
-//! (`Inventory::outbox_page`), so a mail sink that fails, or hangs on a
-//! blocking write, never delays a refund, and an item backed off after a
-//! failure takes no place in a page.
+//! Each lane is a pass over one group ([`refunds`], [`emails`]), scheduled
+//! per group and lane by `seatfence-duties` (again at once after a busy
+//! pass, [`next_pass`]). The lanes run side by side and read their own
+//! queues (`Inventory::outbox_page`), so a mail sink that fails, or hangs
+//! on a blocking write, never delays a refund, and an item backed off after
+//! a failure takes no place in a page.
 //!
 //! Emails go to a mail sink: one `.eml` file per item in `mail_dir`,
 //! written to a temporary name, flushed, then renamed. An email is never
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use seatfence_core::inventory::{Booking, OutboxItem, OutboxKind, Outcome, PaymentAction};
 use seatfence_core::{BookingId, EventId, Fence, GroupId};
-use tokio::sync::watch;
+use seatfence_raft::registry::GroupHandle;
 
 use crate::gateway::GatewayError;
 use crate::Payments;
@@ -50,13 +52,47 @@ const ALERTS_PER_SCAN: usize = 100;
 /// The longest wait after a failure.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-pub async fn run(p: Arc<Payments>, rx_stop: watch::Receiver<bool>) {
-    tokio::join!(refunds(p.clone(), rx_stop.clone()), emails(p, rx_stop));
+/// What a group's refunds lane remembers between passes, in memory (a new
+/// leader simply starts over).
+#[derive(Debug, Default)]
+pub struct RefundLane {
+    retry: Retry,
+    /// The last refund alerted on: each is alerted on once.
+    alerted_after: u64,
+}
+
+/// What a group's emails lane remembers between passes (in memory).
+#[derive(Debug, Default)]
+pub struct EmailLane {
+    retry: Retry,
+}
+
+/// What one pass of a lane saw, for the node's gauges and its next pass.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LaneReport {
+    /// Undelivered items of either kind (refunds lane only).
+    pub backlog: u64,
+    /// How long the oldest waiting refund has waited (refunds lane only).
+    pub refund_age_ms: u64,
+    /// A full page delivered something: more may wait, pass again soon.
+    pub busy: bool,
+}
+
+/// The pause before a group's next pass of a lane: `outbox_interval_ms`,
+/// or [`BUSY_PAUSE`] after a busy pass (the outbox keeps up with a sale
+/// without spinning).
+pub fn next_pass(p: &Payments, busy: bool) -> Duration {
+    let interval = Duration::from_millis(p.config.outbox_interval_ms);
+    if busy {
+        BUSY_PAUSE.min(interval)
+    } else {
+        interval
+    }
 }
 
 /// Failed deliveries: (group, item) → (attempts, next try). In memory: a
 /// new leader simply starts over.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Retry(HashMap<(GroupId, u64), (u32, Instant)>);
 
 impl Retry {
@@ -92,108 +128,110 @@ impl Retry {
     }
 }
 
+/// The mail sink's failures in a row, and when it may be tried again
+/// (one for the node: a sink that is down is down for every group).
+#[derive(Debug, Default)]
+pub struct Sink(u32, Option<Instant>);
+
+impl Payments {
+    /// Whether the mail sink is backed off now.
+    fn sink_waits(&self) -> bool {
+        let sink = self.sink.lock().expect("sink lock poisoned");
+        sink.1.is_some_and(|at| Instant::now() < at)
+    }
+
+    /// The sink failed a whole page: back it off; the failures in a row
+    /// and the wait.
+    fn sink_failed(&self) -> (u32, Duration) {
+        let mut sink = self.sink.lock().expect("sink lock poisoned");
+        let wait = backoff(sink.0);
+        *sink = Sink(sink.0 + 1, Some(Instant::now() + wait));
+        (sink.0, wait)
+    }
+
+    /// The sink wrote something: no backoff.
+    fn sink_ok(&self) {
+        *self.sink.lock().expect("sink lock poisoned") = Sink::default();
+    }
+}
+
 /// The wait after `failures` failures in a row: 250 ms, doubling, at most 5 min.
 fn backoff(failures: u32) -> Duration {
     Duration::from_millis(250u64 << failures.min(11)).min(MAX_BACKOFF)
 }
 
-/// Sleep `pause`, or return `false` when the node stops.
-async fn pause(rx_stop: &mut watch::Receiver<bool>, pause: Duration) -> bool {
-    tokio::select! {
-        biased;
-        _ = rx_stop.wait_for(|s| *s) => false,
-        _ = seatfence_raft::timer::sleep(pause) => true,
+/// One pass of the refunds lane over group `gid` (led by this node): every
+/// waiting refund is watched (its age, an alert once past
+/// [`REFUND_ALERT_MS`]), and a page of those not backed off is issued at
+/// the gateway.
+pub async fn refunds(
+    p: &Payments,
+    gid: GroupId,
+    g: &GroupHandle,
+    lane: &mut RefundLane,
+) -> LaneReport {
+    let now_ms = p.clock.now_ms();
+    let now = Instant::now();
+    let mut report = LaneReport::default();
+    let (retry, after) = (&lane.retry, lane.alerted_after);
+    let scan = g.sm.read(|s| {
+        let inv = &s.state.inventory;
+        let event = inv.event.as_ref()?.event_id.clone();
+        Some(RefundScan {
+            event,
+            page: inv.outbox_page(OutboxKind::Refund, PAGE, |id| retry.due(gid, id, now)),
+            pending: inv.index.outbox_pending.len() as u64,
+            oldest_ms: inv.oldest_refund_ms(),
+            overdue: inv.refunds_waiting_since(
+                after,
+                now_ms.saturating_sub(REFUND_ALERT_MS),
+                ALERTS_PER_SCAN,
+            ),
+        })
+    });
+    let Some(RefundScan {
+        event: event_id,
+        page,
+        pending,
+        oldest_ms,
+        overdue,
+    }) = scan
+    else {
+        return report;
+    };
+    report.backlog = pending;
+    if let Some(at) = oldest_ms {
+        report.refund_age_ms = now_ms.saturating_sub(at);
     }
-}
-
-/// The lane of refunds: every waiting refund is watched (its age, an
-/// alert once past [`REFUND_ALERT_MS`]), and a page of those not backed
-/// off is issued at the gateway each scan.
-async fn refunds(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(p.config.outbox_interval_ms);
-    let mut retry = Retry::default();
-    // Per group, the last refund alerted on: each is alerted on once.
-    let mut alerted: HashMap<GroupId, u64> = HashMap::new();
-    let mut busy = false;
-    loop {
-        let wait = if busy {
-            BUSY_PAUSE.min(interval)
-        } else {
-            interval
+    for item in &overdue {
+        p.metrics.inc(|m| &m.money_alerts);
+        tracing::error!(
+            group = gid.0, event = %event_id, outbox_item = item.id, booking = item.booking,
+            "ALERT: a captured payment is neither booked nor refunded after {} s; refund still failing",
+            now_ms.saturating_sub(item.created_ms) / 1000
+        );
+    }
+    if let Some(last) = overdue.last() {
+        lane.alerted_after = last.id;
+    }
+    let full = page.len() >= PAGE;
+    let mut delivered = 0;
+    for (item, booking) in page {
+        let id = BookingId {
+            group: gid,
+            seq: booking.seq,
         };
-        if !pause(&mut rx_stop, wait).await {
-            return;
+        match deliver_refund(p, &event_id, id, &item, &booking).await {
+            Ok(()) => {
+                delivered += 1;
+                lane.retry.delivered(gid, item.id);
+            }
+            Err(e) => lane.retry.failed_logged(gid, id, &item, &e),
         }
-        busy = false;
-        let (mut backlog, mut refund_age) = (0, 0);
-        let now_ms = p.clock.now_ms();
-        let led = p.led_event_groups();
-        alerted.retain(|gid, _| led.iter().any(|(g, _)| g == gid));
-        for (gid, g) in led {
-            let now = Instant::now();
-            let after = alerted.get(&gid).copied().unwrap_or(0);
-            let scan = g.sm.read(|s| {
-                let inv = &s.state.inventory;
-                let event = inv.event.as_ref()?.event_id.clone();
-                Some(RefundScan {
-                    event,
-                    page: inv.outbox_page(OutboxKind::Refund, PAGE, |id| retry.due(gid, id, now)),
-                    pending: inv.index.outbox_pending.len() as u64,
-                    oldest_ms: inv.oldest_refund_ms(),
-                    overdue: inv.refunds_waiting_since(
-                        after,
-                        now_ms.saturating_sub(REFUND_ALERT_MS),
-                        ALERTS_PER_SCAN,
-                    ),
-                })
-            });
-            let Some(RefundScan {
-                event: event_id,
-                page,
-                pending,
-                oldest_ms,
-                overdue,
-            }) = scan
-            else {
-                continue;
-            };
-            backlog += pending;
-            if let Some(at) = oldest_ms {
-                refund_age = refund_age.max(now_ms.saturating_sub(at));
-            }
-            for item in &overdue {
-                p.metrics.inc(|m| &m.money_alerts);
-                tracing::error!(
-                    group = gid.0, event = %event_id, outbox_item = item.id, booking = item.booking,
-                    "ALERT: a captured payment is neither booked nor refunded after {} s; refund still failing",
-                    now_ms.saturating_sub(item.created_ms) / 1000
-                );
-            }
-            if let Some(last) = overdue.last() {
-                alerted.insert(gid, last.id);
-            }
-            let full = page.len() >= PAGE;
-            let mut delivered = 0;
-            for (item, booking) in page {
-                let id = BookingId {
-                    group: gid,
-                    seq: booking.seq,
-                };
-                match deliver_refund(&p, &event_id, id, &item, &booking).await {
-                    Ok(()) => {
-                        delivered += 1;
-                        retry.delivered(gid, item.id);
-                    }
-                    Err(e) => retry.failed_logged(gid, id, &item, &e),
-                }
-            }
-            // A full page that delivered something: more may wait.
-            busy |= full && delivered > 0;
-        }
-        retry.tidy();
-        p.metrics.outbox_backlog.set(backlog as f64);
-        p.metrics.refund_pending_age.set(refund_age as f64 / 1000.0);
     }
+    lane.retry.tidy();
+    report.busy = full && delivered > 0;
+    report
 }
 
 /// What the refunds lane reads of one group, under one read lock.
@@ -237,75 +275,64 @@ async fn deliver_refund(
     Ok(())
 }
 
-/// The lane of confirmation emails: a page per group of those not backed
-/// off, written and recorded together. A failed item backs off on its
-/// own; a page that fails whole (the mail dir cannot be made, every write
-/// fails) is also the sink's failure: the whole lane waits (250 ms
-/// doubling to 5 min, reset by a page that writes anything) instead of
-/// trying page after page of a sink that is down.
-async fn emails(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(p.config.outbox_interval_ms);
-    let mut retry = Retry::default();
-    // The sink's failures in a row, and when it may be tried again.
-    let mut sink: (u32, Option<Instant>) = (0, None);
-    let mut busy = false;
-    loop {
-        let wait = if busy {
-            BUSY_PAUSE.min(interval)
-        } else {
-            interval
-        };
-        if !pause(&mut rx_stop, wait).await {
-            return;
+/// One pass of the confirmation emails lane over group `gid` (led by this
+/// node): a page of those not backed off, written and recorded together.
+/// A failed item backs off on its own; a page that fails whole (the mail
+/// dir cannot be made, every write fails) is also the sink's failure: the
+/// lane of every group waits (250 ms doubling to 5 min, reset by a page
+/// that writes anything, `Payments::sink`) instead of trying page after
+/// page of a sink that is down.
+pub async fn emails(
+    p: &Arc<Payments>,
+    gid: GroupId,
+    g: &GroupHandle,
+    lane: &mut EmailLane,
+) -> LaneReport {
+    let report = LaneReport::default();
+    if p.sink_waits() {
+        return report;
+    }
+    let term = g.term();
+    let now = Instant::now();
+    let retry = &lane.retry;
+    let scan = g.sm.read(|s| {
+        let inv = &s.state.inventory;
+        let e = inv.event.as_ref()?;
+        let page = inv.outbox_page(OutboxKind::ConfirmationEmail, PAGE, |id| {
+            retry.due(gid, id, now)
+        });
+        Some((e.event_id.clone(), e.epoch, page))
+    });
+    let Some((event_id, epoch, page)) = scan.filter(|(_, _, page)| !page.is_empty()) else {
+        return report;
+    };
+    let full = page.len() >= PAGE;
+    let fence = Fence { epoch, term };
+    let r = deliver_emails(p, gid, &event_id, page, fence).await;
+    for id in &r.recorded {
+        lane.retry.delivered(gid, *id);
+    }
+    lane.retry.tidy();
+    if r.written == 0 && !r.failed.is_empty() {
+        // The sink is down: one line for the page, not one per email.
+        for (item, _, _) in &r.failed {
+            lane.retry.failed(gid, item.id);
         }
-        busy = false;
-        if sink.1.is_some_and(|at| Instant::now() < at) {
-            continue;
-        }
-        for (gid, g) in p.led_event_groups() {
-            let term = g.term();
-            let now = Instant::now();
-            let scan = g.sm.read(|s| {
-                let inv = &s.state.inventory;
-                let e = inv.event.as_ref()?;
-                let page = inv.outbox_page(OutboxKind::ConfirmationEmail, PAGE, |id| {
-                    retry.due(gid, id, now)
-                });
-                Some((e.event_id.clone(), e.epoch, page))
-            });
-            let Some((event_id, epoch, page)) = scan else {
-                continue;
-            };
-            if page.is_empty() {
-                continue;
-            }
-            let full = page.len() >= PAGE;
-            let fence = Fence { epoch, term };
-            let r = deliver_emails(&p, gid, &event_id, page, fence).await;
-            for id in &r.recorded {
-                retry.delivered(gid, *id);
-            }
-            if r.written == 0 && !r.failed.is_empty() {
-                // The sink is down: one line for the page, not one per email.
-                for (item, _, _) in &r.failed {
-                    retry.failed(gid, item.id);
-                }
-                let wait = backoff(sink.0);
-                sink = (sink.0 + 1, Some(Instant::now() + wait));
-                let (_, _, e) = &r.failed[0];
-                tracing::warn!(
-                    group = gid.0, emails = r.failed.len(), attempt = sink.0,
-                    "outbox: the mail sink failed a whole page ({e}); emails wait {wait:?} (refunds do not)"
-                );
-                break;
-            }
-            sink = (0, None);
-            for (item, id, e) in &r.failed {
-                retry.failed_logged(gid, *id, item, e);
-            }
-            busy |= full && !r.recorded.is_empty();
-        }
-        retry.tidy();
+        let (attempt, wait) = p.sink_failed();
+        let (_, _, e) = &r.failed[0];
+        tracing::warn!(
+            group = gid.0, emails = r.failed.len(), attempt,
+            "outbox: the mail sink failed a whole page ({e}); emails wait {wait:?} (refunds do not)"
+        );
+        return report;
+    }
+    p.sink_ok();
+    for (item, id, e) in &r.failed {
+        lane.retry.failed_logged(gid, *id, item, e);
+    }
+    LaneReport {
+        busy: full && !r.recorded.is_empty(),
+        ..report
     }
 }
 

@@ -1,7 +1,8 @@
 //! The reconciler: the only path that releases a hold with a payment.
 //!
-//! It runs on every node and acts only for the event groups this node
-//! leads (checked before each batch, so it stops when leadership moves).
+//! A sweep ([`sweep`]) is a pass over one event group this node leads
+//! (checked before each batch, so it stops when leadership moves),
+//! scheduled per group by `seatfence-duties` every `reconcile_interval_ms`.
 //! Each sweep takes the holds whose deadline is within the margin or past,
 //! most overdue first, and the released bookings still unsettled (going
 //! round them from where the last sweep stopped), one of each in turn
@@ -27,15 +28,13 @@
 //!
 //! A hold that never got a payment is expired by `apply` at its deadline.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use seatfence_core::inventory::{
     Booking, BookingStatus, ConfirmPath, Hold, Outcome, PaymentAction, ReleaseReason,
 };
 use seatfence_core::{BookingId, EventId, GroupId, Query, QueryResult};
-use tokio::sync::watch;
 
 use crate::gateway::{GatewayError, PaymentState, PaymentStatus};
 use crate::{Loaded, PaymentError, Payments};
@@ -47,43 +46,31 @@ const SWEEP_LIMIT: u32 = 4096;
 /// memory starts over, so a long outage cannot grow it without bound.
 const ALERTED_MAX: usize = 10_000;
 
-pub async fn run(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(p.config.reconcile_interval_ms);
-    let mut memory = Memory::default();
-    loop {
-        tokio::select! {
-            biased;
-            _ = rx_stop.wait_for(|s| *s) => return,
-            _ = seatfence_raft::timer::sleep(interval) => {}
-        }
-        let mut backlog = 0;
-        // (unsettled bookings, captured payments neither booked nor refunded)
-        let mut totals = (0, 0);
-        let led = p.led_event_groups();
-        memory
-            .unsettled_after
-            .retain(|gid, _| led.iter().any(|(g, _)| g == gid));
-        for (gid, g) in led {
-            backlog += sweep(&p, gid, &g, &mut memory, &mut totals).await;
-        }
-        p.metrics.reconcile_backlog.set(backlog as f64);
-        p.metrics.unsettled.set(totals.0 as f64);
-        p.metrics.captured_unbooked.set(totals.1 as f64);
-    }
-}
-
-/// What the reconciler keeps between sweeps, in memory (a new leader
-/// simply starts over).
-#[derive(Default)]
-struct Memory {
+/// What the reconciler keeps between sweeps of one group, in memory (a
+/// new leader simply starts over).
+#[derive(Debug, Default)]
+pub struct Memory {
     /// Holds whose payment stayed unknown, alerted on (once each).
-    alerted: HashSet<(GroupId, u64)>,
+    alerted: HashSet<u64>,
     /// Holds whose completed payment names another amount, alerted on
     /// (once each).
-    mismatched: HashSet<(GroupId, u64)>,
-    /// Per group, the last unsettled booking visited: the next sweep goes
-    /// on after it.
-    unsettled_after: HashMap<GroupId, u64>,
+    mismatched: HashSet<u64>,
+    /// The last unsettled booking visited: the next sweep goes on after it.
+    unsettled_after: u64,
+}
+
+/// What one sweep of one group saw, for the node's gauges (summed, or the
+/// largest, over the groups the node leads).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Payments the sweep had to visit (due holds and unsettled bookings).
+    pub visits: u64,
+    /// Released bookings not yet known to be terminal at the gateway.
+    pub unsettled: u64,
+    /// Captured payments neither booked nor refunded yet.
+    pub captured_unbooked: u64,
+    /// How far past its deadline the oldest undecided payment is.
+    pub oldest_unknown_ms: u64,
 }
 
 /// Which payments one sweep visits, in order: the due holds (most overdue
@@ -102,18 +89,18 @@ fn plan<T>(due: Vec<T>, unsettled: Vec<T>) -> Vec<T> {
     }
 }
 
-/// One sweep of one group; returns how many holds were due.
-async fn sweep(
+/// One sweep of one group this node leads (it stops early when the
+/// leadership moves, or at the budget).
+pub async fn sweep(
     p: &Payments,
     gid: GroupId,
     g: &seatfence_raft::registry::GroupHandle,
     memory: &mut Memory,
-    totals: &mut (usize, usize),
-) -> u64 {
+) -> SweepReport {
     let started = Instant::now();
     let budget = Duration::from_millis(p.config.reconcile_budget_ms);
     let now = p.clock.now_ms();
-    let after = memory.unsettled_after.get(&gid).copied().unwrap_or(0);
+    let after = memory.unsettled_after;
     let (event_id, due, unsettled, counts) = g.sm.read(|s| {
         let inv = &s.state.inventory;
         let event = inv.event.as_ref().map(|e| e.event_id.clone());
@@ -128,16 +115,20 @@ async fn sweep(
         let counts = (inv.index.unsettled.len(), inv.refunds_pending());
         (event, due, unsettled, counts)
     });
-    *totals = (totals.0 + counts.0, totals.1 + counts.1);
-    let Some(event_id) = event_id else {
-        return 0;
+    let mut report = SweepReport {
+        unsettled: counts.0 as u64,
+        captured_unbooked: counts.1 as u64,
+        ..SweepReport::default()
     };
-    let visits = (due.len() + unsettled.len()) as u64;
+    let Some(event_id) = event_id else {
+        return report;
+    };
+    let (due_count, unsettled_count) = (due.len(), unsettled.len());
     // Payments the gateway reported for another amount wait for an
     // operator: asked again only after every other due payment, so they
     // never take the due half of each sweep from the rest for good.
     let mut due = due;
-    due.sort_by_key(|(hold, _)| memory.mismatched.contains(&(gid, hold.seq)));
+    due.sort_by_key(|(hold, _)| memory.mismatched.contains(&hold.seq));
     let plan = plan(due, unsettled);
     let mut oldest_unknown = 0;
     let mut last_unsettled = None;
@@ -161,7 +152,7 @@ async fn sweep(
                     if memory.mismatched.len() >= ALERTED_MAX {
                         memory.mismatched.clear();
                     }
-                    if memory.mismatched.insert((gid, hold.seq)) {
+                    if memory.mismatched.insert(hold.seq) {
                         let l = loaded(gid, &event_id, hold, booking);
                         p.amount_alert(&l, ConfirmPath::Reconciler, &m);
                     }
@@ -174,7 +165,7 @@ async fn sweep(
                     if exhausted && memory.alerted.len() >= ALERTED_MAX {
                         memory.alerted.clear();
                     }
-                    if exhausted && memory.alerted.insert((gid, hold.seq)) {
+                    if exhausted && memory.alerted.insert(hold.seq) {
                         p.metrics.inc(|m| &m.reconcile_alerts);
                         tracing::error!(
                             group = gid.0, event = %event_id, hold = hold.seq,
@@ -188,12 +179,11 @@ async fn sweep(
         }
     }
     if let Some(seq) = last_unsettled {
-        memory.unsettled_after.insert(gid, seq);
+        memory.unsettled_after = seq;
     }
-    p.metrics
-        .unknown_payment_age
-        .set(oldest_unknown as f64 / 1000.0);
-    visits
+    report.visits = (due_count + unsettled_count) as u64;
+    report.oldest_unknown_ms = oldest_unknown;
+    report
 }
 
 fn loaded(gid: GroupId, event_id: &EventId, hold: &Hold, booking: &Booking) -> Loaded {

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Each is one directory command (`Command::Node`); the directory's leader
-//! does the work (`seatfence_regions::lifecycle`). The answer is the node's
+//! does the work (`seatfence_duties::directory::lifecycle`). The answer is the node's
 //! state at once; `GET /v1/admin/cluster` shows the progress.
 
 use hyper::StatusCode;
@@ -58,10 +58,13 @@ async fn node_op(
 ) -> Result<Reply, ApiError> {
     req.operator(edge)?;
     let node = NodeId(parse_id(id, "node_not_found")?);
-    let answer =
-        seatfence_regions::lifecycle::propose(&edge.commands.client, edge.clock.now_ms(), op(node))
-            .await
-            .map_err(|e| edge.commands.client_error(e))?;
+    let answer = seatfence_regions::ops::propose_node_op(
+        &edge.commands.client,
+        edge.clock.now_ms(),
+        op(node),
+    )
+    .await
+    .map_err(|e| edge.commands.client_error(e))?;
     match answer {
         Ok(NodeOpDone::State(state)) => Ok(Reply::json(
             StatusCode::OK,

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! The edge only records the request in the directory: the coordinator on
-//! the directory's leader performs the steps (`seatfence_regions::moves`).
+//! the directory's leader performs the steps (`seatfence_duties::directory::moves`).
 //! Reads go to the directory's leader, so a move read right after its
 //! start is always found.
 
@@ -87,7 +87,7 @@ fn refused(r: MoveRefused) -> ApiError {
 }
 
 async fn propose(edge: &Edge, op: MoveOp) -> Result<MoveRecord, ApiError> {
-    seatfence_regions::moves::propose(&edge.commands.client, edge.clock.now_ms(), op)
+    seatfence_regions::ops::propose_move(&edge.commands.client, edge.clock.now_ms(), op)
         .await
         .map_err(|e| edge.commands.client_error(e))?
         .map_err(refused)

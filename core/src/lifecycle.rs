@@ -18,7 +18,7 @@
 //! The states `live`, `suspect` and `dead` are what the directory leader's
 //! pings saw ([`NodeOp::SetState`]); an operator may declare a node dead at
 //! once. Everything here is pure: the directory leader's lifecycle task
-//! (`seatfence_regions::lifecycle`) proposes the operations and performs the
+//! (`seatfence_duties::directory::lifecycle`) proposes the operations and performs the
 //! membership changes.
 
 use std::collections::BTreeMap;

@@ -1,16 +1,18 @@
 //! seatfence-duties: the work a node does as the leader of a group, in one
-//! home. Today: the event groups' duties ([`events`]: expiry, the waiting
-//! room's draw and retention ticks ([`tick`]), the payment reconciler and
-//! the outbox lanes), scheduled per group by one dispatcher per node
-//! ([`EventDuties`]), whether or not the node serves HTTP.
-//!
-//! The directory's duties (moves, node lifecycle, leader balance) still
-//! live in `seatfence-regions` (`moves`, `lifecycle`, `balance`).
+//! home, whether or not the node serves HTTP:
+//! - [`events`]: the event groups' duties (expiry, the waiting room's draw
+//!   and retention ticks ([`tick`]), the payment reconciler and the outbox
+//!   lanes), scheduled per group by one dispatcher per node
+//!   ([`EventDuties`]).
+//! - [`directory`]: the directory leader's duties (moves, node lifecycle,
+//!   leader balance), moves and repairs driven through one skeleton
+//!   (`directory::Drives`).
 //!
 //! A duty never decides an outcome: it proposes commands the group's state
 //! machine judges (fenced by the event's epoch and the leader's term), and
 //! acts only for groups this node leads.
 
+pub mod directory;
 pub mod events;
 pub mod tick;
 

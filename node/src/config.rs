@@ -113,6 +113,8 @@ pub enum ConfigError {
     Edge(String),
     #[error("payments: {0}")]
     Payments(String),
+    #[error("[chaos] plant_bug: this build cannot plant bugs (a test build can, or a build with `--features planted-bugs`)")]
+    PlantedBugsOff,
 }
 
 impl ConfigError {
@@ -201,6 +203,10 @@ impl NodeConfig {
             }
             p.check().map_err(ConfigError::Payments)?;
         }
+        let planted = self.chaos.as_ref().and_then(|c| c.plant_bug);
+        if planted.is_some() && !seatfence_raft::propose::PLANTED_BUGS {
+            return Err(ConfigError::PlantedBugsOff);
+        }
         Ok(())
     }
 
@@ -269,6 +275,19 @@ grpc_addr = "127.0.0.1:7002"
 [tls]
 insecure = true
 "#;
+
+    #[test]
+    fn a_planted_bug_is_refused_by_a_build_that_cannot_plant_one() {
+        let text = format!("{GOOD}\n[chaos]\nplant_bug = \"accept-stale-epoch\"\n");
+        let parsed = NodeConfig::from_toml(&text);
+        if seatfence_raft::propose::PLANTED_BUGS {
+            assert!(parsed.is_ok(), "{parsed:?}");
+        } else {
+            let e = parsed.unwrap_err();
+            assert!(matches!(e, ConfigError::PlantedBugsOff), "{e}");
+            assert_eq!(e.code(), "config_invalid");
+        }
+    }
 
     #[test]
     fn a_good_config_parses_with_defaults() {

@@ -374,7 +374,7 @@ fn spawn_jobs(
         ));
     }
     if config.moves.balance_every_ms > 0 {
-        tasks.spawn(seatfence_regions::balance::run(
+        tasks.spawn(seatfence_duties::directory::balance::run(
             registry.clone(),
             node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
             Duration::from_millis(config.moves.balance_every_ms),
@@ -382,14 +382,14 @@ fn spawn_jobs(
             rx_stop.clone(),
         ));
     }
-    tasks.spawn(seatfence_regions::moves::run(
+    tasks.spawn(seatfence_duties::directory::moves::run(
         registry.clone(),
         node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
         config.moves.clone(),
         clock.clone(),
         rx_stop.clone(),
     ));
-    tasks.spawn(seatfence_regions::lifecycle::run(
+    tasks.spawn(seatfence_duties::directory::lifecycle::run(
         registry.clone(),
         node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
         config.moves.clone(),

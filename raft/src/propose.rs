@@ -213,6 +213,9 @@ fn lease_for_reads(raft: &Raft) -> std::time::Duration {
     std::time::Duration::from_millis(raft.config().election_timeout_max).mul_f64(LEASE_SHARE)
 }
 /// Bugs a drill can plant (`seatfence chaos drill --plant-bug NAME`).
+/// Only a build with the `planted-bugs` feature acts on one
+/// ([`PLANTED_BUGS`]); the type exists in every build so a config naming
+/// one parses, and is refused, everywhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PlantedBug {
@@ -220,6 +223,10 @@ pub enum PlantedBug {
     /// an older one instead of refusing it (fence checks 2 and 3 skipped).
     AcceptStaleEpoch,
 }
+
+/// Whether this build can plant a [`PlantedBug`] (the `planted-bugs`
+/// feature: test builds, and drill builds that ask for it).
+pub const PLANTED_BUGS: bool = cfg!(feature = "planted-bugs");
 
 /// Propose `cmd` as one entry of `raft`'s log; `expected_term` fences it
 /// to one leader term (a deposed leader cannot commit it).
@@ -267,6 +274,7 @@ pub struct Proposer {
     registry: Arc<Registry>,
     clock: Arc<dyn Clock>,
     /// Chaos drills only: a bug planted on purpose (see [`PlantedBug`]).
+    #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
     planted: Option<PlantedBug>,
 }
 
@@ -279,9 +287,11 @@ impl Proposer {
         }
     }
 
-    /// Plant `bug` (drills prove they catch it; never in production).
+    /// Plant `bug` (drills prove they catch it; never in production). A
+    /// build without the `planted-bugs` feature ignores it (the node's
+    /// config refuses one first).
     pub fn with_planted_bug(mut self, bug: Option<PlantedBug>) -> Proposer {
-        if let Some(b) = bug {
+        if let Some(b) = bug.filter(|_| PLANTED_BUGS) {
             tracing::warn!(bug = ?b, "PLANTED BUG active: this node is deliberately wrong");
         }
         self.planted = bug;
@@ -499,6 +509,7 @@ impl Proposer {
         // Only a strictly older epoch is refused here: a newer one may be
         // ahead of this replica's applies, and `apply` decides.
         if let Some((epoch, owner)) = current {
+            #[cfg(feature = "planted-bugs")]
             if c.epoch < epoch && self.planted == Some(PlantedBug::AcceptStaleEpoch) {
                 c.epoch = epoch;
             }

@@ -9,7 +9,7 @@
 //!  reply (epoch, term) ──check_fence──▶ lower than seen? discard, re-route
 //!  directory apply ──follow_directory──▶ re-learn cached routes (moves land everywhere)
 //!  directory apply ──place_groups──▶ open groups placed here, retire the rest
-//!  operator / coordinator / drained node ──transfer──▶ a caught-up voter leads
+//!  operator / move / repair / drained node ──transfer──▶ a caught-up voter leads
 //! ```
 //!
 //! - [`routes`]: the edge's cache of the directory, its refresh loop
@@ -18,13 +18,14 @@
 //! - [`commands`]: the fenced command path every in-node caller uses
 //!   (route, stamp the epoch, check the reply's fence, retry).
 //! - [`placement`]: hosting follows the directory (`place_groups`).
-//! - [`moves`]: the ownership-move coordinator, run by whichever node leads
-//!   the directory; every step idempotent, progress only in the directory.
 //! - [`transfer`]: the one leadership transfer (moves, operator transfer,
 //!   drain, a drained node's hand-off) and its one definition of caught up.
-//! - [`lifecycle`]: node states from liveness, replica repairs, rebalancing
-//!   and decommissions, run by whichever node leads the directory.
+//! - [`ops`]: proposing a move's or a node's operation to the directory
+//!   (operators' handlers and the directory's duties).
 //! - [`config`]: the `[moves]` section of a node's config.
+//!
+//! The directory leader's duties that drive moves, node lifecycle and
+//! leader balance are `seatfence-duties`' (`directory`).
 //!
 //! The directory's state machine and placement decisions live in
 //! `seatfence-core` (`Directory`, `EventRoute`, `Placement`, `MoveRecord`)
@@ -33,11 +34,9 @@
 //! seen, and drives membership and leadership through the groups' leaders;
 //! it never writes to a group except through a committed command.
 
-pub mod balance;
 pub mod commands;
 pub mod config;
-pub mod lifecycle;
-pub mod moves;
+pub mod ops;
 pub mod placement;
 pub mod routes;
 pub mod transfer;

@@ -174,11 +174,17 @@ fn check_args(args: &DrillArgs) -> anyhow::Result<Option<PlantedBug>> {
         args.clients >= 1 && args.hot_seats >= 1,
         "--clients and --hot-seats must be at least 1"
     );
-    Ok(match args.plant_bug.as_deref() {
+    let bug = match args.plant_bug.as_deref() {
         None => None,
         Some("accept-stale-epoch") => Some(PlantedBug::AcceptStaleEpoch),
         Some(other) => bail!("unknown planted bug {other:?} (known: accept-stale-epoch)"),
-    })
+    };
+    anyhow::ensure!(
+        bug.is_none() || seatfence_raft::propose::PLANTED_BUGS,
+        "--plant-bug needs a build that can plant bugs: the test build's binary, or \
+         `cargo build --release --features planted-bugs`"
+    );
+    Ok(bug)
 }
 
 /// Create the run directory `out` (refusing one that already holds a

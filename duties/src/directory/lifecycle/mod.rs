@@ -25,34 +25,33 @@
 //! that adds its replacement, so it never drops below a majority of live
 //! voters it did not already lack.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::MovesConfig;
-use crate::transfer::{self, TransferError};
+use seatfence_regions::config::MovesConfig;
+use seatfence_regions::transfer::{self, TransferError};
 
 mod plan;
 pub use plan::plan_repairs;
 use plan::record_metrics;
 use seatfence_core::{
-    Command, Directory, GroupId, NodeId, NodeOp, NodeOpDone, NodeRefused, NodeState, Repair,
-    RepairReason, RepairStep, Response,
+    Directory, GroupId, NodeId, NodeOp, NodeOpDone, NodeRefused, NodeState, Repair, RepairReason,
+    RepairStep,
 };
 use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::MembershipOp;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+
+use super::{Driven, Drives, Next};
 
 struct Lifecycle {
     registry: Arc<Registry>,
     client: ClusterClient,
     config: MovesConfig,
     clock: Arc<dyn Clock>,
-    /// Groups whose repair a task of this node drives.
-    driving: Mutex<HashSet<GroupId>>,
 }
 
 /// Start the lifecycle task of this node; it acts only while the node
@@ -69,9 +68,51 @@ pub async fn run(
         client,
         config,
         clock,
-        driving: Mutex::new(HashSet::new()),
     });
     l.run(rx_stop).await
+}
+
+/// A repair (or rejoin) as a drive sees it: the repair, the group's
+/// voters as the directory records them (the old ones, until
+/// `FinishRepair`), and whether the node it adds still takes replicas
+/// (otherwise the repair is cancelled).
+type RepairItem = (Repair, Vec<NodeId>, bool);
+
+impl Driven for Lifecycle {
+    type Key = GroupId;
+    type Item = RepairItem;
+    type State = ();
+    const KIND: &'static str = "repair";
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn step_delay_ms(&self) -> u64 {
+        self.config.step_delay_ms
+    }
+
+    fn item(&self, group: GroupId) -> Option<RepairItem> {
+        self.read(|d| {
+            let r = d.repairs.get(&group)?.clone();
+            let members = d.groups.get(&group)?.members.clone();
+            let add_live = d.node_state(r.add).takes_replicas();
+            Some((r, members, add_live))
+        })
+    }
+
+    fn step_name((r, _, _): &RepairItem) -> &'static str {
+        r.step.name()
+    }
+
+    async fn step(&self, (r, members, add_live): &RepairItem, _: &mut ()) -> anyhow::Result<Next> {
+        if *add_live {
+            self.perform(r, members).await?;
+        } else {
+            self.cancel(r, members).await?;
+        }
+        Ok(Next::Again)
+    }
 }
 
 impl Lifecycle {
@@ -87,16 +128,15 @@ impl Lifecycle {
             .get(GroupId::DIRECTORY)
             .map(|d| d.sm.subscribe_applied());
         let mut first = true;
-        // One task per repair driven; each ends with the node's stop, and
-        // this task waits for them.
-        let mut drives = JoinSet::new();
+        // One drive per repair; each ends with the node's stop, and this
+        // task waits for them.
+        let mut drives = Drives::new(self.clone());
         loop {
             tokio::select! {
                 biased;
                 _ = rx_stop.wait_for(|s| *s) => break,
                 _ = tokio::time::sleep(every) => {}
             }
-            while drives.try_join_next().is_some() {}
             let changed = rx_applied.as_mut().is_some_and(|rx| {
                 let c = rx.has_changed().unwrap_or(false);
                 rx.borrow_and_update();
@@ -113,7 +153,7 @@ impl Lifecycle {
                 tracing::warn!("node lifecycle: {e:#}");
             }
         }
-        while drives.join_next().await.is_some() {}
+        drives.join().await;
     }
 
     /// One look at the cluster: states, repairs to start, directory voters,
@@ -121,7 +161,7 @@ impl Lifecycle {
     async fn round(
         self: &Arc<Self>,
         silent: &mut BTreeMap<NodeId, Instant>,
-        drives: &mut JoinSet<()>,
+        drives: &mut Drives<Lifecycle>,
         rx_stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         self.update_states(silent).await?;
@@ -132,12 +172,7 @@ impl Lifecycle {
             }
         }
         let repairs: Vec<GroupId> = self.read(|d| d.repairs.keys().copied().collect());
-        for group in repairs {
-            let fresh = self.driving.lock().expect("lock poisoned").insert(group);
-            if fresh {
-                drives.spawn(self.clone().drive(group, rx_stop.clone()));
-            }
-        }
+        drives.start(repairs, rx_stop);
         if let Err(e) = self.directory_voters().await {
             tracing::warn!("directory voters: {e:#}");
         }
@@ -355,54 +390,10 @@ impl Lifecycle {
             .unwrap_or_default()
     }
 
-    /// Drive `group`'s repair until it is finished or this node stops
-    /// leading the directory.
-    async fn drive(self: Arc<Self>, group: GroupId, rx_stop: watch::Receiver<bool>) {
-        let mut backoff = Duration::from_millis(100);
-        let mut delayed: Option<RepairStep> = None;
-        loop {
-            if *rx_stop.borrow() || !self.leads_directory() {
-                break;
-            }
-            let Some((r, members, add_live)) = self.read(|d| {
-                let r = d.repairs.get(&group)?.clone();
-                let members = d.groups.get(&group)?.members.clone();
-                let add_live = d.node_state(r.add).takes_replicas();
-                Some((r, members, add_live))
-            }) else {
-                break;
-            };
-            // `step_delay_ms` (tests and drills): linger once at each step.
-            if self.config.step_delay_ms > 0 && delayed != Some(r.step) {
-                delayed = Some(r.step);
-                tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
-                continue;
-            }
-            let done = if add_live {
-                self.step(&r, &members).await
-            } else {
-                self.cancel(&r, &members).await
-            };
-            match done {
-                Ok(()) => backoff = Duration::from_millis(100),
-                Err(e) => {
-                    tracing::warn!(
-                        group = group.0,
-                        step = r.step.name(),
-                        "repair step failed, retrying: {e:#}"
-                    );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-        self.driving.lock().expect("lock poisoned").remove(&group);
-    }
-
     /// Perform `r`'s step once; advance it in the directory when done.
     /// `members`: the group's voters as the directory records them (the
     /// old ones, until `FinishRepair`).
-    async fn step(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
+    async fn perform(&self, r: &Repair, members: &[NodeId]) -> anyhow::Result<()> {
         if r.reason == RepairReason::Rejoin {
             return self.step_rejoin(r, members).await;
         }
@@ -611,13 +602,11 @@ impl Lifecycle {
         &self,
         op: NodeOp,
     ) -> Result<Result<NodeOpDone, NodeRefused>, seatfence_raft::ClientError> {
-        propose(&self.client, self.clock.now_ms(), op).await
+        seatfence_regions::ops::propose_node_op(&self.client, self.clock.now_ms(), op).await
     }
 
     fn leads_directory(&self) -> bool {
-        self.registry
-            .get(GroupId::DIRECTORY)
-            .is_some_and(|d| d.raft.is_leader())
+        super::leads_directory(&self.registry)
     }
 
     /// Read this node's directory replica (no copy of it).
@@ -626,22 +615,5 @@ impl Lifecycle {
             Some(dir) => dir.sm.read(|s| f(&s.state.directory)),
             None => T::default(),
         }
-    }
-}
-
-/// Propose one lifecycle operation to the directory.
-pub async fn propose(
-    client: &ClusterClient,
-    at_ms: u64,
-    op: NodeOp,
-) -> Result<Result<NodeOpDone, NodeRefused>, seatfence_raft::ClientError> {
-    let out = client
-        .write(GroupId::DIRECTORY, &Command::Node { op, at_ms })
-        .await?;
-    match out.response {
-        Response::Node(r) => Ok(r.map(|d| *d)),
-        other => Err(seatfence_raft::ClientError::BadReply(format!(
-            "directory answered {other}"
-        ))),
     }
 }

@@ -28,7 +28,7 @@ use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
 
-use crate::transfer;
+use seatfence_regions::transfer;
 
 /// Most transfers one round starts: the rest waits for the next round.
 pub const MAX_TRANSFERS_PER_ROUND: usize = 64;

@@ -18,40 +18,28 @@
 //! repeated epoch bump is refused by the state machine as stale (which
 //! names the bumped epoch, so the coordinator knows it happened).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::MovesConfig;
-use crate::transfer::{self, TransferError};
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome};
-use seatfence_core::{
-    Command, Epoch, GroupId, MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep, Response,
-};
+use seatfence_core::{Command, Epoch, GroupId, MoveOp, MoveRecord, MoveState, MoveStep, Response};
 use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::{MembershipOp, MembershipStatus};
 use seatfence_raft::metrics::METRICS;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
+use seatfence_regions::config::MovesConfig;
+use seatfence_regions::transfer::{self, TransferError};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// What a step did.
-enum Next {
-    /// Look at the move again (the step advanced, or must be retried).
-    Again,
-    /// Nothing left to do for this move.
-    Finished,
-}
+use super::{Driven, Drives, Next};
 
 pub struct Coordinator {
     registry: Arc<Registry>,
     client: ClusterClient,
     config: MovesConfig,
     clock: Arc<dyn Clock>,
-    /// Moves a task of this node is driving. Held only to insert/remove.
-    driving: Mutex<HashSet<u64>>,
 }
 
 /// Start the coordinator of this node; it acts only while the node leads
@@ -68,9 +56,46 @@ pub async fn run(
         client,
         config,
         clock,
-        driving: Mutex::new(HashSet::new()),
     });
     c.run(rx_stop).await
+}
+
+impl Driven for Coordinator {
+    type Key = u64;
+    type Item = MoveRecord;
+    /// When the write pause started (the membership change, or the first
+    /// leader transfer of this drive): for the pause's figure.
+    type State = Option<Instant>;
+    const KIND: &'static str = "move";
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn step_delay_ms(&self) -> u64 {
+        self.config.step_delay_ms
+    }
+
+    fn item(&self, id: u64) -> Option<MoveRecord> {
+        self.read_directory(|d| d.moves.get(&id).cloned())
+    }
+
+    fn step_name(m: &MoveRecord) -> &'static str {
+        m.step.name()
+    }
+
+    /// Only a running move lingers (an aborted one is cleaned up at once).
+    fn lingers(m: &MoveRecord) -> bool {
+        m.is_running()
+    }
+
+    async fn step(
+        &self,
+        m: &MoveRecord,
+        transfer_started: &mut Option<Instant>,
+    ) -> anyhow::Result<Next> {
+        self.perform(m, transfer_started).await
+    }
 }
 
 impl Coordinator {
@@ -79,11 +104,8 @@ impl Coordinator {
             return;
         };
         let mut rx_applied = dir.sm.subscribe_applied();
-        // One task per move driven; each ends with the node's stop, and
-        // this task waits for them.
-        let mut drives = JoinSet::new();
+        let mut drives = Drives::new(self.clone());
         loop {
-            while drives.try_join_next().is_some() {}
             if dir.raft.is_leader() {
                 let pending: Vec<u64> = dir.sm.read(|s| {
                     s.state
@@ -94,12 +116,7 @@ impl Coordinator {
                         .map(|m| m.move_id)
                         .collect()
                 });
-                for id in pending {
-                    let fresh = self.driving.lock().expect("lock poisoned").insert(id);
-                    if fresh {
-                        drives.spawn(self.clone().drive(id, rx_stop.clone()));
-                    }
-                }
+                drives.start(pending, &rx_stop);
             }
             tokio::select! {
                 biased;
@@ -109,49 +126,7 @@ impl Coordinator {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
-        while drives.join_next().await.is_some() {}
-    }
-
-    /// Drive move `id` until it is finished or this node stops leading the
-    /// directory.
-    async fn drive(self: Arc<Self>, id: u64, rx_stop: watch::Receiver<bool>) {
-        let mut transfer_started: Option<Instant> = None;
-        let mut backoff = Duration::from_millis(100);
-        let mut delayed: Option<MoveStep> = None;
-        loop {
-            if *rx_stop.borrow() {
-                break;
-            }
-            let Some(dir) = self.registry.get(GroupId::DIRECTORY) else {
-                break;
-            };
-            if !dir.raft.is_leader() {
-                break;
-            }
-            let Some(m) = dir.sm.read(|s| s.state.directory.moves.get(&id).cloned()) else {
-                break;
-            };
-            // `step_delay_ms`: linger once at each step before performing it.
-            if self.config.step_delay_ms > 0 && m.is_running() && delayed != Some(m.step) {
-                delayed = Some(m.step);
-                tokio::time::sleep(Duration::from_millis(self.config.step_delay_ms)).await;
-                continue;
-            }
-            match self.step(&m, &mut transfer_started).await {
-                Ok(Next::Again) => backoff = Duration::from_millis(100),
-                Ok(Next::Finished) => break,
-                Err(e) => {
-                    tracing::warn!(
-                        move_id = id,
-                        step = m.step.name(),
-                        "move step failed, retrying: {e:#}"
-                    );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-        self.driving.lock().expect("lock poisoned").remove(&id);
+        drives.join().await;
     }
 
     /// Perform `m`'s current step once, then record it in the directory
@@ -159,7 +134,7 @@ impl Coordinator {
     /// cleaned up is cleaned up instead. `transfer_started`: when the write
     /// pause started (the membership change, or the first leader transfer
     /// of this task).
-    async fn step(
+    async fn perform(
         &self,
         m: &MoveRecord,
         transfer_started: &mut Option<Instant>,
@@ -322,7 +297,7 @@ impl Coordinator {
     /// to another coordinator or an abort is no error: the move is read
     /// again either way.
     async fn advance(&self, m: &MoveRecord, pause_ms: Option<u64>) -> anyhow::Result<Next> {
-        let advanced = propose(
+        let advanced = seatfence_regions::ops::propose_move(
             &self.client,
             self.clock.now_ms(),
             MoveOp::Advance {
@@ -412,7 +387,7 @@ impl Coordinator {
     }
 
     async fn directory(&self, op: MoveOp) -> anyhow::Result<MoveRecord> {
-        propose(&self.client, self.clock.now_ms(), op)
+        seatfence_regions::ops::propose_move(&self.client, self.clock.now_ms(), op)
             .await?
             .map_err(|r| anyhow::anyhow!("{}: {}", r.code, r.message))
     }
@@ -432,23 +407,5 @@ impl Coordinator {
                 .filter_map(|n| d.nodes.get(n).map(|i| (n.0, i.grpc_addr.clone())))
                 .collect()
         })
-    }
-}
-
-/// Propose one move operation to the directory; the directory's answer
-/// (the move, or why it refused).
-pub async fn propose(
-    client: &ClusterClient,
-    at_ms: u64,
-    op: MoveOp,
-) -> Result<Result<MoveRecord, MoveRefused>, seatfence_raft::ClientError> {
-    let out = client
-        .write(GroupId::DIRECTORY, &Command::Move { op, at_ms })
-        .await?;
-    match out.response {
-        Response::Move(r) => Ok(r.map(|m| *m)),
-        other => Err(seatfence_raft::ClientError::BadReply(format!(
-            "directory answered {other}"
-        ))),
     }
 }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::MovesConfig;
 use seatfence_core::{Directory, NodeId, NodeOp, NodeState, RepairReason};
 use seatfence_raft::metrics::METRICS;
+use seatfence_regions::config::MovesConfig;
 
 /// The lifecycle gauges, from this node's directory replica.
 pub(super) fn record_metrics(d: &Directory) {

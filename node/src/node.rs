@@ -382,18 +382,18 @@ fn spawn_jobs(
             rx_stop.clone(),
         ));
     }
+    let directory = seatfence_duties::directory::Context {
+        registry: registry.clone(),
+        client: node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
+        config: config.moves.clone(),
+        clock: clock.clone(),
+    };
     tasks.spawn(seatfence_duties::directory::moves::run(
-        registry.clone(),
-        node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
-        config.moves.clone(),
-        clock.clone(),
+        directory.clone(),
         rx_stop.clone(),
     ));
     tasks.spawn(seatfence_duties::directory::lifecycle::run(
-        registry.clone(),
-        node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
-        config.moves.clone(),
-        clock.clone(),
+        directory,
         rx_stop.clone(),
     ));
 }

@@ -30,9 +30,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seatfence_core::GroupId;
+use seatfence_raft::clock::Clock;
 use seatfence_raft::registry::Registry;
+use seatfence_raft::ClusterClient;
+use seatfence_regions::config::MovesConfig;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+
+/// What the directory's move and lifecycle duties work with (one per
+/// node, cloned into each).
+#[derive(Clone)]
+pub struct Context {
+    pub registry: Arc<Registry>,
+    /// This node's client (its own groups in-process).
+    pub client: ClusterClient,
+    /// `[moves]`: slack, step delay, lifecycle timings.
+    pub config: MovesConfig,
+    pub clock: Arc<dyn Clock>,
+}
 
 /// What a step of a driven item says about the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

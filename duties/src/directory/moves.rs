@@ -23,41 +23,28 @@ use std::time::Duration;
 
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome};
 use seatfence_core::{Command, Epoch, GroupId, MoveOp, MoveRecord, MoveState, MoveStep, Response};
-use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::{MembershipOp, MembershipStatus};
 use seatfence_raft::metrics::METRICS;
 use seatfence_raft::registry::Registry;
-use seatfence_raft::ClusterClient;
-use seatfence_regions::config::MovesConfig;
 use seatfence_regions::transfer::{self, TransferError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Driven, Drives, Next};
+use super::{Context, Driven, Drives, Next};
 
-pub struct Coordinator {
-    registry: Arc<Registry>,
-    client: ClusterClient,
-    config: MovesConfig,
-    clock: Arc<dyn Clock>,
+pub struct Coordinator(Context);
+
+impl std::ops::Deref for Coordinator {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.0
+    }
 }
 
-/// Start the coordinator of this node; it acts only while the node leads
-/// the directory.
-pub async fn run(
-    registry: Arc<Registry>,
-    client: ClusterClient,
-    config: MovesConfig,
-    clock: Arc<dyn Clock>,
-    rx_stop: watch::Receiver<bool>,
-) {
-    let c = Arc::new(Coordinator {
-        registry,
-        client,
-        config,
-        clock,
-    });
-    c.run(rx_stop).await
+/// Run the coordinator of this node until `rx_stop`; it acts only while
+/// the node leads the directory.
+pub async fn run(context: Context, rx_stop: watch::Receiver<bool>) {
+    Arc::new(Coordinator(context)).run(rx_stop).await
 }
 
 impl Driven for Coordinator {

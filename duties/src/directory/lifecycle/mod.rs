@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seatfence_regions::config::MovesConfig;
 use seatfence_regions::transfer::{self, TransferError};
 
 mod plan;
@@ -39,37 +38,25 @@ use seatfence_core::{
     Directory, GroupId, NodeId, NodeOp, NodeOpDone, NodeRefused, NodeState, Repair, RepairReason,
     RepairStep,
 };
-use seatfence_raft::clock::Clock;
 use seatfence_raft::membership::MembershipOp;
 use seatfence_raft::registry::Registry;
-use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
 
-use super::{Driven, Drives, Next};
+use super::{Context, Driven, Drives, Next};
 
-struct Lifecycle {
-    registry: Arc<Registry>,
-    client: ClusterClient,
-    config: MovesConfig,
-    clock: Arc<dyn Clock>,
+struct Lifecycle(Context);
+
+impl std::ops::Deref for Lifecycle {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.0
+    }
 }
 
-/// Start the lifecycle task of this node; it acts only while the node
-/// leads the directory (the gauges are set on every node).
-pub async fn run(
-    registry: Arc<Registry>,
-    client: ClusterClient,
-    config: MovesConfig,
-    clock: Arc<dyn Clock>,
-    rx_stop: watch::Receiver<bool>,
-) {
-    let l = Arc::new(Lifecycle {
-        registry,
-        client,
-        config,
-        clock,
-    });
-    l.run(rx_stop).await
+/// Run the lifecycle task of this node until `rx_stop`; it acts only while
+/// the node leads the directory (the gauges are set on every node).
+pub async fn run(context: Context, rx_stop: watch::Receiver<bool>) {
+    Arc::new(Lifecycle(context)).run(rx_stop).await
 }
 
 /// A repair (or rejoin) as a drive sees it: the repair, the group's

@@ -4,10 +4,11 @@
 //! duty, at most [`Duty::limit`] groups at once per duty) and hands its
 //! memory back when it ends, so a slow gateway in one group's sweep never
 //! holds another group's expiry, and an idle group costs one read of its
-//! state per wake.
+//! state per scan (every 500 ms).
 //!
 //! ```text
-//!  wake (the earliest due, at most every 500 ms of the node's timer)
+//!  wake (the earliest due pass, a pass ending, or every 500 ms of the node's timer:
+//!        then the led groups are read again, and their tick due times)
 //!   └─ every event group this node leads:
 //!        Tick       when a hold deadline, a room draw or a cleanup is due ─▶ propose Tick (term-fenced)
 //!        Reconcile  every reconcile_interval_ms after the last sweep      ─▶ reconciler::sweep
@@ -17,7 +18,7 @@
 //!  a group no longer led: its slot (memory, figures) dropped once nothing of it runs
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,10 @@ use crate::tick;
 /// The longest a dispatcher sleeps (on the node's timer): how late a tick
 /// may notice a deadline, and a new leadership its first pass.
 pub const WAKE_EVERY: Duration = Duration::from_millis(500);
+
+/// The shortest sleep between two wakes that are not a pass ending (a
+/// busy outbox lane's 10 ms pause is this).
+pub const MIN_WAKE: Duration = Duration::from_millis(10);
 
 /// One kind of leader work on an event group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -143,26 +148,44 @@ impl EventDuties {
         let mut slots: HashMap<GroupId, Slot> = HashMap::new();
         let mut passes: JoinSet<(GroupId, Done)> = JoinSet::new();
         let mut running: HashMap<Id, (GroupId, Duty)> = HashMap::new();
+        let mut led: Vec<(GroupId, Arc<GroupHandle>)> = Vec::new();
+        let mut next_scan = Instant::now();
         loop {
-            let led = self.led();
-            slots.retain(|gid, slot| slot.busy() || led.iter().any(|(g, _)| g == gid));
+            let now = Instant::now();
+            // Which groups this node leads, and whether a tick is due in
+            // them, is read every `WAKE_EVERY` only: a wake for a lane's
+            // schedule costs no lock of any group.
+            let scan = now >= next_scan;
+            if scan {
+                led = self.led();
+                next_scan = now + seatfence_raft::timer::real_duration(WAKE_EVERY);
+                let ids: HashSet<GroupId> = led.iter().map(|(gid, _)| *gid).collect();
+                slots.retain(|gid, slot| slot.busy() || ids.contains(gid));
+            }
+            let mut busy = [0usize; Duty::ALL.len()];
+            for (_, duty) in running.values() {
+                busy[duty.index()] += 1;
+            }
             for (gid, g) in &led {
                 let slot = slots.entry(*gid).or_insert_with(|| self.fresh_slot());
                 for duty in self.duties() {
-                    let busy = running.values().filter(|(_, d)| *d == duty).count();
-                    if busy >= duty.limit() || !slot.due(duty, Instant::now()) {
+                    if (duty == Duty::Tick && !scan)
+                        || busy[duty.index()] >= duty.limit()
+                        || !slot.due(duty, now)
+                    {
                         continue;
                     }
                     let Some(pass) = self.pass(duty, *gid, g, slot) else {
                         continue;
                     };
                     slot.running[duty.index()] = true;
+                    busy[duty.index()] += 1;
                     let id = passes.spawn(pass).id();
                     running.insert(id, (*gid, duty));
                 }
             }
             self.set_gauges(&slots);
-            let wait = self.wait(&slots);
+            let wait = self.wait(&slots, next_scan);
             tokio::select! {
                 biased;
                 _ = rx_stop.wait_for(|s| *s) => break,
@@ -315,9 +338,11 @@ impl EventDuties {
         slot.running[duty.index()] = false;
     }
 
-    /// How long to sleep: until the earliest scheduled pass that is not
-    /// running, [`WAKE_EVERY`] at most (ticks are found by reading state).
-    fn wait(&self, slots: &HashMap<GroupId, Slot>) -> Duration {
+    /// How long to sleep (on the node's timer): until the earliest
+    /// scheduled pass that is not running or the next scan of the led
+    /// groups (ticks are found by reading state), [`MIN_WAKE`] at least, so
+    /// many groups' staggered schedules share wakes.
+    fn wait(&self, slots: &HashMap<GroupId, Slot>, next_scan: Instant) -> Duration {
         let now = Instant::now();
         let earliest = slots
             .values()
@@ -327,12 +352,13 @@ impl EventDuties {
                     .filter(|d| *d != Duty::Tick && !slot.running[d.index()])
                     .filter_map(|d| slot.next[d.index()])
             })
-            .min();
-        let real = earliest.map_or(Duration::MAX, |at| at.saturating_duration_since(now));
+            .chain([next_scan])
+            .min()
+            .unwrap_or(next_scan);
+        let real = earliest.saturating_duration_since(now).max(MIN_WAKE);
         // `real` is wall time; the timer's rate scales what we sleep.
         let rate = seatfence_raft::timer::rate();
-        let timer = Duration::from_secs_f64((real.as_secs_f64() * rate).min(60.0));
-        timer.min(WAKE_EVERY)
+        Duration::from_secs_f64((real.as_secs_f64() * rate).min(60.0)).min(WAKE_EVERY)
     }
 
     /// The payment gauges, over the groups this node leads (each group's

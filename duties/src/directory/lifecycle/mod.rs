@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use seatfence_regions::transfer::{self, TransferError};
 
+mod drive;
 mod plan;
 pub use plan::plan_repairs;
 use plan::record_metrics;
@@ -39,10 +40,9 @@ use seatfence_core::{
     RepairStep,
 };
 use seatfence_raft::membership::MembershipOp;
-use seatfence_raft::registry::Registry;
 use tokio::sync::watch;
 
-use super::{Context, Driven, Drives, Next};
+use super::{Context, Drives};
 
 struct Lifecycle(Context);
 
@@ -57,49 +57,6 @@ impl std::ops::Deref for Lifecycle {
 /// the node leads the directory (the gauges are set on every node).
 pub async fn run(context: Context, rx_stop: watch::Receiver<bool>) {
     Arc::new(Lifecycle(context)).run(rx_stop).await
-}
-
-/// A repair (or rejoin) as a drive sees it: the repair, the group's
-/// voters as the directory records them (the old ones, until
-/// `FinishRepair`), and whether the node it adds still takes replicas
-/// (otherwise the repair is cancelled).
-type RepairItem = (Repair, Vec<NodeId>, bool);
-
-impl Driven for Lifecycle {
-    type Key = GroupId;
-    type Item = RepairItem;
-    type State = ();
-    const KIND: &'static str = "repair";
-
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    fn step_delay_ms(&self) -> u64 {
-        self.config.step_delay_ms
-    }
-
-    fn item(&self, group: GroupId) -> Option<RepairItem> {
-        self.read(|d| {
-            let r = d.repairs.get(&group)?.clone();
-            let members = d.groups.get(&group)?.members.clone();
-            let add_live = d.node_state(r.add).takes_replicas();
-            Some((r, members, add_live))
-        })
-    }
-
-    fn step_name((r, _, _): &RepairItem) -> &'static str {
-        r.step.name()
-    }
-
-    async fn step(&self, (r, members, add_live): &RepairItem, _: &mut ()) -> anyhow::Result<Next> {
-        if *add_live {
-            self.perform(r, members).await?;
-        } else {
-            self.cancel(r, members).await?;
-        }
-        Ok(Next::Again)
-    }
 }
 
 impl Lifecycle {

@@ -86,3 +86,49 @@ fn product_crates_depend_only_downward() {
         }
     }
 }
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A group's Raft instance and state machine are `seatfence-raft`'s own
+/// (private fields); the one way around that, `GroupHandle::raw_raft`,
+/// exists for raft's own integration tests and is called nowhere else.
+#[test]
+fn only_raft_reaches_a_groups_raft_instance() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
+    let mut files = Vec::new();
+    for dir in workspace["workspace"]["members"].as_array().unwrap() {
+        let dir = dir.as_str().unwrap();
+        if dir == "raft" {
+            continue;
+        }
+        for sub in ["src", "tests", "benches", "examples"] {
+            let path = root.join(dir).join(sub);
+            if path.is_dir() {
+                rust_files(&path, &mut files);
+            }
+        }
+    }
+    assert!(files.len() > 50, "found only {} files", files.len());
+    let me = root.join("tests/t01_layers.rs");
+    for file in files.iter().filter(|f| **f != me) {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(
+            !text.contains(".raw_raft()"),
+            "{} calls GroupHandle::raw_raft: read through `read`, `leads`, `subscribe_applied`, \
+             change through a command, `membership::apply` or `hand_over`",
+            file.display()
+        );
+    }
+}

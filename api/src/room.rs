@@ -450,7 +450,7 @@ pub fn room_metrics(edge: &Edge) -> String {
         // positions a persistent set: its copy is a reference count), and
         // counted after it is released: a scrape never holds applies up
         // for a scan of the places.
-        let copy = g.sm.read(|s| {
+        let copy = g.read(|s| {
             let inv = &s.state.inventory;
             let (Some(ev), Some(room)) = (&inv.event, &inv.room) else {
                 return None;

@@ -35,7 +35,7 @@ pub fn due_ms(inv: &Inventory) -> Option<u64> {
 
 /// The event of `g` and its epoch, if a tick is due at `now_ms`.
 pub fn due(g: &GroupHandle, now_ms: u64) -> Option<(EventId, Epoch)> {
-    g.sm.read(|s| {
+    g.read(|s| {
         let inv = &s.state.inventory;
         let e = inv.event.as_ref()?;
         due_ms(inv)

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::BasicNode;
 use seatfence_core::{GroupId, Response};
 use seatfence_raft::clock::SystemClock;
+use seatfence_raft::membership::{self, MembershipOp};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
@@ -82,9 +82,9 @@ pub(crate) async fn follow_retired(registry: Arc<Registry>, mut rx_stop: watch::
     let Some(dir) = registry.get(GroupId::DIRECTORY) else {
         return;
     };
-    let mut rx_applied = dir.sm.subscribe_applied();
+    let mut rx_applied = dir.subscribe_applied();
     loop {
-        let retired = dir.sm.read(|s| {
+        let retired = dir.read(|s| {
             let d = &s.state.directory;
             d.nodes
                 .keys()
@@ -117,10 +117,10 @@ pub(crate) async fn add_directory_learners(
     let Some(dir) = registry.get(GroupId::DIRECTORY) else {
         return;
     };
-    let mut rx_applied = dir.sm.subscribe_applied();
+    let mut rx_applied = dir.subscribe_applied();
     loop {
-        if dir.raft.is_leader() {
-            let missing: Vec<(u64, String)> = dir.sm.read(|s| {
+        if dir.leads() {
+            let missing: Vec<(u64, String)> = dir.read(|s| {
                 let members = s.membership.membership();
                 let d = &s.state.directory;
                 d.nodes
@@ -131,14 +131,15 @@ pub(crate) async fn add_directory_learners(
                     .map(|n| (n.id.0, n.grpc_addr.clone()))
                     .collect()
             });
-            for (id, addr) in missing {
-                match dir.raft.add_learner(id, BasicNode::new(&addr), false).await {
+            if !missing.is_empty() {
+                let ids: Vec<u64> = missing.iter().map(|(id, _)| *id).collect();
+                match membership::apply(&dir, MembershipOp::AddLearners(missing)).await {
                     Ok(_) => tracing::info!(
                         group = 0,
-                        node = id,
-                        "added node to the directory as a learner"
+                        nodes = ?ids,
+                        "added nodes to the directory as learners"
                     ),
-                    Err(e) => tracing::debug!(group = 0, node = id, "add learner: {e}"),
+                    Err(e) => tracing::debug!(group = 0, nodes = ?ids, "add learners: {e:?}"),
                 }
             }
         }

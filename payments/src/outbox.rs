@@ -174,7 +174,7 @@ pub async fn refunds(
     let now = Instant::now();
     let mut report = LaneReport::default();
     let (retry, after) = (&lane.retry, lane.alerted_after);
-    let scan = g.sm.read(|s| {
+    let scan = g.read(|s| {
         let inv = &s.state.inventory;
         let event = inv.event.as_ref()?.event_id.clone();
         Some(RefundScan {
@@ -295,7 +295,7 @@ pub async fn emails(
     let term = g.term();
     let now = Instant::now();
     let retry = &lane.retry;
-    let scan = g.sm.read(|s| {
+    let scan = g.read(|s| {
         let inv = &s.state.inventory;
         let e = inv.event.as_ref()?;
         let page = inv.outbox_page(OutboxKind::ConfirmationEmail, PAGE, |id| {

@@ -101,7 +101,7 @@ pub async fn sweep(
     let budget = Duration::from_millis(p.config.reconcile_budget_ms);
     let now = p.clock.now_ms();
     let after = memory.unsettled_after;
-    let (event_id, due, unsettled, counts) = g.sm.read(|s| {
+    let (event_id, due, unsettled, counts) = g.read(|s| {
         let inv = &s.state.inventory;
         let event = inv.event.as_ref().map(|e| e.event_id.clone());
         let due = match s.state.query(&Query::DuePayments {

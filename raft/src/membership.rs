@@ -68,6 +68,7 @@ impl MembershipStatus {
 }
 
 /// Why an operation did not run.
+#[derive(Debug)]
 pub enum MembershipError {
     /// This replica does not lead the group: ask the one it names
     /// (`(id, gRPC address)`), if it knows one.
@@ -169,7 +170,7 @@ pub async fn apply(g: &GroupHandle, op: MembershipOp) -> Result<MembershipStatus
             }
             let me = g.raft.metrics().borrow_watched().id;
             if let Some(to) = first.filter(|_| !want.contains(&me) && g.raft.is_leader()) {
-                if let Err(e) = g.raft.trigger().transfer_leader(to).await {
+                if let Err(e) = g.hand_over(to).await {
                     tracing::warn!(group = g.id.0, to, "hand-over after the change: {e}");
                 }
             }

@@ -24,7 +24,7 @@ use seatfence_core::{Command, GroupId, Query, QueryResult, Response};
 use crate::clock::Clock;
 use crate::membership::{self, MembershipError, MembershipOp, MembershipStatus};
 use crate::metrics::{RaftMetrics, METRICS};
-use crate::registry::{GroupHandle, Registry};
+use crate::registry::{GroupHandle, HandOverError, Registry};
 use crate::types::{Raft, TypeConfig};
 
 /// A committed write: the state machine's answer and the entry that
@@ -460,15 +460,11 @@ impl Proposer {
         if !g.leads() {
             return Err(removed(group));
         }
-        if !g.raft.voter_ids().any(|v| v == to) {
-            return Err(ProposeError::NotAVoter { group, to });
-        }
-        g.wake_for_use().await;
-        g.raft
-            .trigger()
-            .transfer_leader(to)
-            .await
-            .map_err(ProposeError::unavailable)
+        g.hand_over(to).await.map_err(|e| match e {
+            HandOverError::NotLeading => removed(group),
+            HandOverError::NotAVoter => ProposeError::NotAVoter { group, to },
+            HandOverError::Failed(e) => ProposeError::unavailable(e),
+        })
     }
 
     /// The replica of `group`, unless it is a leader a move removed or

@@ -12,14 +12,20 @@ use crate::joining::Joining;
 use crate::network::{NetworkFactory, PeerPool};
 use crate::sleep::dormant::Dormant;
 use crate::sleep::Activity;
-use crate::storage::{LogStore, NodeDb, StateMachineStore};
+use crate::storage::{GroupState, LogStore, NodeDb, StateMachineStore};
 use crate::types::Raft;
 
 /// One hosted replica.
+///
+/// Its Raft instance and state machine are the crate's own: other crates
+/// read the state through [`GroupHandle::read`], watch applies through
+/// [`GroupHandle::subscribe_applied`], and change a group only through a
+/// command (`propose`), a membership operation (`membership::apply`) or
+/// the one leadership hand-over ([`GroupHandle::hand_over`]).
 pub struct GroupHandle {
     pub id: GroupId,
-    pub raft: Raft,
-    pub sm: StateMachineStore,
+    pub(crate) raft: Raft,
+    pub(crate) sm: StateMachineStore,
     /// Packs concurrent proposals into one entry.
     pub batcher: Batcher,
     /// Whether it sleeps (see `sleep`).
@@ -62,6 +68,57 @@ impl GroupHandle {
         use openraft::async_runtime::watch::WatchReceiver;
         self.raft.metrics().borrow_watched().current_term
     }
+
+    /// The replica's openraft instance, for this crate's own integration
+    /// tests (`raft/tests/`), which play a leader's appends against it. No
+    /// other crate calls it (`tests/t01_layers.rs` checks).
+    #[doc(hidden)]
+    pub fn raw_raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Read this replica's applied state (a short read lock; never held
+    /// across an `.await`).
+    pub fn read<T>(&self, f: impl FnOnce(&GroupState) -> T) -> T {
+        self.sm.read(f)
+    }
+
+    /// Watch this replica's applied index.
+    pub fn subscribe_applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.sm.subscribe_applied()
+    }
+
+    /// Hand this group's leadership to its voter `to`: the one place a
+    /// leader transfer is triggered (`Proposer::transfer_leader`, which
+    /// `regions::transfer` reaches through the cluster client, and the
+    /// hand-over of a leader a membership change removed, which still
+    /// leads in Raft's eyes but no longer [`leads`](GroupHandle::leads)).
+    /// Only a Raft leader may, and only to a voter of the group.
+    pub async fn hand_over(&self, to: u64) -> Result<(), HandOverError> {
+        if !self.raft.is_leader() {
+            return Err(HandOverError::NotLeading);
+        }
+        if !self.raft.voter_ids().any(|v| v == to) {
+            return Err(HandOverError::NotAVoter);
+        }
+        self.wake_for_use().await;
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| HandOverError::Failed(e.to_string()))
+    }
+}
+
+/// Why [`GroupHandle::hand_over`] did not start a transfer.
+#[derive(Debug, thiserror::Error)]
+pub enum HandOverError {
+    #[error("this replica is not the group's Raft leader")]
+    NotLeading,
+    #[error("the target is not a voter of the group")]
+    NotAVoter,
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// The node's replicas. The map is behind a `std::sync::RwLock`, held only

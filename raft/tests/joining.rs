@@ -62,13 +62,12 @@ async fn append(g: &GroupHandle, prev: Option<u64>, entries: Vec<Entry>) {
         entries,
         leader_commit: last,
     };
-    let resp = g.raft.append_entries(req).await.expect("append");
+    let resp = g.raw_raft().append_entries(req).await.expect("append");
     assert!(resp.is_success(), "append refused: {resp:?}");
 }
 
 fn term(g: &GroupHandle) -> u64 {
-    use openraft::async_runtime::watch::WatchReceiver;
-    g.raft.metrics().borrow_watched().current_term
+    g.term()
 }
 
 async fn eventually(what: &str, f: impl Fn() -> bool) {
@@ -91,7 +90,7 @@ async fn a_target_ignores_its_old_membership_until_it_stores_the_one_making_it_a
     // The group's past: node 1 was its only voter.
     append(&g, None, vec![membership(0, &[1], &[])]).await;
     tokio::time::sleep(QUIET).await;
-    assert!(!g.raft.is_leader(), "a joining replica elected itself");
+    assert!(!g.raw_raft().is_leader(), "a joining replica elected itself");
     assert_eq!(term(&g), 1, "a joining replica campaigned");
 
     // The present: the group's voter is node 2, node 1 its learner.
@@ -100,7 +99,7 @@ async fn a_target_ignores_its_old_membership_until_it_stores_the_one_making_it_a
 
     // The move back makes node 1 the only voter again: now it campaigns.
     append(&g, Some(1), vec![membership(2, &[1], &[])]).await;
-    eventually("node 1 leads", || g.raft.is_leader()).await;
+    eventually("node 1 leads", || g.raw_raft().is_leader()).await;
     assert!(term(&g) > 1);
 }
 
@@ -118,7 +117,7 @@ async fn the_joining_mark_outlives_the_replica() {
     assert!(g.joining.is_on(), "the mark was stored");
     tokio::time::sleep(QUIET).await;
     assert!(
-        !g.raft.is_leader(),
+        !g.raw_raft().is_leader(),
         "a reopened joining replica elected itself"
     );
     assert_eq!(term(&g), 1);
@@ -131,5 +130,5 @@ async fn a_replica_opened_as_a_voter_is_not_joining() {
     let g = registry.open(GROUP).await.expect("open");
     assert!(!g.joining.is_on());
     append(&g, None, vec![membership(0, &[1], &[])]).await;
-    eventually("the only voter leads", || g.raft.is_leader()).await;
+    eventually("the only voter leads", || g.raw_raft().is_leader()).await;
 }

@@ -25,7 +25,7 @@ pub async fn place_groups(
         return;
     };
     let me = NodeId(registry.node_id());
-    let mut rx_applied = dir.sm.subscribe_applied();
+    let mut rx_applied = dir.subscribe_applied();
     // Retired replicas whose data is still on disk, with when they retired.
     let mut retired: BTreeMap<GroupId, tokio::time::Instant> = BTreeMap::new();
     let grace = Duration::from_millis(moves.retired_grace_ms);
@@ -39,26 +39,23 @@ pub async fn place_groups(
         // took it back (see `seatfence_raft::joining`).
         registry.follow_rejoin().await;
         type Wanted = (GroupId, Vec<NodeId>, BTreeMap<u64, BasicNode>);
-        let (wanted, known): (Vec<Wanted>, std::collections::BTreeSet<GroupId>) =
-            dir.sm.read(|s| {
-                let d = &s.state.directory;
-                let wanted = d
-                    .hosted_on(me)
-                    .into_iter()
-                    .map(|gid| {
-                        let order = d.groups.get(&gid).map(|g| g.members.clone());
-                        let order = order.unwrap_or_default();
-                        let members = order
-                            .iter()
-                            .filter_map(|m| {
-                                d.nodes.get(m).map(|n| (m.0, BasicNode::new(&n.grpc_addr)))
-                            })
-                            .collect();
-                        (gid, order, members)
-                    })
-                    .collect::<Vec<_>>();
-                (wanted, d.groups.keys().copied().collect())
-            });
+        let (wanted, known): (Vec<Wanted>, std::collections::BTreeSet<GroupId>) = dir.read(|s| {
+            let d = &s.state.directory;
+            let wanted = d
+                .hosted_on(me)
+                .into_iter()
+                .map(|gid| {
+                    let order = d.groups.get(&gid).map(|g| g.members.clone());
+                    let order = order.unwrap_or_default();
+                    let members = order
+                        .iter()
+                        .filter_map(|m| d.nodes.get(m).map(|n| (m.0, BasicNode::new(&n.grpc_addr))))
+                        .collect();
+                    (gid, order, members)
+                })
+                .collect::<Vec<_>>();
+            (wanted, d.groups.keys().copied().collect())
+        });
         let wanted_ids: std::collections::BTreeSet<GroupId> = wanted.iter().map(|w| w.0).collect();
         for (gid, order, members) in wanted {
             // A dormant replica is hosted: it reopens when it is needed.

@@ -167,10 +167,10 @@ pub async fn follow_directory(
     let Some(dir) = registry.get(GroupId::DIRECTORY) else {
         return;
     };
-    let mut rx = dir.sm.subscribe_applied();
+    let mut rx = dir.subscribe_applied();
     loop {
         let cached = routes.cached_events();
-        let fresh: Vec<seatfence_core::EventRoute> = dir.sm.read(|s| {
+        let fresh: Vec<seatfence_core::EventRoute> = dir.read(|s| {
             cached
                 .iter()
                 .filter_map(|e| s.state.directory.events.get(e).cloned())

@@ -150,7 +150,7 @@ pub async fn hand_off_when_drained(
         let Some(dir) = registry.get(GroupId::DIRECTORY) else {
             continue;
         };
-        let drained: BTreeSet<NodeId> = dir.sm.read(|s| s.state.directory.not_leading());
+        let drained: BTreeSet<NodeId> = dir.read(|s| s.state.directory.not_leading());
         if !drained.contains(&NodeId(me)) {
             continue;
         }
@@ -178,7 +178,7 @@ pub async fn hand_off_when_drained(
             };
             tracing::info!(group = gid.0, to, "drained node hands off leadership");
             g.wake_for_use().await;
-            if let Err(e) = g.raft.trigger().transfer_leader(to).await {
+            if let Err(e) = g.hand_over(to).await {
                 tracing::warn!(group = gid.0, to, "hand-off failed: {e}");
             }
         }

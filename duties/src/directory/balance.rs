@@ -132,10 +132,10 @@ pub async fn run(
         let Some(dir) = registry.get(GroupId::DIRECTORY) else {
             continue;
         };
-        if !dir.raft.is_leader() {
+        if !dir.leads() {
             continue;
         }
-        let (nodes, groups, drained) = dir.sm.read(|s| {
+        let (nodes, groups, drained) = dir.read(|s| {
             let d = &s.state.directory;
             let moving: BTreeSet<GroupId> = d
                 .events

@@ -132,9 +132,7 @@ impl<D: Driven> Drives<D> {
 
 /// Whether this node leads the directory now.
 pub fn leads_directory(registry: &Registry) -> bool {
-    registry
-        .get(GroupId::DIRECTORY)
-        .is_some_and(|d| d.raft.is_leader())
+    registry.get(GroupId::DIRECTORY).is_some_and(|d| d.leads())
 }
 
 /// Drive `key` until it is finished, gone, or this node stops leading the

@@ -90,11 +90,11 @@ impl Coordinator {
         let Some(dir) = self.registry.get(GroupId::DIRECTORY) else {
             return;
         };
-        let mut rx_applied = dir.sm.subscribe_applied();
+        let mut rx_applied = dir.subscribe_applied();
         let mut drives = Drives::new(self.clone());
         loop {
-            if dir.raft.is_leader() {
-                let pending: Vec<u64> = dir.sm.read(|s| {
+            if dir.leads() {
+                let pending: Vec<u64> = dir.read(|s| {
                     s.state
                         .directory
                         .moves
@@ -384,7 +384,7 @@ impl Coordinator {
             .registry
             .get(GroupId::DIRECTORY)
             .expect("every node hosts the directory");
-        dir.sm.read(|s| f(&s.state.directory))
+        dir.read(|s| f(&s.state.directory))
     }
 
     fn addrs(&self, nodes: &[seatfence_core::NodeId]) -> Vec<(u64, String)> {

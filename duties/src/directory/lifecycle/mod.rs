@@ -70,7 +70,7 @@ impl Lifecycle {
         let mut rx_applied = self
             .registry
             .get(GroupId::DIRECTORY)
-            .map(|d| d.sm.subscribe_applied());
+            .map(|d| d.subscribe_applied());
         let mut first = true;
         // One drive per repair; each ends with the node's stop, and this
         // task waits for them.
@@ -317,20 +317,14 @@ impl Lifecycle {
     fn directory_voters_now(&self) -> BTreeSet<u64> {
         self.registry
             .get(GroupId::DIRECTORY)
-            .map(|dir| {
-                dir.sm
-                    .read(|s| s.membership.membership().voter_ids().collect())
-            })
+            .map(|dir| dir.read(|s| s.membership.membership().voter_ids().collect()))
             .unwrap_or_default()
     }
 
     fn directory_learners_now(&self) -> BTreeSet<u64> {
         self.registry
             .get(GroupId::DIRECTORY)
-            .map(|dir| {
-                dir.sm
-                    .read(|s| s.membership.membership().learner_ids().collect())
-            })
+            .map(|dir| dir.read(|s| s.membership.membership().learner_ids().collect()))
             .unwrap_or_default()
     }
 
@@ -556,7 +550,7 @@ impl Lifecycle {
     /// Read this node's directory replica (no copy of it).
     fn read<T: Default>(&self, f: impl FnOnce(&Directory) -> T) -> T {
         match self.registry.get(GroupId::DIRECTORY) {
-            Some(dir) => dir.sm.read(|s| f(&s.state.directory)),
+            Some(dir) => dir.read(|s| f(&s.state.directory)),
             None => T::default(),
         }
     }

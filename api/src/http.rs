@@ -372,8 +372,8 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
             StatusCode::OK,
             edge.metrics.render(edge.commands.client.redirects())
                 + &moves::progress_metrics(edge)
-                + &crate::room::room_metrics(edge)
-                + &crate::metrics::runtime_metrics(edge.commands.client.write_queues()),
+                + &crate::metrics::runtime_metrics(edge.commands.client.write_queues())
+                + &edge.scrape.iter().map(|s| s()).collect::<String>(),
             "text/plain; version=0.0.4",
         )),
         Route::Console => Ok(console(seatfence_console::page())),

@@ -58,7 +58,6 @@ use std::time::{Duration, Instant};
 
 use seatfence_core::EventId;
 use seatfence_payments::Payments;
-use seatfence_raft::registry::Registry;
 use seatfence_regions::Commands;
 
 use crate::admission::Admission;
@@ -76,7 +75,6 @@ pub struct Edge {
     pub commands: Arc<Commands>,
     pub admission: Admission,
     pub metrics: EdgeMetrics,
-    pub(crate) registry: Arc<Registry>,
     pub clock: Arc<dyn seatfence_raft::clock::Clock>,
     /// The node's payment side (`None`: bookings answer 503).
     pub payments: Option<Arc<Payments>>,
@@ -91,7 +89,13 @@ pub struct Edge {
     pub tokens: auth::TokenCache,
     /// Waiting-room joins on their way to the join worker (`room.rs`).
     pub joins: room::Joins,
+    /// More series for `/metrics`, added by the node (the waiting rooms'
+    /// gauges of the events it leads, which are its duties' to report).
+    pub scrape: Vec<MetricsSource>,
 }
+
+/// A source of Prometheus text the edge appends to its `/metrics` answer.
+pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// How long an availability answer is reused.
 pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
@@ -121,7 +125,6 @@ impl Edge {
         region: String,
         config: EdgeConfig,
         commands: Arc<Commands>,
-        registry: Arc<Registry>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
         let tokens = auth::TokenCache::new(config.jwt_secret.clone(), auth::TOKEN_CACHE);
@@ -137,13 +140,13 @@ impl Edge {
             config,
             commands,
             metrics: EdgeMetrics::default(),
-            registry,
             clock,
             payments: None,
             catch_up_slack: seatfence_regions::transfer::CATCH_UP_SLACK,
             availability: Mutex::new(HashMap::new()),
             tokens,
             joins: room::Joins::default(),
+            scrape: Vec::new(),
         }
     }
 
@@ -151,6 +154,12 @@ impl Edge {
     /// node's payment side, whose duties the node runs).
     pub fn with_payments(mut self, payments: Arc<Payments>) -> Edge {
         self.payments = Some(payments);
+        self
+    }
+
+    /// Append `source`'s series to every `/metrics` answer.
+    pub fn with_metrics(mut self, source: MetricsSource) -> Edge {
+        self.scrape.push(source);
         self
     }
 

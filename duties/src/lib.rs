@@ -6,7 +6,9 @@
 //!   ([`EventDuties`]).
 //! - [`directory`]: the directory leader's duties (moves, node lifecycle,
 //!   leader balance), moves and repairs driven through one skeleton
-//!   (`directory::Drives`).
+//!   (`directory::Drives`), each deciding through pure `plan` functions
+//!   (tested on their own) and carrying the actions out.
+//! - [`rooms`]: the waiting rooms' gauges of the events this node leads.
 //!
 //! A duty never decides an outcome: it proposes commands the group's state
 //! machine judges (fenced by the event's epoch and the leader's term), and
@@ -14,6 +16,7 @@
 
 pub mod directory;
 pub mod events;
+pub mod rooms;
 pub mod tick;
 
 pub use events::{Duty, EventDuties};

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use seatfence_core::{GroupId, Response};
 use seatfence_raft::clock::SystemClock;
-use seatfence_raft::membership::{self, MembershipOp};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
 use tokio::sync::watch;
@@ -102,53 +101,6 @@ pub(crate) async fn follow_retired(registry: Arc<Registry>, mut rx_stop: watch::
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
             changed = rx_applied.changed() => if changed.is_err() { return },
-        }
-    }
-}
-
-/// On the directory's leader: every registered node that is not yet in
-/// group 0's membership is added as a learner, so it receives the directory
-/// (and with it the groups placed on it). Runs on every node, acts only
-/// while leading.
-pub(crate) async fn add_directory_learners(
-    registry: Arc<Registry>,
-    mut rx_stop: watch::Receiver<bool>,
-) {
-    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
-        return;
-    };
-    let mut rx_applied = dir.subscribe_applied();
-    loop {
-        if dir.leads() {
-            let missing: Vec<(u64, String)> = dir.read(|s| {
-                let members = s.membership.membership();
-                let d = &s.state.directory;
-                d.nodes
-                    .values()
-                    .filter(|n| members.get_node(&n.id.0).is_none())
-                    // A retired node receives the directory no more.
-                    .filter(|n| d.node_state(n.id) != seatfence_core::NodeState::Decommissioned)
-                    .map(|n| (n.id.0, n.grpc_addr.clone()))
-                    .collect()
-            });
-            if !missing.is_empty() {
-                let ids: Vec<u64> = missing.iter().map(|(id, _)| *id).collect();
-                match membership::apply(&dir, MembershipOp::AddLearners(missing)).await {
-                    Ok(_) => tracing::info!(
-                        group = 0,
-                        nodes = ?ids,
-                        "added nodes to the directory as learners"
-                    ),
-                    Err(e) => tracing::debug!(group = 0, nodes = ?ids, "add learners: {e:?}"),
-                }
-            }
-        }
-        tokio::select! {
-            biased;
-            _ = rx_stop.wait_for(|s| *s) => return,
-            changed = rx_applied.changed() => if changed.is_err() { return },
-            // Leadership may arrive without a new apply.
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

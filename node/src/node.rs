@@ -355,7 +355,7 @@ fn spawn_jobs(
         config.moves.clone(),
         rx_stop.clone(),
     ));
-    tasks.spawn(jobs::add_directory_learners(
+    tasks.spawn(seatfence_duties::directory::learners::run(
         registry.clone(),
         rx_stop.clone(),
     ));
@@ -455,10 +455,16 @@ async fn start_edge(
         config.region.clone(),
         edge_config,
         commands.clone(),
-        registry.clone(),
         clock.clone(),
     );
     edge.catch_up_slack = config.moves.catch_up_slack;
+    let (leader_registry, leader_clock) = (registry.clone(), clock.clone());
+    edge = edge.with_metrics(Arc::new(move || {
+        seatfence_duties::rooms::metrics(
+            &leader_registry,
+            seatfence_raft::clock::Clock::now_ms(&*leader_clock),
+        )
+    }));
     if let Some(p) = config.payments.clone() {
         let payments = Arc::new(Payments::new(
             p,

@@ -90,7 +90,10 @@ async fn a_target_ignores_its_old_membership_until_it_stores_the_one_making_it_a
     // The group's past: node 1 was its only voter.
     append(&g, None, vec![membership(0, &[1], &[])]).await;
     tokio::time::sleep(QUIET).await;
-    assert!(!g.raw_raft().is_leader(), "a joining replica elected itself");
+    assert!(
+        !g.raw_raft().is_leader(),
+        "a joining replica elected itself"
+    );
     assert_eq!(term(&g), 1, "a joining replica campaigned");
 
     // The present: the group's voter is node 2, node 1 its learner.

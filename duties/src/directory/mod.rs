@@ -1,9 +1,15 @@
 //! The directory leader's duties, run on every node and acting only while
 //! it leads group 0: [`moves`] (the ownership-move coordinator),
 //! [`lifecycle`] (node states from liveness, replica repairs and rejoins,
-//! the directory's voters, decommissions; its pure rules in
-//! `lifecycle/plan.rs`), [`balance`] (the leader balancer; its pure
-//! `plan`).
+//! the directory's voters, decommissions), [`balance`] (the leader
+//! balancer), [`learners`] (registered nodes join group 0 as learners).
+//! Each decides through pure functions of the directory and what it
+//! observed (`moves::plan_step`, `lifecycle::{plan_states, plan_repairs,
+//! plan_membership}`, `balance::plan`, `learners::plan`), unit-tested on
+//! their own, and a runtime carries the actions out. What stays a
+//! dialogue in the runtime: a repair's steps (`lifecycle/drive.rs`) and
+//! group 0's rejoin (demote, wait until caught up, promote), which read
+//! the group's membership status between actions.
 //!
 //! Moves and repairs are driven item by item through one skeleton
 //! ([`Drives`], [`Driven`]):
@@ -19,6 +25,7 @@
 //! directory, so a new directory leader resumes any item where it stands.
 
 pub mod balance;
+pub mod learners;
 pub mod lifecycle;
 pub mod moves;
 

@@ -33,8 +33,8 @@ use seatfence_regions::transfer::{self, TransferError};
 
 mod drive;
 mod plan;
-pub use plan::plan_repairs;
 use plan::record_metrics;
+pub use plan::{plan_membership, plan_repairs, plan_states, MembershipAction, Observed};
 use seatfence_core::{
     Directory, GroupId, NodeId, NodeOp, NodeOpDone, NodeRefused, NodeState, Repair, RepairReason,
     RepairStep,
@@ -100,15 +100,25 @@ impl Lifecycle {
         drives.join().await;
     }
 
-    /// One look at the cluster: states, repairs to start, directory voters,
-    /// decommissions that completed.
+    /// One look at the cluster: what it observes (pings, group 0's
+    /// membership), then what the plans decide, carried out in order:
+    /// node states, repairs to start, directory rejoins, directory voters,
+    /// decommissions that completed, retired learners.
     async fn round(
         self: &Arc<Self>,
         silent: &mut BTreeMap<NodeId, Instant>,
         drives: &mut Drives<Lifecycle>,
         rx_stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        self.update_states(silent).await?;
+        let mut observed = Observed {
+            silent_ms: self.ping_all(silent).await,
+            ..Observed::default()
+        };
+        for op in self.read(|d| plan_states(d, &observed, &self.config)) {
+            if let Ok(Ok(_)) = self.propose(op.clone()).await {
+                tracing::warn!(?op, "node state");
+            }
+        }
         for op in self.read(|d| plan_repairs(d, &self.config)) {
             match self.propose(op.clone()).await? {
                 Ok(_) => tracing::info!(?op, "repair started"),
@@ -117,140 +127,83 @@ impl Lifecycle {
         }
         let repairs: Vec<GroupId> = self.read(|d| d.repairs.keys().copied().collect());
         drives.start(repairs, rx_stop);
-        if let Err(e) = self.directory_voters().await {
-            tracing::warn!("directory voters: {e:#}");
+        if let Err(e) = self.directory_rejoins(&self.directory_voters_now()).await {
+            tracing::warn!("directory rejoins: {e:#}");
         }
-        let (emptied, retired): (Vec<NodeId>, Vec<u64>) = self.read(|d| {
-            let counts = d.replica_counts();
-            let state = |s| d.node_states.iter().filter(move |(_, x)| **x == s);
-            (
-                state(NodeState::Decommissioning)
-                    .filter(|(n, _)| counts.get(n).copied().unwrap_or(0) == 0)
-                    .map(|(n, _)| *n)
-                    .collect(),
-                state(NodeState::Decommissioned).map(|(n, _)| n.0).collect(),
-            )
-        });
-        let voters = self.directory_voters_now();
-        for node in emptied.into_iter().filter(|n| !voters.contains(&n.0)) {
-            if let Ok(Ok(_)) = self.propose(NodeOp::Decommissioned { node }).await {
-                tracing::info!(node = node.0, "node decommissioned");
-            }
-        }
-        // A retired node stops receiving the directory.
-        let learners = self.directory_learners_now();
-        let gone: Vec<u64> = retired
-            .into_iter()
-            .filter(|n| learners.contains(n))
-            .collect();
-        if !gone.is_empty() {
-            let op = MembershipOp::RemoveLearners(gone);
-            if let Err(e) = self.client.membership(GroupId::DIRECTORY, &op).await {
-                tracing::warn!("remove retired directory learners: {e}");
+        observed.directory_voters = self.directory_voters_now();
+        observed.directory_learners = self.directory_learners_now();
+        for action in self.read(|d| plan_membership(d, &observed)) {
+            if let Err(e) = self.carry_out(&action).await {
+                tracing::warn!(?action, "directory membership: {e:#}");
             }
         }
         Ok(())
     }
 
-    /// Ping every node; record `suspect`, `dead` or `live` where the
-    /// silence crossed a threshold or ended. This node (leading the
-    /// directory) is live by definition.
-    async fn update_states(&self, silent: &mut BTreeMap<NodeId, Instant>) -> anyhow::Result<()> {
+    /// Ping every node the directory lists; for each that did not answer,
+    /// for how long this leader has seen it silent (ms). This node
+    /// (leading the directory) answers by definition.
+    async fn ping_all(&self, silent: &mut BTreeMap<NodeId, Instant>) -> BTreeMap<NodeId, u64> {
         let me = self.registry.node_id();
-        let nodes: Vec<(NodeId, String, NodeState)> = self.read(|d| {
+        let nodes: Vec<(NodeId, String)> = self.read(|d| {
             d.nodes
                 .values()
-                .map(|n| (n.id, n.grpc_addr.clone(), d.node_state(n.id)))
+                .map(|n| (n.id, n.grpc_addr.clone()))
                 .collect()
         });
-        let pings = nodes.iter().map(|(id, addr, was)| {
+        let pings = nodes.iter().map(|(id, addr)| {
             let pool = self.registry.pool();
             async move {
                 if id.0 == me {
-                    return (*id, *was, true);
+                    return (*id, true);
                 }
                 let call = pool.ping(id.0, addr, me);
                 let ok = tokio::time::timeout(Duration::from_secs(1), call).await;
-                (*id, *was, matches!(ok, Ok(Ok(_))))
+                (*id, matches!(ok, Ok(Ok(_))))
             }
         });
         let now = Instant::now();
-        for (id, was, up) in futures::future::join_all(pings).await {
-            let since = if up {
+        let mut silent_ms = BTreeMap::new();
+        for (id, up) in futures::future::join_all(pings).await {
+            if up {
                 silent.remove(&id);
-                None
             } else {
-                Some(*silent.entry(id).or_insert(now))
-            };
-            let want = match since.map(|t| now.duration_since(t).as_millis() as u64) {
-                None => NodeState::Live,
-                Some(ms) if ms >= self.config.dead_after_ms => NodeState::Dead { declared: false },
-                // Silence alone never lowers a recorded state: a new leader
-                // counts silence from its own start, and must not turn a
-                // node an earlier leader found dead back into a suspect
-                // (t64_b saw it flip mid-repair). Only an answer does.
-                Some(_) if was == (NodeState::Dead { declared: false }) => was,
-                Some(ms) if ms >= self.config.suspect_after_ms => NodeState::Suspect,
-                Some(_) => was,
-            };
-            let liveness_owns = matches!(
-                was,
-                NodeState::Live | NodeState::Suspect | NodeState::Dead { declared: false }
-            );
-            if want != was && liveness_owns {
-                let op = NodeOp::SetState {
-                    node: id,
-                    state: want,
-                };
-                if let Ok(Ok(_)) = self.propose(op).await {
-                    tracing::warn!(
-                        node = id.0,
-                        from = was.name(),
-                        to = want.name(),
-                        "node state"
-                    );
-                }
+                let since = *silent.entry(id).or_insert(now);
+                silent_ms.insert(id, now.duration_since(since).as_millis() as u64);
             }
         }
-        Ok(())
+        silent_ms
     }
 
-    /// A directory voter on a dead or retiring node is replaced by a live
-    /// node that is not a voter (its own region first): every node is a
-    /// learner of the directory already, so it is caught up.
-    async fn directory_voters(&self) -> anyhow::Result<()> {
-        let voters = self.directory_voters_now();
-        self.directory_rejoins(&voters).await?;
-        let plan = self.read(|d| {
-            let v = voters
-                .iter()
-                .find(|v| d.node_state(NodeId(**v)).needs_repair())?;
-            let region = d.nodes.get(&NodeId(*v)).map(|n| n.region.clone());
-            let add = d
-                .nodes
-                .values()
-                .filter(|n| !voters.contains(&n.id.0) && d.node_state(n.id).takes_replicas())
-                .filter(|n| !d.rejoin_pending(n.id, GroupId::DIRECTORY))
-                .min_by_key(|n| (Some(&n.region) != region.as_ref(), n.id))
-                .map(|n| n.id.0);
-            Some((*v, add))
-        });
-        match plan {
-            None => Ok(()),
-            Some((v, None)) => {
+    /// Carry out one of `plan_membership`'s actions.
+    async fn carry_out(&self, action: &MembershipAction) -> anyhow::Result<()> {
+        match action {
+            MembershipAction::ReplaceDirectoryVoter { remove, add } => {
+                let op = MembershipOp::ReplaceVoter {
+                    remove: *remove,
+                    add: *add,
+                };
+                self.client.membership(GroupId::DIRECTORY, &op).await?;
+                tracing::info!(remove, add, "directory voter replaced");
+            }
+            MembershipAction::NoDirectoryVoterFor(v) => {
                 tracing::warn!(
                     node = v,
                     "directory voter to replace, but no live node to vote"
                 );
-                Ok(())
             }
-            Some((remove, Some(add))) => {
-                let op = MembershipOp::ReplaceVoter { remove, add };
+            MembershipAction::Decommissioned(node) => {
+                let op = NodeOp::Decommissioned { node: *node };
+                if let Ok(Ok(_)) = self.propose(op).await {
+                    tracing::info!(node = node.0, "node decommissioned");
+                }
+            }
+            MembershipAction::RemoveDirectoryLearners(gone) => {
+                let op = MembershipOp::RemoveLearners(gone.clone());
                 self.client.membership(GroupId::DIRECTORY, &op).await?;
-                tracing::info!(remove, add, "directory voter replaced");
-                Ok(())
             }
         }
+        Ok(())
     }
 
     /// Group 0's part of a rejoin on an empty data dir (`directory_voters`

@@ -1,10 +1,14 @@
-//! What the directory's leader starts: repairs for voters on dead or
-//! retiring nodes, then replica rebalancing within a region; and the
-//! lifecycle gauges every node sets from its directory replica.
+//! What the directory's leader decides each round, as pure functions of
+//! the directory and what it observed (`Observed`): node states from
+//! silence (`plan_states`), repairs for voters on dead or retiring nodes
+//! then replica rebalancing within a region (`plan_repairs`), directory
+//! voters to replace, decommissions that completed and retired learners
+//! to drop (`plan_membership`); and the lifecycle gauges every node sets
+//! from its directory replica. The task (`mod.rs`) carries them out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use seatfence_core::{Directory, NodeId, NodeOp, NodeState, RepairReason};
+use seatfence_core::{Directory, GroupId, NodeId, NodeOp, NodeState, RepairReason};
 use seatfence_raft::metrics::METRICS;
 use seatfence_regions::config::MovesConfig;
 
@@ -24,6 +28,109 @@ pub(super) fn record_metrics(d: &Directory) {
         }
     }
     METRICS.node_lifecycle(&states, d.under_replicated().len(), d.repairs.len());
+}
+
+/// What the lifecycle task observed outside the directory this round.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Per node that did not answer its ping: for how long (ms) this
+    /// leader has seen it silent. A node absent here answered.
+    pub silent_ms: BTreeMap<NodeId, u64>,
+    /// Group 0's voters and learners, from this node's replica.
+    pub directory_voters: BTreeSet<u64>,
+    pub directory_learners: BTreeSet<u64>,
+}
+
+/// The node state changes silence or an answer calls for (`SetState`):
+/// silent `dead_after_ms` or more: dead; `suspect_after_ms`: suspect; an
+/// answer: live. Silence alone never lowers a recorded state (a new leader
+/// counts silence from its own start, and must not turn a node an earlier
+/// leader found dead back into a suspect: t64_b saw it flip mid-repair);
+/// only an answer does. States an operator set (declared dead,
+/// decommissioning, decommissioned) are not liveness's to change.
+pub fn plan_states(d: &Directory, observed: &Observed, config: &MovesConfig) -> Vec<NodeOp> {
+    let mut ops = Vec::new();
+    for id in d.nodes.keys() {
+        let was = d.node_state(*id);
+        let want = match observed.silent_ms.get(id).copied() {
+            None => NodeState::Live,
+            Some(ms) if ms >= config.dead_after_ms => NodeState::Dead { declared: false },
+            Some(_) if was == (NodeState::Dead { declared: false }) => was,
+            Some(ms) if ms >= config.suspect_after_ms => NodeState::Suspect,
+            Some(_) => was,
+        };
+        let liveness_owns = matches!(
+            was,
+            NodeState::Live | NodeState::Suspect | NodeState::Dead { declared: false }
+        );
+        if want != was && liveness_owns {
+            ops.push(NodeOp::SetState {
+                node: *id,
+                state: want,
+            });
+        }
+    }
+    ops
+}
+
+/// A change to group 0's membership or the node records, after repairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipAction {
+    /// A directory voter on a dead or retiring node gives its vote to a
+    /// live node that is not a voter (its own region first; every node is
+    /// a learner of the directory, so it is caught up).
+    ReplaceDirectoryVoter { remove: u64, add: u64 },
+    /// A directory voter to replace, and no live node to take its vote.
+    NoDirectoryVoterFor(u64),
+    /// A decommissioning node that holds no replica and no directory vote.
+    Decommissioned(NodeId),
+    /// Retired nodes still learning the directory: they stop receiving it.
+    RemoveDirectoryLearners(Vec<u64>),
+}
+
+/// Group 0's voters to replace (one a round), decommissions that
+/// completed, and retired nodes to drop as directory learners.
+pub fn plan_membership(d: &Directory, observed: &Observed) -> Vec<MembershipAction> {
+    let voters = &observed.directory_voters;
+    let mut actions = Vec::new();
+    if let Some(v) = voters
+        .iter()
+        .find(|v| d.node_state(NodeId(**v)).needs_repair())
+    {
+        let region = d.nodes.get(&NodeId(*v)).map(|n| &n.region);
+        let add = d
+            .nodes
+            .values()
+            .filter(|n| !voters.contains(&n.id.0) && d.node_state(n.id).takes_replicas())
+            .filter(|n| !d.rejoin_pending(n.id, GroupId::DIRECTORY))
+            .min_by_key(|n| (Some(&n.region) != region, n.id))
+            .map(|n| n.id.0);
+        actions.push(match add {
+            Some(add) => MembershipAction::ReplaceDirectoryVoter { remove: *v, add },
+            None => MembershipAction::NoDirectoryVoterFor(*v),
+        });
+    }
+    let counts = d.replica_counts();
+    for (n, s) in &d.node_states {
+        if *s == NodeState::Decommissioning
+            && counts.get(n).copied().unwrap_or(0) == 0
+            && !voters.contains(&n.0)
+        {
+            actions.push(MembershipAction::Decommissioned(*n));
+        }
+    }
+    let gone: Vec<u64> = d
+        .node_states
+        .iter()
+        .filter(|(n, s)| {
+            **s == NodeState::Decommissioned && observed.directory_learners.contains(&n.0)
+        })
+        .map(|(n, _)| n.0)
+        .collect();
+    if !gone.is_empty() {
+        actions.push(MembershipAction::RemoveDirectoryLearners(gone));
+    }
+    actions
 }
 
 /// The repairs to start now: voters on dead or retiring nodes first (at
@@ -144,7 +251,7 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seatfence_core::{GroupId, GroupInfo, NodeInfo, RegionId};
+    use seatfence_core::{GroupInfo, NodeInfo, RegionId};
 
     /// Region a: nodes 1-3 hosting `groups` groups of three, and node 4
     /// (empty) when `spare`.
@@ -265,5 +372,120 @@ mod tests {
             .insert(NodeId(2), NodeState::Dead { declared: true });
         assert!(plan_repairs(&d, &config).is_empty());
         assert_eq!(d.under_replicated().len(), 3);
+    }
+
+    fn config() -> MovesConfig {
+        MovesConfig {
+            suspect_after_ms: 1_000,
+            dead_after_ms: 5_000,
+            ..MovesConfig::default()
+        }
+    }
+
+    fn silent(nodes: &[(u64, u64)]) -> Observed {
+        Observed {
+            silent_ms: nodes.iter().map(|(n, ms)| (NodeId(*n), *ms)).collect(),
+            ..Observed::default()
+        }
+    }
+
+    fn set(node: u64, state: NodeState) -> NodeOp {
+        NodeOp::SetState {
+            node: NodeId(node),
+            state,
+        }
+    }
+
+    #[test]
+    fn silence_makes_a_node_suspect_then_dead_and_an_answer_live_again() {
+        let mut d = dir(0, true);
+        let dead = NodeState::Dead { declared: false };
+        // Node 2 silent past suspect, node 3 past dead, node 4 briefly.
+        let ops = plan_states(&d, &silent(&[(2, 1_500), (3, 6_000), (4, 10)]), &config());
+        assert_eq!(ops, vec![set(2, NodeState::Suspect), set(3, dead)]);
+        // Recorded so; node 3 answers; node 2 still silent but below the
+        // dead threshold: unchanged.
+        d.node_states.insert(NodeId(2), NodeState::Suspect);
+        d.node_states.insert(NodeId(3), dead);
+        let ops = plan_states(&d, &silent(&[(2, 1_500)]), &config());
+        assert_eq!(ops, vec![set(3, NodeState::Live)]);
+    }
+
+    #[test]
+    fn silence_never_lowers_a_state_and_operator_states_are_kept() {
+        let mut d = dir(0, true);
+        // A new leader has seen node 2 silent only briefly: dead stays dead.
+        d.node_states
+            .insert(NodeId(2), NodeState::Dead { declared: false });
+        // Declared dead and decommissioning nodes that answer stay so.
+        d.node_states
+            .insert(NodeId(3), NodeState::Dead { declared: true });
+        d.node_states.insert(NodeId(4), NodeState::Decommissioning);
+        let ops = plan_states(&d, &silent(&[(2, 1_500)]), &config());
+        assert!(ops.is_empty(), "{ops:?}");
+    }
+
+    #[test]
+    fn a_dead_directory_voter_gives_its_vote_to_a_live_node_of_its_region_first() {
+        let mut d = dir(0, true);
+        d.nodes.insert(
+            NodeId(5),
+            NodeInfo {
+                id: NodeId(5),
+                region: RegionId::from("b"),
+                grpc_addr: "127.0.0.1:7005".into(),
+                incarnation: 0,
+            },
+        );
+        d.node_states
+            .insert(NodeId(2), NodeState::Dead { declared: false });
+        let observed = Observed {
+            directory_voters: BTreeSet::from([1, 2, 3]),
+            ..Observed::default()
+        };
+        // Node 4 (region a, like node 2) before node 5 (region b).
+        assert_eq!(
+            plan_membership(&d, &observed),
+            vec![MembershipAction::ReplaceDirectoryVoter { remove: 2, add: 4 }]
+        );
+        // No live node outside the voters: reported, nothing changed.
+        d.node_states
+            .insert(NodeId(4), NodeState::Dead { declared: true });
+        d.node_states.insert(NodeId(5), NodeState::Suspect);
+        assert_eq!(
+            plan_membership(&d, &observed),
+            vec![MembershipAction::NoDirectoryVoterFor(2)]
+        );
+    }
+
+    #[test]
+    fn an_emptied_decommissioning_node_is_decommissioned_and_stops_learning_the_directory() {
+        // Node 4 holds no replica; node 3 holds three.
+        let mut d = dir(3, true);
+        d.node_states.insert(NodeId(3), NodeState::Decommissioning);
+        d.node_states.insert(NodeId(4), NodeState::Decommissioning);
+        let mut observed = Observed {
+            directory_voters: BTreeSet::from([1, 2, 4]),
+            directory_learners: BTreeSet::from([3]),
+            ..Observed::default()
+        };
+        // Node 4 still votes in group 0: first its vote goes (to no one
+        // here: 1 and 2 vote already, 3 is leaving), not decommissioned yet.
+        assert_eq!(
+            plan_membership(&d, &observed),
+            vec![MembershipAction::NoDirectoryVoterFor(4)]
+        );
+        observed.directory_voters = BTreeSet::from([1, 2]);
+        assert_eq!(
+            plan_membership(&d, &observed),
+            vec![MembershipAction::Decommissioned(NodeId(4))]
+        );
+        // Decommissioned, still a learner: it stops receiving the directory.
+        d.node_states.insert(NodeId(4), NodeState::Decommissioned);
+        observed.directory_learners.insert(4);
+        assert_eq!(
+            plan_membership(&d, &observed),
+            vec![MembershipAction::RemoveDirectoryLearners(vec![4])]
+        );
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome};
-use seatfence_core::{Command, Epoch, GroupId, MoveOp, MoveRecord, MoveState, MoveStep, Response};
+use seatfence_core::{Command, Epoch, GroupId, MoveOp, MoveRecord, RegionId, Response};
 use seatfence_raft::membership::{MembershipOp, MembershipStatus};
 use seatfence_raft::metrics::METRICS;
 use seatfence_raft::registry::Registry;
@@ -31,6 +31,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Context, Driven, Drives, Next};
+
+mod plan;
+pub use plan::{pending, plan_step, MoveAction};
 
 pub struct Coordinator(Context);
 
@@ -94,15 +97,7 @@ impl Coordinator {
         let mut drives = Drives::new(self.clone());
         loop {
             if dir.leads() {
-                let pending: Vec<u64> = dir.read(|s| {
-                    s.state
-                        .directory
-                        .moves
-                        .values()
-                        .filter(|m| m.is_running() || (m.state == MoveState::Aborted && !m.cleaned))
-                        .map(|m| m.move_id)
-                        .collect()
-                });
+                let pending = dir.read(|s| plan::pending(&s.state.directory));
                 drives.start(pending, &rx_stop);
             }
             tokio::select! {
@@ -116,75 +111,76 @@ impl Coordinator {
         drives.join().await;
     }
 
-    /// Perform `m`'s current step once, then record it in the directory
-    /// (`Advance`) unless it must be tried again. An aborted move not yet
-    /// cleaned up is cleaned up instead. `transfer_started`: when the write
-    /// pause started (the membership change, or the first leader transfer
-    /// of this task).
+    /// Perform `m`'s current step once (what `plan::plan_step` says it
+    /// asks for), then record it in the directory (`Advance`) unless it
+    /// must be tried again. `transfer_started`: when the write pause
+    /// started (the membership change, or the first leader transfer of
+    /// this task).
     async fn perform(
         &self,
         m: &MoveRecord,
         transfer_started: &mut Option<Instant>,
     ) -> anyhow::Result<Next> {
-        if m.state == MoveState::Aborted && !m.cleaned {
-            return self.clean_up_aborted(m).await;
-        }
-        if !m.is_running() {
-            return Ok(Next::Finished);
-        }
-        let pause_ms = match m.step {
-            MoveStep::AddLearners => {
-                if !self.add_learners(m).await? {
-                    return Ok(Next::Again);
-                }
-                None
-            }
-            MoveStep::ChangeMembership => {
-                self.change_membership(m, transfer_started).await?;
-                None
-            }
-            MoveStep::TransferLeader => {
-                if !self.transfer_leader(m, transfer_started).await? {
-                    return Ok(Next::Again);
-                }
-                None
-            }
-            MoveStep::BumpEpoch => {
-                self.bump_epoch(m).await?;
-                transfer_started.map(|t| t.elapsed().as_millis() as u64)
-            }
-            MoveStep::UpdateDirectory => {
-                self.update_directory(m).await?;
+        let pause_ms = match self.read_directory(|d| plan::plan_step(d, m)) {
+            MoveAction::CleanUp { group, learners } => {
+                self.membership(group, MembershipOp::RemoveLearners(learners))
+                    .await?;
+                self.directory(MoveOp::Cleaned { move_id: m.move_id })
+                    .await?;
+                tracing::info!(move_id = m.move_id, "aborted move cleaned up");
                 return Ok(Next::Finished);
             }
-            MoveStep::Done => return Ok(Next::Finished),
+            MoveAction::AddLearners { group, learners } => {
+                if !self.add_learners(m, group, learners).await? {
+                    return Ok(Next::Again);
+                }
+                None
+            }
+            MoveAction::SetVoters { group, voters } => {
+                self.change_membership(group, voters, transfer_started)
+                    .await?;
+                None
+            }
+            MoveAction::TransferInto { group, to, avoid } => {
+                let started = *transfer_started.get_or_insert_with(Instant::now);
+                if !self.transfer_into(group, &to, &avoid).await? {
+                    return Ok(Next::Again);
+                }
+                tracing::info!(
+                    move_id = m.move_id,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "leader in the target region"
+                );
+                None
+            }
+            MoveAction::BumpEpoch { to, owner } => {
+                self.bump_epoch(m, to, owner).await?;
+                transfer_started.map(|t| t.elapsed().as_millis() as u64)
+            }
+            MoveAction::Finish { epoch } => {
+                self.update_directory(m, epoch).await?;
+                return Ok(Next::Finished);
+            }
+            MoveAction::Nothing => return Ok(Next::Finished),
         };
         self.advance(m, pause_ms).await
     }
 
-    /// An aborted move: the learners that were joining leave the group,
-    /// then the directory records the move as cleaned up.
-    async fn clean_up_aborted(&self, m: &MoveRecord) -> anyhow::Result<Next> {
-        let joining: Vec<u64> = m.joining().iter().map(|n| n.0).collect();
-        self.membership(m.group, MembershipOp::RemoveLearners(joining))
-            .await?;
-        self.directory(MoveOp::Cleaned { move_id: m.move_id })
-            .await?;
-        tracing::info!(move_id = m.move_id, "aborted move cleaned up");
-        Ok(Next::Finished)
-    }
-
-    /// Step 2: the joining nodes are added as learners (those present
-    /// already are not added again). `true` once all of them have caught
-    /// up; else `false` after a short wait.
-    async fn add_learners(&self, m: &MoveRecord) -> anyhow::Result<bool> {
-        let joining = self.addrs(&m.joining());
+    /// Step 2: `learners` are added (those present already are not added
+    /// again). `true` once all of them have caught up; else `false` after
+    /// a short wait.
+    async fn add_learners(
+        &self,
+        m: &MoveRecord,
+        group: GroupId,
+        learners: Vec<(u64, String)>,
+    ) -> anyhow::Result<bool> {
+        let ids: Vec<u64> = learners.iter().map(|(id, _)| *id).collect();
         let st = self
-            .membership(m.group, MembershipOp::AddLearners(joining.clone()))
+            .membership(group, MembershipOp::AddLearners(learners))
             .await?;
-        let lagging: Vec<u64> = joining
-            .iter()
-            .map(|(id, _)| *id)
+        let lagging: Vec<u64> = ids
+            .into_iter()
             .filter(|id| !st.caught_up(*id, self.config.catch_up_slack))
             .collect();
         if !lagging.is_empty() {
@@ -195,18 +191,18 @@ impl Coordinator {
         Ok(true)
     }
 
-    /// Step 3: the group's voters become the target voters (a membership
-    /// already in place is not changed). The write pause starts once the
-    /// change is made (`transfer_started`); an error unless the voters are
-    /// exactly the target ones, out of the joint configuration.
+    /// Step 3: the group's voters become `to` (a membership already in
+    /// place is not changed). The write pause starts once the change is
+    /// made (`transfer_started`); an error unless the voters are exactly
+    /// `to`, out of the joint configuration.
     async fn change_membership(
         &self,
-        m: &MoveRecord,
+        group: GroupId,
+        to: Vec<u64>,
         transfer_started: &mut Option<Instant>,
     ) -> anyhow::Result<()> {
-        let to: Vec<u64> = m.to_members.iter().map(|n| n.0).collect();
         let st = self
-            .membership(m.group, MembershipOp::SetVoters(to.clone()))
+            .membership(group, MembershipOp::SetVoters(to.clone()))
             .await?;
         // The old leader hands over as soon as the change commits:
         // the write pause starts here.
@@ -223,47 +219,13 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Step 4: leadership moves to a target voter in the target region.
-    /// `true` once one leads; `false` when the transfer should be tried
-    /// again. The write pause counts from `transfer_started` (set now if
-    /// this task did not see the membership change).
-    async fn transfer_leader(
-        &self,
-        m: &MoveRecord,
-        transfer_started: &mut Option<Instant>,
-    ) -> anyhow::Result<bool> {
-        let to: Vec<u64> = m.to_members.iter().map(|n| n.0).collect();
-        let started = *transfer_started.get_or_insert_with(Instant::now);
-        // The voters that may lead: those in the target region (all
-        // of them for zone survival; one for region survival).
-        let leaders: Vec<u64> = self.read_directory(|d| {
-            to.iter()
-                .copied()
-                .filter(|n| {
-                    d.nodes
-                        .get(&seatfence_core::NodeId(*n))
-                        .is_some_and(|i| i.region == m.to_region)
-                })
-                .collect()
-        });
-        if !self.transfer_into(m, &leaders).await? {
-            return Ok(false);
-        }
-        tracing::info!(
-            move_id = m.move_id,
-            waited_ms = started.elapsed().as_millis() as u64,
-            "leader in the target region"
-        );
-        Ok(true)
-    }
-
     /// Step 6: the directory records the new epoch and owner, which
     /// finishes the move; its duration and write pause go to the metrics.
-    async fn update_directory(&self, m: &MoveRecord) -> anyhow::Result<()> {
+    async fn update_directory(&self, m: &MoveRecord, epoch: Epoch) -> anyhow::Result<()> {
         let done = self
             .directory(MoveOp::Finish {
                 move_id: m.move_id,
-                epoch: Epoch(m.from_epoch.0 + 1),
+                epoch,
             })
             .await?;
         let duration = done.duration_ms();
@@ -304,18 +266,21 @@ impl Coordinator {
     }
 
     /// Step 4: make one of `to` (target voters in the target region) the
-    /// leader. `true` once one leads.
-    async fn transfer_into(&self, m: &MoveRecord, to: &[u64]) -> anyhow::Result<bool> {
-        let drained: Vec<u64> =
-            self.read_directory(|d| d.not_leading().iter().map(|n| n.0).collect());
+    /// leader, none of `avoid`. `true` once one leads.
+    async fn transfer_into(
+        &self,
+        group: GroupId,
+        to: &[u64],
+        avoid: &[u64],
+    ) -> anyhow::Result<bool> {
         // A failed transfer can leave the group leaderless for an election
         // timeout: wait a while, then the step is tried again.
         let wait = Duration::from_secs(3);
         match transfer::transfer_leader(
             &self.client,
-            m.group,
+            group,
             to,
-            &drained,
+            avoid,
             self.config.catch_up_slack,
             wait,
         )
@@ -335,8 +300,12 @@ impl Coordinator {
 
     /// Step 5: the group's leader (in the target region) commits the new
     /// epoch. A repeat after success is refused as stale, naming it.
-    async fn bump_epoch(&self, m: &MoveRecord) -> anyhow::Result<()> {
-        let next = Epoch(m.from_epoch.0 + 1);
+    async fn bump_epoch(
+        &self,
+        m: &MoveRecord,
+        next: Epoch,
+        new_owner: RegionId,
+    ) -> anyhow::Result<()> {
         let cmd = Command::event(EventCommand {
             event_id: m.event_id.clone(),
             epoch: m.from_epoch,
@@ -344,7 +313,7 @@ impl Coordinator {
             idempotency: None,
             action: EventAction::BumpEpoch {
                 epoch: next,
-                owner: m.to_region.clone(),
+                owner: new_owner.clone(),
             },
         });
         let out = self.client.write(m.group, &cmd).await?;
@@ -353,9 +322,8 @@ impl Coordinator {
                 Outcome::EpochBumped { .. } => Ok(()),
                 Outcome::StaleEpoch { current, owner } if current >= next => {
                     anyhow::ensure!(
-                        current > next || owner == m.to_region,
-                        "epoch {current} is owned by {owner}, not {}",
-                        m.to_region
+                        current > next || owner == new_owner,
+                        "epoch {current} is owned by {owner}, not {new_owner}"
                     );
                     Ok(())
                 }
@@ -385,14 +353,5 @@ impl Coordinator {
             .get(GroupId::DIRECTORY)
             .expect("every node hosts the directory");
         dir.read(|s| f(&s.state.directory))
-    }
-
-    fn addrs(&self, nodes: &[seatfence_core::NodeId]) -> Vec<(u64, String)> {
-        self.read_directory(|d| {
-            nodes
-                .iter()
-                .filter_map(|n| d.nodes.get(n).map(|i| (n.0, i.grpc_addr.clone())))
-                .collect()
-        })
     }
 }

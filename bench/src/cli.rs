@@ -202,7 +202,23 @@ fn emit<R: serde::Serialize + std::fmt::Display>(report: &R, json: bool) -> anyh
     Ok(())
 }
 
-/// Run one benchmark with node processes started from `bin`.
+/// Print `report` (as JSON or as its `Display`), then fail the run if the
+/// report says the system broke a guarantee (`broken`: why).
+fn finish<R: serde::Serialize + std::fmt::Display>(
+    report: &R,
+    json: bool,
+    broken: Option<String>,
+) -> anyhow::Result<()> {
+    emit(report, json)?;
+    match broken {
+        Some(why) => anyhow::bail!(why),
+        None => Ok(()),
+    }
+}
+
+/// Run one benchmark with node processes started from `bin`: the product's
+/// benches (through the edge or the node API) here, the consensus layer's in
+/// [`run_raft`].
 pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::FlashSale(cli) => crate::flash::cli::flash_sale(bin, cli).await,
@@ -226,11 +242,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 inflight,
             };
             let r = run_holds_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.oversold || !r.counters_match {
-                anyhow::bail!("sale did not stop exactly at capacity");
-            }
-            Ok(())
+            let broken = (r.oversold || !r.counters_match)
+                .then(|| "sale did not stop exactly at capacity".to_string());
+            finish(&r, json, broken)
         }
         BenchCmd::WaitingRoom {
             buyers,
@@ -244,11 +258,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 admit_per_sec: admit_per_sec.max(1),
             };
             let r = crate::room::run_room_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.errors > 0 {
-                anyhow::bail!("{} joins were not answered 200", r.errors);
-            }
-            Ok(())
+            let broken =
+                (r.errors > 0).then(|| format!("{} joins were not answered 200", r.errors));
+            finish(&r, json, broken)
         }
         BenchCmd::Move {
             seats,
@@ -264,11 +276,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 after: Duration::from_secs(after),
             };
             let r = run_move_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.oversold || !r.counters_match || r.epoch_after != 2 {
-                anyhow::bail!("the move broke the sale: {r:?}");
-            }
-            Ok(())
+            let broken = (r.oversold || !r.counters_match || r.epoch_after != 2)
+                .then(|| format!("the move broke the sale: {r:?}"));
+            finish(&r, json, broken)
         }
         BenchCmd::Payments {
             duration,
@@ -282,11 +292,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 seats,
             };
             let r = run_payments_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.oversold || !r.counters_match {
-                anyhow::bail!("seats sold, captures and confirmed bookings disagree");
-            }
-            Ok(())
+            let broken = (r.oversold || !r.counters_match)
+                .then(|| "seats sold, captures and confirmed bookings disagree".to_string());
+            finish(&r, json, broken)
         }
         BenchCmd::CreateEvents {
             events,
@@ -300,12 +308,20 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 seats,
             };
             let r = run_create_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.errors > 0 {
-                anyhow::bail!("{} creates failed", r.errors);
-            }
-            Ok(())
+            finish(
+                &r,
+                json,
+                (r.errors > 0).then(|| format!("{} creates failed", r.errors)),
+            )
         }
+        raft => run_raft(bin, raft).await,
+    }
+}
+
+/// The consensus layer's benches: groups that sleep, fail over, are
+/// repaired, or take raw writes.
+async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
         BenchCmd::Dormant {
             groups,
             sleep_after_ms,
@@ -318,11 +334,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 unload_after_ms,
             };
             let r = run_dormant_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.failed > 0 {
-                anyhow::bail!("{} writes failed after the groups slept", r.failed);
-            }
-            Ok(())
+            let broken = (r.failed > 0)
+                .then(|| format!("{} writes failed after the groups slept", r.failed));
+            finish(&r, json, broken)
         }
         BenchCmd::Failover {
             groups,
@@ -334,11 +348,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 sleep_after_ms,
             };
             let r = run_failover_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.not_resumed > 0 {
-                anyhow::bail!("{} groups did not resume after the kill", r.not_resumed);
-            }
-            Ok(())
+            let broken = (r.not_resumed > 0)
+                .then(|| format!("{} groups did not resume after the kill", r.not_resumed));
+            finish(&r, json, broken)
         }
         BenchCmd::Repair {
             groups,
@@ -352,11 +364,9 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 inflight,
             };
             let r = run_repair_bench(bin, &args).await?;
-            emit(&r, json)?;
-            if r.repaired < r.affected {
-                anyhow::bail!("{} groups were not repaired", r.affected - r.repaired);
-            }
-            Ok(())
+            let broken = (r.repaired < r.affected)
+                .then(|| format!("{} groups were not repaired", r.affected - r.repaired));
+            finish(&r, json, broken)
         }
         BenchCmd::Raft {
             duration,
@@ -388,5 +398,6 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             };
             emit(&run_raft_bench(bin, &args).await?, json)
         }
+        _ => anyhow::bail!("not a consensus bench: `run` dispatches the product's"),
     }
 }

@@ -127,6 +127,8 @@ pub struct EventDuties {
 }
 
 impl EventDuties {
+    /// The dispatcher over `registry`'s event groups: ticks through `proposer` at `clock`'s
+    /// time; payment passes only with `payments`.
     pub fn new(
         registry: Arc<Registry>,
         proposer: Arc<Proposer>,

@@ -123,6 +123,7 @@ async fn event(tx: &Transaction<'_>, e: &Value, seq: i64, at: &str) -> anyhow::R
     Ok(())
 }
 
+/// A booking's row, then its payment's and, once a refund is pending or done, its refund's.
 async fn booking(
     tx: &Transaction<'_>,
     event_id: &str,
@@ -165,8 +166,26 @@ async fn booking(
     )
     .await
     .context("upsert the booking")?;
-    // The payment: pending until captured; a release before any capture
-    // voids it; captured money stays captured (a refund is its own row).
+    payment(tx, event_id, b, seq, at).await?;
+    if matches!(status, "refund_pending" | "refunded") {
+        refund(tx, event_id, b, seq, at).await?;
+    }
+    Ok(())
+}
+
+/// A booking's payment row: pending until captured; a release before any
+/// capture voids it; captured money stays captured (a refund is its own
+/// row).
+async fn payment(
+    tx: &Transaction<'_>,
+    event_id: &str,
+    b: &Value,
+    seq: i64,
+    at: &str,
+) -> anyhow::Result<()> {
+    let status = text(b, "status")?;
+    let (booking_id, payment_id) = (text(b, "booking_id")?, text(b, "payment_id")?);
+    let (amount, currency) = (int(b, "amount_cents")?, text(b, "currency")?);
     let captured = b["txn_id"].is_string();
     let pay_status = match (status, captured) {
         ("pending", _) => "pending",
@@ -202,9 +221,20 @@ async fn booking(
     )
     .await
     .context("upsert the payment")?;
-    if !matches!(status, "refund_pending" | "refunded") {
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// A refunded (or refund-pending) booking's refund row.
+async fn refund(
+    tx: &Transaction<'_>,
+    event_id: &str,
+    b: &Value,
+    seq: i64,
+    at: &str,
+) -> anyhow::Result<()> {
+    let status = text(b, "status")?;
+    let (booking_id, payment_id) = (text(b, "booking_id")?, text(b, "payment_id")?);
+    let (amount, currency) = (int(b, "amount_cents")?, text(b, "currency")?);
     let refund = &b["refund"];
     let reason = refund["reason"]
         .as_str()

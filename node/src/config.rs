@@ -20,18 +20,26 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Peer {
+    /// The voter's node id.
     pub id: u64,
+    /// The voter's region (one voter per region).
     pub region: String,
+    /// The voter's gRPC address as peers dial it (an `ip:port`).
     pub grpc_addr: String,
 }
 
+/// A node's config file (`node.toml`), as read and validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
+    /// This node's id: at least 1, unique in the cluster.
     pub node_id: u64,
+    /// The region this node is in (not blank).
     pub region: String,
     /// `host:port` the gRPC server listens on and peers dial.
     pub grpc_addr: String,
+    /// Where the node keeps its sled database (created if missing; mail goes to
+    /// `{data_dir}/mail` unless `[payments]` names another directory).
     pub data_dir: PathBuf,
     /// The directory's voters, one per region. A node that is not one of
     /// them joins: it registers through them and the directory's leader
@@ -41,6 +49,7 @@ pub struct NodeConfig {
     /// and key (`seatfence cert`), or `insecure = true`. Required.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// `[raft]`: Raft timing and storage knobs (defaults when absent).
     #[serde(default)]
     pub raft: RaftTuning,
     /// Ownership moves: coordinator pacing and retired replicas.
@@ -80,44 +89,68 @@ pub struct ChaosHooks {
     pub source_ip: Option<std::net::IpAddr>,
 }
 
+/// Why a node config was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    /// The text is not TOML of the config's shape (says line and column, never the line).
     #[error("cannot parse config: {0}")]
     Parse(String),
+    /// `node_id` is 0.
     #[error("node_id must be at least 1 (got 0)")]
     ZeroNodeId,
+    /// A `grpc_addr` (this node's or an initial member's) is not an `ip:port`.
     #[error("grpc_addr {addr:?} is not host:port: {reason}")]
-    BadAddr { addr: String, reason: String },
+    BadAddr {
+        /// The address as given.
+        addr: String,
+        /// Why it did not parse as a socket address.
+        reason: String,
+    },
+    /// `region` is empty or blank.
     #[error("region must not be empty")]
     EmptyRegion,
+    /// `initial_members` lists no voter.
     #[error("initial_members is empty: list the directory voters, one per region")]
     NoMembers,
+    /// Two `initial_members` entries have this node id.
     #[error("initial_members lists node {0} twice")]
     DuplicateMember(u64),
+    /// Two `initial_members` entries are in this region.
     #[error("initial_members lists region {0:?} twice: the directory has one voter per region")]
     DuplicateRegion(String),
+    /// This node's own `initial_members` entry disagrees with its `region` or `grpc_addr`.
     #[error(
         "initial_members entry for node {id} says {field} {theirs:?}, this config says {ours:?}"
     )]
     MemberMismatch {
+        /// This node's id.
         id: u64,
+        /// The field that differs: `region` or `grpc_addr`.
         field: &'static str,
+        /// The value in the `initial_members` entry.
         theirs: String,
+        /// The value at the config's top level.
         ours: String,
     },
+    /// `[tls]` is missing or does not check.
     #[error("[tls]: {0}")]
     Tls(String),
+    /// `[raft]`'s timings do not check.
     #[error("{0}")]
     Raft(String),
+    /// `[edge]` does not check, or one of its secrets cannot be read.
     #[error("edge: {0}")]
     Edge(String),
+    /// `[payments]` does not check, one of its secrets cannot be read, or there is no `[edge]`.
     #[error("payments: {0}")]
     Payments(String),
+    /// `[chaos] plant_bug` is set, and this build cannot plant bugs.
     #[error("[chaos] plant_bug: this build cannot plant bugs (a test build can, or a build with `--features planted-bugs`)")]
     PlantedBugsOff,
 }
 
 impl ConfigError {
+    /// `config_parse` for a [`ConfigError::Parse`], else `config_invalid`.
     pub fn code(&self) -> &'static str {
         match self {
             ConfigError::Parse(_) => "config_parse",
@@ -127,6 +160,7 @@ impl ConfigError {
 }
 
 impl NodeConfig {
+    /// Parse `text`, read its `env:`/`file:` secrets, and validate the result.
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
         let mut c: NodeConfig =
             toml::from_str(text).map_err(|e| ConfigError::Parse(parse_error(text, &e)))?;
@@ -146,6 +180,8 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// Check the config as a whole: ids, addresses, regions, `initial_members`, every
+    /// section, and what spans them; the first problem found is the error.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.node_id == 0 {
             return Err(ConfigError::ZeroNodeId);
@@ -220,6 +256,7 @@ impl NodeConfig {
         self.initial_members.iter().map(|p| p.id).min() == Some(self.node_id)
     }
 
+    /// The initial directory voters as openraft members: node id → gRPC address.
     pub fn directory_members(&self) -> BTreeMap<u64, openraft::BasicNode> {
         self.initial_members
             .iter()
@@ -227,6 +264,7 @@ impl NodeConfig {
             .collect()
     }
 
+    /// The openraft configuration of every group on the node, from `[raft]`.
     pub fn openraft_config(&self) -> Arc<openraft::Config> {
         self.raft.openraft_config()
     }

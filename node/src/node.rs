@@ -73,11 +73,14 @@ pub async fn run(
 /// A running node: its replicas, its gRPC server, the move coordinator,
 /// its HTTP edge (when configured) and background jobs.
 pub struct Node {
+    /// The config the node started with (secrets resolved).
     pub config: NodeConfig,
+    /// This node's replicas of its groups.
     pub registry: Arc<Registry>,
     /// The leader side of this node's groups, shared by the gRPC API and
     /// every in-process caller (`ClusterClient::with_local`).
     pub proposer: Arc<Proposer>,
+    /// The node's clock, shared by every leader side; a drill's `skew_file` shifts it.
     pub clock: Arc<SystemClock>,
     /// The HTTP edge, when the config has `[edge]`.
     pub edge: Option<Arc<Edge>>,
@@ -85,6 +88,7 @@ pub struct Node {
     /// configured `grpc_addr`, which peers dial: `:0` suits a lone node in
     /// a test only.)
     pub grpc_addr: SocketAddr,
+    /// Where the HTTP edge listens, as bound (`None` without `[edge]`).
     pub http_addr: Option<SocketAddr>,
     /// Turns `true` when the node is stopping.
     pub rx_stop: watch::Receiver<bool>,
@@ -92,7 +96,7 @@ pub struct Node {
     /// Why the node must stop at once (the directory refused its data
     /// dir's incarnation), once it must.
     rx_fatal: watch::Receiver<Option<String>>,
-    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    server: ServerTask,
     /// Every background task the node started (jobs, duties, the edge's
     /// server and workers): `stop` waits for all of them.
     tasks: JoinSet<()>,
@@ -111,31 +115,7 @@ impl Node {
         let tls = load_tls(&config)?;
         seatfence_raft::network::tls::install_client(tls.as_ref());
         seatfence_raft::heap::set_pretouch(config.raft.pretouch);
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-        let db = NodeDb::open_with_cache(
-            &config.data_dir,
-            config.raft.flush,
-            config.raft.cache_mb.saturating_mul(1 << 20),
-        )
-        .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
-        db.watch_space(config.raft.min_free_mb.saturating_mul(1 << 20));
-        // Before any group opens (an open writes its mark): whether the
-        // data dir is new is read from what the previous life left.
-        let ident = db
-            .ident(config.node_id)
-            .await
-            .with_context(|| format!("store identity in {}", config.data_dir.display()))?;
-        let sleep_after_ms = config.raft.sleep_after_ms;
-        let registry = Arc::new(
-            Registry::new(
-                config.node_id,
-                db.clone(),
-                PeerPool::default(),
-                config.openraft_config(),
-            )
-            .with_sleep(sleep_after_ms > 0),
-        );
+        let (db, ident, registry) = open_storage(&config).await?;
         let clock = Arc::new(SystemClock::default());
         // Every consensus-layer series shows on /metrics from zero.
         std::sync::LazyLock::force(&seatfence_raft::metrics::METRICS);
@@ -149,50 +129,19 @@ impl Node {
                 .with_planted_bug(config.chaos.as_ref().and_then(|c| c.plant_bug)),
         );
 
-        let gate = match &tls {
-            Some(_) => Gate::new(
-                registry.clone(),
-                config.initial_members.iter().map(|p| p.id).collect(),
-            ),
-            None => Gate::open(),
-        };
-        let listener = TcpListener::bind(&config.grpc_addr)
-            .await
-            .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
-        let grpc_addr = listener.local_addr()?;
-        tracing::info!(node = config.node_id, region = %config.region, addr = %grpc_addr, "node serving");
         let (tx_stop, rx_stop) = watch::channel(false);
         // Raft messages wait for the data dir's admission (`admit`): a
         // fresh one must not vote before the node knows its id is new.
         let admitted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let server = {
-            let mut rx = rx_stop.clone();
-            // Accepted sockets need TCP_NODELAY set here: the builder's
-            // `tcp_nodelay` only reaches listeners tonic binds itself, and
-            // without it small replies wait for the peer's delayed ACK (~40 ms).
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let mut builder = tonic::transport::Server::builder();
-            if let Some(t) = &tls {
-                builder = builder.tls_config(t.server()).context("[tls]")?;
-            }
-            builder
-                .add_service(
-                    RaftGrpc::new(registry.clone())
-                        .with_gate(gate.clone())
-                        .with_admission(admitted.clone())
-                        .into_server(),
-                )
-                .add_service(
-                    NodeApi::new(proposer.clone(), config.region.clone())
-                        .with_gate(gate)
-                        .into_server(),
-                )
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-        };
-        let server = tokio::spawn(server);
+        let (server, grpc_addr) = serve_grpc(
+            &config,
+            tls.as_ref(),
+            &registry,
+            &proposer,
+            &admitted,
+            &rx_stop,
+        )
+        .await?;
         let ident = match admit::admit(&config, &db, ident, registry.pool(), rx_stop.clone()).await
         {
             Ok(ident) => ident,
@@ -281,6 +230,95 @@ impl Node {
         self.registry.shutdown().await;
     }
 }
+
+/// The data dir, its sled database (with the disk-space watch), the
+/// store's identity as the previous life left it (read before any group
+/// opens, since an open writes its mark), and the node's registry.
+async fn open_storage(
+    config: &NodeConfig,
+) -> anyhow::Result<(NodeDb, seatfence_raft::storage::IdentState, Arc<Registry>)> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+    let db = NodeDb::open_with_cache(
+        &config.data_dir,
+        config.raft.flush,
+        config.raft.cache_mb.saturating_mul(1 << 20),
+    )
+    .with_context(|| format!("open sled db in {}", config.data_dir.display()))?;
+    db.watch_space(config.raft.min_free_mb.saturating_mul(1 << 20));
+    // Before any group opens (an open writes its mark): whether the
+    // data dir is new is read from what the previous life left.
+    let ident = db
+        .ident(config.node_id)
+        .await
+        .with_context(|| format!("store identity in {}", config.data_dir.display()))?;
+    let registry = Arc::new(
+        Registry::new(
+            config.node_id,
+            db.clone(),
+            PeerPool::default(),
+            config.openraft_config(),
+        )
+        .with_sleep(config.raft.sleep_after_ms > 0),
+    );
+    Ok((db, ident, registry))
+}
+
+/// Serve the node plane (Raft messages behind `admitted`, the node API)
+/// on `[node] grpc_addr`, with mutual TLS when configured, until
+/// `rx_stop`: the server's task and the address it listens on.
+async fn serve_grpc(
+    config: &NodeConfig,
+    tls: Option<&Tls>,
+    registry: &Arc<Registry>,
+    proposer: &Arc<Proposer>,
+    admitted: &Arc<std::sync::atomic::AtomicBool>,
+    rx_stop: &watch::Receiver<bool>,
+) -> anyhow::Result<(ServerTask, std::net::SocketAddr)> {
+    let gate = match tls {
+        Some(_) => Gate::new(
+            registry.clone(),
+            config.initial_members.iter().map(|p| p.id).collect(),
+        ),
+        None => Gate::open(),
+    };
+    let listener = TcpListener::bind(&config.grpc_addr)
+        .await
+        .with_context(|| format!("bind gRPC on {}", config.grpc_addr))?;
+    let grpc_addr = listener.local_addr()?;
+    tracing::info!(node = config.node_id, region = %config.region, addr = %grpc_addr, "node serving");
+    let server = {
+        let mut rx = rx_stop.clone();
+        // Accepted sockets need TCP_NODELAY set here: the builder's
+        // `tcp_nodelay` only reaches listeners tonic binds itself, and
+        // without it small replies wait for the peer's delayed ACK (~40 ms).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(t) = tls {
+            builder = builder.tls_config(t.server()).context("[tls]")?;
+        }
+        builder
+            .add_service(
+                RaftGrpc::new(registry.clone())
+                    .with_gate(gate.clone())
+                    .with_admission(admitted.clone())
+                    .into_server(),
+            )
+            .add_service(
+                NodeApi::new(proposer.clone(), config.region.clone())
+                    .with_gate(gate)
+                    .into_server(),
+            )
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+    };
+    Ok((tokio::spawn(server), grpc_addr))
+}
+
+/// The gRPC server's task.
+type ServerTask = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// The node's TLS identity from `[tls]` (`None`: insecure, said loudly),
 /// checked to be this node's own certificate.

@@ -23,9 +23,13 @@ use crate::{Loaded, Payments};
 /// expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmountMismatch {
+    /// The booking's amount, in cents.
     pub expected_cents: u64,
+    /// The booking's currency (ISO 4217 code).
     pub expected_currency: String,
+    /// The amount the gateway reported, in cents (`None` when it named none).
     pub got_cents: Option<u64>,
+    /// The currency the gateway reported (`None` when it named none).
     pub got_currency: Option<String>,
 }
 

@@ -32,12 +32,17 @@ pub struct PaymentsConfig {
     /// far a deadline is pushed back when the payment's state is unknown.
     #[serde(default = "default_sweep")]
     pub reconcile_interval_ms: u64,
+    /// Reconciler: holds whose deadline falls within this many ms of now are looked at.
     #[serde(default = "default_margin")]
     pub reconcile_margin_ms: u64,
+    /// Reconciler: holds reconciled concurrently in one batch (at least 1).
     #[serde(default = "default_batch")]
     pub reconcile_batch: u32,
+    /// Reconciler: time budget of one sweep, in ms; no new batch starts past it.
     #[serde(default = "default_budget")]
     pub reconcile_budget_ms: u64,
+    /// Reconciler: how far a deadline is pushed back, in ms, when the payment's state is
+    /// unknown.
     #[serde(default = "default_extension")]
     pub extension_ms: u64,
     /// Outbox: time between scans for undelivered items.
@@ -82,6 +87,8 @@ impl PaymentsConfig {
         Ok(())
     }
 
+    /// Why these settings cannot run (a non-http(s) URL, a webhook secret under 16 bytes, a
+    /// timeout or interval under 10 ms, an empty batch), if they cannot.
     pub fn check(&self) -> Result<(), String> {
         let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
         if !url_ok(&self.gateway_url) || self.public_url.as_deref().is_some_and(|u| !url_ok(u)) {

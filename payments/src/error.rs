@@ -6,6 +6,7 @@ use seatfence_core::inventory::Outcome;
 use seatfence_core::{BookingId, EventId};
 use seatfence_regions::CommandError;
 
+/// Why a payment step failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PaymentError {
     /// The command could not be routed or run (`no_leader`, ...).
@@ -17,8 +18,16 @@ pub enum PaymentError {
     /// The gateway's answer names another amount or currency, or none
     /// (`amount_mismatch`): nothing was committed, an operator is alerted.
     #[error("the gateway reports another amount or currency for booking {booking}")]
-    AmountMismatch { booking: BookingId },
+    AmountMismatch {
+        /// The booking whose payment the gateway reported.
+        booking: BookingId,
+    },
     /// The event's group refused the step.
     #[error("{event_id}: {outcome:?}")]
-    Refused { outcome: Outcome, event_id: EventId },
+    Refused {
+        /// What the group answered instead of the expected outcome.
+        outcome: Outcome,
+        /// The event whose group refused.
+        event_id: EventId,
+    },
 }

@@ -67,16 +67,23 @@ use gateway::{Gateway, GatewayError, PaymentState, PaymentStatus};
 /// The payment side of a node: its gateway, the fleet's token, and the
 /// fenced command path it confirms and releases through.
 pub struct Payments {
+    /// The node's `[payments]` settings.
     pub config: PaymentsConfig,
+    /// The payment provider, reached over HTTP with the fleet's token.
     pub gateway: Arc<dyn Gateway>,
     /// The fleet's token as this node reads it (shared with `gateway`).
     pub tokens: Arc<gateway::token::DirectoryToken>,
     /// Base URL of this node's edge for the gateway and browsers.
     pub public_url: String,
+    /// Directory the outbox writes confirmation emails to, as `.eml` files.
     pub mail_dir: PathBuf,
+    /// The fenced command path every confirm, release and outbox step commits through.
     pub commands: Arc<Commands>,
+    /// This node's replicas (the refresher asks it whether this node leads the directory).
     pub registry: Arc<Registry>,
+    /// The node's clock, in ms since the Unix epoch (deadlines, token expiry).
     pub clock: Arc<dyn Clock>,
+    /// The payment side's counters.
     pub metrics: PaymentMetrics,
     /// The mail sink's health (the outbox's emails lane backs off on it).
     sink: std::sync::Mutex<outbox::Sink>,
@@ -85,9 +92,13 @@ pub struct Payments {
 /// A hold and its booking (if any), read at the group's leader.
 #[derive(Debug, Clone)]
 pub struct Loaded {
+    /// The booking's id: its group and its hold's sequence number.
     pub id: BookingId,
+    /// The event the group sells.
     pub event_id: EventId,
+    /// The hold, as read.
     pub hold: Hold,
+    /// The hold's booking (`None` until a payment is attached to the hold).
     pub booking: Option<Booking>,
     /// The event's seat price and currency (`None` when not read).
     pub price: Option<(u64, String)>,

@@ -113,29 +113,50 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
 /// Handles to the payment series (cheap to clone: each is a shared handle).
 #[derive(Clone)]
 pub struct PaymentMetrics {
+    /// `seatfence_bookings_created_total`.
     pub bookings_created: Counter,
+    /// `seatfence_payments_confirmed_total{path="callback"}`.
     pub confirmed_callback: Counter,
+    /// `seatfence_payments_confirmed_total{path="webhook"}`.
     pub confirmed_webhook: Counter,
+    /// `seatfence_payments_confirmed_total{path="reconciler"}`.
     pub confirmed_reconciler: Counter,
+    /// `seatfence_late_success_total`: captures confirmed after a release (refund queued).
     pub late_success: Counter,
+    /// `seatfence_reconciler_releases_total{reason="payment_failed"}`.
     pub released_failed: Counter,
+    /// `seatfence_reconciler_releases_total{reason="unpaid"}` (released after a void).
     pub released_unpaid: Counter,
+    /// `seatfence_payments_voided_total`.
     pub voided: Counter,
+    /// `seatfence_money_alerts_total`.
     pub money_alerts: Counter,
     /// `seatfence_payment_alerts_total{kind="amount_mismatch"}`.
     pub amount_alerts: Counter,
+    /// `seatfence_reconciler_extensions_total`.
     pub extensions: Counter,
+    /// `seatfence_reconciler_alerts_total`.
     pub reconcile_alerts: Counter,
+    /// `seatfence_payment_signals_rejected_total{path="callback"}`.
     pub callbacks_rejected: Counter,
+    /// `seatfence_payment_signals_rejected_total{path="webhook"}`.
     pub webhooks_rejected: Counter,
+    /// `seatfence_webhooks_duplicate_total`.
     pub webhooks_duplicate: Counter,
+    /// `seatfence_gateway_errors_total`.
     pub gateway_errors: Counter,
+    /// `seatfence_gateway_token_grants_total{result="ok"}`.
     pub token_grants: Counter,
+    /// `seatfence_gateway_token_grants_total{result="failed"}`.
     pub token_grant_failures: Counter,
+    /// `seatfence_outbox_delivered_total{kind="email"}`.
     pub emails_sent: Counter,
+    /// `seatfence_outbox_delivered_total{kind="refund"}`.
     pub refunds_done: Counter,
     /// Gauges, set by the last reconciler sweep / outbox scan.
     pub reconcile_backlog: Gauge,
+    /// `seatfence_outbox_backlog`: undelivered outbox items in the groups this node leads
+    /// (last scan).
     pub outbox_backlog: Gauge,
     /// Seconds past its deadline of the oldest hold the last sweep could
     /// not decide.
@@ -194,6 +215,7 @@ impl Default for PaymentMetrics {
 }
 
 impl PaymentMetrics {
+    /// Add 1 to the counter `f` picks, e.g. `metrics.inc(|m| &m.voided)`.
     pub fn inc(&self, f: impl Fn(&PaymentMetrics) -> &Counter) {
         f(self).increment(1);
     }

@@ -87,10 +87,14 @@ pub enum Refresh {
     /// The stored value changed under us (another refresher): nothing
     /// granted, or (`granted`) a grant made but not stored.
     Lost {
+        /// A grant was made (and spent) before the store was lost.
         granted: bool,
     },
+    /// A new token was granted and stored; it lives this long.
     Granted(Duration),
+    /// The provider refused or failed the grant (the claim is given back, best effort).
     GrantFailed(anyhow::Error),
+    /// The directory could not be written (the claim, or the granted token after every try).
     StoreFailed(anyhow::Error),
 }
 
@@ -176,6 +180,8 @@ where
 /// Tries to store a granted token before giving it up.
 const STORE_TRIES: u32 = 4;
 
+/// The refresher loop of this node until `rx_stop` turns true: about once a second (longer
+/// after a failed grant), granting only while the node leads the directory.
 pub async fn run(p: Arc<Payments>, mut rx_stop: watch::Receiver<bool>) {
     let http = reqwest::Client::new();
     let backoff = Backoff::default();

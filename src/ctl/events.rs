@@ -333,8 +333,13 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
         url,
         token,
     };
+    event_command(&edge, cmd).await
+}
+
+/// The commands about events: create, show, move, waiting room, refund;
+/// the cluster's go to [`cluster_command`].
+async fn event_command(edge: &Edge, cmd: EventCmd) -> anyhow::Result<()> {
     match cmd {
-        EventCmd::Token { .. } | EventCmd::Console { .. } => unreachable!("handled above"),
         EventCmd::CreateEvent {
             id,
             name,
@@ -361,53 +366,23 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 ),
             ];
             let body = event_body(id, name, region, seats, &section, options)?;
-            create_event(&edge, &body, as_json).await
+            create_event(edge, &body, as_json).await
         }
-        EventCmd::Event { id, json: as_json } => show_event(&edge, &id, as_json).await,
-        EventCmd::Cluster { json: as_json } => show_cluster(&edge, as_json).await,
-        EventCmd::TransferLeader {
-            group,
-            to,
-            json: as_json,
-        } => transfer_leader(&edge, group, to, as_json).await,
-        EventCmd::Drain {
-            node,
-            json: as_json,
-        } => drain(&edge, node, as_json).await,
-        EventCmd::Undrain {
-            node,
-            json: as_json,
-        } => undrain(&edge, node, as_json).await,
-        EventCmd::Decommission {
-            node,
-            json: as_json,
-        } => node_lifecycle(&edge, node, "decommission", as_json).await,
-        EventCmd::Recommission {
-            node,
-            json: as_json,
-        } => node_lifecycle(&edge, node, "recommission", as_json).await,
-        EventCmd::DeclareDead {
-            node,
-            json: as_json,
-        } => node_lifecycle(&edge, node, "declare-dead", as_json).await,
+        EventCmd::Event { id, json: as_json } => show_event(edge, &id, as_json).await,
         EventCmd::Move {
             event,
             to,
             wait,
             json: as_json,
-        } => move_event(&edge, &event, &to, wait, as_json).await,
+        } => move_event(edge, &event, &to, wait, as_json).await,
         EventCmd::Moves {
             limit,
             json: as_json,
-        } => list_moves(&edge, limit, as_json).await,
+        } => list_moves(edge, limit, as_json).await,
         EventCmd::AbortMove {
             move_id,
             json: as_json,
-        } => abort_move(&edge, move_id, as_json).await,
-        EventCmd::Audit {
-            limit,
-            json: as_json,
-        } => audit(&edge, limit, as_json).await,
+        } => abort_move(edge, move_id, as_json).await,
         EventCmd::WaitingRoom {
             event,
             rate,
@@ -421,7 +396,7 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 ticket_ttl_secs,
                 enabled: !disable,
             };
-            super::admin::waiting_room(&edge, room, as_json).await
+            super::admin::waiting_room(edge, room, as_json).await
         }
         EventCmd::Refund {
             booking,
@@ -436,8 +411,48 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
                 release_seats,
                 key: idempotency_key,
             };
-            super::admin::refund(&edge, refund, as_json).await
+            super::admin::refund(edge, refund, as_json).await
         }
+        other => cluster_command(edge, other).await,
+    }
+}
+
+/// The commands about the cluster: its view, leaders, nodes, the audit.
+async fn cluster_command(edge: &Edge, cmd: EventCmd) -> anyhow::Result<()> {
+    match cmd {
+        EventCmd::Cluster { json: as_json } => show_cluster(edge, as_json).await,
+        EventCmd::TransferLeader {
+            group,
+            to,
+            json: as_json,
+        } => transfer_leader(edge, group, to, as_json).await,
+        EventCmd::Drain {
+            node,
+            json: as_json,
+        } => drain(edge, node, as_json).await,
+        EventCmd::Undrain {
+            node,
+            json: as_json,
+        } => undrain(edge, node, as_json).await,
+        EventCmd::Decommission {
+            node,
+            json: as_json,
+        } => node_lifecycle(edge, node, "decommission", as_json).await,
+        EventCmd::Recommission {
+            node,
+            json: as_json,
+        } => node_lifecycle(edge, node, "recommission", as_json).await,
+        EventCmd::DeclareDead {
+            node,
+            json: as_json,
+        } => node_lifecycle(edge, node, "declare-dead", as_json).await,
+        EventCmd::Audit {
+            limit,
+            json: as_json,
+        } => audit(edge, limit, as_json).await,
+        // `token` and `console` are answered before any edge is reached
+        // (`run`); the event commands by `event_command`.
+        _ => anyhow::bail!("not a cluster command"),
     }
 }
 

@@ -39,16 +39,22 @@ const PARALLEL: usize = 8;
 /// One group as the balancer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Led {
+    /// The group.
     pub group: GroupId,
+    /// Node ids of the group's voters, as the directory records them.
     pub voters: Vec<u64>,
+    /// Node id of the group's leader now (the highest term's claim).
     pub leader: u64,
 }
 
 /// A planned hand-off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Move {
+    /// The group whose leadership moves.
     pub group: GroupId,
+    /// Node id of its leader now.
     pub from: u64,
+    /// Node id of the voter to take the leadership (below its own limit, not drained).
     pub to: u64,
 }
 

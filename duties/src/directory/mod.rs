@@ -48,11 +48,13 @@ use tokio::task::JoinSet;
 /// node, cloned into each).
 #[derive(Clone)]
 pub struct Context {
+    /// This node's replicas (the directory's among them).
     pub registry: Arc<Registry>,
     /// This node's client (its own groups in-process).
     pub client: ClusterClient,
     /// `[moves]`: slack, step delay, lifecycle timings.
     pub config: MovesConfig,
+    /// The node's clock: the `now_ms` of the move and node ops the duties propose.
     pub clock: Arc<dyn Clock>,
 }
 
@@ -76,6 +78,7 @@ pub trait Driven: Send + Sync + 'static {
     /// The kind, for the log ("move", "repair").
     const KIND: &'static str;
 
+    /// This node's replicas: a drive steps only while they lead the directory.
     fn registry(&self) -> &Registry;
     /// `[moves] step_delay_ms`: linger once at each step (tests, drills).
     fn step_delay_ms(&self) -> u64;
@@ -105,6 +108,7 @@ pub struct Drives<D: Driven> {
 }
 
 impl<D: Driven> Drives<D> {
+    /// The drives of `driven`'s items, none started yet.
     pub fn new(driven: Arc<D>) -> Drives<D> {
         Drives {
             driven,

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::token::TokenSource;
 use super::{CreatePayment, CreatedPayment, Gateway, GatewayError, PaymentState, Refund};
 
+/// The [`Gateway`] over HTTP: every call carries the current bearer token and a deadline.
 pub struct HttpGateway {
     http: reqwest::Client,
     base: String,

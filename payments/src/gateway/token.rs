@@ -19,6 +19,7 @@ pub const REJECTED_KEY: &str = "gateway/token-rejected";
 
 /// Where calls get the current bearer token.
 pub trait TokenSource: Send + Sync {
+    /// The bearer token to send now; `None` when there is none (or it expired).
     fn current(&self) -> Option<String>;
     /// The gateway refused `token` (401).
     fn reject(&self, _token: &str) {}
@@ -36,8 +37,11 @@ impl TokenSource for StaticToken {
 /// The token as stored in the directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedToken {
+    /// The bearer token itself (empty while only a claim was ever stored).
     pub access_token: String,
+    /// When the token was granted, in ms since the Unix epoch (the refresher's clock).
     pub granted_at_ms: u64,
+    /// When the token expires, in ms since the Unix epoch (the refresher's clock).
     pub expires_at_ms: u64,
     /// A refresher is asking the provider for the next token (claimed by
     /// a compare-and-set, so two refreshers never both ask).
@@ -48,7 +52,9 @@ pub struct SharedToken {
 /// Who claimed the next grant, and when (their clock).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
+    /// The claiming refresher's random name (16 hex digits, new at each start).
     pub by: String,
+    /// When it claimed, in ms since the Unix epoch.
     pub at_ms: u64,
 }
 
@@ -63,6 +69,7 @@ pub struct DirectoryToken {
 }
 
 impl DirectoryToken {
+    /// A reader of the token in `registry`'s directory replica; `clock` judges its expiry.
     pub fn new(
         registry: Arc<seatfence_raft::registry::Registry>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
@@ -80,6 +87,8 @@ impl DirectoryToken {
         dir.read(|s| s.state.kv.get(key).cloned())
     }
 
+    /// The shared token in this node's directory replica (it may lag); `None` if absent
+    /// or unreadable.
     pub fn stored(&self) -> Option<SharedToken> {
         self.kv(TOKEN_KEY)
             .and_then(|v| serde_json::from_slice(&v).ok())
@@ -145,12 +154,14 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Count one more failed grant and return the wait before the next try.
     pub fn failed(&self) -> Duration {
         let mut f = self.failures.lock().expect("backoff lock poisoned");
         *f = (*f + 1).min(10);
         Duration::from_secs((1u64 << (*f - 1)).min(300))
     }
 
+    /// A grant succeeded: the next failure waits 1 s again.
     pub fn succeeded(&self) {
         *self.failures.lock().expect("backoff lock poisoned") = 0;
     }

@@ -38,6 +38,7 @@ pub struct Observed {
     pub silent_ms: BTreeMap<NodeId, u64>,
     /// Group 0's voters and learners, from this node's replica.
     pub directory_voters: BTreeSet<u64>,
+    /// Node ids of group 0's learners, from this node's replica.
     pub directory_learners: BTreeSet<u64>,
 }
 
@@ -79,7 +80,12 @@ pub enum MembershipAction {
     /// A directory voter on a dead or retiring node gives its vote to a
     /// live node that is not a voter (its own region first; every node is
     /// a learner of the directory, so it is caught up).
-    ReplaceDirectoryVoter { remove: u64, add: u64 },
+    ReplaceDirectoryVoter {
+        /// Node id of the voter that gives up its vote.
+        remove: u64,
+        /// Node id of the live node that takes it.
+        add: u64,
+    },
     /// A directory voter to replace, and no live node to take its vote.
     NoDirectoryVoterFor(u64),
     /// A decommissioning node that holds no replica and no directory vote.

@@ -35,6 +35,8 @@ use super::{Context, Driven, Drives, Next};
 mod plan;
 pub use plan::{pending, plan_step, MoveAction};
 
+/// The move coordinator: drives each pending move step by step while this node leads the
+/// directory.
 pub struct Coordinator(Context);
 
 impl std::ops::Deref for Coordinator {

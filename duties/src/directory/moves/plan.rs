@@ -10,26 +10,49 @@ use seatfence_core::{Directory, Epoch, GroupId, MoveRecord, MoveState, MoveStep,
 pub enum MoveAction {
     /// Aborted, not cleaned up: the nodes that were joining leave the
     /// group as learners, then the directory records it `Cleaned`.
-    CleanUp { group: GroupId, learners: Vec<u64> },
+    CleanUp {
+        /// The moving event's group.
+        group: GroupId,
+        /// Node ids of the nodes that were joining.
+        learners: Vec<u64>,
+    },
     /// Step 2: the joining nodes (id, gRPC address) become learners; the
     /// step is done once every one is caught up.
     AddLearners {
+        /// The moving event's group.
         group: GroupId,
+        /// The joining nodes the directory knows: (node id, gRPC address).
         learners: Vec<(u64, String)>,
     },
     /// Step 3: exactly these voters (joint, then final).
-    SetVoters { group: GroupId, voters: Vec<u64> },
+    SetVoters {
+        /// The moving event's group.
+        group: GroupId,
+        /// Node ids of the move's target voters.
+        voters: Vec<u64>,
+    },
     /// Step 4: one of `to` (target voters in the target region) leads;
     /// never a node in `avoid` (drained).
     TransferInto {
+        /// The moving event's group.
         group: GroupId,
+        /// Node ids of the target voters in the target region.
         to: Vec<u64>,
+        /// Node ids that must not lead (drained).
         avoid: Vec<u64>,
     },
     /// Step 5: the group's leader commits the next epoch for its new owner.
-    BumpEpoch { to: Epoch, owner: RegionId },
+    BumpEpoch {
+        /// The next epoch: the move's `from_epoch` plus one.
+        to: Epoch,
+        /// The target region, the event's new owner.
+        owner: RegionId,
+    },
     /// Step 6: the directory records the new epoch and owner.
-    Finish { epoch: Epoch },
+    Finish {
+        /// The epoch the group committed at step 5 (`from_epoch` plus one).
+        epoch: Epoch,
+    },
     /// Nothing to do: done, or ended.
     Nothing,
 }

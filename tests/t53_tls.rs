@@ -376,7 +376,7 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
     );
 
     tracing::info!("--- a peer dialling node {member} at another node's address is refused by TLS");
-    let pool = seatfence_raft::network::PeerPool::default();
+    let pool = seatfence_raft::network::PeerPool::new(cluster.dialer());
     let wrong = cluster.addr(outsider).unwrap();
     pool.probe(outsider, &wrong, 1)
         .await

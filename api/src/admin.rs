@@ -34,6 +34,7 @@ const TRANSFER_WAIT: Duration = Duration::from_secs(10);
 
 /// Every node's report, as gathered by one fan-out.
 pub struct ClusterView {
+    /// The directory as its group's leader has it.
     pub directory: Directory,
     /// node id → its status, `None` when it did not answer in time.
     pub status: BTreeMap<u64, Option<StatusReply>>,
@@ -81,6 +82,8 @@ impl ClusterView {
         Some(leader.last_log_index.saturating_sub(r.s.applied_index))
     }
 
+    /// The body of `GET /v1/admin/cluster`: regions, nodes, groups (with each
+    /// replica's lag), running moves and repairs, under-replicated groups.
     pub fn to_json(&self) -> Value {
         let mut regions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for n in self.directory.nodes.values() {

@@ -16,6 +16,8 @@ struct Bucket {
     at: Instant,
 }
 
+/// One edge's admission control: in-flight slots for mutations and for other
+/// requests, and token buckets per user and per anonymous caller's address.
 pub struct Admission {
     /// The anonymous routes' buckets, per address (see
     /// [`Admission::check_anonymous`]).
@@ -58,6 +60,8 @@ fn take<K: std::hash::Hash + Eq + Clone>(
 }
 
 impl Admission {
+    /// `max_inflight` mutation slots, `max_other` slots for other requests, and
+    /// per-user buckets of `rate_per_sec` tokens per second up to `burst`; each at least 1.
     pub fn new(max_inflight: usize, max_other: usize, rate_per_sec: u32, burst: u32) -> Admission {
         Admission {
             anonymous: Mutex::new(HashMap::new()),

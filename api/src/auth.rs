@@ -7,11 +7,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
+/// The claims of a bearer token (JWT HS256).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
+    /// Subject: the user id, 1–128 printable ASCII characters.
     pub sub: String,
     /// Expiry, seconds since the Unix epoch.
     pub exp: u64,
+    /// `Some("operator")` opens the admin endpoints; any other value or
+    /// `None` is a buyer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
 }
@@ -19,7 +23,9 @@ pub struct Claims {
 /// The caller of a request.
 #[derive(Debug, Clone)]
 pub struct Caller {
+    /// The user id, from the token's `sub`.
     pub user: UserId,
+    /// Whether the token's `role` is `operator`.
     pub operator: bool,
 }
 
@@ -158,6 +164,7 @@ impl TokenCache {
         g.young.len() + g.old.len()
     }
 
+    /// Whether no token is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

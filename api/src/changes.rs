@@ -61,6 +61,8 @@ pub enum Pos {
 pub struct Cursor(pub BTreeMap<u64, Pos>);
 
 impl Cursor {
+    /// The cursor `s` spells (`c`, then `.G-S` or `.G-o` per group), or `None`
+    /// when malformed; a group named twice keeps the earlier position.
     pub fn parse(s: &str) -> Option<Cursor> {
         let rest = s.strip_prefix('c')?;
         let mut map = BTreeMap::new();

@@ -28,6 +28,7 @@ pub struct EdgeConfig {
     /// Per-user token bucket: sustained requests per second, and burst.
     #[serde(default = "default_rate")]
     pub user_rate_per_sec: u32,
+    /// Per-user token bucket: the burst, in requests (the bucket's size); at least 1.
     #[serde(default = "default_burst")]
     pub user_burst: u32,
     /// Per-address token bucket (an IPv4 address or an IPv6 /64) for the

@@ -9,61 +9,127 @@ use seatfence_payments::PaymentError;
 use seatfence_regions::CommandError;
 use serde_json::{json, Value};
 
+/// Every way a request can fail; each variant maps to one HTTP status and
+/// error `code` (see [`ApiError::status`], [`ApiError::code`]).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
+    /// The bearer token is missing, invalid or expired: 401 with
+    /// `WWW-Authenticate: Bearer`.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// An operator-only endpoint called with a non-operator token: 403.
     #[error("this endpoint needs an operator token")]
     Forbidden,
     /// A waiting room's refusal of a hold (`ticket_required`,
     /// `ticket_invalid`): 403.
     #[error("{message}")]
-    Admission { code: &'static str, message: String },
+    Admission {
+        /// Machine-readable error code, e.g. `ticket_required`.
+        code: &'static str,
+        /// Human-readable explanation for the client.
+        message: String,
+    },
     /// A payment signal whose signature does not verify.
     #[error("{0}")]
     InvalidSignature(&'static str),
+    /// A named resource (event, hold, booking, move) does not exist: 404.
     #[error("{what} not found")]
-    NotFound { code: &'static str, what: String },
+    NotFound {
+        /// Machine-readable error code, e.g. `event_not_found`.
+        code: &'static str,
+        /// What was not found, e.g. `event e1`; the message is `{what} not found`.
+        what: String,
+    },
+    /// No route matches the path (carried here): 404 `not_found`.
     #[error("no route for {0}")]
     NoRoute(String),
+    /// A route matches the path but not the method: 405 with an `Allow` header.
     #[error("method not allowed (allowed: {allow})")]
-    MethodNotAllowed { allow: String },
+    MethodNotAllowed {
+        /// The methods the path allows, as the `Allow` header's value.
+        allow: String,
+    },
+    /// The request is malformed or a field is invalid: 400.
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String },
+    BadRequest {
+        /// Machine-readable error code, e.g. `invalid_field`.
+        code: &'static str,
+        /// Human-readable explanation for the client.
+        message: String,
+    },
+    /// The body is over `MAX_BODY_BYTES`: 413, and the
+    /// connection is closed.
     #[error("request body is over {limit} bytes")]
-    PayloadTooLarge { limit: usize },
+    PayloadTooLarge {
+        /// The largest body accepted, in bytes.
+        limit: usize,
+    },
+    /// The body did not arrive within the body timeout: 408, and the
+    /// connection is closed.
     #[error("the request body did not arrive within {ms} ms")]
-    RequestTimeout { ms: u64 },
+    RequestTimeout {
+        /// The body timeout that ran out, in ms.
+        ms: u64,
+    },
+    /// The request conflicts with the current state (a refused inventory
+    /// outcome, a stale epoch, a gateway rejection): 409.
     #[error("{message}")]
     Conflict {
+        /// Machine-readable error code, e.g. `seats_unavailable`.
         code: &'static str,
+        /// Human-readable explanation for the client.
         message: String,
+        /// A JSON object whose fields are merged into the error object.
         extra: Value,
     },
     /// What was asked for is no longer kept (a changefeed cursor older
     /// than the retention): 410, with `extra` in the error object.
     #[error("{message}")]
     Gone {
+        /// Machine-readable error code.
         code: &'static str,
+        /// Human-readable explanation for the client.
         message: String,
+        /// A JSON object whose fields are merged into the error object.
         extra: Value,
     },
+    /// An `Idempotency-Key` already used with a different request: 422.
     #[error("this Idempotency-Key was used with another request")]
     IdempotencyKeyReused,
+    /// The caller or the edge is over a limit (rate, in-flight slots, queue
+    /// joins): 429 with `Retry-After: 1`.
     #[error("{message}")]
-    TooManyRequests { code: &'static str, message: String },
+    TooManyRequests {
+        /// Machine-readable error code, e.g. `rate_limited`, `overloaded`.
+        code: &'static str,
+        /// Human-readable explanation for the client.
+        message: String,
+    },
+    /// The request cannot be served now (no leader, gateway down, payments not
+    /// configured, a timed-out join): 503 with `Retry-After: 1`.
     #[error("{message}")]
-    Unavailable { code: &'static str, message: String },
+    Unavailable {
+        /// Machine-readable error code, e.g. `no_leader`.
+        code: &'static str,
+        /// Human-readable explanation; logged, and sent with addresses redacted.
+        message: String,
+    },
+    /// A feature this server does not provide: 501.
     #[error("{0}")]
     NotImplemented(&'static str),
+    /// An unexpected server-side failure: 500; the message is logged and
+    /// sent with addresses redacted.
     #[error("internal error: {0}")]
     Internal(String),
     /// A refusal decided by the event's group: answered like `inner`, with
     /// the fence headers of the group's reply.
     #[error("{inner}")]
     Fenced {
+        /// The refusal itself, which decides status, code and body.
         inner: Box<ApiError>,
+        /// The event's epoch, sent as `X-Seatfence-Epoch`.
         epoch: u64,
+        /// The region owning the event, sent as `X-Seatfence-Owner-Region`.
         owner_region: String,
     },
 }
@@ -221,6 +287,7 @@ impl ApiError {
         }
     }
 
+    /// A 400 [`ApiError::BadRequest`] with `code` and `message`.
     pub fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::BadRequest {
             code,
@@ -228,6 +295,7 @@ impl ApiError {
         }
     }
 
+    /// A 503 [`ApiError::Unavailable`] with `code` and `message`.
     pub fn unavailable(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::Unavailable {
             code,
@@ -280,6 +348,7 @@ impl ApiError {
         }
     }
 
+    /// The HTTP status; a fenced error answers with its inner error's.
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Fenced { inner, .. } => inner.status(),
@@ -300,6 +369,8 @@ impl ApiError {
         }
     }
 
+    /// The machine-readable error code sent as `error.code`; a fenced
+    /// error answers with its inner error's.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Fenced { inner, .. } => inner.code(),

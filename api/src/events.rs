@@ -66,6 +66,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::
 
 /// Seat price when the operator gives none.
 pub const DEFAULT_PRICE_CENTS: u64 = 5_000;
+/// Currency (ISO 4217 code) when the operator gives none.
 pub const DEFAULT_CURRENCY: &str = "EUR";
 
 /// An RFC 3339 time (any offset) as ms since the Unix epoch.

@@ -28,18 +28,24 @@ const DRAIN_LIMIT: u64 = 16 << 20;
 
 /// A successful answer.
 pub struct Reply {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// The body, which also decides `Content-Type`.
     pub body: Body,
+    /// Extra response headers, name and value; an invalid value is dropped.
     pub headers: Vec<(&'static str, String)>,
 }
 
 /// What a reply carries: JSON (the API), or text (probes, metrics).
 pub enum Body {
+    /// A JSON value, sent as `application/json`.
     Json(Value),
+    /// Text sent with the given `Content-Type`.
     Text(String, &'static str),
 }
 
 impl Reply {
+    /// A JSON reply with `status` and no extra headers.
     pub fn json(status: StatusCode, body: Value) -> Reply {
         Reply {
             status,
@@ -48,6 +54,7 @@ impl Reply {
         }
     }
 
+    /// A text reply with `status` and `content_type`, and no extra headers.
     pub fn text(status: StatusCode, text: String, content_type: &'static str) -> Reply {
         Reply {
             status,
@@ -56,6 +63,8 @@ impl Reply {
         }
     }
 
+    /// The reply with header `name: value` added; a later header of the same
+    /// name replaces it.
     pub fn header(mut self, name: &'static str, value: impl ToString) -> Reply {
         self.headers.push((name, value.to_string()));
         self
@@ -64,21 +73,29 @@ impl Reply {
 
 /// What a handler gets: the parsed request parts it may need.
 pub struct Req {
+    /// The HTTP method.
     pub method: Method,
+    /// The URI's path, without the query.
     pub path: String,
+    /// The URI's query string (after `?`), as sent: not percent-decoded.
     pub query: Option<String>,
+    /// The `Authorization` header's value.
     pub auth: Option<String>,
+    /// The `Idempotency-Key` header, unchecked (non-UTF-8 bytes replaced);
+    /// [`Req::idempotency`] checks it.
     pub idempotency_key: Option<String>,
     /// `X-Gateway-Signature` (webhooks).
     pub gateway_signature: Option<String>,
     /// `Admission-Ticket` (holds in an event with a waiting room).
     pub admission_ticket: Option<String>,
+    /// The whole body, at most [`MAX_BODY_BYTES`].
     pub body: Bytes,
     /// The caller, once verified (admission verifies before the handler).
     verified: Option<Caller>,
 }
 
 impl Req {
+    /// The verified caller of the request, or 401 `unauthorized`.
     pub fn caller(&self, edge: &Edge) -> Result<Caller, ApiError> {
         match &self.verified {
             Some(c) => Ok(c.clone()),
@@ -86,6 +103,8 @@ impl Req {
         }
     }
 
+    /// The caller if it is an operator: 401 without a valid token, 403 with
+    /// a non-operator one.
     pub fn operator(&self, edge: &Edge) -> Result<Caller, ApiError> {
         let c = self.caller(edge)?;
         if !c.operator {
@@ -130,6 +149,8 @@ impl Req {
         }
     }
 
+    /// The value of query parameter `name` (first occurrence; `""` when it has
+    /// no `=`), not percent-decoded.
     pub fn query_param(&self, name: &str) -> Option<&str> {
         self.query.as_deref()?.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));

@@ -69,12 +69,17 @@ pub use http::serve;
 
 /// Shared state of one edge.
 pub struct Edge {
+    /// The region of this edge's node (the node config's `region`).
     pub region: String,
+    /// The node's `[edge]` config section.
     pub config: EdgeConfig,
     /// The fenced command path (route cache, cluster client).
     pub commands: Arc<Commands>,
+    /// In-flight bounds and rate limits, built from `config`.
     pub admission: Admission,
+    /// The edge's own counters and latency histograms for `/metrics`.
     pub metrics: EdgeMetrics,
+    /// The node's clock: the `now_ms` of commands, deadlines and audit records.
     pub clock: Arc<dyn seatfence_raft::clock::Clock>,
     /// The node's payment side (`None`: bookings answer 503).
     pub payments: Option<Arc<Payments>>,

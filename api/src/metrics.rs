@@ -86,29 +86,53 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     ),
 ];
 
+/// Handles into the edge's series (see `FAMILIES`); every `EdgeMetrics` of a
+/// process records into the same series.
 pub struct EdgeMetrics {
     latency: [Histogram; LABELS.len()],
+    /// Responses with a 2xx status (`seatfence_http_responses_total{class="2xx"}`).
     pub responses_2xx: Counter,
+    /// Responses with a 4xx status (`class="4xx"`).
     pub responses_4xx: Counter,
+    /// Responses with any other status, 5xx among them (`class="5xx"`).
     pub responses_5xx: Counter,
+    /// Holds granted (`seatfence_holds_created_total`).
     pub holds_created: Counter,
+    /// Holds refused with 409 `seats_unavailable` (`seatfence_hold_conflicts_total`).
     pub hold_conflicts: Counter,
+    /// Waiting-room joins answered, repeats included (`seatfence_queue_joins_total`).
     pub queue_joins: Counter,
+    /// Holds refused at the edge for a forged, foreign or expired admission
+    /// ticket (`seatfence_queue_tickets_refused_total`).
     pub tickets_refused: Counter,
+    /// `seatfence_stale_epoch_rejections_total{layer="edge"}`: replies below the
+    /// highest fence seen; `Commands` counts them into the same series.
     pub stale_epoch_edge: Counter,
     /// `not_leader` answers the edge's client followed (set from the
     /// client's own count at each scrape).
     redirects_followed: Counter,
+    /// Requests refused 429 for lack of an in-flight slot
+    /// (`seatfence_admission_rejections_total{reason="inflight"}`).
     pub rejected_inflight: Counter,
+    /// Buyer mutations refused 429 for their user's rate (`reason="rate"`).
     pub rejected_rate: Counter,
     /// Anonymous routes refused for their address's rate.
     pub rejected_anonymous: Counter,
+    /// `seatfence_no_leader_total`: requests answered 503 for want of a leader;
+    /// `Commands` counts them into the same series.
     pub no_leader: Counter,
+    /// HTTP connections open now (`seatfence_http_connections`).
     pub connections: Gauge,
+    /// Connections closed on accept at `max_connections`.
     pub connections_refused: Counter,
+    /// Connections closed on accept at `max_connections_per_ip` for their address.
     pub connections_refused_per_ip: Counter,
+    /// Connections closed because a request's headers came too slowly.
     pub header_timeouts: Counter,
+    /// Requests whose body did not arrive within `body_timeout_ms` (408 or
+    /// a drained 413).
     pub body_timeouts: Counter,
+    /// Keep-alive connections closed while idle, waiting too long for the next request.
     pub idle_timeouts: Counter,
 }
 
@@ -151,6 +175,7 @@ impl Default for EdgeMetrics {
 }
 
 impl EdgeMetrics {
+    /// Add 1 to the counter `f` picks, e.g. `metrics.inc(|m| &m.holds_created)`.
     pub fn inc(&self, f: impl Fn(&EdgeMetrics) -> &Counter) {
         f(self).increment(1);
     }

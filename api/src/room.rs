@@ -369,6 +369,8 @@ fn yes() -> bool {
 pub const DEFAULT_TICKET_TTL_SECS: u64 = 600;
 
 impl RoomBody {
+    /// The room's settings: enabled unless the body says not, tickets valid for
+    /// `ticket_ttl_secs` (default [`DEFAULT_TICKET_TTL_SECS`]) as ms.
     pub fn settings(&self) -> RoomSettings {
         RoomSettings {
             enabled: self.enabled,

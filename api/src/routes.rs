@@ -13,40 +13,75 @@ use serde_json::Value;
 /// One operation the edge serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
+    /// `GET /healthz`: liveness probe, always 200.
     Healthz,
+    /// `GET /readyz`: readiness probe, 503 while no directory leader is known.
     Readyz,
+    /// `GET /metrics`: Prometheus text of the edge and the process.
     Metrics,
+    /// `GET /console`: the operators' console page.
     Console,
+    /// `GET /console/{asset}`: one of the console's static assets.
     ConsoleAsset,
+    /// `POST /v1/events` (operator): create an event and its group.
     CreateEvent,
+    /// `GET /v1/events/{event_id}`: the event.
     GetEvent,
+    /// `GET /v1/events/{event_id}/availability`: free seats, possibly cached briefly.
     Availability,
+    /// `GET /v1/admin/events/{event_id}/payments`: the event's pending payments and refunds.
     EventPayments,
+    /// `GET /v1/admin/changes`: the changefeed, resumable from a cursor.
     Changes,
+    /// `POST /v1/events/{event_id}/open` (operator): open the sale.
     OpenSale,
+    /// `POST /v1/events/{event_id}/close` (operator): close the sale.
     CloseSale,
+    /// `POST /v1/holds`: hold seats for the caller (admitted).
     CreateHold,
+    /// `POST /v1/events/{event_id}/queue`: join the waiting room (admitted).
     JoinQueue,
+    /// `GET /v1/events/{event_id}/queue/me`: where the caller stands in the queue.
     QueueStanding,
+    /// `POST /v1/admin/events/{event_id}/waiting-room`: set the room's settings.
     SetWaitingRoom,
+    /// `GET /v1/holds/{hold_id}`: the hold (owner only).
     GetHold,
+    /// `DELETE /v1/holds/{hold_id}`: cancel the hold before payment (admitted).
     CancelHold,
+    /// `POST /v1/bookings`: a pending booking for a hold (admitted).
     CreateBooking,
+    /// `GET /v1/bookings/{booking_id}`: the booking (owner only).
     GetBooking,
+    /// `POST /v1/admin/bookings/{booking_id}/refund`: refund a confirmed booking.
     RefundBooking,
+    /// `GET /v1/payments/callback`: the buyer's browser back from the gateway.
     PaymentCallback,
+    /// `POST /v1/payments/webhook`: the gateway's signed notification.
     PaymentWebhook,
+    /// `GET /v1/admin/cluster`: every node's and group's state.
     Cluster,
+    /// `GET /v1/admin/audit`: the operators' audit trail, newest first.
     Audit,
+    /// `POST /v1/admin/groups/{group_id}/transfer-leader`: move a group's leadership.
     TransferLeader,
+    /// `POST /v1/admin/nodes/{node_id}/drain`: move every leadership off the node.
     Drain,
+    /// `POST /v1/admin/nodes/{node_id}/undrain`: put a drained node back in service.
     Undrain,
+    /// `POST /v1/admin/nodes/{node_id}/decommission`: retire the node.
     Decommission,
+    /// `POST /v1/admin/nodes/{node_id}/recommission`: undo an unfinished decommission.
     Recommission,
+    /// `POST /v1/admin/nodes/{node_id}/declare-dead`: replace a suspect node's replicas.
     DeclareDead,
+    /// `POST /v1/admin/events/{event_id}/move`: start moving the event to another region.
     StartMove,
+    /// `GET /v1/admin/moves`: the moves, newest first.
     ListMoves,
+    /// `GET /v1/admin/moves/{move_id}`: one move.
     GetMove,
+    /// `POST /v1/admin/moves/{move_id}/abort`: abort a move before its membership change.
     AbortMove,
 }
 
@@ -55,14 +90,18 @@ pub enum Route {
 /// body's field `f` (`?` when absent).
 #[derive(Debug, Clone, Copy)]
 pub struct Audited {
+    /// The action's name in the trail, e.g. `drain`.
     pub action: &'static str,
+    /// The target template, e.g. `node {node_id}`.
     pub target: &'static str,
 }
 
 /// One row of the route table.
 #[derive(Debug)]
 pub struct RouteDef {
+    /// The operation, which names the handler.
     pub route: Route,
+    /// The HTTP method it is served with.
     pub method: Method,
     /// The OpenAPI path; `{x}` matches one path segment.
     pub path: &'static str,
@@ -70,6 +109,7 @@ pub struct RouteDef {
     pub label: &'static str,
     /// A buyer mutation: admission (rate, in flight) before the handler.
     pub admitted: bool,
+    /// How an operator's call is recorded in the audit trail; `None`: not recorded.
     pub audit: Option<Audited>,
 }
 
@@ -308,6 +348,7 @@ pub const ROUTES: &[RouteDef] = &[
 /// A request matched against [`ROUTES`].
 #[derive(Debug)]
 pub enum Matched {
+    /// The row serving this method and path.
     Route(&'static RouteDef),
     /// The path is served, not with this method (405).
     WrongMethod,

@@ -56,7 +56,9 @@ const ASSETS: &[(&str, &str, &str)] = &[
 /// One answer of the console: its body, content type and headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Served {
+    /// The file's contents, built into the binary.
     pub body: &'static str,
+    /// The `Content-Type` value, e.g. `text/html; charset=utf-8`.
     pub content_type: &'static str,
 }
 

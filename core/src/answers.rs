@@ -26,6 +26,7 @@ pub struct KeyedAnswer {
     pub request_hash: u64,
     /// The edge's clock when it answered.
     pub at_ms: u64,
+    /// The answer's HTTP status; 0 while the key is only reserved.
     pub status: u16,
     /// The answer's JSON body, as text.
     pub body: String,

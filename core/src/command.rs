@@ -15,12 +15,25 @@ use crate::inventory::{EventCommand, EventReply, Survival};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Set `key` to `value`.
-    Put { key: String, value: Vec<u8> },
+    Put {
+        /// The key→value table's key.
+        key: String,
+        /// The bytes to store under `key`.
+        value: Vec<u8>,
+    },
     /// Remove `key`.
-    Delete { key: String },
+    Delete {
+        /// The key to remove; an absent key is not an error.
+        key: String,
+    },
     /// Directory: set a fleet-wide value (the shared gateway token),
     /// readable on every directory replica.
-    PutShared { key: String, value: Vec<u8> },
+    PutShared {
+        /// The fleet-wide key.
+        key: String,
+        /// The bytes to store under `key`.
+        value: Vec<u8>,
+    },
     /// Several commands applied in order as one entry. Made by a group's
     /// leader from commands it prepared, never sent by a client. Batches
     /// nest at most two deep (the batcher's entry holds a `WriteBatch`'s
@@ -31,32 +44,46 @@ pub enum Command {
     /// Directory: create a group placed by `placement`. `group_id: None`
     /// allocates the next free id. Creating an id that exists returns it.
     CreateGroup {
+        /// The id to create; `None` takes the next free one (never 0).
         group_id: Option<GroupId>,
+        /// How the group's voters are chosen.
         placement: Placement,
     },
     /// Directory: record an event and place its group (a new group, placed
     /// by `survival`). Registering an id that exists returns its route.
     RegisterEvent {
+        /// The event to register.
         event_id: EventId,
+        /// The region that owns the event at epoch 1 (and places a zone-survival group).
         home_region: RegionId,
+        /// How the event's group is placed.
         survival: Survival,
     },
     /// Directory: mark a node drained (it hands off every leadership it
     /// gets) or back in service.
-    SetDrained { node: NodeId, drained: bool },
+    SetDrained {
+        /// The node to mark.
+        node: NodeId,
+        /// `true`: drained; `false`: back in service.
+        drained: bool,
+    },
     /// Directory: append to the operators' audit trail (`seq` is assigned
     /// by `apply`; the one given is ignored).
     Audit(crate::audit::AuditEntry),
     /// Directory: start, advance, finish or abort an ownership move.
     /// `at_ms` is the proposer's clock, recorded only.
     Move {
+        /// What to do with the move.
         op: crate::moves::MoveOp,
+        /// The proposer's clock, in ms since the Unix epoch.
         at_ms: u64,
     },
     /// Directory: node lifecycle (states, decommission, replica repairs).
     /// `at_ms` is the proposer's clock, recorded only.
     Node {
+        /// The lifecycle operation.
         op: crate::lifecycle::NodeOp,
+        /// The proposer's clock, in ms since the Unix epoch.
         at_ms: u64,
     },
     /// Event groups: a seat inventory command. Boxed: it is the largest
@@ -71,8 +98,11 @@ pub enum Command {
     /// A value already equal to `value` answers `Written` (so a re-sent
     /// command that took effect is not reported as lost).
     PutSharedIf {
+        /// The fleet-wide key.
         key: String,
+        /// The value `key` must hold now; `None`: it must be absent.
         expected: Option<Vec<u8>>,
+        /// The bytes to store under `key`.
         value: Vec<u8>,
     },
     /// Directory: reserve (`answer.status == 0`) or complete the answer to
@@ -80,15 +110,21 @@ pub enum Command {
     /// record stays unless it lapsed (see `answers`); answers older than a
     /// day are forgotten, by `answer.at_ms`.
     RememberAnswer {
+        /// The caller whose key it is (at most [`MAX_OWNER_BYTES`]).
         owner: String,
+        /// The Idempotency-Key (at most [`MAX_OWNER_BYTES`]).
         key: String,
+        /// The reservation (`status == 0`) or the final answer.
         answer: crate::answers::KeyedAnswer,
     },
     /// Directory: drop `request`'s reservation of `key` (its answer was
     /// not final: a retry should run again).
     ForgetAnswer {
+        /// The caller whose key it is (at most [`MAX_OWNER_BYTES`]).
         owner: String,
+        /// The Idempotency-Key (at most [`MAX_OWNER_BYTES`]).
         key: String,
+        /// The request whose pending reservation to drop; any other record stays.
         request: String,
     },
 }
@@ -100,6 +136,7 @@ pub enum Response {
     None,
     /// A `Put`/`Delete` applied; `existed` says whether the key was present.
     Written {
+        /// Whether the key held a value before.
         existed: bool,
     },
     /// The responses of a [`Command::Batch`], in order.
@@ -107,9 +144,12 @@ pub enum Response {
     /// The command was refused before it changed anything: it breaks a
     /// bound every replica checks ([`Command::check_bounds`]).
     Invalid {
+        /// The bound broken, for people.
         reason: String,
     },
+    /// A `RegisterNode` added or updated the node.
     NodeRegistered {
+        /// The node registered.
         node_id: NodeId,
     },
     /// A `RegisterNode` whose data-dir incarnation differs from the one
@@ -117,40 +157,55 @@ pub enum Response {
     /// replaced (or belongs to another node). Nothing changed; the node
     /// must not start (see `seatfence_raft::storage::ident`).
     IncarnationMismatch {
+        /// The node that tried to register.
         node_id: NodeId,
+        /// The incarnation the directory recorded.
         known: u64,
+        /// The incarnation the node sent.
         claimed: u64,
     },
     /// A `RegisterNode` naming another region than the directory records
     /// for that node: a node keeps its region for life (placement and
     /// survival rest on it); nothing changed.
     RegionMismatch {
+        /// The node that tried to register.
         node_id: NodeId,
+        /// The region the directory recorded.
         known: RegionId,
+        /// The region the node sent.
         claimed: RegionId,
     },
+    /// A `CreateGroup` made the group, or found it existing.
     GroupCreated {
+        /// The group's id.
         group_id: GroupId,
+        /// Its voters; the first one initializes the group.
         members: Vec<NodeId>,
     },
     /// Placement could not find enough nodes.
     PlacementFailed {
+        /// Why, for people.
         reason: String,
     },
     /// A directory command sent to a plain group, or the reverse.
     WrongGroup,
+    /// A `RegisterEvent`'s route: the new one, or the existing event's.
     EventRegistered(EventRoute),
+    /// An `Audit` was appended, or was already there under the same id.
     Audited {
+        /// The entry's sequence number in the audit trail.
         seq: u64,
     },
     /// `was`: whether the node was drained before.
     DrainedSet {
+        /// Whether the node was drained before this command.
         was: bool,
     },
     /// A move as it stands after a [`Command::Move`], or why it was refused.
     Move(Result<Box<crate::moves::MoveRecord>, crate::moves::MoveRefused>),
     /// The answer to a [`Command::Node`], or why it was refused.
     Node(Result<Box<crate::lifecycle::NodeOpDone>, crate::lifecycle::NodeRefused>),
+    /// The answer to a [`Command::Event`].
     Event(EventReply),
     /// A [`Command::PutSharedIf`] found another value: nothing written.
     Changed,

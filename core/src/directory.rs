@@ -12,7 +12,9 @@ use crate::inventory::Survival;
 /// A node as the directory knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
+    /// The node's id (also its openraft node id).
     pub id: NodeId,
+    /// The region it runs in, fixed for life (a `RegisterNode` naming another is refused).
     pub region: RegionId,
     /// `host:port` of the node's gRPC server.
     pub grpc_addr: String,
@@ -29,23 +31,35 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {
     /// "Zone survival": `replicas` distinct nodes of one region.
-    InRegion { region: RegionId, replicas: u8 },
+    InRegion {
+        /// The region all voters come from.
+        region: RegionId,
+        /// How many voters.
+        replicas: u8,
+    },
     /// "Region survival": one voter per region first, then further distinct
     /// nodes, least loaded first.
-    Spread { replicas: u8 },
+    Spread {
+        /// How many voters.
+        replicas: u8,
+    },
 }
 
 /// A group as the directory knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupInfo {
+    /// The group's id.
     pub id: GroupId,
     /// Voters; the first one initializes the group (and usually leads first).
     pub members: Vec<NodeId>,
 }
 
+/// What group 0 replicates: nodes, groups, event routes, moves and node lifecycle.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Directory {
+    /// Every registered node, by id.
     pub nodes: BTreeMap<NodeId, NodeInfo>,
+    /// Every group but the directory itself, by id.
     pub groups: BTreeMap<GroupId, GroupInfo>,
     /// The next id `CreateGroup { group_id: None }` hands out (never 0).
     pub next_group_id: u64,
@@ -68,14 +82,18 @@ pub struct Directory {
 /// Whether an event is being moved between regions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RouteState {
+    /// Not moving: the owner region serves it.
     #[default]
     Active,
+    /// An ownership move is running.
     Moving {
+        /// The running move's id (a key of [`Directory::moves`]).
         move_id: u64,
     },
 }
 
 impl RouteState {
+    /// The name in the API: `active` or `moving`.
     pub fn name(self) -> &'static str {
         match self {
             RouteState::Active => "active",
@@ -87,12 +105,19 @@ impl RouteState {
 /// An event's entry in the directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventRoute {
+    /// The event.
     pub event_id: EventId,
+    /// The group holding its inventory.
     pub group: GroupId,
+    /// The region it was registered in; never changes.
     pub home_region: RegionId,
+    /// The region that owns it now (the home region until a move finishes).
     pub owner_region: RegionId,
+    /// Its ownership epoch, raised by one at every finished move.
     pub epoch: Epoch,
+    /// How its group is placed.
     pub survival: Survival,
+    /// Whether it is being moved.
     pub state: RouteState,
 }
 

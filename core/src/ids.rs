@@ -19,6 +19,7 @@ impl GroupId {
     /// The directory group: one voter per region, knows every node and group.
     pub const DIRECTORY: GroupId = GroupId(0);
 
+    /// Whether this is group 0, the directory.
     pub fn is_directory(self) -> bool {
         self == Self::DIRECTORY
     }
@@ -83,7 +84,9 @@ pub struct Epoch(pub u64);
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
 pub struct Fence {
+    /// The event's ownership epoch.
     pub epoch: Epoch,
+    /// The Raft term of the event group's leader that answered.
     pub term: u64,
 }
 
@@ -91,11 +94,14 @@ pub struct Fence {
 /// `h<group>-<seq>` so any edge can route a request for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HoldId {
+    /// The event group that owns the hold.
     pub group: GroupId,
+    /// The hold's sequence number in that group.
     pub seq: u64,
 }
 
 impl HoldId {
+    /// Parse `h<group>-<seq>` (decimal, at most 20 digits each); `None` if malformed.
     pub fn parse(s: &str) -> Option<HoldId> {
         let (group, seq) = parse_group_seq(s, 'h')?;
         Some(HoldId { group, seq })
@@ -106,16 +112,20 @@ impl HoldId {
 /// number, written `b<group>-<seq>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct BookingId {
+    /// The event group that owns the booking (its hold's group).
     pub group: GroupId,
+    /// The booking's sequence number there (its hold's).
     pub seq: u64,
 }
 
 impl BookingId {
+    /// Parse `b<group>-<seq>` (decimal, at most 20 digits each); `None` if malformed.
     pub fn parse(s: &str) -> Option<BookingId> {
         let (group, seq) = parse_group_seq(s, 'b')?;
         Some(BookingId { group, seq })
     }
 
+    /// The hold this booking was made from (same group and sequence number).
     pub fn hold(self) -> HoldId {
         HoldId {
             group: self.group,

@@ -32,12 +32,14 @@ use crate::state::RecordKey;
 /// A node's state in the directory. A node with no record is `Live`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeState {
+    /// In service and answering the directory's leader (a node with no record).
     Live,
     /// Unreachable from the directory's leader past `suspect_after_ms`.
     Suspect,
     /// Unreachable past `dead_after_ms`, or declared dead by an operator
     /// (`declared`): its replicas are replaced.
     Dead {
+        /// An operator declared it dead; liveness never brings it back.
         declared: bool,
     },
     /// Being retired: its replicas are moved off, it leads nothing.
@@ -99,6 +101,7 @@ pub enum RepairReason {
 }
 
 impl RepairReason {
+    /// The name in the API (`reason` of a repair in `GET /v1/admin/cluster`).
     pub fn name(self) -> &'static str {
         match self {
             RepairReason::Dead => "dead",
@@ -119,6 +122,7 @@ pub enum RepairStep {
 }
 
 impl RepairStep {
+    /// The name in the API (`step` of a repair in `GET /v1/admin/cluster`).
     pub fn name(self) -> &'static str {
         match self {
             RepairStep::AddLearner => "add_learner",
@@ -130,11 +134,17 @@ impl RepairStep {
 /// One running replacement of a voter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repair {
+    /// The group repaired (at most one repair per group).
     pub group: GroupId,
+    /// The voter being replaced.
     pub remove: NodeId,
+    /// The node replacing it, of the same region (`remove` itself for a rejoin).
     pub add: NodeId,
+    /// Why the voter is replaced.
     pub reason: RepairReason,
+    /// The step being performed now.
     pub step: RepairStep,
+    /// When it started: the proposer's clock, in ms since the Unix epoch.
     pub started_ms: u64,
 }
 
@@ -161,8 +171,12 @@ impl Repair {
 /// heard of yet" in a lagging directory replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejoin {
+    /// The store incarnation of the node's new data dir (never 0).
     pub incarnation: u64,
+    /// Groups still waiting for the node to be a caught-up voter again or
+    /// gone (group 0 included at the start); empty once the rejoin is done.
     pub pending: std::collections::BTreeSet<GroupId>,
+    /// When it started: the proposer's clock, in ms since the Unix epoch.
     pub started_ms: u64,
     /// The directory's leader took the node out of group 0's voters (or is
     /// about to): it must be made a voter again once caught up.
@@ -191,52 +205,97 @@ pub enum NodeOp {
     /// Liveness as the directory's leader saw it (`live`, `suspect`,
     /// `dead`), or an operator declaring a node dead (`Dead{declared}`).
     /// Liveness never overrides a decommission or a declared death.
-    SetState { node: NodeId, state: NodeState },
+    SetState {
+        /// The node.
+        node: NodeId,
+        /// The state it should take.
+        state: NodeState,
+    },
     /// Retire `node`: refused unless every group with a voter there has a
     /// live node of the same region to go to.
-    Decommission { node: NodeId },
+    Decommission {
+        /// The node to retire.
+        node: NodeId,
+    },
     /// Undo a decommission that has not completed.
-    Recommission { node: NodeId },
+    Recommission {
+        /// The decommissioning node to put back in service.
+        node: NodeId,
+    },
     /// A decommissioning node holds no replica and no directory vote:
     /// mark it decommissioned.
-    Decommissioned { node: NodeId },
+    Decommissioned {
+        /// The decommissioning node, now empty.
+        node: NodeId,
+    },
     /// Replace `remove` in `group`'s voters: with `add`, or (None) the
     /// least loaded live node of `remove`'s region that is not a member.
     StartRepair {
+        /// The group to repair.
         group: GroupId,
+        /// The voter to replace.
         remove: NodeId,
+        /// The node to replace it with; `None`: the directory picks one (`remove` for a rejoin).
         add: Option<NodeId>,
+        /// Why the voter is replaced.
         reason: RepairReason,
     },
     /// Advance `group`'s repair from `from` (compare-and-set).
-    AdvanceRepair { group: GroupId, from: RepairStep },
+    AdvanceRepair {
+        /// The group whose repair advances.
+        group: GroupId,
+        /// The step the repair must be at (only `AddLearner` advances).
+        from: RepairStep,
+    },
     /// The voters changed: record the group's new members, end the repair.
-    FinishRepair { group: GroupId },
+    FinishRepair {
+        /// The group whose repair ends.
+        group: GroupId,
+    },
     /// Give up a repair whose new node is no longer live. The caller
     /// removes the learner first and cancels only while the group's voters
     /// are still the old ones (as its leader reports them).
-    CancelRepair { group: GroupId },
+    CancelRepair {
+        /// The group whose repair is dropped.
+        group: GroupId,
+    },
     /// `node`, known to the directory, came back on an empty data dir with
     /// store incarnation `incarnation` (`--rejoin-empty`): record it, and
     /// make every group it is a voter of (and group 0) pending until it is
     /// back as a caught-up voter or gone from it. Refused for a retired
     /// node (`node_retired`). Repeating it with the same incarnation
     /// changes nothing.
-    Rejoin { node: NodeId, incarnation: u64 },
+    Rejoin {
+        /// The node that came back.
+        node: NodeId,
+        /// The store incarnation of its new data dir (0 is refused).
+        incarnation: u64,
+    },
     /// `group` no longer waits for `node`'s rejoin: the node is not a voter
     /// of it any more (or, for group 0, not a directory voter, or one
     /// again after catching up).
-    RejoinDone { node: NodeId, group: GroupId },
+    RejoinDone {
+        /// The rejoining node.
+        node: NodeId,
+        /// The group that stops waiting for it.
+        group: GroupId,
+    },
     /// The directory's leader is about to take rejoining `node` out of
     /// group 0's voters, to make it one again once caught up: recorded
     /// first, so a leader that takes over knows to.
-    RejoinDirectoryDemoted { node: NodeId },
+    RejoinDirectoryDemoted {
+        /// The rejoining node.
+        node: NodeId,
+    },
     /// `group`'s leader at `term` took rejoining `node` out of the group's
     /// voters: its replica may take appends from that term on (see
     /// [`Rejoin::floors`]). The first floor stays.
     RejoinDemoted {
+        /// The rejoining node.
         node: NodeId,
+        /// The group that took it out of its voters.
         group: GroupId,
+        /// The Raft term of the group's leader that did.
         term: u64,
     },
 }
@@ -255,11 +314,14 @@ pub enum NodeOpDone {
 /// Why the directory refused a [`NodeOp`]: a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRefused {
+    /// A stable snake_case code (`node_not_found`, `repair_in_progress`, …).
     pub code: String,
+    /// What went wrong, for people.
     pub message: String,
 }
 
 impl NodeRefused {
+    /// A refusal with `code` and `message`.
     pub fn new(code: &str, message: impl Into<String>) -> NodeRefused {
         NodeRefused {
             code: code.to_owned(),

@@ -9,19 +9,31 @@ use crate::ids::EventId;
 use crate::inventory::{Booking, Event, Hold, OutboxItem};
 use crate::state::State;
 
+/// A read of one group's applied state; each is for an event group or for the directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
     /// Event group: the event record.
     Event,
     /// Event group: the event and up to `max_seats` free seat ids.
-    Availability { max_seats: u32 },
+    Availability {
+        /// Most free seat ids to list.
+        max_seats: u32,
+    },
     /// Event group: one hold and its booking.
     Booking(u64),
     /// Event group: held holds with a pending payment whose deadline is at
     /// or before `until_ms`, earliest deadline first, at most `limit`.
-    DuePayments { until_ms: u64, limit: u32 },
+    DuePayments {
+        /// The latest deadline to include, in Unix ms.
+        until_ms: u64,
+        /// Most holds to list.
+        limit: u32,
+    },
     /// Event group: undelivered outbox items, oldest first, at most `limit`.
-    Outbox { limit: u32 },
+    Outbox {
+        /// Most items to list.
+        limit: u32,
+    },
     /// Event group: whether a webhook's provider event id was acted on.
     Inbox(String),
     /// Directory: one event's route.
@@ -29,25 +41,43 @@ pub enum Query {
     /// Directory: all of it.
     Directory,
     /// Directory: the newest `limit` audit entries, newest first.
-    Audit { limit: u32 },
+    Audit {
+        /// Most entries to list.
+        limit: u32,
+    },
     /// Event group: this replica's seats, holds and bookings (the chaos
     /// harness compares replicas with it; fine for drill-sized events).
     Replica,
     /// Event group: released bookings whose payment is not known to be
     /// terminal yet (answered as [`QueryResult::DuePayments`]), at most
     /// `limit`.
-    Unsettled { limit: u32 },
+    Unsettled {
+        /// Most bookings to list.
+        limit: u32,
+    },
     /// Directory: the first answer to `owner`'s request with key `key`.
-    Answer { owner: String, key: String },
+    Answer {
+        /// The caller whose key it is.
+        owner: String,
+        /// The Idempotency-Key.
+        key: String,
+    },
     /// Event group: its payments at a glance ([`PaymentSummary`]).
     Payments,
     /// Event groups: up to `limit` changes of the changefeed after `after`
     /// (0: from the first kept), with the range this replica keeps.
-    Changes { after: u64, limit: u32 },
+    Changes {
+        /// The last change seq the reader has; 0: start from the oldest kept.
+        after: u64,
+        /// Most changes to list.
+        limit: u32,
+    },
     /// Event group: its waiting room at `now_ms`, and where `buyer` stands
     /// in it.
     Room {
+        /// The buyer whose standing to report; `None`: only the room.
         buyer: Option<crate::ids::UserId>,
+        /// The moment to compute the room at, in Unix ms (the caller's clock).
         now_ms: u64,
     },
 }
@@ -55,22 +85,28 @@ pub enum Query {
 /// A waiting room at a moment, as [`Query::Room`] answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoomView {
+    /// The room's settings.
     pub settings: crate::inventory::RoomSettings,
+    /// When the sale opens, in Unix ms (the event's `opens_at_ms`).
     pub opens_at_ms: Option<u64>,
+    /// Whether the opening's draw has run.
     pub opened: bool,
     /// Buyers in the queue not admitted yet.
     pub queue_len: u64,
     /// Positions admitted so far.
     pub admitted: u64,
+    /// Places whose buyer held seats while admitted.
     pub tickets_used: u64,
     /// Places admitted whose time ran out unused.
     pub lapsed: u64,
+    /// Places that lapsed and joined again.
     pub rejoined: u64,
 }
 
 /// An event's payments, as [`Query::Payments`] answers them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentSummary {
+    /// The event's id; `None` when this replica has no event.
     pub event_id: Option<EventId>,
     /// Held holds whose payment is pending: only the reconciler ends them
     /// once their deadline passes.
@@ -86,25 +122,41 @@ pub struct PaymentSummary {
 /// One replica's records of an event, as [`Query::Replica`] answers them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaDump {
+    /// The event record; `None` when this replica has none.
     pub event: Option<Event>,
+    /// Every seat's id and state, in seat id order.
     pub seats: Vec<(String, crate::inventory::SeatState)>,
+    /// Every hold, in sequence number order.
     pub holds: Vec<Hold>,
+    /// Every booking, in its hold's sequence number order.
     pub bookings: Vec<Booking>,
 }
 
+/// The answer to a [`Query`]; each variant answers the query of the same name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QueryResult {
+    /// The event record; `None` when this replica has none.
     Event(Option<Event>),
+    /// The event and some of its free seats.
     Availability {
+        /// The event record; `None` when this replica has none.
         event: Option<Event>,
+        /// Free seat ids in layout order, at most `max_seats`.
         free_seats: Vec<String>,
     },
+    /// The event's route; `None`: no such event.
     Route(Option<EventRoute>),
+    /// A copy of the whole directory.
     Directory(Directory),
+    /// Audit entries, newest first.
     Audit(Vec<crate::audit::AuditEntry>),
+    /// One hold and its booking, with what answers about them carry.
     Booking {
+        /// The event's id; `None` when this replica has no event.
         event_id: Option<EventId>,
+        /// The hold; `None`: no hold with that sequence number.
         hold: Option<Hold>,
+        /// Its booking; `None`: none was made (or no such hold).
         booking: Option<Booking>,
         /// The event's seat price and currency.
         price: Option<(u64, String)>,
@@ -113,23 +165,36 @@ pub enum QueryResult {
     },
     /// `(hold, booking)` pairs.
     DuePayments(Vec<(Hold, Booking)>),
+    /// Undelivered outbox items.
     Outbox {
+        /// The event's id; `None` when this replica has no event.
         event_id: Option<EventId>,
+        /// Each item with its booking, oldest first.
         items: Vec<(OutboxItem, Booking)>,
     },
+    /// Whether the webhook's provider event id was acted on.
     Inbox(bool),
+    /// This replica's records of the event.
     Replica(Box<ReplicaDump>),
+    /// The answer recorded under the key; `None`: none.
     Answer(Option<crate::answers::KeyedAnswer>),
+    /// The event's payments at a glance.
     Payments(PaymentSummary),
+    /// A page of the changefeed.
     Changes(Box<crate::inventory::ChangePage>),
+    /// The waiting room and a buyer's standing in it.
     Room {
+        /// The event's id; `None` when this replica has no event.
         event_id: Option<EventId>,
+        /// The room at `now_ms`; `None`: the event has no waiting room.
         room: Option<RoomView>,
+        /// Where `buyer` stands; `None` without a room, a buyer, or a place of theirs.
         standing: Option<crate::inventory::Standing>,
     },
 }
 
 impl State {
+    /// Answer `q` from this replica's applied state.
     pub fn query(&self, q: &Query) -> QueryResult {
         let inv = &self.inventory;
         match q {

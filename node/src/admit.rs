@@ -145,7 +145,7 @@ pub(crate) async fn admit(
         .iter()
         .any(|p| p.id == config.node_id);
     let seeds = peers.iter().map(|p| p.grpc_addr.clone()).collect();
-    let client = ClusterClient::new(seeds).with_deadline(ROUND);
+    let client = ClusterClient::new(seeds, pool.dialer().clone()).with_deadline(ROUND);
     let started = Instant::now();
     let mut last_said = Instant::now();
     tracing::info!(

@@ -22,6 +22,7 @@ use crate::config::NodeConfig;
 /// node exits.
 pub(crate) async fn register_self(
     config: NodeConfig,
+    dialer: seatfence_raft::network::Dialer,
     incarnation: u64,
     tx_fatal: watch::Sender<Option<String>>,
     mut rx_stop: watch::Receiver<bool>,
@@ -31,7 +32,7 @@ pub(crate) async fn register_self(
         .iter()
         .map(|p| p.grpc_addr.clone())
         .collect();
-    let client = ClusterClient::new(seeds).with_deadline(Duration::from_secs(5));
+    let client = ClusterClient::new(seeds, dialer).with_deadline(Duration::from_secs(5));
     let cmd = crate::admit::registration(&config, incarnation);
     loop {
         match client.write(GroupId::DIRECTORY, &cmd).await {

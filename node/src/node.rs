@@ -13,6 +13,7 @@ use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::network::gate::Gate;
 use seatfence_raft::network::tls::{node_server_name, Principal, Tls};
+use seatfence_raft::network::Dialer;
 use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::NodeDb;
@@ -113,15 +114,15 @@ impl Node {
         // TLS before anything dials: a stored group that leads at once
         // opens its peers' channels, and a channel keeps its scheme.
         let tls = load_tls(&config)?;
-        seatfence_raft::network::tls::install_client(tls.as_ref());
+        let mut dialer = Dialer::new(tls.as_ref());
+        if let Some(hooks) = &config.chaos {
+            dialer = dialer.with_via(hooks.via.clone(), hooks.source_ip);
+        }
         seatfence_raft::heap::set_pretouch(config.raft.pretouch);
-        let (db, ident, registry) = open_storage(&config).await?;
+        let (db, ident, registry) = open_storage(&config, dialer).await?;
         let clock = Arc::new(SystemClock::default());
         // Every consensus-layer series shows on /metrics from zero.
         std::sync::LazyLock::force(&seatfence_raft::metrics::METRICS);
-        if let Some(hooks) = &config.chaos {
-            seatfence_raft::network::via::install(hooks.via.clone(), hooks.source_ip);
-        }
         open_stored(&registry, db.stored_groups()).await?;
         registry.open(GroupId::DIRECTORY).await?;
         let proposer = Arc::new(
@@ -236,6 +237,7 @@ impl Node {
 /// opens, since an open writes its mark), and the node's registry.
 async fn open_storage(
     config: &NodeConfig,
+    dialer: Dialer,
 ) -> anyhow::Result<(NodeDb, seatfence_raft::storage::IdentState, Arc<Registry>)> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
@@ -256,7 +258,7 @@ async fn open_storage(
         Registry::new(
             config.node_id,
             db.clone(),
-            PeerPool::default(),
+            PeerPool::new(dialer),
             config.openraft_config(),
         )
         .with_sleep(config.raft.sleep_after_ms > 0),
@@ -371,6 +373,7 @@ fn spawn_jobs(
     let sleep_after_ms = config.raft.sleep_after_ms;
     tasks.spawn(jobs::register_self(
         config.clone(),
+        registry.pool().dialer().clone(),
         incarnation,
         tx_fatal,
         rx_stop.clone(),
@@ -456,7 +459,7 @@ fn node_client(
     proposer: &Arc<Proposer>,
 ) -> ClusterClient {
     let resolver = registry.clone();
-    ClusterClient::new(seeds(config))
+    ClusterClient::new(seeds(config), registry.pool().dialer().clone())
         .with_members(Arc::new(move |g| resolver.member_addrs(g)))
         .with_local(proposer.clone())
 }

@@ -24,6 +24,7 @@ use crate::propose::{self, ProposeError, Proposer, Read};
 use crate::registry::{GroupHandle, Registry};
 use crate::status::to_status;
 
+/// The node's `NodeService` gRPC handler: checks the caller and forwards to [`Proposer`].
 pub struct NodeApi {
     proposer: Arc<Proposer>,
     region: String,
@@ -46,6 +47,7 @@ impl NodeApi {
         self
     }
 
+    /// Wrap as a tonic service with the node's message size limits ([`MAX_MESSAGE_BYTES`]).
     pub fn into_server(self) -> NodeServiceServer<NodeApi> {
         NodeServiceServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)

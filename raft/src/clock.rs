@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Where a leader reads the wall-clock time; a trait so tests and drills can skew it.
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
@@ -22,6 +23,7 @@ impl SystemClock {
         self.skew_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// The current skew, in ms (negative: behind).
     pub fn skew(&self) -> i64 {
         self.skew_ms.load(Ordering::Relaxed)
     }

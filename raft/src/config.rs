@@ -11,14 +11,18 @@ use crate::storage::FlushMode;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RaftTuning {
+    /// Leader heartbeat interval (ms), also the node-level liveness ping interval.
     pub heartbeat_ms: u64,
+    /// Shortest election timeout (ms); must exceed `heartbeat_ms`.
     pub election_timeout_min_ms: u64,
+    /// Longest election timeout (ms); must exceed `election_timeout_min_ms`.
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after this many applied entries.
     pub snapshot_every: u64,
     /// Entries kept in the log behind a snapshot (lets a lagging follower
     /// catch up without a snapshot).
     pub logs_to_keep: u64,
+    /// How log appends reach the disk (see [`FlushMode`]).
     pub flush: FlushMode,
     /// A group nobody has used for this long sleeps (no ticks, heartbeats
     /// or elections) until used again; 0: groups never sleep.

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::registry::GroupHandle;
 use crate::types::TypeConfig;
 
+/// A membership operation to run at a group's leader ([`apply`]); each is idempotent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MembershipOp {
     /// Only report the status.
@@ -30,11 +31,21 @@ pub enum MembershipOp {
     /// `SetVoters(to)` only if the voters are `from` now (or already `to`,
     /// or half-way between the two): a compare-and-set, so a late caller
     /// working from an old view cannot undo a newer change.
-    ReplaceVoters { from: Vec<u64>, to: Vec<u64> },
+    ReplaceVoters {
+        /// The voters the caller expects now.
+        from: Vec<u64>,
+        /// The voters wanted.
+        to: Vec<u64>,
+    },
     /// Replace voter `remove` with `add` (already a learner), keeping every
     /// learner and `remove` as one: the directory's voters, whose learners
     /// are every other node.
-    ReplaceVoter { remove: u64, add: u64 },
+    ReplaceVoter {
+        /// The voter to demote to learner.
+        remove: u64,
+        /// The learner to promote in its place.
+        add: u64,
+    },
     /// Make voter `id` a learner (nothing if it is not a voter); every
     /// learner stays.
     DemoteVoter(u64),
@@ -45,12 +56,17 @@ pub enum MembershipOp {
 /// A group's membership as its leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipStatus {
+    /// The leader's node id (the node that answered).
     pub leader: u64,
+    /// The leader's current term.
     pub term: u64,
+    /// Node ids of the voters (both configs' voters while `joint`).
     pub voters: Vec<u64>,
+    /// Node ids of the learners.
     pub learners: Vec<u64>,
     /// A joint configuration is in effect (a change is half-way).
     pub joint: bool,
+    /// The leader's last log index (0 while its log is empty).
     pub last_log_index: u64,
     /// The highest log index known replicated to each follower/learner.
     pub matched: BTreeMap<u64, u64>,

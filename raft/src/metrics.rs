@@ -46,8 +46,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
 /// What a family is, for its `# TYPE` line.
 #[derive(Clone, Copy)]
 pub enum Kind {
+    /// A monotonic counter.
     Counter,
+    /// A value that goes up and down.
     Gauge,
+    /// A latency histogram, bucketed by [`LATENCY_BUCKETS`].
     Histogram,
 }
 
@@ -111,7 +114,9 @@ pub struct RaftMetrics {
     /// Ownership moves started / aborted through this node's edge, and
     /// completed by this node's coordinator.
     pub moves_started: Counter,
+    /// Ownership moves aborted through this node's edge.
     pub moves_aborted: Counter,
+    /// Ownership moves completed by this node's coordinator.
     pub moves_completed: Counter,
     move_duration_ms_sum: Counter,
     move_pause_ms_sum: Counter,
@@ -119,9 +124,11 @@ pub struct RaftMetrics {
     move_last_pause: Gauge,
     /// Replicas on this node whose timers are stopped (see `sleep`).
     pub groups_sleeping: Gauge,
+    /// Replicas on this node unloaded from memory after sleeping (see `sleep::dormant`).
     pub groups_dormant: Gauge,
     /// 1 while free space is below the reserve (`storage::health`).
     pub storage_full: Gauge,
+    /// Free bytes of the data directory's filesystem (`storage::health`).
     pub storage_free_bytes: Gauge,
 }
 
@@ -150,6 +157,7 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
 });
 
 impl RaftMetrics {
+    /// Add one to `counter`.
     pub fn inc(counter: &Counter) {
         counter.increment(1);
     }

@@ -31,31 +31,42 @@ use crate::types::{Raft, TypeConfig};
 /// carried it (`log_index` 0: answered by the leader without proposing).
 #[derive(Debug, Clone)]
 pub struct Committed {
+    /// The state machine's answer (or the leader's, when it refused before proposing).
     pub response: Response,
+    /// Index of the entry that carried the command; 0 when none did.
     pub log_index: u64,
+    /// Term of that entry (the leader's current term when `log_index` is 0).
     pub term: u64,
 }
 
 /// A committed batch: one answer per command, in order.
 #[derive(Debug, Clone)]
 pub struct CommittedBatch {
+    /// One answer per command, in the order sent.
     pub responses: Vec<Response>,
+    /// Index of the entry that carried the batch; 0 when no command was proposed.
     pub log_index: u64,
+    /// Term of that entry (the leader's current term when `log_index` is 0).
     pub term: u64,
 }
 
 /// An answered query and the replica state it was read from.
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The query's answer.
     pub result: QueryResult,
+    /// Index of the last entry the replica had applied (0: none yet).
     pub applied_index: u64,
+    /// The replica's current term when it answered.
     pub term: u64,
 }
 
 /// Where a group's leader is, as a replica that is not it knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderHint {
+    /// The leader's node id.
     pub node_id: u64,
+    /// The leader's gRPC address.
     pub addr: String,
 }
 
@@ -63,12 +74,15 @@ pub struct LeaderHint {
 /// answered. Each variant has a stable [`code`](ProposeError::code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
+    /// This node hosts no replica of the group.
     #[error("group {0} is not hosted on this node")]
     UnknownGroup(GroupId),
     /// Ask the leader this replica knows, if any.
     #[error("not the leader of group {group}")]
     NotLeader {
+        /// The group asked.
         group: GroupId,
+        /// The leader this replica knows, if any.
         leader: Option<LeaderHint>,
     },
     /// The entry may or may not commit (discarded by a leader change after
@@ -80,12 +94,26 @@ pub enum ProposeError {
     Unavailable(String),
     /// The bytes of a command, query or membership op did not decode.
     #[error("{reason}")]
-    Malformed { code: &'static str, reason: String },
+    Malformed {
+        /// The stable code (`malformed_command`, `malformed_query`, `bad_membership_op`,
+        /// `malformed_payload`, `batch_too_large`).
+        code: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
     /// Raft refused the request for a reason that a retry will not fix.
     #[error("{0}")]
     Refused(String),
+    /// A leadership transfer named a node that is not a voter of the group.
     #[error("node {to} is not a voter of group {group}")]
-    NotAVoter { group: GroupId, to: u64 },
+    NotAVoter {
+        /// The group asked.
+        group: GroupId,
+        /// The node the transfer named.
+        to: u64,
+    },
+    /// A membership change failed (leadership moved meanwhile, a node is missing,
+    /// or the voters were not the ones a compare-and-set expected).
     #[error("{0}")]
     MembershipFailed(String),
     /// A peer answered something this node cannot read.
@@ -279,6 +307,7 @@ pub struct Proposer {
 }
 
 impl Proposer {
+    /// A proposer for the groups hosted in `registry`; event commands get `clock`'s time.
     pub fn new(registry: Arc<Registry>, clock: Arc<dyn Clock>) -> Proposer {
         Proposer {
             registry,
@@ -298,6 +327,7 @@ impl Proposer {
         self
     }
 
+    /// The replicas hosted on this node.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }

@@ -23,6 +23,7 @@ use crate::types::Raft;
 /// command (`propose`), a membership operation (`membership::apply`) or
 /// the one leadership hand-over ([`GroupHandle::hand_over`]).
 pub struct GroupHandle {
+    /// The group this replica belongs to.
     pub id: GroupId,
     pub(crate) raft: Raft,
     pub(crate) sm: StateMachineStore,
@@ -113,10 +114,13 @@ impl GroupHandle {
 /// Why [`GroupHandle::hand_over`] did not start a transfer.
 #[derive(Debug, thiserror::Error)]
 pub enum HandOverError {
+    /// This replica is not the group's Raft leader.
     #[error("this replica is not the group's Raft leader")]
     NotLeading,
+    /// The target node is not a voter of the group.
     #[error("the target is not a voter of the group")]
     NotAVoter,
+    /// The Raft instance has stopped (a fatal error): it took no transfer.
     #[error("{0}")]
     Failed(String),
 }
@@ -143,6 +147,8 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry for node `node_id`: groups opened here run with `config` over
+    /// `pool`, stored in `db`, and never sleep unless [`Registry::with_sleep`] says so.
     pub fn new(
         node_id: u64,
         db: NodeDb,
@@ -279,18 +285,23 @@ impl Registry {
         self
     }
 
+    /// This node's id.
     pub fn node_id(&self) -> u64 {
         self.node_id
     }
 
+    /// The node's database, shared by all its replicas.
     pub fn db(&self) -> &NodeDb {
         &self.db
     }
 
+    /// The node's channels to its peers.
     pub fn pool(&self) -> &PeerPool {
         &self.pool
     }
 
+    /// The replica of `id` if it is open in memory here (a dormant one stays dormant: see
+    /// [`Registry::hosted`]).
     pub fn get(&self, id: GroupId) -> Option<Arc<GroupHandle>> {
         self.groups
             .read()
@@ -330,6 +341,7 @@ impl Registry {
         self.get(id).is_some() || self.is_dormant(id)
     }
 
+    /// Whether `id` is hosted here but unloaded from memory.
     pub fn is_dormant(&self, id: GroupId) -> bool {
         self.dormant
             .read()

@@ -7,11 +7,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A config secret: the value, or an `env:`/`file:` reference to it until
+/// [`Secret::resolve`]. `Debug` prints `[redacted]`.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret of `value` as is (a reference stays one until [`Secret::resolve`]).
     pub fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
@@ -38,10 +41,12 @@ impl Secret {
         Ok(self.clone())
     }
 
+    /// Length of the value in bytes (of the reference, before [`Secret::resolve`]).
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether the value (or the unresolved reference) is empty.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 /// The slowest and fastest rates a drill may set.
 pub const RATE_MIN: f64 = 0.1;
+/// The fastest rate a drill may set.
 pub const RATE_MAX: f64 = 10.0;
 
 /// Whether a rate was ever set (then [`ANCHOR`] maps real to timer time).

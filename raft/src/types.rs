@@ -26,11 +26,19 @@ openraft::declare_raft_types!(
 /// What a snapshot travels as: the bincode-encoded state.
 pub type SnapshotData = Cursor<Vec<u8>>;
 
+/// One group's openraft instance, with its state machine store.
 pub type Raft = openraft::Raft<TypeConfig, crate::storage::StateMachineStore>;
+/// A log entry's id: its term (leader id) and index.
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+/// A replica's vote: the leader id it voted for, and whether it is committed.
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+/// A log entry: a [`Command`], a membership change, or a new leader's blank entry.
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+/// A snapshot's metadata: the last log id and the membership it includes.
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot with its data ([`SnapshotData`]).
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+/// A membership with the id of the log entry that set it.
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+/// openraft's metrics of one group's replica (not [`crate::metrics`]).
 pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;

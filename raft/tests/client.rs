@@ -129,7 +129,8 @@ async fn a_not_leader_hint_is_followed_to_the_leader() {
     let leader_addr = serve(leader.clone()).await;
     let follower = fake(Answer::NotLeader(leader_addr));
     let follower_addr = serve(follower.clone()).await;
-    let client = ClusterClient::new(vec![follower_addr]).with_deadline(Duration::from_secs(10));
+    let client = ClusterClient::new(vec![follower_addr], Default::default())
+        .with_deadline(Duration::from_secs(10));
 
     let c = client.write(GroupId(5), &put()).await.expect("committed");
     assert!(matches!(c.response, Response::Written { existed: false }));
@@ -148,7 +149,8 @@ async fn a_not_leader_hint_is_followed_to_the_leader() {
 async fn an_unknown_outcome_is_returned_not_resent() {
     let node = fake(Answer::OutcomeUnknown);
     let addr = serve(node.clone()).await;
-    let client = ClusterClient::new(vec![addr]).with_deadline(Duration::from_secs(10));
+    let client =
+        ClusterClient::new(vec![addr], Default::default()).with_deadline(Duration::from_secs(10));
     let e = client.write(GroupId(5), &put()).await.unwrap_err();
     assert!(
         matches!(e, ClientError::Rejected(ProposeError::OutcomeUnknown(_))),

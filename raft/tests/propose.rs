@@ -235,7 +235,7 @@ async fn an_unknown_group_is_a_typed_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_stays_in_process_for_a_group_this_node_leads() {
     let n = one_node().await;
-    let client = ClusterClient::new(vec![NOWHERE.into()])
+    let client = ClusterClient::new(vec![NOWHERE.into()], Default::default())
         .with_deadline(Duration::from_secs(2))
         .with_local(n.proposer.clone());
     let c = client.write(GROUP, &create()).await.expect("local write");
@@ -255,7 +255,8 @@ async fn the_client_stays_in_process_for_a_group_this_node_leads() {
 /// deadline with `no_leader` (the 60 s pass in virtual time).
 #[tokio::test(start_paused = true)]
 async fn a_client_with_no_reachable_node_gives_up_at_its_deadline() {
-    let client = ClusterClient::new(vec![NOWHERE.into()]).with_deadline(Duration::from_secs(60));
+    let client = ClusterClient::new(vec![NOWHERE.into()], Default::default())
+        .with_deadline(Duration::from_secs(60));
     let started = tokio::time::Instant::now();
     let e = client.write(GROUP, &create()).await.unwrap_err();
     match e {

@@ -66,7 +66,9 @@ impl CommandError {
 
 /// The fenced command path of one node (shared: `Arc<Commands>`).
 pub struct Commands {
+    /// The cluster client commands go through (in-process for groups this node leads).
     pub client: ClusterClient,
+    /// Events' routes, cached from the directory.
     pub routes: Arc<RouteCache>,
     registry: Arc<Registry>,
     /// `seatfence_stale_epoch_rejections_total{layer="edge"}`.

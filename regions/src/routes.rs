@@ -11,12 +11,16 @@ use seatfence_core::{Epoch, EventId, EventRoute, Fence, GroupId, Query, QueryRes
 use seatfence_raft::registry::Registry;
 use seatfence_raft::{ClientError, ClusterClient};
 
+/// Why an event's route could not be found.
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
+    /// The directory has no route for the event (no such event).
     #[error("event {0} not found")]
     NotFound(EventId),
+    /// The directory's leader could not be asked, or refused the query.
     #[error("directory unreachable: {0}")]
     Directory(#[from] ClientError),
+    /// The directory answered the route query with something other than a route.
     #[error("directory answered an unexpected result")]
     BadAnswer,
 }
@@ -27,7 +31,10 @@ pub enum FenceCheck {
     /// At or above every fence seen for the event: use it.
     Fresh,
     /// Below a fence already seen: discard and re-route.
-    Stale { seen: Fence },
+    Stale {
+        /// The highest fence seen for the event.
+        seen: Fence,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +62,7 @@ pub struct RouteCache {
 }
 
 impl RouteCache {
+    /// An empty cache that asks the directory through `client`.
     pub fn new(client: ClusterClient) -> RouteCache {
         RouteCache {
             client,
@@ -193,7 +201,10 @@ mod tests {
     use seatfence_core::inventory::Survival;
 
     fn cache_with(epoch: u64) -> (RouteCache, EventId) {
-        let c = RouteCache::new(ClusterClient::new(vec!["127.0.0.1:1".into()]));
+        let c = RouteCache::new(ClusterClient::new(
+            vec!["127.0.0.1:1".into()],
+            Default::default(),
+        ));
         let id = EventId("e".into());
         c.learn(EventRoute {
             event_id: id.clone(),

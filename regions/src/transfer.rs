@@ -21,35 +21,61 @@ pub const CATCH_UP_SLACK: u64 = 100;
 /// A transfer done: who led before, who leads now, at which term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transferred {
+    /// The node that led when the transfer was asked.
     pub previous: u64,
+    /// The target that leads now.
     pub leader: u64,
+    /// The term `leader` leads in.
     pub term: u64,
 }
 
+/// Why [`transfer_leader`] did not end with a target leading.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
+    /// No target that is not avoided is a voter of the group.
     #[error("none of nodes {targets:?} is a voter of group {group}")]
     NotAVoter {
+        /// The group asked.
         group: GroupId,
+        /// The targets asked, avoided ones included.
         targets: Vec<u64>,
+        /// The group's voters, as its leader sees them.
         voters: Vec<u64>,
     },
     /// `lag`: how far the first target voter is behind the leader's log.
     #[error("no target voter of group {group} is caught up (lag {lag:?})")]
-    NotCaughtUp { group: GroupId, lag: Option<u64> },
+    NotCaughtUp {
+        /// The group asked.
+        group: GroupId,
+        /// Entries the first target voter is behind; `None` if the leader tracks no match for it.
+        lag: Option<u64>,
+    },
     /// Another node won a newer term meanwhile (an election, or a drained
     /// node's own hand-off): the targets will not lead now.
     #[error("node {leader} became leader of group {group} (term {term}) instead")]
     LeaderChanged {
+        /// The group asked.
         group: GroupId,
+        /// The node that leads now.
         leader: u64,
+        /// The term it leads in.
         term: u64,
     },
     /// Every target is one to avoid (drained) and none leads already.
     #[error("every target for group {group} is drained")]
-    Avoided { group: GroupId },
+    Avoided {
+        /// The group asked.
+        group: GroupId,
+    },
+    /// The transfer was asked, but no target led before `wait` ran out.
     #[error("no target became leader of group {group} within {waited:?}")]
-    TimedOut { group: GroupId, waited: Duration },
+    TimedOut {
+        /// The group asked.
+        group: GroupId,
+        /// How long it waited for a target to lead.
+        waited: Duration,
+    },
+    /// Asking the group's leader failed.
     #[error(transparent)]
     Client(#[from] ClientError),
 }

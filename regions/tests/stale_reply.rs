@@ -120,7 +120,7 @@ async fn a_reply_below_the_highest_fence_is_discarded_and_the_command_retried() 
     ));
     seatfence_raft::metrics::install();
     let commands = Commands::new(
-        ClusterClient::new(vec![addr]).with_deadline(Duration::from_secs(5)),
+        ClusterClient::new(vec![addr], Default::default()).with_deadline(Duration::from_secs(5)),
         registry,
     );
     let route = EventRoute {

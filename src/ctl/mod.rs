@@ -134,8 +134,8 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                 })?
             };
             let tls = tls.load()?;
-            seatfence_raft::network::tls::install_client(tls.as_ref());
-            node::run(addr, cmd).await
+            let dialer = seatfence_raft::network::Dialer::new(tls.as_ref());
+            node::run(addr, dialer, cmd).await
         }
     }
 }

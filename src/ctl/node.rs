@@ -3,13 +3,15 @@
 
 use seatfence_core::{Command, GroupId, Placement};
 use seatfence_node::create_group;
+use seatfence_raft::network::Dialer;
 use seatfence_raft::ClusterClient;
 
 use super::CtlCmd;
 
-/// Run a node-level command against the node at `addr`.
-pub(super) async fn run(addr: String, cmd: CtlCmd) -> anyhow::Result<()> {
-    let client = ClusterClient::new(vec![addr.clone()]);
+/// Run a node-level command against the node at `addr`, dialled through
+/// `dialer` (the operator's certificate, or plaintext).
+pub(super) async fn run(addr: String, dialer: Dialer, cmd: CtlCmd) -> anyhow::Result<()> {
+    let client = ClusterClient::new(vec![addr.clone()], dialer);
     match cmd {
         CtlCmd::Status { json } => {
             let s = client.status_at(&addr).await?;

@@ -102,10 +102,6 @@ impl LocalCluster {
             .map(|t| t.load())
             .transpose()?
             .flatten();
-        // Also the process's, for code that dials without a client (a
-        // drill runs one cluster per process); a test process may run
-        // several clusters at once, so `client` carries its own.
-        seatfence_raft::network::tls::install_client(harness.as_ref());
         let n = nodes.len();
         let mut cluster = LocalCluster {
             bin: bin.to_path_buf(),
@@ -329,18 +325,19 @@ impl LocalCluster {
 
     /// A client of this cluster, speaking as the harness (node 1).
     pub fn client(&self) -> ClusterClient {
-        let client = ClusterClient::new(self.addrs());
-        match &self.harness {
-            Some(t) => client.with_tls(t),
-            None => client,
-        }
+        ClusterClient::new(self.addrs(), self.dialer())
+    }
+
+    /// How the harness dials the nodes (as node 1, over TLS unless the
+    /// cluster is `insecure`).
+    pub fn dialer(&self) -> seatfence_raft::network::Dialer {
+        seatfence_raft::network::Dialer::new(self.harness.as_ref())
     }
 
     /// A gRPC endpoint of the node at `addr`, as the harness (for a test
     /// that speaks raw RPCs).
     pub fn endpoint(&self, addr: &str) -> anyhow::Result<tonic::transport::Endpoint> {
-        let tls = self.harness.as_ref().map(|t| t.client());
-        seatfence_raft::network::tls::endpoint_with(addr, tls.as_ref()).map_err(anyhow::Error::msg)
+        self.dialer().endpoint(addr).map_err(anyhow::Error::msg)
     }
 
     /// Wait until every running node hosts `group` and one of them leads it;

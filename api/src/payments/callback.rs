@@ -27,6 +27,8 @@ fn rejected(payments: &Payments, code: &'static str, message: &str) -> ApiError 
     ApiError::bad(code, message.to_string())
 }
 
+/// `GET /v1/payments/callback`: for a recorded payment with its signature, take
+/// the payment before the deadline and answer the booking's status (200).
 pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let payments = edge.payments()?;
     let param = |name| req.query_param(name).filter(|v| !v.is_empty());

@@ -43,6 +43,8 @@ fn ok(result: &str) -> Result<Reply, ApiError> {
     Ok(Reply::json(StatusCode::OK, json!({"result": result})))
 }
 
+/// `POST /v1/payments/webhook`: verify the signature (401), then confirm the
+/// booking only as the gateway's own answer allows; `{"result": ...}` says what was done.
 pub async fn handle(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     let payments = edge.payments()?;
     let header = req.gateway_signature.as_deref();

@@ -113,7 +113,14 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
     write_json(&out.join("schedule.json"), &schedule)?;
 
     let (tx_stop, rx_stop) = watch::channel(false);
-    let world = Arc::new(new_world(&out, &nodes, &gateway, secret, rx_stop)?);
+    let world = Arc::new(new_world(
+        &out,
+        &nodes,
+        &gateway,
+        secret,
+        cluster.dialer(),
+        rx_stop,
+    )?);
     let unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -318,6 +325,7 @@ fn new_world(
     nodes: &[NodeInfo],
     gateway: &GatewayProc,
     jwt_secret: String,
+    dialer: seatfence_raft::network::Dialer,
     rx_stop: watch::Receiver<bool>,
 ) -> anyhow::Result<World> {
     let http = HttpClient::default().with_timeout(Duration::from_secs(8));
@@ -335,7 +343,7 @@ fn new_world(
         voters: Mutex::new(BTreeMap::new()),
         asleep: Default::default(),
         asleep_max: Default::default(),
-        client: ClusterClient::new(nodes.iter().map(|n| n.grpc_addr.clone()).collect())
+        client: ClusterClient::new(nodes.iter().map(|n| n.grpc_addr.clone()).collect(), dialer)
             .with_deadline(Duration::from_secs(10)),
         rx_stop,
     })

@@ -43,17 +43,29 @@ pub const MAX_CHANGES_RETENTION_MS: u64 = 30 * 24 * 3600 * 1000;
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ChangeKind {
+    /// `event.created`: the event was created.
     EventCreated,
+    /// `event.opened`: an operator forced the sale open.
     EventOpened,
+    /// `event.closed`: an operator forced the sale closed.
     EventClosed,
+    /// `event.moved`: the epoch was bumped, with a new owner region.
     EventMoved,
+    /// `hold.created`: a hold was made.
     HoldCreated,
+    /// `hold.released`: cancelled, or its seats returned by an operator's refund.
     HoldReleased,
+    /// `hold.expired`: unpaid at its deadline, or released by the reconciler.
     HoldExpired,
+    /// `booking.created`: a payment was attached to a hold.
     BookingCreated,
+    /// `booking.confirmed`: paid; the seats are sold.
     BookingConfirmed,
+    /// `booking.expired`: released unpaid; the seats are back on sale.
     BookingExpired,
+    /// `booking.refund_pending`: paid, and a refund is queued.
     BookingRefundPending,
+    /// `booking.refunded`: the refund was issued.
     BookingRefunded,
 }
 
@@ -90,15 +102,25 @@ impl ChangeKind {
 /// The event as a change shows it (after the change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventFacts {
+    /// Display name.
     pub name: String,
+    /// The region it was created in.
     pub home_region: RegionId,
+    /// The region that owns it.
     pub owner: RegionId,
+    /// Its ownership fence.
     pub epoch: Epoch,
+    /// Total seats.
     pub capacity: u64,
+    /// Price of one seat, in the currency's minor unit.
     pub price_cents: u64,
+    /// ISO 4217 code of `price_cents`.
     pub currency: String,
+    /// When the sale window opens, in Unix ms; `None`: at creation.
     pub opens_at_ms: Option<u64>,
+    /// When the sale window closes, in Unix ms; `None`: never.
     pub closes_at_ms: Option<u64>,
+    /// The operator's override of the window, if any.
     pub forced_open: Option<bool>,
 }
 
@@ -106,17 +128,29 @@ pub struct EventFacts {
 /// without the payment's callback signature or approval link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BookingFacts {
+    /// Its hold's seq.
     pub seq: u64,
+    /// The buyer.
     pub owner: UserId,
+    /// Where it stands.
     pub status: BookingStatus,
+    /// Its hold's seat ids.
     pub seats: Vec<String>,
+    /// The gateway's id of the payment.
     pub payment_id: String,
+    /// The sum asked, in the currency's minor unit.
     pub amount_cents: u64,
+    /// ISO 4217 code of `amount_cents`.
     pub currency: String,
+    /// When the payment was attached, on the event's clock (Unix ms).
     pub created_ms: u64,
+    /// When the booking last changed, on the event's clock (Unix ms).
     pub updated_ms: u64,
+    /// The gateway's transaction id of the capture, once paid.
     pub txn_id: Option<String>,
+    /// Which path confirmed the payment, once paid.
     pub confirmed_via: Option<ConfirmPath>,
+    /// The gateway's id of the refund, once refunded.
     pub refund_id: Option<String>,
     /// An operator's refund: who asked, why, and whether the seats went
     /// back on sale. `None` for a late payment's refund.
@@ -126,8 +160,11 @@ pub struct BookingFacts {
 /// The record a change is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChangeSubject {
+    /// The event, for an `event.*` change.
     Event(EventFacts),
+    /// The hold, for a `hold.*` change.
     Hold(Hold),
+    /// The booking, for a `booking.*` change.
     Booking(BookingFacts),
 }
 
@@ -139,7 +176,9 @@ pub struct Change {
     /// The event's clock when the command applied (the leader's, never
     /// running backwards).
     pub at_ms: u64,
+    /// What changed.
     pub kind: ChangeKind,
+    /// The record it is about, as it stands after the change.
     pub subject: ChangeSubject,
 }
 
@@ -154,6 +193,7 @@ pub(super) struct Before {
 /// A page of one event's changes, and the range this replica keeps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangePage {
+    /// The event's id; `None` when this replica has no event.
     pub event_id: Option<crate::ids::EventId>,
     /// The oldest change kept (`next_seq` when none is).
     pub oldest_seq: u64,

@@ -71,25 +71,43 @@ pub const AUTO_OPERATION_TTL_MS: u64 = 10 * 60 * 1000;
 /// cache; the leader stamps `now_ms` just before proposing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventCommand {
+    /// The event it is for: another one than the group's is `EventNotFound`.
     pub event_id: EventId,
+    /// The epoch the sender routed by: any other than the event's is `StaleEpoch`.
     pub epoch: Epoch,
+    /// The leader's clock, in Unix ms; `apply` never lets the event's clock go back.
     pub now_ms: u64,
     /// `(owner, Idempotency-Key)`: a replay returns the recorded outcome.
     pub idempotency: Option<(UserId, String)>,
+    /// What to do.
     pub action: EventAction,
 }
 
+/// What an event command asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EventAction {
     /// Create the event (epoch 1, owner = home region). Repeating the same
     /// spec answers `Created` again; another spec is `EventExists`.
     Create(Box<EventSpec>),
     /// Hold seats for `owner`, all or none.
-    Hold { owner: UserId, pick: SeatPick },
+    Hold {
+        /// The buyer.
+        owner: UserId,
+        /// Which seats.
+        pick: SeatPick,
+    },
     /// Cancel a hold (its owner only, before payment).
-    Cancel { owner: UserId, hold: u64 },
+    Cancel {
+        /// The buyer who made the hold.
+        owner: UserId,
+        /// The hold's seq.
+        hold: u64,
+    },
     /// Operator override of the sale window.
-    SetOpen { open: bool },
+    SetOpen {
+        /// `true` opens the sale, `false` closes it, whatever the window says.
+        open: bool,
+    },
     /// Advance the clock: expires due holds.
     Tick,
     /// Bookings and payments (see `booking.rs`).
@@ -99,7 +117,12 @@ pub enum EventAction {
     /// after success is a `StaleEpoch` naming the new one); `epoch` must be
     /// exactly one above it. From here on, every command stamped with the
     /// old epoch is refused on every replica.
-    BumpEpoch { epoch: Epoch, owner: RegionId },
+    BumpEpoch {
+        /// The new epoch: the command's `epoch` plus one.
+        epoch: Epoch,
+        /// The region that owns the event from now on.
+        owner: RegionId,
+    },
     /// The waiting room (see `room.rs`).
     Room(RoomAction),
 }
@@ -107,10 +130,13 @@ pub enum EventAction {
 /// Which seats a hold asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SeatPick {
+    /// These seat ids, each once: all must exist and be available.
     Seats(Vec<String>),
     /// Any `quantity` free seats, from `section` or from any section.
     Quantity {
+        /// The section to take them from; `None`: any, in layout order.
         section: Option<String>,
+        /// How many seats, at least 1.
         quantity: u32,
     },
 }
@@ -165,30 +191,49 @@ pub(crate) fn echo(s: &str, max: usize) -> String {
 /// An event's settings, fence and counters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
+    /// The event's id.
     pub event_id: EventId,
+    /// Display name.
     pub name: String,
+    /// The region it was created in (its owner at epoch 1).
     pub home_region: RegionId,
+    /// The region that owns it now; a move (`BumpEpoch`) changes it.
     pub owner: RegionId,
+    /// The ownership fence: 1 at creation, one more per move.
     pub epoch: Epoch,
     /// Section names in layout order (`""` for explicit seats).
     pub sections: Vec<String>,
+    /// How long a new hold lasts before it expires, in ms.
     pub hold_ttl_ms: u64,
+    /// Most seats one hold may take.
     pub max_seats_per_hold: u32,
+    /// Seats one buyer may have across live holds; `None`: no limit.
     pub max_seats_per_buyer: Option<u32>,
+    /// When the sale window opens, in Unix ms; `None`: at creation.
     pub opens_at_ms: Option<u64>,
+    /// When the sale window closes, in Unix ms; `None`: never.
     pub closes_at_ms: Option<u64>,
+    /// Where the event group's voters go.
     pub survival: Survival,
     /// Operator override of the window (`POST .../open|close`).
     pub forced_open: Option<bool>,
+    /// Total seats; `available + held + sold` always equals it.
     pub capacity: u64,
+    /// Seats free to hold.
     pub available: u64,
+    /// Seats in held holds, not sold yet.
     pub held: u64,
+    /// Seats sold: those of booked holds.
     pub sold: u64,
     /// Hash of the creating spec: a repeated create must match it.
     pub spec_hash: u64,
+    /// The seq the next hold gets: 1 for the first.
     pub next_hold_seq: u64,
+    /// The id the next outbox item gets: 1 for the first.
     pub next_outbox_id: u64,
+    /// Price of one seat, in the currency's minor unit.
     pub price_cents: u64,
+    /// ISO 4217 code of `price_cents`.
     pub currency: String,
     /// How long finished records are kept (the spec's `retention_ms`).
     pub retention_ms: u64,
@@ -215,30 +260,43 @@ impl Event {
     }
 }
 
+/// Where one seat stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SeatState {
+    /// Free to hold.
     Available,
+    /// Held, not sold yet, by the hold with this seq.
     Held(u64),
+    /// Sold, through the hold with this seq.
     Sold(u64),
 }
 
+/// One seat's record, keyed by its seat id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seat {
     /// Position in the layout (free seats are handed out in this order).
     pub ordinal: u32,
+    /// Index of its section in the event's `sections`.
     pub section: u32,
+    /// Free, held or sold.
     pub state: SeatState,
 }
 
+/// Where a hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum HoldStatus {
+    /// Owns its seats, not paid yet.
     Held,
+    /// Paid: its seats are sold.
     Booked,
+    /// Ended early: cancelled by its owner, or refunded by an operator with the seats returned.
     Released,
+    /// Ended at its deadline unpaid, or released by the reconciler (payment failed or unpaid).
     Expired,
 }
 
 impl HoldStatus {
+    /// The lowercase name the API gives it.
     pub fn as_str(self) -> &'static str {
         match self {
             HoldStatus::Held => "held",
@@ -254,13 +312,20 @@ impl HoldStatus {
     }
 }
 
+/// Seats taken for one buyer, all or none; its booking, if any, has its `seq`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Hold {
+    /// Number within the event, from 1 in creation order; also its booking's key.
     pub seq: u64,
+    /// The buyer.
     pub owner: UserId,
+    /// Seat ids: in the order asked, or in layout order for a quantity.
     pub seats: Vec<String>,
+    /// When it was made, on the event's clock (Unix ms).
     pub created_ms: u64,
+    /// Its deadline, in Unix ms: unpaid by then, it expires.
     pub expires_at_ms: u64,
+    /// Where it stands.
     pub status: HoldStatus,
     /// Times the reconciler pushed the deadline back (payment unknown).
     pub extensions: u32,
@@ -269,101 +334,154 @@ pub struct Hold {
 /// The recorded outcome of one idempotent request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operation {
+    /// [`request_hash`] of the request: a replay must match it.
     pub request_hash: u64,
+    /// When it was recorded, on the event's clock (Unix ms).
     pub at_ms: u64,
+    /// The outcome a replay answers.
     pub outcome: Outcome,
 }
 
 /// What an event command did. Every replica computes the same one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Outcome {
+    /// The event was created, or the same spec was sent again.
     Created {
+        /// The event's total seats.
         capacity: u64,
     },
+    /// The hold was made.
     Held(Hold),
+    /// The hold as it stands after a cancel (also when it had ended already).
     Cancelled(Hold),
+    /// The operator's override of the sale window was set.
     OpenSet {
+        /// The override now in force.
         open: bool,
     },
+    /// The clock advanced.
     Ticked {
+        /// Holds this command expired.
         expired: u32,
     },
+    /// The event moved: from now on only commands with the new epoch apply.
     EpochBumped {
+        /// The new epoch.
         epoch: Epoch,
+        /// The new owner region.
         owner: RegionId,
     },
     /// The command's epoch is not the event's: re-route with `current`.
     StaleEpoch {
+        /// The event's epoch.
         current: Epoch,
+        /// The region that owns the event at that epoch.
         owner: RegionId,
     },
+    /// The group has no event, or another one than the command names.
     EventNotFound,
+    /// A create sent a different spec for an event that exists.
     EventExists,
+    /// The spec, or the waiting room's settings, were refused.
     InvalidEvent(SpecError),
+    /// The event has no hold with that seq owned by that buyer.
     HoldNotFound,
     /// A hold that has a booking cannot be cancelled by its owner.
     HoldNotCancellable {
+        /// The hold's status: held with a booking, or booked.
         status: HoldStatus,
     },
+    /// Listed seats are taken, or too few seats are free; nothing was held.
     SeatsUnavailable {
+        /// The listed seats that are held or sold (empty for a quantity).
         unavailable: Vec<String>,
+        /// Free seats: in the event for a list, in the sections asked for a quantity.
         available: u64,
     },
     /// At most [`MAX_ECHOED_SEATS`] of the unknown seats (the first asked).
     UnknownSeats {
+        /// The unknown seat ids, each cut to [`MAX_PICK_NAME_BYTES`].
         seats: Vec<String>,
     },
     /// The section asked for, cut to [`MAX_PICK_NAME_BYTES`].
     UnknownSection {
+        /// The name asked for, cut short.
         section: String,
     },
+    /// The hold asks for more seats than one hold may take.
     TooManySeats {
+        /// The event's `max_seats_per_hold`.
         max: u32,
     },
+    /// The request is malformed or not allowed now; nothing changed.
     InvalidRequest {
+        /// Why, for a person to read.
         reason: String,
     },
+    /// The sale window has not opened yet.
     SaleNotOpen,
+    /// The sale window has closed, or an operator closed the sale.
     SaleClosed,
+    /// The buyer's live holds plus this one would go over the per-buyer limit.
     BuyerLimitReached {
+        /// The event's `max_seats_per_buyer`.
         limit: u32,
     },
+    /// The idempotency key was used before for a different request.
     IdempotencyKeyReused,
     /// A booking as it stands after the command.
     Booking(Box<Booking>),
     /// The answer to a confirm: `changed` when this command moved the
     /// booking (to confirmed, or to refund_pending after a release).
     Confirmed {
+        /// Whether this command changed the booking's status.
         changed: bool,
+        /// The booking after the command.
         booking: Box<Booking>,
     },
+    /// The answer to an execute intent.
     ExecuteIntent {
+        /// Whether the requester may execute (capture) the payment now.
         granted: bool,
+        /// The booking after the command.
         booking: Box<Booking>,
     },
+    /// The payment deadline was pushed back (by this command or an earlier one).
     Extended {
+        /// Extensions the hold has had so far.
         extensions: u32,
+        /// The hold's deadline now, in Unix ms.
         expires_at_ms: u64,
     },
+    /// The hold had its [`MAX_EXTENSIONS`] already: the deadline stays.
     ExtensionsExhausted {
+        /// Extensions the hold has had.
         extensions: u32,
     },
+    /// The outbox item is delivered (now or before).
     OutboxDone,
+    /// The hold has no booking.
     BookingNotFound,
     /// The payment id is not the booking's.
     PaymentMismatch,
     /// Only a held hold can be booked.
     HoldNotBookable {
+        /// The hold's status.
         status: HoldStatus,
     },
     /// The hold's deadline has passed: no payment is taken any more.
     PaymentDeadlinePassed,
+    /// A release or void intent came before the deadline, or an unpaid release before a
+    /// void intent.
     ReleaseRefused {
+        /// Why, for a person to read.
         reason: String,
     },
+    /// The event has no outbox item with that id.
     OutboxItemNotFound,
     /// Only a confirmed booking can be refunded by an operator.
     BookingNotRefundable {
+        /// The booking's status.
         status: BookingStatus,
     },
     /// The room's settings as they now stand.
@@ -384,7 +502,9 @@ pub enum Outcome {
     /// seats one ticket may hold (the per-buyer limit, else the per-hold
     /// one), so this one would go over.
     TicketUsed {
+        /// Seats one ticket may hold over its life.
         limit: u32,
+        /// Seats already held through this ticket.
         held: u32,
     },
 }
@@ -446,8 +566,11 @@ pub struct EventReply {
     /// The answer repeats a recorded one (same Idempotency-Key): nothing
     /// was done this time.
     pub replayed: bool,
+    /// The event's epoch after the command (`Epoch(0)` when the event is unknown).
     pub epoch: Epoch,
+    /// The event's owner region after the command (empty when the event is unknown).
     pub owner: RegionId,
+    /// What the command did.
     pub outcome: Outcome,
 }
 
@@ -456,8 +579,11 @@ pub struct EventReply {
 /// (they share long prefixes such as `buyer…`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OpKey {
+    /// FNV-1a of `owner`, a zero byte and `key`: the first field records sort by.
     pub hash: u64,
+    /// The user who sent the key.
     pub owner: UserId,
+    /// The Idempotency-Key as sent, or an edge's own (see [`AUTO_KEY_PREFIX`]).
     pub key: String,
 }
 
@@ -473,6 +599,7 @@ impl OpKey {
         at_ms.saturating_add(ttl)
     }
 
+    /// The key of `owner`'s `key`, with its hash.
     pub fn new(owner: UserId, key: String) -> OpKey {
         let mut bytes = Vec::with_capacity(owner.0.len() + key.len() + 1);
         bytes.extend_from_slice(owner.0.as_bytes());
@@ -507,6 +634,7 @@ pub struct Indexes {
     /// The same, by kind: emails and refunds queue apart, so neither
     /// waits behind the other.
     pub outbox_emails: imbl::OrdSet<u64>,
+    /// Ids of the pending refund items (`outbox_emails` holds the emails).
     pub outbox_refunds: imbl::OrdSet<u64>,
     /// The same, by booking: `(booking seq, item id)`.
     pub outbox_of: imbl::OrdSet<(u64, u64)>,
@@ -520,6 +648,7 @@ pub struct Indexes {
     /// Finished records and when `apply` removes them (`retention.rs`):
     /// `(prune_at_ms, what)`, and the same by what.
     pub prune_queue: imbl::OrdSet<(u64, PruneKey)>,
+    /// Each queued record's `prune_at_ms`, by what: the reverse of `prune_queue`.
     pub prune_at: imbl::OrdMap<PruneKey, u64>,
     /// Waiting-room positions whose buyer held seats while admitted.
     pub used_positions: imbl::OrdSet<u64>,
@@ -528,13 +657,17 @@ pub struct Indexes {
 /// One event's replicated inventory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
+    /// The event; `None` until it is created.
     pub event: Option<Event>,
+    /// Seat records by seat id.
     pub seats: imbl::OrdMap<String, Seat>,
+    /// Holds by seq.
     pub holds: imbl::OrdMap<u64, Hold>,
     /// Idempotency records by [`OpKey`].
     pub ops: imbl::OrdMap<OpKey, Operation>,
     /// Bookings by hold seq.
     pub bookings: imbl::OrdMap<u64, Booking>,
+    /// Outbox items by id.
     pub outbox: imbl::OrdMap<u64, OutboxItem>,
     /// Provider event ids of webhooks already acted on, with when.
     pub inbox: imbl::OrdMap<String, u64>,
@@ -544,6 +677,7 @@ pub struct Inventory {
     pub room: Option<Room>,
     /// Places in the waiting room, by buyer.
     pub places: imbl::OrdMap<UserId, Place>,
+    /// Derived indexes: never serialized, rebuilt by [`Inventory::rebuild_indexes`].
     #[serde(skip)]
     pub index: Indexes,
 }

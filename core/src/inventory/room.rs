@@ -47,7 +47,9 @@ use super::{Inventory, Outcome, SpecError};
 
 /// Bounds of a room's settings.
 pub const MAX_ADMIT_PER_SEC: u32 = 100_000;
+/// The shortest ticket TTL a room may have, in ms: 10 s.
 pub const MIN_TICKET_TTL_MS: u64 = 10_000;
+/// The longest ticket TTL a room may have, in ms: an hour.
 pub const MAX_TICKET_TTL_MS: u64 = 3_600_000;
 /// Most buyers in one join batch.
 pub const MAX_JOIN_BATCH: usize = 1_000;
@@ -64,12 +66,17 @@ pub const MIN_SEGMENT_MS: u64 = 1_000;
 /// `POST /v1/admin/events/{id}/waiting-room`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RoomSettings {
+    /// Whether the room stands in front of the sale; a disabled one asks for no ticket.
     pub enabled: bool,
+    /// Positions admitted per second, 1 to [`MAX_ADMIT_PER_SEC`].
     pub admit_per_sec: u32,
+    /// How long an admitted buyer may hold seats, in ms
+    /// ([`MIN_TICKET_TTL_MS`] to [`MAX_TICKET_TTL_MS`]).
     pub ticket_ttl_ms: u64,
 }
 
 impl RoomSettings {
+    /// Whether the rate and ticket TTL are within bounds; `Err` is `BadWaitingRoom`.
     pub fn validate(&self) -> Result<(), SpecError> {
         if !(1..=MAX_ADMIT_PER_SEC).contains(&self.admit_per_sec)
             || !(MIN_TICKET_TTL_MS..=MAX_TICKET_TTL_MS).contains(&self.ticket_ttl_ms)
@@ -83,8 +90,11 @@ impl RoomSettings {
 /// From `from_ms` on, positions from `from_pos` are admitted at `per_sec`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Segment {
+    /// The first position it admits (0-based), admitted at `from_ms`.
     pub from_pos: u64,
+    /// When it starts, in Unix ms.
     pub from_ms: u64,
+    /// Positions admitted per second.
     pub per_sec: u32,
 }
 
@@ -112,6 +122,7 @@ impl Segment {
 /// The room of one event (one record).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Room {
+    /// The room's settings.
     pub settings: RoomSettings,
     /// Positions given out: 0..placed.
     pub placed: u64,
@@ -119,6 +130,7 @@ pub struct Room {
     pub awaiting_draw: u64,
     /// The draw's seed: every pre-opening batch's salt folded in.
     pub seed: u64,
+    /// The opening's draw has run: joins get the next position from then on.
     pub opened: bool,
     /// The admission schedule, oldest first; empty until the opening.
     pub segments: VecDeque<Segment>,
@@ -136,6 +148,7 @@ pub struct Room {
 pub struct Place {
     /// 0-based; `None` until the opening's draw.
     pub position: Option<u64>,
+    /// When the buyer joined, on the event's clock (Unix ms).
     pub joined_ms: u64,
     /// Seats held through this place's ticket, in every hold it made
     /// (cancelled ones included); at most [`Room::ticket_seats`].
@@ -153,20 +166,33 @@ impl Place {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Standing {
     /// Joined before the opening: the draw places everyone at `opens_at_ms`.
-    AwaitingDraw { opens_at_ms: u64 },
+    AwaitingDraw {
+        /// When the draw runs: the event's `opens_at_ms`.
+        opens_at_ms: u64,
+    },
+    /// In the queue, not admitted yet.
     Waiting {
+        /// 0-based position in the queue.
         position: u64,
         /// Buyers ahead not admitted yet.
         ahead: u64,
+        /// When the schedule, as it stands now, admits it (Unix ms).
         admitted_at_ms: u64,
     },
+    /// Admitted: may hold seats until `expires_at_ms`.
     Admitted {
+        /// 0-based position in the queue.
         position: u64,
+        /// When it was admitted, in Unix ms (never before the buyer joined).
         admitted_at_ms: u64,
+        /// When the ticket lapses: `admitted_at_ms` plus the ticket TTL.
         expires_at_ms: u64,
     },
     /// Admitted and not used in time: may join again, at the back.
-    Lapsed { position: u64 },
+    Lapsed {
+        /// The position it had.
+        position: u64,
+    },
 }
 
 /// Room commands.
@@ -174,14 +200,21 @@ pub enum Standing {
 pub enum RoomAction {
     /// Join these buyers (an edge's batch, in arrival order). `salt` is
     /// the edge's random number, folded into the draw's seed.
-    Join { buyers: Vec<UserId>, salt: u64 },
+    Join {
+        /// The buyers, in arrival order: 1 to [`MAX_JOIN_BATCH`].
+        buyers: Vec<UserId>,
+        /// The edge's random number.
+        salt: u64,
+    },
     /// Operators: change the room (or create it on an event without one).
     Configure(RoomSettings),
     /// A hold whose buyer showed the edge a valid admission ticket; the
     /// group checks the buyer's place again (a plain `Hold` in an event
     /// with a room is refused `ticket_required`).
     Hold {
+        /// The buyer.
         owner: UserId,
+        /// Which seats.
         pick: super::SeatPick,
     },
 }

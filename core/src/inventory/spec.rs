@@ -14,13 +14,17 @@ pub const MAX_CAPACITY: u64 = 200_000;
 pub const MAX_SEATS_PER_HOLD_LIMIT: u32 = 100;
 /// Hold TTL bounds.
 pub const MIN_HOLD_TTL_MS: u64 = 1_000;
+/// The longest hold TTL an event may ask for: a day, in ms.
 pub const MAX_HOLD_TTL_MS: u64 = 24 * 3600 * 1000;
 
 /// Rows × seats of one named section; its seats are `<name>-<row>-<n>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Section {
+    /// 1-16 characters of A-Z a-z 0-9 _, unique within the event.
     pub name: String,
+    /// Number of rows, numbered from 1 in seat ids.
     pub rows: u32,
+    /// Seats in each row, numbered from 1 in seat ids.
     pub seats_per_row: u32,
 }
 
@@ -28,26 +32,37 @@ pub struct Section {
 /// ("zone", the default) or one per region ("region").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Survival {
+    /// Three voters in the home region (the default).
     #[default]
     Zone,
+    /// Voters spread over the regions, one per region first.
     Region,
 }
 
 /// A new event, as the operator describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EventSpec {
+    /// The event's id: 1-64 characters of A-Z a-z 0-9 _ -.
     pub event_id: EventId,
+    /// Display name, 1-200 characters.
     pub name: String,
+    /// The region that owns the event at creation: 1-64 characters of a-z 0-9 -.
     pub home_region: RegionId,
     /// Explicit seat ids (one unnamed section), or empty when `sections` is used.
     pub seats: Vec<String>,
+    /// Named sections in layout order, or empty when `seats` is used.
     pub sections: Vec<Section>,
+    /// How long a hold lasts before it expires, in ms (1 s to 24 h).
     pub hold_ttl_ms: u64,
+    /// Most seats one hold may take (1 to [`MAX_SEATS_PER_HOLD_LIMIT`]).
     pub max_seats_per_hold: u32,
     /// Seats one buyer may have across live holds and bookings.
     pub max_seats_per_buyer: Option<u32>,
+    /// When holds are first accepted, in Unix ms; `None`: from creation.
     pub opens_at_ms: Option<u64>,
+    /// When holds stop being accepted, in Unix ms (after `opens_at_ms`); `None`: never.
     pub closes_at_ms: Option<u64>,
+    /// Where the event group's voters go.
     pub survival: Survival,
     /// Price of one seat, in the currency's minor unit.
     pub price_cents: u64,
@@ -74,40 +89,59 @@ pub const MAX_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Why a spec is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
 pub enum SpecError {
+    /// `event_id` is empty, over 64 characters, or has other characters.
     #[error("event_id must be 1-64 characters of A-Z a-z 0-9 _ -")]
     BadEventId,
+    /// `name` is empty or over 200 characters.
     #[error("name must be 1-200 characters")]
     BadName,
+    /// `home_region` is empty, over 64 bytes, or has other characters.
     #[error("home_region must be 1-64 characters of a-z 0-9 -")]
     BadRegion,
+    /// Both or neither of `seats` and `sections` were given.
     #[error("give exactly one of seats or sections")]
     SeatsOrSections,
+    /// This seat id is empty, over 32 bytes, or has a space or a byte outside printable ASCII.
     #[error("seat id {0:?} must be 1-32 printable characters without spaces")]
     BadSeatId(String),
+    /// This seat id appears more than once in `seats`.
     #[error("seat {0:?} is listed twice")]
     DuplicateSeat(String),
+    /// This section name is malformed or used by an earlier section.
     #[error("section name {0:?} must be 1-16 characters of A-Z a-z 0-9 _ and unique")]
     BadSection(String),
+    /// This section has no rows or no seats per row.
     #[error("section {0:?} needs at least one row and one seat per row")]
     EmptySection(String),
+    /// The capacity (saturated at `u64::MAX`) is above [`MAX_CAPACITY`].
     #[error("capacity {0} is above the limit of {MAX_CAPACITY} seats")]
     TooLarge(u64),
+    /// `hold_ttl_ms` is outside [`MIN_HOLD_TTL_MS`] to [`MAX_HOLD_TTL_MS`].
     #[error("hold_ttl must be between 1 s and 24 h")]
     BadTtl,
+    /// `max_seats_per_hold` is 0 or above [`MAX_SEATS_PER_HOLD_LIMIT`].
     #[error("max_seats_per_hold must be between 1 and {MAX_SEATS_PER_HOLD_LIMIT}")]
     BadMaxPerHold,
+    /// `max_seats_per_buyer` is `Some(0)`.
     #[error("max_seats_per_buyer must be at least 1")]
     BadMaxPerBuyer,
+    /// `opens_at_ms` is not before `closes_at_ms`.
     #[error("opens_at must be before closes_at")]
     BadWindow,
+    /// `price_cents` is above [`MAX_PRICE_CENTS`], or `currency` is not three capital letters.
     #[error("price_cents must be at most {MAX_PRICE_CENTS} and currency three capital letters")]
     BadPrice,
+    /// `retention_ms` is outside [`MIN_RETENTION_MS`] to [`MAX_RETENTION_MS`].
     #[error("retention_secs must be between 60 s and 7 days")]
     BadRetention,
+    /// `changes_retention_ms` is outside 60 s to 30 days
+    /// ([`MIN_CHANGES_RETENTION_MS`], [`MAX_CHANGES_RETENTION_MS`]).
     #[error("changes_retention_secs must be between 60 s and 30 days")]
     BadChangesRetention,
+    /// The waiting room's `admit_per_sec` or `ticket_ttl_ms` is out of bounds.
     #[error("waiting_room: admit_per_sec must be between 1 and {max} and ticket_ttl_secs between {min_ttl} s and {max_ttl} s", max = super::MAX_ADMIT_PER_SEC, min_ttl = super::MIN_TICKET_TTL_MS / 1000, max_ttl = super::MAX_TICKET_TTL_MS / 1000)]
     BadWaitingRoom,
+    /// A waiting room was asked for without `opens_at_ms`.
     #[error("a waiting_room needs opens_at")]
     WaitingRoomNeedsOpensAt,
 }
@@ -116,6 +150,7 @@ pub enum SpecError {
 pub const MAX_PRICE_CENTS: u64 = 100_000_000;
 
 impl SpecError {
+    /// The API error code of every spec refusal: `invalid_event`.
     pub fn code(&self) -> &'static str {
         "invalid_event"
     }
@@ -140,6 +175,7 @@ impl EventSpec {
         }
     }
 
+    /// Whether the spec may create an event; `Err` is the first problem found.
     pub fn validate(&self) -> Result<(), SpecError> {
         if !EventId::is_valid(&self.event_id.0) {
             return Err(SpecError::BadEventId);

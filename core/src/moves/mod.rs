@@ -42,6 +42,7 @@ pub enum MoveStep {
 }
 
 impl MoveStep {
+    /// Every step, in order.
     pub const ALL: [MoveStep; 6] = [
         MoveStep::AddLearners,
         MoveStep::ChangeMembership,
@@ -86,15 +87,21 @@ impl MoveStep {
     }
 }
 
+/// Whether a move runs, and how it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MoveState {
+    /// In progress at its `step`.
     Running,
+    /// Finished: the route has the new epoch and owner.
     Done,
+    /// Aborted before its membership change; the route is unchanged.
     Aborted,
+    /// Given up on; `reason` says why (no [`MoveOp`] sets this state today).
     Failed,
 }
 
 impl MoveState {
+    /// The name in the API (`state` of `GET /v1/admin/moves/{id}`).
     pub fn name(self) -> &'static str {
         match self {
             MoveState::Running => "running",
@@ -108,10 +115,15 @@ impl MoveState {
 /// One ownership move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveRecord {
+    /// The move's id (never 0).
     pub move_id: u64,
+    /// The event moved.
     pub event_id: EventId,
+    /// The event's group.
     pub group: GroupId,
+    /// The region that owned the event when the move started.
     pub from_region: RegionId,
+    /// The region that owns it once the move is done.
     pub to_region: RegionId,
     /// The event's epoch when the move started; the move ends at `+1`.
     pub from_epoch: Epoch,
@@ -119,8 +131,11 @@ pub struct MoveRecord {
     pub from_members: Vec<NodeId>,
     /// The group's voters after it (placed in `to_region` at the start).
     pub to_members: Vec<NodeId>,
+    /// The step it is at (`Done` once finished; an aborted move keeps its last).
     pub step: MoveStep,
+    /// Running, or how it ended.
     pub state: MoveState,
+    /// When it started: the proposer's clock, in ms since the Unix epoch.
     pub started_ms: u64,
     /// When the step last changed.
     pub updated_ms: u64,
@@ -153,6 +168,7 @@ impl MoveRecord {
             .collect()
     }
 
+    /// Whether the move is still in progress.
     pub fn is_running(&self) -> bool {
         self.state == MoveState::Running
     }
@@ -170,8 +186,11 @@ pub enum MoveOp {
     /// Step 1: record the move, mark the event `moving`, place the target
     /// voters. Refused while another move of the event runs.
     Start {
+        /// The event to move.
         event_id: EventId,
+        /// The region to give it to.
         to_region: RegionId,
+        /// Who asked (the operator's token `sub`).
         actor: String,
         /// The request's id: a start re-sent with the same id (a retry
         /// after its commit, or the same Idempotency-Key) answers the move
@@ -181,29 +200,48 @@ pub enum MoveOp {
     /// Advance `move_id` from `from` to the next step, only if it is at
     /// `from` and running. `pause_ms` is recorded when given.
     Advance {
+        /// The move to advance.
         move_id: u64,
+        /// The step it must be at now.
         from: MoveStep,
+        /// The write pause the coordinator measured, in ms, if it did.
         pause_ms: Option<u64>,
     },
     /// Step 6: the new epoch is committed in the event group: record it,
     /// the owner and the voters, mark the event active, the move done.
-    Finish { move_id: u64, epoch: Epoch },
+    Finish {
+        /// The move to finish.
+        move_id: u64,
+        /// The epoch committed in the event group (must be `from_epoch + 1`).
+        epoch: Epoch,
+    },
     /// Abort a running move before its membership change.
-    Abort { move_id: u64, reason: String },
+    Abort {
+        /// The move to abort.
+        move_id: u64,
+        /// Why, recorded in [`MoveRecord::reason`].
+        reason: String,
+    },
     /// An aborted move's learners are gone.
-    Cleaned { move_id: u64 },
+    Cleaned {
+        /// The aborted move whose learners were removed.
+        move_id: u64,
+    },
 }
 
 /// Why the directory refused a [`MoveOp`]: a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveRefused {
+    /// A stable snake_case code (`move_in_progress`, `step_mismatch`, …).
     pub code: String,
+    /// What went wrong, for people.
     pub message: String,
     /// The move as it stands, when there is one.
     pub current: Option<Box<MoveRecord>>,
 }
 
 impl MoveRefused {
+    /// A refusal with `code` and `message`, naming no move.
     pub fn new(code: &str, message: impl Into<String>) -> MoveRefused {
         MoveRefused {
             code: code.to_string(),

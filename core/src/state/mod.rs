@@ -37,7 +37,9 @@ pub struct State {
 /// The result of one `apply`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
+    /// What the command answers.
     pub response: Response,
+    /// The records it wrote or removed, in order; one may appear more than once.
     pub changed: Vec<RecordKey>,
 }
 

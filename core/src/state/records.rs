@@ -14,20 +14,27 @@ use super::State;
 /// One stored record of a [`State`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum RecordKey {
+    /// Plain groups (and the directory's shared values): one key→value entry.
     Kv(String),
+    /// Directory: one node.
     Node(NodeId),
+    /// Directory: one group and its voters.
     Group(GroupId),
+    /// Directory: the next group id to hand out.
     NextGroupId,
     /// Directory: one event's route.
     Route(EventId),
     /// Event group: the event record (settings, epoch, counters).
     Event,
+    /// Event group: one seat, by seat id.
     Seat(String),
+    /// Event group: one hold, by seq.
     Hold(u64),
     /// An idempotency record: `(owner, key)`.
     Op(UserId, String),
     /// Event group: a booking, by hold seq.
     Booking(u64),
+    /// Event group: one outbox item, by its id.
     Outbox(u64),
     /// A webhook's provider event id.
     Inbox(String),
@@ -37,6 +44,7 @@ pub enum RecordKey {
     Drained(NodeId),
     /// Directory: an ownership move.
     Move(u64),
+    /// Directory: the id the next move gets.
     NextMoveId,
     /// Directory: a keyed request's first answer, `(owner, key)`.
     Answer(String, String),
@@ -58,11 +66,14 @@ pub enum RecordKey {
 #[derive(Debug, thiserror::Error)]
 #[error("undecodable record {key:?}: {reason}")]
 pub struct DecodeError {
+    /// The record's storage key, as stored.
     pub key: Vec<u8>,
+    /// Why it could not be decoded.
     pub reason: String,
 }
 
 impl DecodeError {
+    /// The stable error code, `record_corrupt`.
     pub fn code(&self) -> &'static str {
         "record_corrupt"
     }
@@ -99,6 +110,7 @@ impl RecordKey {
         }
     }
 
+    /// The record a storage key names; `None` for an unknown prefix or a malformed key.
     pub fn decode(key: &[u8]) -> Option<RecordKey> {
         let num = |b: &[u8]| b.try_into().ok().map(u64::from_be_bytes);
         match key.split_at_checked(2)? {

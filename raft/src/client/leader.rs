@@ -23,9 +23,8 @@ use crate::status::from_status;
 pub(super) struct Inner {
     pub(super) seeds: Vec<String>,
     pub(super) members: Option<MemberResolver>,
-    /// This client's own TLS identity; `None`: the process's
-    /// ([`crate::network::tls::install_client`]).
-    pub(super) tls: Option<tonic::transport::ClientTlsConfig>,
+    /// How this client dials (its TLS identity).
+    pub(super) dialer: crate::network::Dialer,
     pub(super) channels: Mutex<HashMap<String, Channel>>,
     pub(super) leaders: Mutex<HashMap<GroupId, String>>,
     /// `not_leader` answers followed (for the edge's metrics).
@@ -143,12 +142,12 @@ impl Inner {
     pub(super) fn fresh(
         seeds: Vec<String>,
         members: Option<MemberResolver>,
-        tls: Option<tonic::transport::ClientTlsConfig>,
+        dialer: crate::network::Dialer,
     ) -> Inner {
         Inner {
             seeds,
             members,
-            tls,
+            dialer,
             channels: Default::default(),
             leaders: Default::default(),
             redirects: AtomicU64::new(0),
@@ -161,7 +160,9 @@ impl Inner {
         let ch = match channels.get(addr) {
             Some(ch) => ch.clone(),
             None => {
-                let ch = crate::network::tls::endpoint_with(addr, self.tls.as_ref())
+                let ch = self
+                    .dialer
+                    .endpoint(addr)
                     .map_err(ClientError::BadReply)?
                     .connect_lazy();
                 channels.insert(addr.to_string(), ch.clone());
@@ -348,7 +349,11 @@ mod tests {
         let queues: Queues = Default::default();
         let (tx, rx) = mpsc::unbounded_channel();
         queues.lock().unwrap().insert(GroupId(7), tx.clone());
-        let inner = Arc::new(Inner::fresh(Vec::new(), None, None));
+        let inner = Arc::new(Inner::fresh(
+            Vec::new(),
+            None,
+            crate::network::Dialer::default(),
+        ));
         let task = tokio::spawn(run_queue(
             inner,
             Duration::from_secs(1),

@@ -25,29 +25,43 @@ mod leader;
 use leader::{leave, run_queue, Attempt, Inner, Queued, Queues};
 
 use crate::codec;
+use crate::network::Dialer;
 use crate::propose::{Committed, ProposeError, Proposer, Read};
 use crate::status::from_status;
 
+/// Why a [`ClusterClient`] call failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
+    /// No leader of the group answered before the client's deadline passed.
     #[error("no leader for group {group} within {waited:?}: {last}")]
     NoLeader {
+        /// The group asked.
         group: GroupId,
+        /// How long the client kept looking for a leader.
         waited: Duration,
+        /// Why the last attempt failed ("no attempt" when none was made).
         last: String,
     },
     /// The leader (or the node asked) refused for good.
     #[error("rejected by node: {code}: {0}", code = .0.code())]
     Rejected(ProposeError),
+    /// A reply did not decode or made no sense; also used when the client itself
+    /// fails (a command that did not encode, a bad address, a stopped write queue).
     #[error("reply did not decode: {0}")]
     BadReply(String),
     /// The node could not be reached at all (nothing listens there, or
     /// the connection broke): it did not refuse anything.
     #[error("node {addr} unreachable: {reason}")]
-    Unreachable { addr: String, reason: String },
+    Unreachable {
+        /// The node's gRPC address.
+        addr: String,
+        /// The transport's error message.
+        reason: String,
+    },
 }
 
 impl ClientError {
+    /// A stable `snake_case` name for the error (a [`ProposeError`]'s own code when rejected).
     pub fn code(&self) -> &'static str {
         match self {
             ClientError::NoLeader { .. } => "no_leader",
@@ -94,10 +108,11 @@ pub struct ClusterClient {
 pub type MemberResolver = Arc<dyn Fn(GroupId) -> Vec<String> + Send + Sync>;
 
 impl ClusterClient {
-    /// `seeds`: gRPC addresses of any nodes of the cluster.
-    pub fn new(seeds: Vec<String>) -> ClusterClient {
+    /// `seeds`: gRPC addresses of any nodes of the cluster, dialled (like
+    /// every node this client finds) through `dialer`.
+    pub fn new(seeds: Vec<String>, dialer: Dialer) -> ClusterClient {
         ClusterClient {
-            inner: Arc::new(Inner::fresh(seeds, None, None)),
+            inner: Arc::new(Inner::fresh(seeds, None, dialer)),
             queues: Default::default(),
             deadline: Duration::from_secs(15),
             local: None,
@@ -110,24 +125,7 @@ impl ClusterClient {
         let inner = Inner::fresh(
             self.inner.seeds.clone(),
             Some(resolver),
-            self.inner.tls.clone(),
-        );
-        ClusterClient {
-            inner: Arc::new(inner),
-            queues: Default::default(),
-            deadline: self.deadline,
-            local: self.local,
-        }
-    }
-
-    /// Present `tls` (and trust its CA) on every channel of this client,
-    /// whatever identity the process installed: a test process may drive
-    /// several clusters, each with its own CA.
-    pub fn with_tls(self, tls: &crate::network::tls::Tls) -> ClusterClient {
-        let inner = Inner::fresh(
-            self.inner.seeds.clone(),
-            self.inner.members.clone(),
-            Some(tls.client()),
+            self.inner.dialer.clone(),
         );
         ClusterClient {
             inner: Arc::new(inner),

@@ -51,6 +51,7 @@ pub enum Caller {
     Joining(u64),
     /// A member node.
     Member(u64),
+    /// An operator, by the name its certificate carries: it may only read the node's status.
     Operator(String),
 }
 
@@ -68,6 +69,8 @@ impl Caller {
 /// Largest number of certificates whose identity is remembered.
 const CACHE: usize = 1024;
 
+/// Decides who may call what on this node's gRPC port (the module docs' table); caches
+/// certificate identities.
 pub struct Gate {
     /// Whether the server requires client certificates.
     secure: bool,

@@ -9,13 +9,14 @@
 //! messages; snapshots travel as a stream of chunks on their own RPC.
 
 mod coalesce;
+pub mod dial;
 pub mod gate;
 mod pool;
 mod service;
 pub mod tls;
-pub mod via;
 
 pub use coalesce::{IN_FLIGHT, MAX_PACK};
+pub use dial::Dialer;
 pub use pool::{NetworkFactory, PeerPool};
 pub use service::{RaftGrpc, MAX_BATCH_MESSAGES};
 

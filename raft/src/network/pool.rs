@@ -20,6 +20,7 @@ use seatfence_proto::v1::{PingRequest, QuiesceRequest, RaftKind, SnapshotChunk};
 use tonic::transport::Channel;
 
 use super::coalesce::Coalescer;
+use super::Dialer;
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use crate::codec;
 use crate::types::{Snapshot, TypeConfig, Vote};
@@ -45,6 +46,8 @@ pub struct PeerPool {
     /// quorum (a retired node's key may have leaked). Kept by the node's
     /// directory follower ([`PeerPool::set_retired`]).
     retired: Arc<RwLock<std::collections::BTreeSet<u64>>>,
+    /// How peers are dialled (the node's TLS identity; a drill's proxies).
+    dialer: Dialer,
 }
 
 struct Peer {
@@ -58,6 +61,19 @@ struct Peer {
 struct TransportError(String);
 
 impl PeerPool {
+    /// A pool dialling its peers through `dialer`.
+    pub fn new(dialer: Dialer) -> PeerPool {
+        PeerPool {
+            dialer,
+            ..PeerPool::default()
+        }
+    }
+
+    /// How this pool dials (for the node's other clients).
+    pub fn dialer(&self) -> &Dialer {
+        &self.dialer
+    }
+
     /// The nodes no Raft message may go to from now on; whether the set
     /// changed.
     pub fn set_retired(&self, ids: std::collections::BTreeSet<u64>) -> bool {
@@ -92,7 +108,9 @@ impl PeerPool {
                 return Ok(p.channel.clone());
             }
         }
-        let ch = crate::network::tls::endpoint_for_node(addr, target)?
+        let ch = self
+            .dialer
+            .endpoint_for_node(addr, target)?
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_while_idle(true)
             .connect_lazy();
@@ -367,7 +385,9 @@ impl GroupRouter<TypeConfig, GroupId> for PeerPool {
 /// The per-group network factory handed to `Raft::new`.
 #[derive(Clone)]
 pub struct NetworkFactory {
+    /// The node's peer channels, shared by all its groups.
     pub pool: PeerPool,
+    /// The group whose Raft messages this factory's clients carry.
     pub group: GroupId,
 }
 

@@ -54,6 +54,7 @@ fn take_budget(bytes: usize) -> Result<tokio::sync::OwnedSemaphorePermit, Status
 /// Most messages one [`RaftBatch`] may carry (a sender packs fewer).
 pub const MAX_BATCH_MESSAGES: usize = 4096;
 
+/// The node's `RaftService` gRPC handler: hands peers' Raft messages to the groups hosted here.
 pub struct RaftGrpc {
     registry: Arc<Registry>,
     gate: Arc<Gate>,

@@ -6,17 +6,16 @@
 //! requires a client certificate from the same CA; [`super::gate`] decides
 //! what each identity may call.
 //!
-//! The client side is process-wide, like [`super::via`]: a node process has
-//! one identity, and every channel it dials (peers, leaders, seeds) presents
-//! it. Without [`install_client`] channels dial plaintext (`insecure = true`,
-//! or a test's in-process server).
+//! The client side is a node's [`super::Dialer`]: every channel the node
+//! dials (peers, leaders, seeds) presents the node's identity; a dialer
+//! without one dials plaintext (`insecure = true`, or a test's in-process
+//! server).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -44,7 +43,9 @@ const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Who a certificate says its holder is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
+    /// A node, by its id (never 0).
     Node(u64),
+    /// An operator's client, by its name.
     Operator(String),
 }
 
@@ -97,10 +98,14 @@ impl std::fmt::Display for Principal {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
+    /// Turn TLS off (plaintext); then `ca`, `cert` and `key` must be unset.
     #[serde(default)]
     pub insecure: bool,
+    /// Path of the cluster CA's certificate (PEM).
     pub ca: Option<PathBuf>,
+    /// Path of this holder's certificate (PEM).
     pub cert: Option<PathBuf>,
+    /// Path of this holder's private key (PEM).
     pub key: Option<PathBuf>,
 }
 
@@ -160,6 +165,7 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
+    /// Read the PEM files at `ca`, `cert` and `key` ([`Tls::from_pem`]).
     pub fn load(ca: &Path, cert: &Path, key: &Path) -> anyhow::Result<Tls> {
         let read = |p: &Path, what: &str| {
             std::fs::read(p).map_err(|e| anyhow::anyhow!("read {what} {}: {e}", p.display()))
@@ -172,6 +178,8 @@ impl Tls {
         .map_err(|e| anyhow::anyhow!("{}: {e}", cert.display()))
     }
 
+    /// Material from PEM bytes: `cert` must name exactly one seatfence identity and `ca`
+    /// hold a certificate (the key is not checked here).
     pub fn from_pem(ca: Vec<u8>, cert: Vec<u8>, key: Vec<u8>) -> anyhow::Result<Tls> {
         let der = first_der(&cert).ok_or_else(|| anyhow::anyhow!("no PEM certificate"))?;
         let identity = Principal::of_der(&der).ok_or_else(|| {
@@ -240,51 +248,4 @@ impl Tls {
 fn first_der(pem: &[u8]) -> Option<Vec<u8>> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
     (pem.label == "CERTIFICATE").then_some(pem.contents)
-}
-
-static CLIENT: RwLock<Option<Arc<ClientTlsConfig>>> = RwLock::new(None);
-
-/// Every channel this process dials from now on presents `tls` (`None`:
-/// plaintext). A node installs its own at start; a test harness installs
-/// the cluster's before it dials.
-pub fn install_client(tls: Option<&Tls>) {
-    *CLIENT.write().expect("tls lock poisoned") = tls.map(|t| Arc::new(t.client()));
-}
-
-/// An endpoint for `addr` (rewritten by [`super::via`]), over TLS when a
-/// client identity is installed.
-pub fn endpoint(addr: &str) -> Result<Endpoint, String> {
-    endpoint_with(addr, None)
-}
-
-/// An [`endpoint`] for node `id` at `addr`: over TLS, the server must
-/// present node `id`'s certificate ([`node_server_name`]), not just any
-/// node's.
-pub fn endpoint_for_node(addr: &str, id: u64) -> Result<Endpoint, String> {
-    let tls = CLIENT
-        .read()
-        .expect("tls lock poisoned")
-        .as_ref()
-        .map(|t| (**t).clone().domain_name(node_server_name(id)));
-    endpoint_with(addr, tls.as_ref())
-}
-
-/// [`endpoint`] presenting `tls` instead of the process's identity.
-pub fn endpoint_with(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, String> {
-    let tls = match tls {
-        Some(t) => Some(Arc::new(t.clone())),
-        None => CLIENT.read().expect("tls lock poisoned").clone(),
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let ep = Endpoint::from_shared(format!("{scheme}://{}", super::via::resolve(addr)))
-        .map_err(|e| format!("bad address {addr}: {e}"))?
-        .local_address(super::via::source_ip())
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true);
-    match tls {
-        Some(t) => ep
-            .tls_config((*t).clone())
-            .map_err(|e| format!("TLS for {addr}: {e}")),
-        None => Ok(ep),
-    }
 }

@@ -25,7 +25,9 @@ const QUIESCE_TIMEOUT: Duration = Duration::from_millis(500);
 /// What a leader needs to put its group to sleep.
 #[derive(Debug, PartialEq, Eq)]
 pub struct SleepPlan {
+    /// The leader's current term, which the `Quiesce` carries.
     pub term: u64,
+    /// The leader's last log index, applied and held by every voter.
     pub last_log_index: u64,
     /// The last use the decision was made on.
     pub active_at: u64,

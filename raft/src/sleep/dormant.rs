@@ -41,7 +41,9 @@ use crate::registry::GroupHandle;
 pub struct Dormant {
     /// The leader it slept under.
     pub leader: u64,
+    /// The term it slept in.
     pub term: u64,
+    /// Its last log index when unloaded (0: empty log), all of it applied.
     pub last_log_index: u64,
     /// Its `Status` entry when it was unloaded (`dormant` set).
     pub status: GroupStatus,

@@ -75,8 +75,11 @@ pub fn incarnation() -> u64 {
 /// Timings, from the `[raft]` section.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
+    /// Time between rounds of pings to every other node (`heartbeat_ms`).
     pub ping_every: Duration,
+    /// How long a ping may wait for its answer.
     pub election_timeout_min: Duration,
+    /// A peer that answered no ping for longer is down ([`PeersUp::is_up`] says no).
     pub election_timeout_max: Duration,
 }
 

@@ -78,6 +78,7 @@ pub struct Activity {
 }
 
 impl Activity {
+    /// Awake and just used (its last use is now).
     pub fn new() -> Activity {
         Activity {
             last_active_ms: AtomicU64::new(now_ms()),
@@ -97,6 +98,7 @@ impl Default for Activity {
 }
 
 impl GroupHandle {
+    /// Whether this replica sleeps now (timers stopped).
     pub fn is_asleep(&self) -> bool {
         self.activity.asleep.load(SeqCst)
     }

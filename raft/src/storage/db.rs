@@ -190,6 +190,7 @@ impl NodeDb {
         self.flush().await
     }
 
+    /// How this database's log appends reach the disk.
     pub fn flush_mode(&self) -> FlushMode {
         self.inner.mode
     }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 /// The data dir's identity (sled's default tree, key `store_ident`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreIdent {
+    /// The node the data dir belongs to.
     pub node_id: u64,
     /// Random, drawn when the data dir was created; never 0.
     pub incarnation: u64,
@@ -42,6 +43,7 @@ pub enum IdentState {
 }
 
 impl IdentState {
+    /// The identity found, admitted or not.
     pub fn ident(&self) -> StoreIdent {
         match self {
             IdentState::Fresh(i) | IdentState::Known(i) => *i,

@@ -33,6 +33,7 @@ pub struct LogStore {
 }
 
 impl LogStore {
+    /// The log of `group` in `db` (its spaces marked as stored here).
     pub fn open(db: &NodeDb, group: GroupId) -> io::Result<LogStore> {
         Ok(LogStore {
             group,

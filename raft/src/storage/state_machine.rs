@@ -51,13 +51,17 @@ type Delta = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// memory.
 #[derive(Debug, Default, Clone)]
 pub struct GroupState {
+    /// The group's records, as of `last_applied`.
     pub state: State,
+    /// The last entry applied (`None`: none yet).
     pub last_applied: Option<LogId>,
+    /// The last membership applied, and the entry that carried it.
     pub membership: StoredMembership,
     /// Holds this replica applied, and hold requests it refused because
     /// the seats were taken, since it was opened (memory only: operators
     /// see rates, `GET /v1/admin/cluster`).
     pub holds_applied: u64,
+    /// Hold requests this replica refused because the seats were taken, since it was opened.
     pub conflicts_applied: u64,
 }
 

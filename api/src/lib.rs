@@ -33,6 +33,7 @@
 //! is refused (429), never queued out of sight; a queue position is never
 //! shown as a reservation.
 
+#![warn(missing_docs)]
 pub mod admin;
 pub mod admission;
 pub mod auth;

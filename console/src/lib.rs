@@ -12,6 +12,7 @@
 //! and connections from this origin only; no inline script or style, no
 //! framing), `nosniff` and `no-referrer`.
 
+#![warn(missing_docs)]
 /// The page's policy: everything from this origin, nothing inline.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; \

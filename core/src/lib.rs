@@ -22,6 +22,7 @@
 //! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
 //! executes it, and every replica must compute the same result.
 
+#![warn(missing_docs)]
 pub mod answers;
 pub mod audit;
 pub mod command;

@@ -14,6 +14,7 @@
 //! machine judges (fenced by the event's epoch and the leader's term), and
 //! acts only for groups this node leads.
 
+#![warn(missing_docs)]
 pub mod directory;
 pub mod events;
 pub mod rooms;

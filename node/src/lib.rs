@@ -20,6 +20,7 @@
 //! This crate decides nothing about seats, fences or moves: it wires the
 //! crates that do, and owns only the node's lifecycle.
 
+#![warn(missing_docs)]
 mod admit;
 pub mod certs;
 pub mod config;

@@ -33,6 +33,7 @@
 //! The HTTP handlers of bookings, callbacks, webhooks and refunds are the
 //! edge's (`seatfence-api`); this crate never serves HTTP.
 
+#![warn(missing_docs)]
 // The layout of the workers' futures nests deeper than the default 128.
 #![recursion_limit = "256"]
 

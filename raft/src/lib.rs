@@ -39,6 +39,7 @@
 //! This crate must never acknowledge a write before it is durable on a
 //! majority, and never let one group's traffic block another's.
 
+#![warn(missing_docs)]
 pub mod api;
 pub mod batcher;
 pub mod client;

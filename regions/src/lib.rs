@@ -34,6 +34,7 @@
 //! seen, and drives membership and leadership through the groups' leaders;
 //! it never writes to a group except through a committed command.
 
+#![warn(missing_docs)]
 pub mod commands;
 pub mod config;
 pub mod ops;

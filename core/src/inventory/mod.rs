@@ -23,6 +23,7 @@ mod changes;
 mod command;
 mod outbox;
 mod outcome;
+mod payment;
 mod records;
 mod refund;
 mod release;

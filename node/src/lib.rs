@@ -24,6 +24,7 @@
 mod admit;
 pub mod certs;
 pub mod config;
+mod edge;
 mod jobs;
 mod node;
 

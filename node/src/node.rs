@@ -8,7 +8,6 @@ use anyhow::Context;
 use seatfence_api::Edge;
 use seatfence_core::{Command, GroupId, NodeId, Response};
 use seatfence_duties::EventDuties;
-use seatfence_payments::Payments;
 use seatfence_raft::api::NodeApi;
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::network::gate::Gate;
@@ -18,12 +17,12 @@ use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::NodeDb;
 use seatfence_raft::{ClusterClient, Proposer};
-use seatfence_regions::Commands;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::NodeConfig;
+use crate::edge::{node_client, start_edge};
 use crate::{admit, jobs};
 
 /// Run a node until `shutdown` resolves, then stop it; or until a flush of
@@ -442,94 +441,6 @@ fn spawn_jobs(
 /// How long `Node::stop` waits for the gRPC server, then for the
 /// background tasks.
 const STOP_LIMIT: Duration = Duration::from_secs(5);
-
-/// The seeds a node's clients start from: itself, then the directory's
-/// initial voters.
-fn seeds(config: &NodeConfig) -> Vec<String> {
-    let mut seeds = vec![config.grpc_addr.clone()];
-    seeds.extend(config.initial_members.iter().map(|p| p.grpc_addr.clone()));
-    seeds
-}
-
-/// A client for in-node callers: this node's own groups in-process, the
-/// members its directory replica names for the others.
-fn node_client(
-    config: &NodeConfig,
-    registry: &Arc<Registry>,
-    proposer: &Arc<Proposer>,
-) -> ClusterClient {
-    let resolver = registry.clone();
-    ClusterClient::new(seeds(config), registry.pool().dialer().clone())
-        .with_members(Arc::new(move |g| resolver.member_addrs(g)))
-        .with_local(proposer.clone())
-}
-
-/// The HTTP edge, if `[edge]` is configured, with the node's payment side
-/// if `[payments]` is (its token refresher started here; its duties on the
-/// groups this node leads are `EventDuties`').
-async fn start_edge(
-    tasks: &mut JoinSet<()>,
-    config: &NodeConfig,
-    registry: &Arc<Registry>,
-    proposer: &Arc<Proposer>,
-    clock: &Arc<SystemClock>,
-    rx_stop: &watch::Receiver<bool>,
-) -> anyhow::Result<Option<(Arc<Edge>, SocketAddr)>> {
-    let Some(edge_config) = config.edge.clone() else {
-        return Ok(None);
-    };
-    let listener = TcpListener::bind(&edge_config.http_addr)
-        .await
-        .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, region = %config.region, "edge serving");
-    let client = node_client(config, registry, proposer)
-        .with_deadline(Duration::from_millis(edge_config.request_timeout_ms));
-    let commands = Arc::new(Commands::new(client, registry.clone()));
-    tasks.spawn(seatfence_regions::routes::follow_directory(
-        commands.routes.clone(),
-        registry.clone(),
-        rx_stop.clone(),
-    ));
-    let public_url = format!("http://{}", edge_config.http_addr);
-    let mut edge = Edge::new(
-        config.region.clone(),
-        edge_config,
-        commands.clone(),
-        clock.clone(),
-    );
-    edge.catch_up_slack = config.moves.catch_up_slack;
-    let (leader_registry, leader_clock) = (registry.clone(), clock.clone());
-    edge = edge.with_metrics(Arc::new(move || {
-        seatfence_duties::rooms::metrics(
-            &leader_registry,
-            seatfence_raft::clock::Clock::now_ms(&*leader_clock),
-        )
-    }));
-    if let Some(p) = config.payments.clone() {
-        let payments = Arc::new(Payments::new(
-            p,
-            public_url,
-            config.data_dir.join("mail"),
-            commands,
-            registry.clone(),
-            clock.clone(),
-        ));
-        tasks.spawn(seatfence_payments::refresher::run(
-            payments.clone(),
-            rx_stop.clone(),
-        ));
-        edge = edge.with_payments(payments);
-    }
-    let edge = Arc::new(edge);
-    edge.spawn_workers(tasks, rx_stop.clone());
-    tasks.spawn(seatfence_api::serve(
-        edge.clone(),
-        listener,
-        rx_stop.clone(),
-    ));
-    Ok(Some((edge, addr)))
-}
 
 /// Create a group through the directory. Returns its id and members.
 pub async fn create_group(

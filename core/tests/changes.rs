@@ -207,7 +207,7 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
             run(&mut s, 20, 1, None, action);
         }
     }
-    let sold = s.inventory.event.as_ref().unwrap().sold;
+    let sold = s.inventory.event().unwrap().sold;
     // A pending booking is not refundable: nothing changes.
     let next = s.inventory.change_page(0, 0).next_seq;
     assert_eq!(
@@ -224,8 +224,8 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
     };
     assert_eq!(bk.status, BookingStatus::RefundPending);
     assert_eq!(refund(&mut s, 50, a, "r1", true), first);
-    assert_eq!(s.inventory.seats["A1"].state, SeatState::Available);
-    assert_eq!(s.inventory.holds[&a].status, HoldStatus::Released);
+    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Available);
+    assert_eq!(s.inventory.holds()[&a].status, HoldStatus::Released);
     // Another key for the same booking: refused, it is refunding already.
     assert_eq!(
         refund(&mut s, 50, a, "r2", true),
@@ -235,12 +235,12 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
     );
     // Refund b, seats kept off sale (the show is cancelled).
     refund(&mut s, 60, b, "r3", false);
-    assert_eq!(s.inventory.seats["A2"].state, SeatState::Sold(b));
-    assert_eq!(s.inventory.event.as_ref().unwrap().sold, sold - 1);
+    assert_eq!(s.inventory.seats()["A2"].state, SeatState::Sold(b));
+    assert_eq!(s.inventory.event().unwrap().sold, sold - 1);
     // One refund queued per booking; delivering them ends both refunded.
     let refunds: Vec<u64> = s
         .inventory
-        .outbox
+        .outbox()
         .values()
         .filter(|i| i.kind == OutboxKind::Refund)
         .map(|i| i.id)

@@ -114,7 +114,7 @@ proptest! {
                 prop_assert!(!reason.is_empty());
                 prop_assert_eq!(&a, &before, "a refused command changed nothing");
             }
-            let ev = a.inventory.event.as_ref().expect("the event stays");
+            let ev = a.inventory.event().expect("the event stays");
             prop_assert!(ev.capacity <= seatfence_core::inventory::MAX_CAPACITY);
         }
     }

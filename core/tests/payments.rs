@@ -45,7 +45,7 @@ fn a_resent_execute_intent_gets_the_same_grant() {
         granted(&run(&mut s, 4, first)),
         "the re-sent intent is granted again"
     );
-    assert_eq!(s.inventory.bookings[&1].intents, 1, "and counted once");
+    assert_eq!(s.inventory.bookings()[&1].intents, 1, "and counted once");
     let other = PayStep::Intent {
         takeover: false,
         requester: 1,
@@ -59,7 +59,7 @@ fn a_resent_execute_intent_gets_the_same_grant() {
         requester: 1,
     };
     assert!(granted(&run(&mut s, 6, takeover)));
-    assert_eq!(s.inventory.bookings[&1].intents, 2);
+    assert_eq!(s.inventory.bookings()[&1].intents, 2);
     check(&s);
 }
 
@@ -67,7 +67,7 @@ fn a_resent_execute_intent_gets_the_same_grant() {
 fn a_resent_extend_counts_once() {
     let mut s = booked();
     let past = TTL_MS + 10;
-    let deadline = s.inventory.holds[&1].expires_at_ms;
+    let deadline = s.inventory.holds()[&1].expires_at_ms;
     assert!(matches!(
         run(&mut s, past, PayStep::Extend { resend: false }),
         Outcome::Extended { extensions: 1, .. }
@@ -77,7 +77,7 @@ fn a_resent_extend_counts_once() {
         run(&mut s, past, PayStep::Extend { resend: true }),
         Outcome::Extended { extensions: 1, .. }
     ));
-    let h = &s.inventory.holds[&1];
+    let h = &s.inventory.holds()[&1];
     assert_eq!((h.extensions, h.expires_at_ms), (1, deadline + 1_000));
     check(&s);
 }
@@ -90,7 +90,7 @@ fn no_void_before_the_deadline_and_no_execute_after_one() {
         Some("release_refused"),
         "a void intent waits for the deadline"
     );
-    assert!(!s.inventory.bookings[&1].voiding);
+    assert!(!s.inventory.bookings()[&1].voiding);
     let past = TTL_MS + 10;
     assert!(matches!(run(&mut s, past, PayStep::Void), Outcome::Booking(b) if b.voiding));
     // Extended after a void that did not answer: still no execute.
@@ -105,7 +105,7 @@ fn no_void_before_the_deadline_and_no_execute_after_one() {
         run(&mut s, past + 2, PayStep::Confirm),
         Outcome::Confirmed { changed: true, .. }
     ));
-    assert_eq!(s.inventory.seats["A1"].state, SeatState::Sold(1));
+    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Sold(1));
     check(&s);
 }
 
@@ -115,12 +115,12 @@ fn a_released_booking_is_watched_until_the_gateway_settles_it() {
     let past = TTL_MS + 10;
     run(&mut s, past, PayStep::Void);
     run(&mut s, past, PayStep::Release { unpaid: true });
-    let b = &s.inventory.bookings[&1];
+    let b = &s.inventory.bookings()[&1];
     assert_eq!(b.status, BookingStatus::Expired);
     assert!(b.unsettled());
     assert_eq!(
         s.inventory
-            .index
+            .index()
             .unsettled
             .iter()
             .copied()
@@ -130,11 +130,11 @@ fn a_released_booking_is_watched_until_the_gateway_settles_it() {
     // Settling twice is settling once; a late capture after it still refunds.
     run(&mut s, past + 1, PayStep::Settle);
     run(&mut s, past + 2, PayStep::Settle);
-    assert!(!s.inventory.bookings[&1].unsettled());
-    assert!(s.inventory.index.unsettled.is_empty());
+    assert!(!s.inventory.bookings()[&1].unsettled());
+    assert!(s.inventory.index().unsettled.is_empty());
     run(&mut s, past + 3, PayStep::Confirm);
     assert_eq!(
-        s.inventory.bookings[&1].status,
+        s.inventory.bookings()[&1].status,
         BookingStatus::RefundPending
     );
     check(&s);

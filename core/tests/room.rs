@@ -62,7 +62,7 @@ fn big_event(per_sec: u32, ttl_ms: u64, seats: u32) -> State {
 }
 
 fn segments(s: &State) -> usize {
-    s.inventory.room.as_ref().expect("a room").segments.len()
+    s.inventory.room().expect("a room").segments.len()
 }
 
 /// A hold of any one seat through `buyer`'s ticket.
@@ -290,7 +290,7 @@ fn only_an_admitted_buyer_holds_and_a_lapsed_one_joins_again_at_the_back() {
     }
     loaded.rebuild_indexes();
     assert_eq!(view(&loaded, None, at).0.lapsed, expired - 1);
-    assert_eq!(loaded.inventory.index, s.inventory.index);
+    assert_eq!(loaded.inventory.index(), s.inventory.index());
 }
 
 #[test]
@@ -334,8 +334,8 @@ fn the_room_survives_a_reload_from_its_records() {
         loaded.load_record(&k, &v).expect("record loads");
     }
     loaded.rebuild_indexes();
-    assert_eq!(loaded.inventory.room, s.inventory.room);
-    assert_eq!(loaded.inventory.places, s.inventory.places);
+    assert_eq!(loaded.inventory.room(), s.inventory.room());
+    assert_eq!(loaded.inventory.places(), s.inventory.places());
 }
 
 #[test]

@@ -20,13 +20,13 @@ pub fn metrics(registry: &Registry, now: u64) -> String {
         // for a scan of the places.
         let copy = g.read(|s| {
             let inv = &s.state.inventory;
-            let (Some(ev), Some(room)) = (&inv.event, &inv.room) else {
+            let (Some(ev), Some(room)) = (inv.event(), inv.room()) else {
                 return None;
             };
             Some((
                 ev.event_id.0.clone(),
                 room.clone(),
-                inv.index.used_positions.clone(),
+                inv.index().used_positions.clone(),
             ))
         });
         rows.extend(copy.map(|(event, room, used)| {

@@ -21,8 +21,8 @@ pub const CLEANUP_LAG_MS: u64 = 60_000;
 /// room's draw, or its cleanup ([`CLEANUP_LAG_MS`] late); `None` when
 /// nothing is scheduled (or there is no event).
 pub fn due_ms(inv: &Inventory) -> Option<u64> {
-    inv.event.as_ref()?;
-    let expiry = inv.index.deadlines.get_min().map(|(at, _)| *at);
+    inv.event()?;
+    let expiry = inv.index().deadlines.get_min().map(|(at, _)| *at);
     let cleanup = inv
         .next_cleanup_ms()
         .map(|at| at.saturating_add(CLEANUP_LAG_MS));
@@ -37,7 +37,7 @@ pub fn due_ms(inv: &Inventory) -> Option<u64> {
 pub fn due(g: &GroupHandle, now_ms: u64) -> Option<(EventId, Epoch)> {
     g.read(|s| {
         let inv = &s.state.inventory;
-        let e = inv.event.as_ref()?;
+        let e = inv.event()?;
         due_ms(inv)
             .filter(|at| *at <= now_ms)
             .map(|_| (e.event_id.clone(), e.epoch))

@@ -176,11 +176,11 @@ pub async fn refunds(
     let (retry, after) = (&lane.retry, lane.alerted_after);
     let scan = g.read(|s| {
         let inv = &s.state.inventory;
-        let event = inv.event.as_ref()?.event_id.clone();
+        let event = inv.event()?.event_id.clone();
         Some(RefundScan {
             event,
             page: inv.outbox_page(OutboxKind::Refund, PAGE, |id| retry.due(gid, id, now)),
-            pending: inv.index.outbox_pending.len() as u64,
+            pending: inv.index().outbox_pending.len() as u64,
             oldest_ms: inv.oldest_refund_ms(),
             overdue: inv.refunds_waiting_since(
                 after,
@@ -297,7 +297,7 @@ pub async fn emails(
     let retry = &lane.retry;
     let scan = g.read(|s| {
         let inv = &s.state.inventory;
-        let e = inv.event.as_ref()?;
+        let e = inv.event()?;
         let page = inv.outbox_page(OutboxKind::ConfirmationEmail, PAGE, |id| {
             retry.due(gid, id, now)
         });

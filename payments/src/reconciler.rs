@@ -103,7 +103,7 @@ pub async fn sweep(
     let after = memory.unsettled_after;
     let (event_id, due, unsettled, counts) = g.read(|s| {
         let inv = &s.state.inventory;
-        let event = inv.event.as_ref().map(|e| e.event_id.clone());
+        let event = inv.event().map(|e| e.event_id.clone());
         let due = match s.state.query(&Query::DuePayments {
             until_ms: now.saturating_add(p.config.reconcile_margin_ms),
             limit: SWEEP_LIMIT,
@@ -112,7 +112,7 @@ pub async fn sweep(
             _ => Vec::new(),
         };
         let unsettled = inv.unsettled_after(after, SWEEP_LIMIT as usize);
-        let counts = (inv.index.unsettled.len(), inv.refunds_pending());
+        let counts = (inv.index().unsettled.len(), inv.refunds_pending());
         (event, due, unsettled, counts)
     });
     let mut report = SweepReport {

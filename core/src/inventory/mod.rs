@@ -120,28 +120,89 @@ pub struct Indexes {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
     /// The event; `None` until it is created.
-    pub event: Option<Event>,
+    pub(crate) event: Option<Event>,
     /// Seat records by seat id.
-    pub seats: imbl::OrdMap<String, Seat>,
+    pub(crate) seats: imbl::OrdMap<String, Seat>,
     /// Holds by seq.
-    pub holds: imbl::OrdMap<u64, Hold>,
+    pub(crate) holds: imbl::OrdMap<u64, Hold>,
     /// Idempotency records by [`OpKey`].
-    pub ops: imbl::OrdMap<OpKey, Operation>,
+    pub(crate) ops: imbl::OrdMap<OpKey, Operation>,
     /// Bookings by hold seq.
-    pub bookings: imbl::OrdMap<u64, Booking>,
+    pub(crate) bookings: imbl::OrdMap<u64, Booking>,
     /// Outbox items by id.
-    pub outbox: imbl::OrdMap<u64, OutboxItem>,
+    pub(crate) outbox: imbl::OrdMap<u64, OutboxItem>,
     /// Provider event ids of webhooks already acted on, with when.
-    pub inbox: imbl::OrdMap<String, u64>,
+    pub(crate) inbox: imbl::OrdMap<String, u64>,
     /// The changefeed kept (`changes.rs`), by change seq.
-    pub changes: imbl::OrdMap<u64, Change>,
+    pub(crate) changes: imbl::OrdMap<u64, Change>,
     /// The waiting room, if the event has one (`room.rs`).
-    pub room: Option<Room>,
+    pub(crate) room: Option<Room>,
     /// Places in the waiting room, by buyer.
-    pub places: imbl::OrdMap<UserId, Place>,
+    pub(crate) places: imbl::OrdMap<UserId, Place>,
     /// Derived indexes: never serialized, rebuilt by [`Inventory::rebuild_indexes`].
     #[serde(skip)]
-    pub index: Indexes,
+    pub(crate) index: Indexes,
+}
+
+/// Read access to the records: they change only through [`Inventory::apply`]
+/// (the fields are the crate's own), so every reader outside `core` sees
+/// what apply left and none can change it.
+impl Inventory {
+    /// The event; `None` until it is created.
+    pub fn event(&self) -> Option<&Event> {
+        self.event.as_ref()
+    }
+
+    /// Seat records by seat id.
+    pub fn seats(&self) -> &imbl::OrdMap<String, Seat> {
+        &self.seats
+    }
+
+    /// Holds by seq.
+    pub fn holds(&self) -> &imbl::OrdMap<u64, Hold> {
+        &self.holds
+    }
+
+    /// Idempotency records by [`OpKey`].
+    pub fn ops(&self) -> &imbl::OrdMap<OpKey, Operation> {
+        &self.ops
+    }
+
+    /// Bookings by hold seq.
+    pub fn bookings(&self) -> &imbl::OrdMap<u64, Booking> {
+        &self.bookings
+    }
+
+    /// Outbox items by id.
+    pub fn outbox(&self) -> &imbl::OrdMap<u64, OutboxItem> {
+        &self.outbox
+    }
+
+    /// Provider event ids of webhooks already acted on, with when.
+    pub fn inbox(&self) -> &imbl::OrdMap<String, u64> {
+        &self.inbox
+    }
+
+    /// The changefeed kept, by change seq.
+    pub fn changes(&self) -> &imbl::OrdMap<u64, Change> {
+        &self.changes
+    }
+
+    /// The waiting room, if the event has one.
+    pub fn room(&self) -> Option<&Room> {
+        self.room.as_ref()
+    }
+
+    /// Places in the waiting room, by buyer.
+    pub fn places(&self) -> &imbl::OrdMap<UserId, Place> {
+        &self.places
+    }
+
+    /// The derived indexes (free seats, deadlines, unsettled bookings, the
+    /// outbox's lanes...), as apply keeps them.
+    pub fn index(&self) -> &Indexes {
+        &self.index
+    }
 }
 
 impl Inventory {

@@ -80,7 +80,7 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
         PayStep::Attach => PaymentAction::Attach {
             owner: s
                 .inventory
-                .holds
+                .holds()
                 .get(&hold)
                 .map(|h| h.owner.clone())
                 .unwrap_or(UserId("u0".into())),
@@ -120,7 +120,7 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
             },
         },
         PayStep::Extend { resend } => {
-            let seen = s.inventory.holds.get(&hold).map_or(0, |h| h.extensions);
+            let seen = s.inventory.holds().get(&hold).map_or(0, |h| h.extensions);
             PaymentAction::Extend {
                 hold,
                 payment_id,
@@ -163,25 +163,25 @@ pub fn outcome(r: Response) -> Outcome {
 /// Every invariant the inventory promises, checked against its records.
 pub fn check(s: &State) {
     let inv = &s.inventory;
-    let ev = inv.event.as_ref().expect("created");
+    let ev = inv.event().expect("created");
     // Each seat held or sold belongs to one live hold that lists it.
-    for (id, seat) in &inv.seats {
+    for (id, seat) in inv.seats() {
         if let SeatState::Held(h) | SeatState::Sold(h) = seat.state {
-            let hold = &inv.holds[&h];
+            let hold = &inv.holds()[&h];
             assert!(hold.status.is_live(), "seat {id} points at ended hold {h}");
             assert!(hold.seats.contains(id), "hold {h} does not list {id}");
         }
     }
     // Each live hold owns exactly its seats: no seat in two live holds.
     let mut owner_of = BTreeMap::new();
-    for h in inv.holds.values().filter(|h| h.status.is_live()) {
+    for h in inv.holds().values().filter(|h| h.status.is_live()) {
         for seat in &h.seats {
             let want = if h.status == HoldStatus::Booked {
                 SeatState::Sold(h.seq)
             } else {
                 SeatState::Held(h.seq)
             };
-            assert_eq!(inv.seats[seat].state, want, "hold {} lost {seat}", h.seq);
+            assert_eq!(inv.seats()[seat].state, want, "hold {} lost {seat}", h.seq);
             assert!(
                 owner_of.insert(seat.clone(), h.seq).is_none(),
                 "{seat} in two holds"
@@ -198,12 +198,12 @@ pub fn check(s: &State) {
     // Derived indexes equal a rebuild from the records.
     let mut rebuilt = inv.clone();
     rebuilt.rebuild_indexes();
-    assert_eq!(rebuilt.index, inv.index, "indexes drifted from records");
+    assert_eq!(rebuilt.index(), inv.index(), "indexes drifted from records");
     // Bookings agree with their holds: sold seats ⇔ confirmed booking;
     // a pending payment keeps its seats held; paid money after a release
     // is owed back through the outbox.
-    for (seq, b) in &inv.bookings {
-        let hold = &inv.holds[seq];
+    for (seq, b) in inv.bookings() {
+        let hold = &inv.holds()[seq];
         // An operator's refund ends the hold only when it returns the
         // seats; a late payment's refund follows a release.
         let expected = match (b.status, &b.refund) {
@@ -223,7 +223,7 @@ pub fn check(s: &State) {
         };
         assert_eq!(hold.status, expected, "booking {seq} {:?}", b.status);
         let kinds: Vec<OutboxKind> = inv
-            .outbox
+            .outbox()
             .values()
             .filter(|x| x.booking == *seq)
             .map(|x| x.kind)
@@ -249,11 +249,11 @@ pub fn check(s: &State) {
         );
         assert!(hold.extensions <= seatfence_core::inventory::MAX_EXTENSIONS);
     }
-    for h in inv.holds.values() {
+    for h in inv.holds().values() {
         let sold = h
             .seats
             .iter()
-            .all(|s| inv.seats[s].state == SeatState::Sold(h.seq));
+            .all(|s| inv.seats()[s].state == SeatState::Sold(h.seq));
         assert_eq!(
             h.status == HoldStatus::Booked,
             sold && !h.seats.is_empty(),
@@ -262,12 +262,12 @@ pub fn check(s: &State) {
         );
     }
     // Nothing finished outlives its retention past the last command.
-    if let Some((at, key)) = inv.index.prune_queue.get_min() {
+    if let Some((at, key)) = inv.index().prune_queue.get_min() {
         assert!(*at > ev.clock_ms, "{key:?} overdue since {at}");
     }
     check_changes(s);
     // Buyer limit respected.
-    for (_, n) in &inv.index.buyer_seats {
+    for (_, n) in &inv.index().buyer_seats {
         assert!(*n <= 5);
     }
 }
@@ -277,8 +277,8 @@ pub fn check(s: &State) {
 /// and the event's epoch (what a sink that applied every change holds).
 pub fn check_changes(s: &State) {
     let inv = &s.inventory;
-    let ev = inv.event.as_ref().expect("created");
-    let seqs: Vec<u64> = inv.changes.keys().copied().collect();
+    let ev = inv.event().expect("created");
+    let seqs: Vec<u64> = inv.changes().keys().copied().collect();
     let first = seqs.first().copied().unwrap_or(ev.next_change_seq);
     assert_eq!(
         seqs,
@@ -286,7 +286,7 @@ pub fn check_changes(s: &State) {
         "changes are not one contiguous range"
     );
     let (mut holds, mut bookings, mut epoch) = (BTreeMap::new(), BTreeMap::new(), None);
-    for c in inv.changes.values() {
+    for c in inv.changes().values() {
         match &c.subject {
             ChangeSubject::Hold(h) => {
                 holds.insert(h.seq, h.status);
@@ -306,13 +306,13 @@ pub fn check_changes(s: &State) {
     if complete {
         assert_eq!(epoch, Some(ev.epoch), "the feed's last epoch");
     }
-    for (seq, b) in &inv.bookings {
+    for (seq, b) in inv.bookings() {
         match bookings.get(seq) {
             Some(st) => assert_eq!(*st, b.status, "booking {seq} in the feed"),
             None => assert!(!complete, "booking {seq} has no change"),
         }
     }
-    for (seq, h) in &inv.holds {
+    for (seq, h) in inv.holds() {
         // Held → booked is told by the booking's confirmation.
         let want = match h.status {
             HoldStatus::Booked => HoldStatus::Held,

@@ -384,7 +384,7 @@ impl Proposer {
         let current = g.sm.read(|s| {
             s.state
                 .inventory
-                .event
+                .event()
                 .as_ref()
                 .map(|e| (e.epoch, e.owner.clone()))
         });

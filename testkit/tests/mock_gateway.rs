@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use seatfence_core::{Epoch, Fence};
 use seatfence_payments::gateway::client::HttpGateway;
+use seatfence_payments::gateway::conformance;
 use seatfence_payments::gateway::token::{self, StaticToken};
-use seatfence_payments::gateway::{CreatePayment, Gateway, GatewayError, PaymentStatus};
+use seatfence_payments::gateway::{
+    CreatePayment, CreatedPayment, Gateway, GatewayError, PaymentStatus,
+};
 use seatfence_testkit::mock_gateway::{self as mock, Mock, MockConfig};
 use serde_json::{json, Value};
 
@@ -46,6 +49,32 @@ fn payment(key: &str) -> CreatePayment {
     }
 }
 
+/// The promises every gateway keeps (`seatfence_payments::gateway::conformance`),
+/// against the mock through the HTTP client: both sides at once.
+#[tokio::test]
+async fn the_mock_and_the_client_pass_the_gateway_conformance_suite() {
+    let url = start(5).await;
+    let http = reqwest::Client::new();
+    let (tok, _) = token::grant(&http, &url, "sf", "client-secret")
+        .await
+        .unwrap();
+    let gw = HttpGateway::new(&url, Duration::from_secs(2), Arc::new(StaticToken(tok)));
+    let approve = move |p: CreatedPayment| -> conformance::Approval {
+        let http = http.clone();
+        Box::pin(async move {
+            let r = http
+                .post(&p.approve_url)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            r.error_for_status().map(|_| ()).map_err(|e| e.to_string())
+        })
+    };
+    conformance::run(&gw, approve, "mock").await.unwrap();
+}
+
+/// What the mock adds to the suite: the buyer's redirect, its counters, a
+/// raw request without a fencing token, bearer tokens and grant limits.
 #[tokio::test]
 async fn the_mock_keeps_the_providers_promises() {
     let url = start(2).await;

@@ -8,6 +8,7 @@
 //! has seen for that payment, so a deposed leader cannot capture or refund.
 
 pub mod client;
+pub mod conformance;
 pub mod sign;
 pub mod token;
 

@@ -196,30 +196,8 @@ pub(crate) async fn admit(
         if answers.iter().flatten().any(|a| a.directory_initialized) {
             // The cluster exists and its replicas seen so far do not list
             // this id: the directory's leader decides.
-            match client
-                .write(GroupId::DIRECTORY, &registration(config, ident.incarnation))
-                .await
-            {
-                Ok(c) => match c.response {
-                    Response::NodeRegistered { .. } => {
-                        tracing::info!(
-                            node = config.node_id,
-                            "a new node of the existing cluster: registered"
-                        );
-                        break;
-                    }
-                    Response::IncarnationMismatch { known, .. } => {
-                        return Err(refusal(
-                            config,
-                            &ident,
-                            &format!(
-                                "the directory knows this node id under incarnation {known:#x}"
-                            ),
-                        ))
-                    }
-                    other => tracing::warn!(node = config.node_id, "registration: {other:?}"),
-                },
-                Err(e) => tracing::debug!(node = config.node_id, "registration: {e}"),
+            if register(config, &client, &ident).await? {
+                break;
             }
         } else if empty >= majority {
             tracing::info!(
@@ -230,19 +208,7 @@ pub(crate) async fn admit(
         }
         if last_said.elapsed() >= Duration::from_secs(10) {
             last_said = Instant::now();
-            let unreachable: Vec<String> = peers
-                .iter()
-                .zip(&answers)
-                .filter_map(|(p, a)| a.as_ref().err().map(|e| format!("{} ({e})", p.id)))
-                .collect();
-            tracing::warn!(
-                node = config.node_id,
-                waited_s = started.elapsed().as_secs(),
-                "new data dir: cannot tell yet whether node {} is known to the cluster (no \
-                 directory quorum answered; unreachable: {}); not serving Raft until it can",
-                config.node_id,
-                unreachable.join(", ")
-            );
+            say_waiting(config, &peers, &answers, started);
         }
         tokio::select! {
             biased;
@@ -255,4 +221,62 @@ pub(crate) async fn admit(
         admitted: true,
         ..ident
     })
+}
+
+/// A fresh data dir of an existing cluster whose replicas seen so far do
+/// not list this node id: the directory's leader decides. `true` once
+/// registered; `false` to ask again; an error when the directory knows the
+/// id under another incarnation (this data dir is not the one that voted).
+async fn register(
+    config: &NodeConfig,
+    client: &ClusterClient,
+    ident: &StoreIdent,
+) -> anyhow::Result<bool> {
+    match client
+        .write(GroupId::DIRECTORY, &registration(config, ident.incarnation))
+        .await
+    {
+        Ok(c) => match c.response {
+            Response::NodeRegistered { .. } => {
+                tracing::info!(
+                    node = config.node_id,
+                    "a new node of the existing cluster: registered"
+                );
+                return Ok(true);
+            }
+            Response::IncarnationMismatch { known, .. } => {
+                return Err(refusal(
+                    config,
+                    ident,
+                    &format!("the directory knows this node id under incarnation {known:#x}"),
+                ))
+            }
+            other => tracing::warn!(node = config.node_id, "registration: {other:?}"),
+        },
+        Err(e) => tracing::debug!(node = config.node_id, "registration: {e}"),
+    }
+    Ok(false)
+}
+
+/// Say (every 10 s) that admission still waits, naming the initial members
+/// that did not answer.
+fn say_waiting<T>(
+    config: &NodeConfig,
+    peers: &[&crate::config::Peer],
+    answers: &[Result<T, String>],
+    started: Instant,
+) {
+    let unreachable: Vec<String> = peers
+        .iter()
+        .zip(answers)
+        .filter_map(|(p, a)| a.as_ref().err().map(|e| format!("{} ({e})", p.id)))
+        .collect();
+    tracing::warn!(
+        node = config.node_id,
+        waited_s = started.elapsed().as_secs(),
+        "new data dir: cannot tell yet whether node {} is known to the cluster (no \
+         directory quorum answered; unreachable: {}); not serving Raft until it can",
+        config.node_id,
+        unreachable.join(", ")
+    );
 }

@@ -19,73 +19,16 @@ impl Directory {
         match op {
             NodeOp::SetState { node, state } => self.set_node_state(*node, *state, changed),
             NodeOp::Decommission { node } => self.decommission(*node, changed),
-            NodeOp::Recommission { node } => {
-                self.known(*node)?;
-                match self.node_state(*node) {
-                    NodeState::Decommissioning => {
-                        self.put_state(*node, NodeState::Live, changed);
-                        Ok(NodeOpDone::State(NodeState::Live))
-                    }
-                    NodeState::Live => Ok(NodeOpDone::State(NodeState::Live)),
-                    other => Err(NodeRefused::new(
-                        "not_decommissioning",
-                        format!("node {node} is {}", other.name()),
-                    )),
-                }
-            }
-            NodeOp::Decommissioned { node } => {
-                self.known(*node)?;
-                match self.node_state(*node) {
-                    NodeState::Decommissioned => {}
-                    NodeState::Decommissioning if self.replica_count(*node) == 0 => {
-                        self.put_state(*node, NodeState::Decommissioned, changed);
-                    }
-                    other => {
-                        return Err(NodeRefused::new(
-                            "replicas_remain",
-                            format!(
-                                "node {node} is {} and holds {} replicas",
-                                other.name(),
-                                self.replica_count(*node)
-                            ),
-                        ))
-                    }
-                }
-                Ok(NodeOpDone::State(NodeState::Decommissioned))
-            }
+            NodeOp::Recommission { node } => self.recommission(*node, changed),
+            NodeOp::Decommissioned { node } => self.decommissioned(*node, changed),
             NodeOp::StartRepair {
                 group,
                 remove,
                 add,
                 reason,
             } => self.start_repair(*group, *remove, *add, *reason, at_ms, changed),
-            NodeOp::AdvanceRepair { group, from } => {
-                let r = self.repair_mut(*group)?;
-                if r.step != *from || *from != RepairStep::AddLearner {
-                    return Err(step_mismatch(r, *from));
-                }
-                r.step = RepairStep::ChangeMembership;
-                let r = r.clone();
-                changed.push(RecordKey::Repair(*group));
-                Ok(NodeOpDone::Repair(Some(r)))
-            }
-            NodeOp::FinishRepair { group } => {
-                let r = self.repair_mut(*group)?;
-                if r.step != RepairStep::ChangeMembership {
-                    return Err(step_mismatch(r, RepairStep::ChangeMembership));
-                }
-                let r = self.repairs.remove(group).expect("found above");
-                changed.push(RecordKey::Repair(*group));
-                if let Some(g) = self.groups.get_mut(group) {
-                    g.members = r.members_after(&g.members);
-                    changed.push(RecordKey::Group(*group));
-                }
-                // The rejoined node is a caught-up voter again, or (another
-                // repair) not a voter at all: either way the group no longer
-                // waits for it.
-                self.rejoin_done(r.remove, *group, changed);
-                Ok(NodeOpDone::Repair(None))
-            }
+            NodeOp::AdvanceRepair { group, from } => self.advance_repair(*group, *from, changed),
+            NodeOp::FinishRepair { group } => self.finish_repair(*group, changed),
             NodeOp::CancelRepair { group } => {
                 self.repair_mut(*group)?;
                 self.repairs.remove(group);
@@ -129,6 +72,92 @@ impl Directory {
                 self.rejoin_record(*node)
             }
         }
+    }
+
+    /// `Recommission`: a decommissioning node is live again.
+    fn recommission(
+        &mut self,
+        node: NodeId,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        self.known(node)?;
+        match self.node_state(node) {
+            NodeState::Decommissioning => {
+                self.put_state(node, NodeState::Live, changed);
+                Ok(NodeOpDone::State(NodeState::Live))
+            }
+            NodeState::Live => Ok(NodeOpDone::State(NodeState::Live)),
+            other => Err(NodeRefused::new(
+                "not_decommissioning",
+                format!("node {node} is {}", other.name()),
+            )),
+        }
+    }
+
+    /// `Decommissioned`: a decommissioning node that holds no replica.
+    fn decommissioned(
+        &mut self,
+        node: NodeId,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        self.known(node)?;
+        match self.node_state(node) {
+            NodeState::Decommissioned => {}
+            NodeState::Decommissioning if self.replica_count(node) == 0 => {
+                self.put_state(node, NodeState::Decommissioned, changed);
+            }
+            other => {
+                return Err(NodeRefused::new(
+                    "replicas_remain",
+                    format!(
+                        "node {node} is {} and holds {} replicas",
+                        other.name(),
+                        self.replica_count(node)
+                    ),
+                ))
+            }
+        }
+        Ok(NodeOpDone::State(NodeState::Decommissioned))
+    }
+
+    /// `AdvanceRepair` from `AddLearner`: the learner caught up.
+    fn advance_repair(
+        &mut self,
+        group: GroupId,
+        from: RepairStep,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        let r = self.repair_mut(group)?;
+        if r.step != from || from != RepairStep::AddLearner {
+            return Err(step_mismatch(r, from));
+        }
+        r.step = RepairStep::ChangeMembership;
+        let r = r.clone();
+        changed.push(RecordKey::Repair(group));
+        Ok(NodeOpDone::Repair(Some(r)))
+    }
+
+    /// `FinishRepair`: the membership changed; the group's members follow.
+    fn finish_repair(
+        &mut self,
+        group: GroupId,
+        changed: &mut Vec<RecordKey>,
+    ) -> Result<NodeOpDone, NodeRefused> {
+        let r = self.repair_mut(group)?;
+        if r.step != RepairStep::ChangeMembership {
+            return Err(step_mismatch(r, RepairStep::ChangeMembership));
+        }
+        let r = self.repairs.remove(&group).expect("found above");
+        changed.push(RecordKey::Repair(group));
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.members = r.members_after(&g.members);
+            changed.push(RecordKey::Group(group));
+        }
+        // The rejoined node is a caught-up voter again, or (another
+        // repair) not a voter at all: either way the group no longer
+        // waits for it.
+        self.rejoin_done(r.remove, group, changed);
+        Ok(NodeOpDone::Repair(None))
     }
 
     pub(crate) fn known(&self, node: NodeId) -> Result<(), NodeRefused> {

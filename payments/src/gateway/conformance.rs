@@ -44,8 +44,28 @@ where
     F: Fn(CreatedPayment) -> Approval,
 {
     let key = |k: &str| format!("{prefix}-{k}");
-    let fail = |what: &str, e: GatewayError| format!("{what}: {e:?}");
+    let (a, other) = create_and_capture(gw, &approve, prefix).await?;
+    void_or_captured(gw, &approve, &a, &other).await?;
+    refunds(gw, &a, &key("r1")).await
+}
 
+/// A failed call, named.
+fn fail(what: &str, e: GatewayError) -> String {
+    format!("{what}: {e:?}")
+}
+
+/// Create is idempotent by key; nothing is captured before approval; a
+/// capture happens once, fenced. The captured payment and another one
+/// (created, not approved).
+async fn create_and_capture<F>(
+    gw: &dyn Gateway,
+    approve: &F,
+    prefix: &str,
+) -> Result<(CreatedPayment, CreatedPayment), String>
+where
+    F: Fn(CreatedPayment) -> Approval,
+{
+    let key = |k: &str| format!("{prefix}-{k}");
     // Create is idempotent by key.
     let a = gw
         .create(request(&key("a")))
@@ -116,7 +136,20 @@ where
         .await
         .map_err(|e| fail("query", e))?;
     check(st.txn_id == first.txn_id, "query reports the capture")?;
+    Ok((a, other))
+}
 
+/// A void after the capture of `a` reports it; a void of `other` before
+/// its capture wins for good.
+async fn void_or_captured<F>(
+    gw: &dyn Gateway,
+    approve: &F,
+    a: &CreatedPayment,
+    other: &CreatedPayment,
+) -> Result<(), String>
+where
+    F: Fn(CreatedPayment) -> Approval,
+{
     // A void after the capture reports it; it never undoes money taken.
     let late = gw.void(&a.payment_id, fence(6)).await;
     check(
@@ -147,16 +180,19 @@ where
         !matches!(after, Ok(ref s) if s.status == PaymentStatus::Completed),
         "a voided payment is never captured",
     )?;
+    Ok(())
+}
 
-    // Refunds: fenced, once per key.
-    let stale = gw.refund(&a.payment_id, &key("r1"), fence(4)).await;
+/// Refunds of the captured `a`: fenced, once per `key`.
+async fn refunds(gw: &dyn Gateway, a: &CreatedPayment, key: &str) -> Result<(), String> {
+    let stale = gw.refund(&a.payment_id, key, fence(4)).await;
     check(stale.is_err(), "a refund under an older fence is refused")?;
     let r1 = gw
-        .refund(&a.payment_id, &key("r1"), fence(6))
+        .refund(&a.payment_id, key, fence(6))
         .await
         .map_err(|e| fail("refund", e))?;
     let r1_again = gw
-        .refund(&a.payment_id, &key("r1"), fence(6))
+        .refund(&a.payment_id, key, fence(6))
         .await
         .map_err(|e| fail("refund again", e))?;
     check(

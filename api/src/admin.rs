@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 /// How long a leader transfer may take before the edge gives up waiting.

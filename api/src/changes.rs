@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::events::{format_ms, parse_event_id};
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 /// Changes one answer carries at most (`?limit=`, default 500).

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::events::format_ms;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 #[derive(Debug, Deserialize)]

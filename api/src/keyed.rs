@@ -18,7 +18,7 @@ use seatfence_core::{Command, GroupId, Response};
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::http::{Body, Reply, Req};
+use crate::message::{Body, Reply, Req};
 use crate::Edge;
 
 /// Largest answer body kept for replays (answers here are a few hundred

@@ -12,8 +12,10 @@
 //! ```
 //!
 //! Every module:
-//! - [`http`]: the hyper server's dispatch and `Reply`/`Req`; `conn`: the
-//!   connections' bounds (per-address limit, slow-client timeouts).
+//! - [`http`]: the hyper server's dispatch; `conn`: the connections'
+//!   bounds (per-address limit, slow-client timeouts); [`message`]: the
+//!   `Req` a handler reads and the `Reply` it returns (handlers depend on
+//!   it, not on the server, which depends on them).
 //! - [`routes`]: the one route table (dispatch, admission, audit, metric
 //!   labels, the OpenAPI test).
 //! - [`auth`]: bearer tokens. [`admission`]: in-flight bound and per-user rate.
@@ -46,6 +48,7 @@ pub mod holds;
 pub mod http;
 pub mod keyed;
 pub mod lifecycle;
+pub mod message;
 pub mod metrics;
 pub mod moves;
 pub mod payments;

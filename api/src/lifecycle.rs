@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::admin::parse_id;
 use crate::error::ApiError;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 /// `POST /v1/admin/nodes/{id}/decommission`: 409 `no_spare_node` when a

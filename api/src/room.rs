@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 use crate::events::{format_ms, parse_event_id};
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 use seatfence_payments::gateway::sign;
 

@@ -20,7 +20,7 @@ use seatfence_payments::{Loaded, Payments};
 use super::fenced;
 use crate::error::ApiError;
 use crate::events::format_ms;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 #[derive(Debug, Deserialize)]

@@ -19,7 +19,7 @@ use seatfence_payments::gateway::sign;
 use seatfence_payments::Payments;
 
 use super::fenced;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 fn rejected(payments: &Payments, code: &'static str, message: &str) -> ApiError {

@@ -10,7 +10,7 @@ pub mod webhook;
 
 use seatfence_payments::Loaded;
 
-use crate::http::Reply;
+use crate::message::Reply;
 
 /// `reply` with the event's fence headers (`X-Seatfence-Epoch`,
 /// `X-Seatfence-Owner-Region`), when `l` read them.

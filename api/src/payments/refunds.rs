@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::bookings::booking_json;
 use crate::error::ApiError;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 /// Longest reason accepted (the state machine refuses longer ones too).

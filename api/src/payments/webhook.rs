@@ -21,7 +21,7 @@ use seatfence_payments::gateway::{sign, PaymentState, PaymentStatus};
 use seatfence_payments::PaymentError;
 
 use crate::error::ApiError;
-use crate::http::{Reply, Req};
+use crate::message::{Reply, Req};
 use crate::Edge;
 
 #[derive(Debug, Deserialize)]

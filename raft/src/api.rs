@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use openraft::async_runtime::watch::WatchReceiver;
-use openraft::{ReadPolicy, ServerState};
+use openraft::ReadPolicy;
 use seatfence_core::{Command, GroupId, Query};
 use seatfence_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use seatfence_proto::v1::{
@@ -21,7 +20,7 @@ use crate::codec;
 use crate::network::gate::{Caller, Gate, Need};
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::propose::{self, ProposeError, Proposer, Read};
-use crate::registry::{GroupHandle, Registry};
+use crate::registry::Registry;
 use crate::status::to_status;
 
 /// The node's `NodeService` gRPC handler: checks the caller and forwards to [`Proposer`].
@@ -220,8 +219,8 @@ impl NodeService for NodeApi {
         let mut groups: Vec<GroupStatus> = self
             .registry()
             .all()
-            .iter()
-            .map(|(id, g)| group_status(*id, g, digest))
+            .values()
+            .map(|g| g.status(digest))
             .collect();
         groups.extend(self.registry().dormant_status());
         groups.sort_by_key(|g| g.group_id);
@@ -266,62 +265,6 @@ impl NodeService for NodeApi {
             result: Some(result),
         }))
     }
-}
-
-/// What `Status` reports of one replica held in memory; with `digest`,
-/// its `state_digest`, hashed from a copy taken under the lock (the
-/// records' maps are persistent: the copy shares them) after the lock is
-/// released, so a status read never holds applies up for a scan.
-pub(crate) fn group_status(id: GroupId, g: &GroupHandle, digest: bool) -> GroupStatus {
-    let m = g.raft.metrics().borrow_watched().clone();
-    let (copy, keys, holds, conflicts) = g.sm.read(|s| {
-        (
-            digest.then(|| s.state.clone()),
-            s.state.kv.len() as u64,
-            s.holds_applied,
-            s.conflicts_applied,
-        )
-    });
-    let digest = copy.map(|state| state_digest(&state)).unwrap_or(0);
-    let membership = m.membership_config.membership();
-    GroupStatus {
-        group_id: id.0,
-        role: match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        }
-        .to_string(),
-        term: m.current_term,
-        leader: m.current_leader,
-        last_log_index: m.last_log_index.unwrap_or(0),
-        applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
-        committed_index: m.local_committed.map(|l| l.index).unwrap_or(0),
-        snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
-        purged_index: m.purged.map(|l| l.index).unwrap_or(0),
-        voters: membership.voter_ids().collect(),
-        learners: membership.learner_ids().collect(),
-        state_digest: digest,
-        key_count: keys,
-        asleep: g.is_asleep(),
-        dormant: false,
-        holds_applied: holds,
-        conflicts_applied: conflicts,
-    }
-}
-
-/// FNV-1a over every stored record: equal digests mean equal replicas.
-pub fn state_digest(state: &seatfence_core::State) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (k, v) in state.records() {
-        for b in k.iter().chain(&[0xff]).chain(v.iter()).chain(&[0xfe]) {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
 }
 
 /// The freshness a query asks for.

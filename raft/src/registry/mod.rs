@@ -20,8 +20,10 @@ mod directory;
 mod dormant;
 mod group;
 mod rejoin;
+mod status;
 
 pub use group::{GroupHandle, HandOverError};
+pub use status::state_digest;
 
 use crate::storage::{LogStore, NodeDb, StateMachineStore};
 use crate::types::Raft;

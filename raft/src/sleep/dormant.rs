@@ -79,7 +79,7 @@ pub fn plan(g: &GroupHandle, peers: &PeersUp, me: u64, after_ms: u64) -> Option<
     if state != openraft::ServerState::Follower || last != applied || !peers.is_up(leader) {
         return None;
     }
-    let mut status = crate::api::group_status(g.id, g, true);
+    let mut status = g.status(true);
     status.dormant = true;
     status.leader = Some(leader);
     Some(Dormant {

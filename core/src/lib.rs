@@ -32,6 +32,7 @@ pub mod inventory;
 pub mod lifecycle;
 pub mod moves;
 pub mod query;
+pub mod record_key;
 mod rejoin;
 pub mod state;
 

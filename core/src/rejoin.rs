@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::directory::Directory;
 use crate::ids::{GroupId, NodeId};
 use crate::lifecycle::{NodeOpDone, NodeRefused, Rejoin, RepairReason};
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 impl Directory {
     pub(crate) fn rejoin_record(&self, node: NodeId) -> Result<NodeOpDone, NodeRefused> {

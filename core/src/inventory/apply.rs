@@ -1,7 +1,7 @@
 //! `Inventory::apply`: one event command, pure and deterministic.
 
 use crate::ids::{Epoch, RegionId, UserId};
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{
     echo, Event, EventAction, EventCommand, EventReply, EventSpec, Hold, HoldStatus, Inventory,

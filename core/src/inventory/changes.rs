@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Epoch, RegionId, UserId};
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{Booking, BookingStatus, ConfirmPath, Hold, HoldStatus, Inventory};
 

@@ -17,7 +17,7 @@
 //! Item ids are given in apply order and apply time never runs backwards,
 //! so within a queue, id order is the order of `created_ms`.
 
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{Booking, Indexes, Inventory, OutboxItem, OutboxKind};
 

@@ -3,7 +3,7 @@
 //! and queueing and finishing outbox items. The records are `booking.rs`'s.
 
 use crate::ids::UserId;
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{
     BookingStatus, ConfirmPath, HoldStatus, Inventory, OutboxItem, Outcome, PaymentAction,

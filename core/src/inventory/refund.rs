@@ -14,7 +14,7 @@
 //! answers the first outcome; another key for a booking already refunded
 //! or refunding is refused, so a booking is refunded at most once.
 
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{BookingStatus, HoldStatus, Inventory, OutboxKind, Outcome, RefundRequest};
 

@@ -4,7 +4,7 @@
 //! here is conditional on the state it expects or keyed by what the
 //! reconciler saw, so a re-sent command changes nothing.
 
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::booking::MAX_EXTENSIONS;
 use super::{BookingStatus, HoldStatus, Inventory, Outcome, ReleaseReason};

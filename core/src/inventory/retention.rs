@@ -26,7 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{BookingStatus, HoldStatus, Inventory, DEFAULT_RETENTION_MS};
 

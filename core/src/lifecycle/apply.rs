@@ -4,7 +4,7 @@
 
 use crate::directory::Directory;
 use crate::ids::{GroupId, NodeId};
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{NodeOp, NodeOpDone, NodeRefused, NodeState, Repair, RepairReason, RepairStep};
 

@@ -5,7 +5,7 @@
 use crate::directory::{Directory, Placement, RouteState};
 use crate::ids::{Epoch, EventId, NodeId, RegionId};
 use crate::inventory::Survival;
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::{MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep};
 

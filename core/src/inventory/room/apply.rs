@@ -3,7 +3,7 @@
 //! (tickets used). The records are `mod.rs`'s.
 
 use crate::ids::UserId;
-use crate::state::RecordKey;
+use crate::record_key::RecordKey;
 
 use super::*;
 use crate::inventory::apply::fnv;

@@ -17,7 +17,12 @@
 //! - [`moves`]: ownership moves as the directory records them (steps,
 //!   compare-and-set advances, abort before the membership change).
 //! - [`query`]: reads of a group's state.
-//! - [`answers`]: the directory's record of keyed operator requests.
+//! - [`answers`]: the directory's record of keyed operator requests;
+//!   [`audit`]: the operators' audit trail in the directory.
+//! - [`lifecycle`]: node states, repairs and rejoins as the directory
+//!   records them; `rejoin`: a node back on an empty data dir.
+//! - [`record_key`]: the names of stored records, by which every `apply`
+//!   reports what it changed.
 //!
 //! This crate must never do I/O, read a clock or spawn tasks: the Raft layer
 //! executes it, and every replica must compute the same result.

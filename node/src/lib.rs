@@ -3,18 +3,23 @@
 //!
 //! ```text
 //!  NodeConfig (config.rs: [tls] [raft] [moves] [edge] [payments] [chaos])
-//!   ─▶ Node::start: open sled, reopen stored groups + the directory
+//!   ─▶ Node::start (node.rs): open sled, reopen stored groups + the directory
 //!        ─▶ gRPC over mutual TLS (certs.rs makes the certificates; the raft
-//!           crate's gate authorizes): RaftService + NodeService, one Proposer
+//!           crate's gate authorizes): RaftService + NodeService, one Proposer;
+//!           every channel the node dials goes through its own Dialer
 //!        ─▶ admit.rs: a new data dir proves its node id is new to the
 //!           cluster before any Raft message is taken (else: refuse to start)
 //!        ─▶ (lowest initial member) initialize the directory
-//!        ─▶ jobs: register in the directory · add directory learners
-//!                 expire idle holds · follow a drill's skew file
-//!        ─▶ regions: place_groups (host what the directory places here)
-//!                    move coordinator · drained hand-off
-//!        ─▶ api: the HTTP edge and its workers, when [edge] is configured
-//!   ─▶ Node::stop: stop serving, shut every replica down, final flush
+//!        ─▶ jobs.rs: register in the directory · follow retired nodes ·
+//!                 follow a drill's skew file
+//!        ─▶ regions: place_groups (host what the directory places here) ·
+//!                    a drained node's hand-off
+//!        ─▶ duties: the directory's (moves, lifecycle, balance, learners)
+//!                   and the event groups' (EventDuties)
+//!        ─▶ edge.rs: the HTTP edge and the payment side, when [edge] (and
+//!                    [payments]) are configured
+//!   ─▶ Node::stop: stop serving, wait for every task, shut every replica
+//!      down, final flush
 //! ```
 //!
 //! This crate decides nothing about seats, fences or moves: it wires the

@@ -32,6 +32,11 @@
 //!   stand in for their heartbeats.
 //! - [`config`]: the `[raft]` section; [`clock`], [`metrics`]; [`secret`]:
 //!   a config secret (`env:`/`file:` references, never logged).
+//! - [`timer`]: openraft's timers at a drill's rate (the one process-wide
+//!   setting left: openraft's runtime is a type, not a value, so its
+//!   timers cannot be told apart per node; a drill runs one node per
+//!   process); [`heap`]: the allocator's pretouch switch and the bytes
+//!   openraft's rings reserve.
 //!
 //! The node's assembly lives in `seatfence-node`; routing, placement, moves
 //! and leadership transfer in `seatfence-regions`.

@@ -32,11 +32,12 @@
 //!   stand in for their heartbeats.
 //! - [`config`]: the `[raft]` section; [`clock`], [`metrics`]; [`secret`]:
 //!   a config secret (`env:`/`file:` references, never logged).
-//! - [`timer`]: openraft's timers at a drill's rate (the one process-wide
-//!   setting left: openraft's runtime is a type, not a value, so its
-//!   timers cannot be told apart per node; a drill runs one node per
-//!   process); [`heap`]: the allocator's pretouch switch and the bytes
-//!   openraft's rings reserve.
+//! - [`timer`]: openraft's timers at a drill's rate; [`heap`]: the global
+//!   allocator's byte count and pretouch switch. The two process-wide
+//!   settings left, by nature: openraft's runtime is a type, not a value,
+//!   so its timers cannot be told apart per node, and a process has one
+//!   global allocator. A node process sets them from its own config; a
+//!   drill runs one node per process; in-process tests set neither.
 //!
 //! The node's assembly lives in `seatfence-node`; routing, placement, moves
 //! and leadership transfer in `seatfence-regions`.

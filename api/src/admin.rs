@@ -15,6 +15,7 @@
 //! the group's leader is the target.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::StatusCode;
@@ -22,6 +23,7 @@ use seatfence_core::{Directory, GroupId};
 use seatfence_proto::v1::{GroupStatus, StatusReply, StatusRequest};
 use seatfence_raft::ClientError;
 use seatfence_regions::transfer::{self, TransferError, Transferred};
+use seatfence_regions::Commands;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -200,7 +202,33 @@ fn repair_json(r: &seatfence_core::Repair) -> Value {
     })
 }
 
-impl Edge {
+/// The operators' services behind the admin routes: the cluster view, the
+/// one leadership transfer, and the audit trail. Reached as
+/// `Edge::operators`.
+pub struct Operators {
+    commands: Arc<Commands>,
+    clock: Arc<dyn seatfence_raft::clock::Clock>,
+    /// A voter within this many entries of the leader's log may take its
+    /// leadership (operator transfers, drain): the node's `[moves]
+    /// catch_up_slack`, as the move coordinator uses.
+    catch_up_slack: u64,
+}
+
+impl Operators {
+    /// Services running commands through `commands`, stamped by `clock`;
+    /// transfers to voters within `catch_up_slack` entries of the leader.
+    pub fn new(
+        commands: Arc<Commands>,
+        clock: Arc<dyn seatfence_raft::clock::Clock>,
+        catch_up_slack: u64,
+    ) -> Operators {
+        Operators {
+            commands,
+            clock,
+            catch_up_slack,
+        }
+    }
+
     /// The directory (leader's copy) and every registered node's status.
     pub async fn cluster_view(&self) -> Result<ClusterView, ApiError> {
         let directory = self.commands.directory_at_leader().await?;
@@ -294,7 +322,7 @@ impl Edge {
 /// Longest target or result an audit entry keeps.
 const AUDIT_FIELD_MAX: usize = 256;
 
-impl Edge {
+impl Operators {
     /// Append to the operators' audit trail in the directory. A failure is
     /// logged, never turned into the request's answer.
     pub async fn audit(&self, actor: &str, action: &str, target: String, result: String) {
@@ -366,7 +394,7 @@ pub(crate) fn parse_id(id: &str, what: &'static str) -> Result<u64, ApiError> {
 /// `GET /v1/admin/cluster`.
 pub async fn cluster(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     req.operator(edge)?;
-    let view = edge.cluster_view().await?;
+    let view = edge.operators.cluster_view().await?;
     Ok(Reply::json(StatusCode::OK, view.to_json()).header("cache-control", "no-store"))
 }
 
@@ -375,7 +403,7 @@ pub async fn transfer(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErro
     req.operator(edge)?;
     let group = GroupId(parse_id(id, "group_not_found")?);
     let body: TransferBody = req.json()?;
-    let (previous, term) = edge.transfer_leader(group, body.to).await?;
+    let (previous, term) = edge.operators.transfer_leader(group, body.to).await?;
     tracing::info!(
         group = group.0,
         from = previous,
@@ -392,6 +420,7 @@ pub async fn transfer(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErro
 /// Mark `node` drained or back in service in the directory.
 async fn set_drained(edge: &Edge, node: u64, drained: bool) -> Result<(), ApiError> {
     let known = edge
+        .operators
         .cluster_view()
         .await?
         .directory
@@ -441,7 +470,7 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
     let mut moved = Vec::new();
     let mut failed = Vec::new();
     for _round in 0..3 {
-        let view = edge.cluster_view().await?;
+        let view = edge.operators.cluster_view().await?;
         let Some(info) = view
             .directory
             .nodes
@@ -493,7 +522,7 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
                     .is_some_and(|n| n.region == info.region);
                 (!same_region, load.get(v).copied().unwrap_or(0), *v)
             });
-            match edge.transfer_to(g, &targets, &[]).await {
+            match edge.operators.transfer_to(g, &targets, &[]).await {
                 Ok(t) => {
                     *load.entry(t.leader).or_default() += 1;
                     moved.push(json!({"group_id": g.0, "to": t.leader}));
@@ -519,7 +548,7 @@ pub async fn drain(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> 
             }
         }
     }
-    let view = edge.cluster_view().await?;
+    let view = edge.operators.cluster_view().await?;
     let remaining: Vec<u64> = view
         .groups()
         .into_iter()

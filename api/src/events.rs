@@ -367,7 +367,7 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
     let event_id = parse_event_id(id)?;
     // 0 asks for the counts only.
     let limit = req.limit_in(1000, 0..=MAX_CAPACITY as u32)?;
-    let cached = edge.cached_availability(&event_id, limit);
+    let cached = edge.availability.get(&event_id, limit);
     let (mut body, at) = match cached {
         Some(hit) => hit,
         None => {
@@ -407,8 +407,8 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                 "limit": limit.max(crate::AVAILABILITY_FETCH),
             });
             let at = Instant::now();
-            edge.store_availability(&event_id, at, body.clone());
-            (crate::availability_cut(&body, limit), at)
+            edge.availability.store(&event_id, at, body.clone());
+            (crate::availability::cut(&body, limit), at)
         }
     };
     body["stale_ms"] = json!(at.elapsed().as_millis() as u64);
@@ -454,13 +454,13 @@ mod tests {
             "available": 3, "available_seats": ["A1", "A2", "A3"],
             "available_seats_truncated": false, "limit": 1000,
         });
-        let two = crate::availability_cut(&cached, 2);
+        let two = crate::availability::cut(&cached, 2);
         assert_eq!(two["available_seats"], serde_json::json!(["A1", "A2"]));
         assert_eq!(two["available_seats_truncated"], true);
         assert_eq!(two["limit"], 2);
-        let counts = crate::availability_cut(&cached, 0);
+        let counts = crate::availability::cut(&cached, 0);
         assert_eq!(counts["available_seats"], serde_json::json!([]));
-        let all = crate::availability_cut(&cached, 1000);
+        let all = crate::availability::cut(&cached, 1000);
         assert_eq!(all["available_seats_truncated"], false);
     }
 

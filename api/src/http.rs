@@ -203,7 +203,8 @@ async fn dispatch(
                 Err(e) => format!("{}: {}", e.code(), e),
             };
             let target = audit.target(def, &params, &req.body);
-            edge.audit(&actor.user.0, audit.action, target, outcome)
+            edge.operators
+                .audit(&actor.user.0, audit.action, target, outcome)
                 .await;
         }
     }

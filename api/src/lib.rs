@@ -26,7 +26,13 @@
 //!   its join worker), [`payments`] (bookings, callback, webhook, refunds;
 //!   the work itself is `seatfence-payments`'), [`changes`] (the
 //!   changefeed), [`moves`] and [`lifecycle`] (operator moves and node
-//!   states), [`admin`] (cluster view, leader transfer, drain).
+//!   states), [`admin`] (cluster view, leader transfer, drain; the
+//!   `Operators` service).
+//! - `Edge` is the context every handler gets (config, commands, admission,
+//!   metrics, clock, tokens) and the services it reaches: `payments`
+//!   (`seatfence-payments`), `operators` ([`admin::Operators`]),
+//!   `availability` ([`availability`]: the availability cache), `joins`
+//!   (the waiting room's join worker).
 //! - [`keyed`]: `Idempotency-Key` on operator requests; `whole`: whole
 //!   numbers in request bodies; [`config`]: `[edge]`.
 //!
@@ -39,6 +45,7 @@
 pub mod admin;
 pub mod admission;
 pub mod auth;
+pub mod availability;
 pub mod changes;
 pub mod config;
 mod conn;
@@ -56,11 +63,8 @@ pub mod room;
 pub mod routes;
 mod whole;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use seatfence_core::EventId;
 use seatfence_payments::Payments;
 use seatfence_regions::Commands;
 
@@ -69,12 +73,11 @@ use crate::config::EdgeConfig;
 use crate::error::ApiError;
 use crate::metrics::EdgeMetrics;
 
+pub use availability::{AVAILABILITY_CACHE, AVAILABILITY_FETCH};
 pub use http::serve;
 
 /// Shared state of one edge.
 pub struct Edge {
-    /// The region of this edge's node (the node config's `region`).
-    pub region: String,
     /// The node's `[edge]` config section.
     pub config: EdgeConfig,
     /// The fenced command path (route cache, cluster client).
@@ -87,13 +90,11 @@ pub struct Edge {
     pub clock: Arc<dyn seatfence_raft::clock::Clock>,
     /// The node's payment side (`None`: bookings answer 503).
     pub payments: Option<Arc<Payments>>,
-    /// A voter within this many entries of the leader's log may take its
-    /// leadership (operator transfers, drain): the node's `[moves]
-    /// catch_up_slack`, as the move coordinator uses.
-    pub catch_up_slack: u64,
+    /// The operators' services (cluster view, leader transfer, audit).
+    pub operators: admin::Operators,
     /// Availability answers, reused for a short while to absorb refresh
-    /// storms. Held only for a lookup or insert, never across `.await`.
-    availability: Mutex<HashMap<EventId, (Instant, serde_json::Value)>>,
+    /// storms.
+    pub availability: availability::AvailabilityCache,
     /// Bearer tokens this edge verified (bounded; see [`auth::TokenCache`]).
     pub tokens: auth::TokenCache,
     /// Waiting-room joins on their way to the join worker (`room.rs`).
@@ -106,39 +107,22 @@ pub struct Edge {
 /// A source of Prometheus text the edge appends to its `/metrics` answer.
 pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// How long an availability answer is reused.
-pub const AVAILABILITY_CACHE: Duration = Duration::from_millis(250);
-
-/// The fewest free seats an availability answer asks the leader for: any
-/// smaller `limit` is served from the same cached answer, so varying
-/// `limit` does not reach the leader more often.
-pub const AVAILABILITY_FETCH: u32 = 1000;
-
-/// A cached availability answer cut to `limit` free seats.
-fn availability_cut(body: &serde_json::Value, limit: u32) -> serde_json::Value {
-    let mut body = body.clone();
-    if let Some(seats) = body["available_seats"].as_array_mut() {
-        seats.truncate(limit as usize);
-    }
-    let listed = body["available_seats"].as_array().map_or(0, |a| a.len()) as u64;
-    body["available_seats_truncated"] = (listed < body["available"].as_u64().unwrap_or(0)).into();
-    body["limit"] = limit.into();
-    body
-}
-
 impl Edge {
-    /// An edge of `region` that runs commands through `commands` (built by
+    /// An edge that runs commands through `commands` (built by
     /// the node on a `ClusterClient::with_local`, so the groups this node
     /// leads are proposed in-process).
     pub fn new(
-        region: String,
         config: EdgeConfig,
         commands: Arc<Commands>,
         clock: Arc<dyn seatfence_raft::clock::Clock>,
     ) -> Edge {
         let tokens = auth::TokenCache::new(config.jwt_secret.clone(), auth::TOKEN_CACHE);
+        let operators = admin::Operators::new(
+            commands.clone(),
+            clock.clone(),
+            seatfence_regions::transfer::CATCH_UP_SLACK,
+        );
         Edge {
-            region,
             admission: Admission::new(
                 config.max_inflight_mutations,
                 config.max_inflight_other,
@@ -151,8 +135,8 @@ impl Edge {
             metrics: EdgeMetrics::default(),
             clock,
             payments: None,
-            catch_up_slack: seatfence_regions::transfer::CATCH_UP_SLACK,
-            availability: Mutex::new(HashMap::new()),
+            operators,
+            availability: Default::default(),
             tokens,
             joins: room::Joins::default(),
             scrape: Vec::new(),
@@ -163,6 +147,14 @@ impl Edge {
     /// node's payment side, whose duties the node runs).
     pub fn with_payments(mut self, payments: Arc<Payments>) -> Edge {
         self.payments = Some(payments);
+        self
+    }
+
+    /// Operator transfers and drains go only to voters within
+    /// `catch_up_slack` entries of the leader (the node's `[moves]`).
+    pub fn with_catch_up_slack(mut self, catch_up_slack: u64) -> Edge {
+        self.operators =
+            admin::Operators::new(self.commands.clone(), self.clock.clone(), catch_up_slack);
         self
     }
 
@@ -193,32 +185,6 @@ impl Edge {
                 "this node has no payment gateway configured",
             )
         })
-    }
-
-    fn cached_availability(
-        &self,
-        event: &EventId,
-        limit: u32,
-    ) -> Option<(serde_json::Value, Instant)> {
-        let cache = self
-            .availability
-            .lock()
-            .expect("availability lock poisoned");
-        let (at, body) = cache.get(event).filter(|(at, body)| {
-            at.elapsed() < AVAILABILITY_CACHE && body["limit"].as_u64() >= Some(u64::from(limit))
-        })?;
-        Some((availability_cut(body, limit), *at))
-    }
-
-    fn store_availability(&self, event: &EventId, at: Instant, body: serde_json::Value) {
-        let mut cache = self
-            .availability
-            .lock()
-            .expect("availability lock poisoned");
-        if cache.len() > 10_000 {
-            cache.retain(|_, (t, _)| t.elapsed() < AVAILABILITY_CACHE);
-        }
-        cache.insert(event.clone(), (at, body));
     }
 
     /// A request to a route anyone may call without a token, from `peer`:

@@ -69,13 +69,8 @@ pub(crate) async fn start_edge(
         rx_stop.clone(),
     ));
     let public_url = format!("http://{}", edge_config.http_addr);
-    let mut edge = Edge::new(
-        config.region.clone(),
-        edge_config,
-        commands.clone(),
-        clock.clone(),
-    );
-    edge.catch_up_slack = config.moves.catch_up_slack;
+    let mut edge = Edge::new(edge_config, commands.clone(), clock.clone());
+    edge = edge.with_catch_up_slack(config.moves.catch_up_slack);
     let (leader_registry, leader_clock) = (registry.clone(), clock.clone());
     edge = edge.with_metrics(Arc::new(move || {
         seatfence_duties::rooms::metrics(

@@ -123,6 +123,18 @@ async fn event(tx: &Transaction<'_>, e: &Value, seq: i64, at: &str) -> anyhow::R
     Ok(())
 }
 
+/// What a booking's payment and refund rows share with it, read once.
+struct Money<'a> {
+    event_id: &'a str,
+    booking_id: &'a str,
+    payment_id: &'a str,
+    status: &'a str,
+    amount: i64,
+    currency: &'a str,
+    seq: i64,
+    at: &'a str,
+}
+
 /// A booking's row, then its payment's and, once a refund is pending or done, its refund's.
 async fn booking(
     tx: &Transaction<'_>,
@@ -166,9 +178,19 @@ async fn booking(
     )
     .await
     .context("upsert the booking")?;
-    payment(tx, event_id, b, seq, at).await?;
+    let m = Money {
+        event_id,
+        booking_id,
+        payment_id,
+        status,
+        amount,
+        currency,
+        seq,
+        at,
+    };
+    payment(tx, b, &m).await?;
     if matches!(status, "refund_pending" | "refunded") {
-        refund(tx, event_id, b, seq, at).await?;
+        refund(tx, b, &m).await?;
     }
     Ok(())
 }
@@ -176,16 +198,17 @@ async fn booking(
 /// A booking's payment row: pending until captured; a release before any
 /// capture voids it; captured money stays captured (a refund is its own
 /// row).
-async fn payment(
-    tx: &Transaction<'_>,
-    event_id: &str,
-    b: &Value,
-    seq: i64,
-    at: &str,
-) -> anyhow::Result<()> {
-    let status = text(b, "status")?;
-    let (booking_id, payment_id) = (text(b, "booking_id")?, text(b, "payment_id")?);
-    let (amount, currency) = (int(b, "amount_cents")?, text(b, "currency")?);
+async fn payment(tx: &Transaction<'_>, b: &Value, m: &Money<'_>) -> anyhow::Result<()> {
+    let Money {
+        event_id,
+        booking_id,
+        payment_id,
+        status,
+        amount,
+        currency,
+        seq,
+        at,
+    } = *m;
     let captured = b["txn_id"].is_string();
     let pay_status = match (status, captured) {
         ("pending", _) => "pending",
@@ -225,16 +248,17 @@ async fn payment(
 }
 
 /// A refunded (or refund-pending) booking's refund row.
-async fn refund(
-    tx: &Transaction<'_>,
-    event_id: &str,
-    b: &Value,
-    seq: i64,
-    at: &str,
-) -> anyhow::Result<()> {
-    let status = text(b, "status")?;
-    let (booking_id, payment_id) = (text(b, "booking_id")?, text(b, "payment_id")?);
-    let (amount, currency) = (int(b, "amount_cents")?, text(b, "currency")?);
+async fn refund(tx: &Transaction<'_>, b: &Value, m: &Money<'_>) -> anyhow::Result<()> {
+    let Money {
+        event_id,
+        booking_id,
+        payment_id,
+        status,
+        amount,
+        currency,
+        seq,
+        at,
+    } = *m;
     let refund = &b["refund"];
     let reason = refund["reason"]
         .as_str()

@@ -224,11 +224,7 @@ impl NodeService for NodeApi {
             .collect();
         groups.extend(self.registry().dormant_status());
         groups.sort_by_key(|g| g.group_id);
-        let directory_nodes = self
-            .registry()
-            .get(GroupId::DIRECTORY)
-            .map(|d| d.sm.read(|s| s.state.directory.nodes.len() as u32))
-            .unwrap_or(0);
+        let directory_nodes = self.registry().view(|d| d.node_count() as u32).unwrap_or(0);
         Ok(Response::new(StatusReply {
             node_id: self.registry().node_id(),
             region: self.region.clone(),

@@ -20,7 +20,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use seatfence_core::{GroupId, NodeId};
+use seatfence_core::GroupId;
 use tonic::{Request, Status};
 
 use super::tls::Principal;
@@ -173,21 +173,14 @@ impl Gate {
         let listed = self
             .registry
             .as_ref()
-            .and_then(|r| r.get(GroupId::DIRECTORY))
-            .and_then(|d| {
-                d.sm.read(|s| {
-                    let dir = &s.state.directory;
-                    dir.nodes
-                        .contains_key(&NodeId(id))
-                        .then(|| dir.node_state(NodeId(id)))
-                })
-            });
+            .and_then(|r| r.view(|d| d.retired(id)))
+            .flatten();
         match listed {
-            Some(state) if state.is_retired() => Err(denied(
+            Some(true) => Err(denied(
                 "retired_node",
                 format!("node {id} is retired (decommissioned or declared dead)"),
             )),
-            Some(_) => Ok(Caller::Member(id)),
+            Some(false) => Ok(Caller::Member(id)),
             None if self.seeds.contains(&id) => Ok(Caller::Member(id)),
             None => Ok(Caller::Joining(id)),
         }

@@ -22,6 +22,7 @@ mod group;
 mod rejoin;
 mod status;
 
+pub use directory::DirectoryView;
 pub use group::{GroupHandle, HandOverError};
 pub use status::state_digest;
 

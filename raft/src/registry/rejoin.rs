@@ -42,14 +42,9 @@ impl Registry {
     /// The term from which `id`'s rejoining replica here may take appends
     /// (see [`Rejoin::floors`](seatfence_core::Rejoin)); `None`: not yet.
     pub fn rejoin_floor(&self, id: GroupId) -> Option<u64> {
-        let me = seatfence_core::NodeId(self.node_id);
         let mine = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
-        self.get(GroupId::DIRECTORY).and_then(|dir| {
-            dir.sm.read(|s| {
-                let r = s.state.directory.rejoins.get(&me)?;
-                (r.incarnation == mine).then(|| r.floor(id)).flatten()
-            })
-        })
+        self.view(|d| d.rejoin_floor(self.node_id, mine, id))
+            .flatten()
     }
 
     /// Whether this node's directory replica records that `id` took this
@@ -57,17 +52,9 @@ impl Registry {
     /// this data dir's incarnation that no longer lists `id` as pending).
     /// A replica that has not heard of the rejoin yet says no.
     pub fn rejoin_settled(&self, id: GroupId) -> bool {
-        let me = seatfence_core::NodeId(self.node_id);
         let mine = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
-        self.get(GroupId::DIRECTORY).is_some_and(|dir| {
-            dir.sm.read(|s| {
-                s.state
-                    .directory
-                    .rejoins
-                    .get(&me)
-                    .is_some_and(|r| r.incarnation == mine && !r.pending.contains(&id))
-            })
-        })
+        self.view(|d| d.rejoin_settled(self.node_id, mine, id))
+            .unwrap_or(false)
     }
 
     /// Follow the directory for a rejoining node: each replica whose group

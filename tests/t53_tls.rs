@@ -244,11 +244,23 @@ async fn snapshot_call(
     group: GroupId,
     vote: Vote,
 ) -> Result<(), (tonic::Code, String)> {
+    let garbage = (b"not a snapshot's metadata".to_vec(), vec![7; 1024]);
+    snapshot_of(channel, group, vote, garbage).await
+}
+
+/// A snapshot stream for `group` carrying `(meta, data)`: the refusal, if
+/// refused.
+async fn snapshot_of(
+    channel: &Channel,
+    group: GroupId,
+    vote: Vote,
+    (meta, data): (Vec<u8>, Vec<u8>),
+) -> Result<(), (tonic::Code, String)> {
     let chunk = seatfence_proto::v1::SnapshotChunk {
         group_id: group.0,
         vote: seatfence_raft::codec::encode(&vote).unwrap(),
-        meta: b"not a snapshot's metadata".to_vec(),
-        data: vec![7; 1024],
+        meta,
+        data,
         done: true,
     };
     RaftServiceClient::new(channel.clone())
@@ -374,6 +386,24 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
         m.contains("malformed_payload") || m.contains("snapshot meta"),
         "{m}"
     );
+    tracing::info!("--- a well-formed directory snapshot offered to an event group");
+    let meta = seatfence_raft::types::SnapshotMeta::default();
+    let planted = (
+        seatfence_raft::codec::encode(&meta).unwrap(),
+        seatfence_raft::codec::encode(&seatfence_core::State::new(GroupId::DIRECTORY)).unwrap(),
+    );
+    let m = refused(
+        snapshot_of(
+            &insider[(peer - 1) as usize],
+            g,
+            Vote::new_committed(1, outsider),
+            planted,
+        )
+        .await,
+        tonic::Code::InvalidArgument,
+        "a snapshot of the other kind of group",
+    );
+    assert!(m.contains("other kind of group"), "{m}");
 
     tracing::info!("--- a peer dialling node {member} at another node's address is refused by TLS");
     let pool = seatfence_raft::network::PeerPool::new(cluster.dialer());

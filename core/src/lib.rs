@@ -51,4 +51,4 @@ pub use lifecycle::{
 };
 pub use moves::{MoveOp, MoveRecord, MoveRefused, MoveState, MoveStep};
 pub use query::{PaymentSummary, Query, QueryResult, ReplicaDump};
-pub use state::{Applied, RecordKey, State};
+pub use state::{Applied, DirectoryState, EventState, RecordKey, State};

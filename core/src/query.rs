@@ -196,7 +196,7 @@ pub enum QueryResult {
 impl State {
     /// Answer `q` from this replica's applied state.
     pub fn query(&self, q: &Query) -> QueryResult {
-        let inv = &self.inventory;
+        let inv = self.inventory();
         match q {
             Query::Event => QueryResult::Event(inv.event.clone()),
             Query::Availability { max_seats } => QueryResult::Availability {
@@ -259,7 +259,7 @@ impl State {
                 QueryResult::Changes(Box::new(inv.change_page(*after, *limit as usize)))
             }
             Query::Answer { owner, key } => {
-                QueryResult::Answer(self.answers.get(&(owner.clone(), key.clone())).cloned())
+                QueryResult::Answer(self.answers().get(&(owner.clone(), key.clone())).cloned())
             }
             Query::Room { buyer, now_ms } => {
                 let opens_at_ms = inv.event.as_ref().and_then(|e| e.opens_at_ms);
@@ -281,8 +281,8 @@ impl State {
                         .map(|(r, place)| r.standing(place, opens_at_ms.unwrap_or(0), *now_ms)),
                 }
             }
-            Query::Route(e) => QueryResult::Route(self.directory.events.get(e).cloned()),
-            Query::Directory => QueryResult::Directory(self.directory.clone()),
+            Query::Route(e) => QueryResult::Route(self.directory().events.get(e).cloned()),
+            Query::Directory => QueryResult::Directory(self.directory().clone()),
             Query::Replica => QueryResult::Replica(Box::new(ReplicaDump {
                 event: inv.event.clone(),
                 seats: inv
@@ -294,7 +294,7 @@ impl State {
                 bookings: inv.bookings.values().cloned().collect(),
             })),
             Query::Audit { limit } => QueryResult::Audit(
-                self.audit
+                self.audit()
                     .values()
                     .rev()
                     .take(*limit as usize)

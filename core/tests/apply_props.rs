@@ -57,7 +57,7 @@ proptest! {
         directory in any::<bool>(),
     ) {
         let group = if directory { GroupId::DIRECTORY } else { GroupId(5) };
-        let (mut a, mut b) = (State::default(), State::default());
+        let (mut a, mut b) = (State::new(group), State::new(group));
         let mut model = BTreeMap::new();
         // What the storage layer holds: only the records `apply` reports
         // as changed are written, as StateMachineStore does.
@@ -81,7 +81,7 @@ proptest! {
                     None => stored.remove(&key.encode()),
                 };
             }
-            let mut loaded = State::default();
+            let mut loaded = State::new(group);
             for (k, v) in &stored {
                 loaded.load_record(k, v).unwrap();
             }
@@ -90,17 +90,17 @@ proptest! {
                 if !nested {
                     model_apply(&mut model, cmd);
                 }
-                let kv: BTreeMap<_, _> = a.kv.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let kv: BTreeMap<_, _> = a.kv().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 prop_assert_eq!(&kv, &model);
-                prop_assert!(a.directory.nodes.is_empty() && a.directory.groups.is_empty());
+                prop_assert!(a.directory().nodes.is_empty() && a.directory().groups.is_empty());
             } else {
-                prop_assert!(a.kv.is_empty(), "the directory never holds plain keys");
-                for g in a.directory.groups.values() {
+                prop_assert!(a.kv().is_empty(), "the directory never holds plain keys");
+                for g in a.directory().groups.values() {
                     let mut m = g.members.clone();
                     m.sort();
                     m.dedup();
                     prop_assert_eq!(m.len(), g.members.len(), "members are distinct");
-                    prop_assert!(g.members.iter().all(|n| a.directory.nodes.contains_key(n)));
+                    prop_assert!(g.members.iter().all(|n| a.directory().nodes.contains_key(n)));
                     prop_assert!(!g.id.is_directory());
                 }
             }

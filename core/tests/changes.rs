@@ -13,7 +13,7 @@ use seatfence_core::inventory::{
 use seatfence_core::{Epoch, GroupId, Query, QueryResult, RegionId, State, UserId};
 
 fn event(changes_retention_ms: u64) -> State {
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     let mut spec = spec();
     spec.changes_retention_ms = changes_retention_ms;
     s.apply(
@@ -45,7 +45,7 @@ fn hold(s: &mut State, now: u64, seat: &str, key: Option<&str>) -> u64 {
 }
 
 fn kinds(s: &State, after: u64) -> Vec<&'static str> {
-    s.inventory
+    s.inventory()
         .change_page(after, 1_000)
         .changes
         .iter()
@@ -89,7 +89,7 @@ fn each_transition_is_one_change_in_commit_order() {
             "hold.expired",
         ]
     );
-    let page = s.inventory.change_page(0, 1_000);
+    let page = s.inventory().change_page(0, 1_000);
     let seqs: Vec<u64> = page.changes.iter().map(|c| c.seq).collect();
     assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
     assert_eq!((page.oldest_seq, page.next_seq), (1, 9));
@@ -100,13 +100,13 @@ fn each_transition_is_one_change_in_commit_order() {
     assert_eq!(b.seats, ["A3"]);
     assert_eq!((b.amount_cents, b.txn_id.as_deref()), (1_000, Some("t3")));
     // The same keyed hold again answers its recorded outcome: no change.
-    let next = s.inventory.change_page(0, 0).next_seq;
+    let next = s.inventory().change_page(0, 0).next_seq;
     run(&mut s, 60 + TTL_MS, 1, Some("k1"), hold_action("A1"));
     // A refused hold (taken seat) makes none either.
     run(&mut s, 60 + TTL_MS, 1, None, hold_action("A3"));
-    assert_eq!(s.inventory.change_page(0, 0).next_seq, next);
+    assert_eq!(s.inventory().change_page(0, 0).next_seq, next);
     // Paging: after 6, at most 1.
-    let page = s.inventory.change_page(6, 1);
+    let page = s.inventory().change_page(6, 1);
     assert_eq!(page.changes.len(), 1);
     assert_eq!(page.changes[0].kind, ChangeKind::BookingConfirmed);
 }
@@ -130,15 +130,15 @@ fn close_open_and_move_are_event_changes() {
             "event.moved"
         ]
     );
-    let last = s.inventory.change_page(3, 1).changes.remove(0);
+    let last = s.inventory().change_page(3, 1).changes.remove(0);
     let ChangeSubject::Event(e) = last.subject else {
         panic!("an event change");
     };
     assert_eq!((e.epoch, e.owner.0.as_str()), (Epoch(2), "eu-west"));
     // A stale-epoch command is refused and makes no change.
-    let before = s.inventory.change_page(0, 0).next_seq;
+    let before = s.inventory().change_page(0, 0).next_seq;
     run(&mut s, 40, 1, None, hold_action("A1"));
-    assert_eq!(s.inventory.change_page(0, 0).next_seq, before);
+    assert_eq!(s.inventory().change_page(0, 0).next_seq, before);
 }
 
 #[test]
@@ -147,18 +147,18 @@ fn changes_leave_after_their_retention_and_numbers_are_never_reused() {
     let mut s = event(keep);
     hold(&mut s, 1_000, "A1", None);
     // An idle event asks for a tick when its oldest change is due.
-    assert_eq!(s.inventory.next_cleanup_ms(), Some(keep));
+    assert_eq!(s.inventory().next_cleanup_ms(), Some(keep));
     run(&mut s, keep + 500, 1, None, EventAction::Tick);
     // The creation (at 0) left; the hold (at 1 000) and its expiry stay.
-    let page = s.inventory.change_page(0, 100);
+    let page = s.inventory().change_page(0, 100);
     assert_eq!(page.oldest_seq, 2);
     assert_eq!(kinds(&s, 0), ["hold.created", "hold.expired"]);
     // A restart reloads the records: the same range, the same numbers.
-    let mut reloaded = State::default();
+    let mut reloaded = State::new(GroupId(1));
     for (k, v) in s.records() {
         reloaded.load_record(&k, &v).unwrap();
     }
-    reloaded.inventory.rebuild_indexes();
+    reloaded.rebuild_indexes();
     let QueryResult::Changes(again) = reloaded.query(&Query::Changes {
         after: 0,
         limit: 100,
@@ -168,11 +168,11 @@ fn changes_leave_after_their_retention_and_numbers_are_never_reused() {
     assert_eq!(*again, page);
     // Long after: every change gone, the next one still numbered on.
     run(&mut s, 10 * keep, 1, None, EventAction::Tick);
-    let page = s.inventory.change_page(0, 100);
+    let page = s.inventory().change_page(0, 100);
     assert!(page.changes.is_empty());
     assert_eq!((page.oldest_seq, page.next_seq), (4, 4));
     hold(&mut s, 10 * keep + 1, "A2", None);
-    assert_eq!(s.inventory.change_page(0, 100).changes[0].seq, 4);
+    assert_eq!(s.inventory().change_page(0, 100).changes[0].seq, 4);
 }
 
 fn refund(s: &mut State, now: u64, hold: u64, key: &str, release_seats: bool) -> Outcome {
@@ -207,16 +207,16 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
             run(&mut s, 20, 1, None, action);
         }
     }
-    let sold = s.inventory.event().unwrap().sold;
+    let sold = s.inventory().event().unwrap().sold;
     // A pending booking is not refundable: nothing changes.
-    let next = s.inventory.change_page(0, 0).next_seq;
+    let next = s.inventory().change_page(0, 0).next_seq;
     assert_eq!(
         refund(&mut s, 30, c, "r0", true),
         Outcome::BookingNotRefundable {
             status: BookingStatus::Pending
         }
     );
-    assert_eq!(s.inventory.change_page(0, 0).next_seq, next);
+    assert_eq!(s.inventory().change_page(0, 0).next_seq, next);
     // Refund a, seats back on sale; the same key again: the same answer.
     let first = refund(&mut s, 40, a, "r1", true);
     let Outcome::Booking(bk) = &first else {
@@ -224,8 +224,8 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
     };
     assert_eq!(bk.status, BookingStatus::RefundPending);
     assert_eq!(refund(&mut s, 50, a, "r1", true), first);
-    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Available);
-    assert_eq!(s.inventory.holds()[&a].status, HoldStatus::Released);
+    assert_eq!(s.inventory().seats()["A1"].state, SeatState::Available);
+    assert_eq!(s.inventory().holds()[&a].status, HoldStatus::Released);
     // Another key for the same booking: refused, it is refunding already.
     assert_eq!(
         refund(&mut s, 50, a, "r2", true),
@@ -235,11 +235,11 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
     );
     // Refund b, seats kept off sale (the show is cancelled).
     refund(&mut s, 60, b, "r3", false);
-    assert_eq!(s.inventory.seats()["A2"].state, SeatState::Sold(b));
-    assert_eq!(s.inventory.event().unwrap().sold, sold - 1);
+    assert_eq!(s.inventory().seats()["A2"].state, SeatState::Sold(b));
+    assert_eq!(s.inventory().event().unwrap().sold, sold - 1);
     // One refund queued per booking; delivering them ends both refunded.
     let refunds: Vec<u64> = s
-        .inventory
+        .inventory()
         .outbox()
         .values()
         .filter(|i| i.kind == OutboxKind::Refund)
@@ -260,7 +260,7 @@ fn an_operator_refund_is_once_per_booking_and_in_the_feed() {
             "booking.refunded",
         ]
     );
-    let page = s.inventory.change_page(next, 100);
+    let page = s.inventory().change_page(next, 100);
     let ChangeSubject::Booking(facts) = &page.changes[0].subject else {
         panic!("a booking change");
     };

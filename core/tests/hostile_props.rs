@@ -99,7 +99,7 @@ proptest! {
         cmds in prop::collection::vec(hostile(), 1..12),
     ) {
         let group = GroupId(7);
-        let (mut a, mut b) = (State::default(), State::default());
+        let (mut a, mut b) = (State::new(group), State::new(group));
         // A real event to act on first.
         let create = event(EventAction::Create(Box::new(spec(vec![(2, 3)]))), None, 1);
         a.apply(group, &create);
@@ -114,7 +114,7 @@ proptest! {
                 prop_assert!(!reason.is_empty());
                 prop_assert_eq!(&a, &before, "a refused command changed nothing");
             }
-            let ev = a.inventory.event().expect("the event stays");
+            let ev = a.inventory().event().expect("the event stays");
             prop_assert!(ev.capacity <= seatfence_core::inventory::MAX_CAPACITY);
         }
     }
@@ -126,7 +126,7 @@ proptest! {
 #[test]
 fn a_hold_naming_long_unknown_seats_leaves_the_state_as_it_was() {
     let group = GroupId(7);
-    let mut s = State::default();
+    let mut s = State::new(group);
     let create = event(EventAction::Create(Box::new(spec(vec![(2, 3)]))), None, 1);
     s.apply(group, &create);
     let size = |s: &State| {

@@ -89,7 +89,7 @@ proptest! {
         short_retention in any::<bool>(),
     ) {
         let g = GroupId(1);
-        let mut s = State::default();
+        let mut s = State::new(GroupId(1));
         let mut now = 1_000u64;
         let mut spec = spec_with(buyer_limit.then_some(5));
         if short_retention {
@@ -131,7 +131,7 @@ proptest! {
                     // A replay changes no seat or hold (time may expire holds).
                     let mut b = before;
                     b.apply(g, &cmd(now, 1, None, EventAction::Tick));
-                    prop_assert_eq!(&b.inventory.seats(), &s.inventory.seats());
+                    prop_assert_eq!(&b.inventory().seats(), &s.inventory().seats());
                     check(&s);
                     continue;
                 }
@@ -142,8 +142,8 @@ proptest! {
                     before.apply(g, &cmd(now, 1, None, EventAction::Tick));
                     let action = pay_action(&s, hold, pay, what);
                     let got = outcome(s.apply(g, &cmd(now, 1, None, action.clone())).response);
-                    let was = before.inventory.bookings().get(&hold).map(|b| b.status);
-                    let is = s.inventory.bookings().get(&hold).map(|b| b.status);
+                    let was = before.inventory().bookings().get(&hold).map(|b| b.status);
+                    let is = s.inventory().bookings().get(&hold).map(|b| b.status);
                     // Paid stays paid unless an operator refunds it; a
                     // release needs the booking's own payment.
                     let refund = matches!(what, PayStep::Refund { .. });
@@ -153,25 +153,25 @@ proptest! {
                     } else if refund {
                         // Only a confirmed booking is refunded.
                         prop_assert_eq!(was, is);
-                        prop_assert_eq!(&before.inventory.seats(), &s.inventory.seats());
+                        prop_assert_eq!(&before.inventory().seats(), &s.inventory().seats());
                     }
                     let payment_id = if pay == 0 { format!("p{hold}") } else { format!("x{pay}") };
-                    let foreign = before.inventory.bookings().get(&hold).is_some_and(|b| b.payment.payment_id != payment_id);
+                    let foreign = before.inventory().bookings().get(&hold).is_some_and(|b| b.payment.payment_id != payment_id);
                     if foreign && !matches!(what, PayStep::OutboxDone { .. } | PayStep::Refund { .. }) {
                         prop_assert!(got.error_code().is_some() || was.is_none() || was == is, "{:?}", got);
-                        prop_assert_eq!(&before.inventory.seats(), &s.inventory.seats(), "another payment id moved seats");
+                        prop_assert_eq!(&before.inventory().seats(), &s.inventory().seats(), "another payment id moved seats");
                     }
-                    let voiding = before.inventory.bookings().get(&hold).is_some_and(|b| b.voiding);
+                    let voiding = before.inventory().bookings().get(&hold).is_some_and(|b| b.voiding);
                     if let PayStep::Release { unpaid: true } = what {
                         // An unpaid payment is released only after a void
                         // intent, which is committed only past the deadline.
                         if !voiding {
-                            prop_assert_eq!(&before.inventory.seats(), &s.inventory.seats(), "unpaid released without a void");
+                            prop_assert_eq!(&before.inventory().seats(), &s.inventory().seats(), "unpaid released without a void");
                         }
                     }
-                    if let (PayStep::Void, Some(h)) = (what, before.inventory.holds().get(&hold)) {
+                    if let (PayStep::Void, Some(h)) = (what, before.inventory().holds().get(&hold)) {
                         if now < h.expires_at_ms && was == Some(BookingStatus::Pending) {
-                            prop_assert!(!s.inventory.bookings()[&hold].voiding, "voided before the deadline");
+                            prop_assert!(!s.inventory().bookings()[&hold].voiding, "voided before the deadline");
                         }
                     }
                     if let (PayStep::Intent { .. }, Outcome::ExecuteIntent { granted: true, .. }) = (what, &got) {
@@ -182,8 +182,8 @@ proptest! {
                         // its commit) changes nothing more.
                         let mut again = s.clone();
                         let resent = outcome(again.apply(g, &cmd(now, 1, None, action)).response);
-                        prop_assert_eq!(&again.inventory.holds(), &s.inventory.holds(), "a re-sent extend counted twice");
-                        prop_assert_eq!(&again.inventory.bookings(), &s.inventory.bookings());
+                        prop_assert_eq!(&again.inventory().holds(), &s.inventory().holds(), "a re-sent extend counted twice");
+                        prop_assert_eq!(&again.inventory().bookings(), &s.inventory().bookings());
                         if let Outcome::ExecuteIntent { granted: true, .. } = &got {
                             prop_assert!(matches!(resent, Outcome::ExecuteIntent { granted: true, .. }), "a re-sent intent lost its grant");
                         }
@@ -221,18 +221,18 @@ proptest! {
             check(&s);
             // Past every deadline, only holds waiting on a payment keep
             // seats: nothing but the reconciler releases those.
-            if s.inventory.holds().values().all(|h| h.expires_at_ms <= now) {
+            if s.inventory().holds().values().all(|h| h.expires_at_ms <= now) {
                 let mut t = s.clone();
                 t.apply(g, &cmd(now, 1, None, EventAction::Tick));
-                let waiting: u64 = t.inventory.bookings().values()
+                let waiting: u64 = t.inventory().bookings().values()
                     .filter(|b| b.status == BookingStatus::Pending)
-                    .map(|b| t.inventory.holds()[&b.seq].seats.len() as u64)
+                    .map(|b| t.inventory().holds()[&b.seq].seats.len() as u64)
                     .sum();
-                prop_assert_eq!(t.inventory.event().unwrap().held, waiting);
+                prop_assert_eq!(t.inventory().event().unwrap().held, waiting);
             }
         }
         // The stored records load back into an equal state.
-        let mut loaded = State::default();
+        let mut loaded = State::new(GroupId(1));
         for (k, v) in s.records() {
             loaded.load_record(&k, &v).unwrap();
         }
@@ -244,7 +244,7 @@ proptest! {
 #[test]
 fn a_hold_of_several_seats_is_all_or_none() {
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = |s: &mut State, owner: &str, seats: &[&str]| {
         outcome(
@@ -270,14 +270,14 @@ fn a_hold_of_several_seats_is_all_or_none() {
         other => panic!("{other:?}"),
     }
     // A3 stays available: nothing was taken.
-    assert_eq!(s.inventory.seats(), before.inventory.seats());
+    assert_eq!(s.inventory().seats(), before.inventory().seats());
     assert!(matches!(hold(&mut s, "b", &["A3"]), Outcome::Held(_)));
 }
 
 #[test]
 fn only_the_owner_cancels_and_a_stranger_learns_nothing() {
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let held = outcome(
         s.apply(
@@ -308,17 +308,17 @@ fn only_the_owner_cancels_and_a_stranger_learns_nothing() {
         outcome(s.apply(g, &cmd(2, 1, None, by("b"))).response),
         Outcome::HoldNotFound
     );
-    assert_eq!(s.inventory.event().unwrap().held, 2);
+    assert_eq!(s.inventory().event().unwrap().held, 2);
     let c = outcome(s.apply(g, &cmd(2, 1, None, by("a"))).response);
     assert!(matches!(c, Outcome::Cancelled(h) if h.status == HoldStatus::Released));
-    assert_eq!(s.inventory.event().unwrap().available, 8);
+    assert_eq!(s.inventory().event().unwrap().available, 8);
 }
 
 #[test]
 fn the_edges_own_keys_are_forgotten_after_minutes_clients_keys_after_a_day() {
     use seatfence_core::inventory::{AUTO_KEY_PREFIX, AUTO_OPERATION_TTL_MS, OPERATION_TTL_MS};
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = |who: &str| EventAction::Hold {
         owner: UserId(who.into()),
@@ -333,13 +333,13 @@ fn the_edges_own_keys_are_forgotten_after_minutes_clients_keys_after_a_day() {
         g,
         &cmd(1, 1, Some((UserId("b".into()), "mine".into())), hold("b")),
     );
-    assert_eq!(s.inventory.ops().len(), 2);
+    assert_eq!(s.inventory().ops().len(), 2);
     s.apply(
         g,
         &cmd(1 + AUTO_OPERATION_TTL_MS, 1, None, EventAction::Tick),
     );
     let owners: Vec<&str> = s
-        .inventory
+        .inventory()
         .ops()
         .keys()
         .map(|k| k.owner.0.as_str())
@@ -350,16 +350,16 @@ fn the_edges_own_keys_are_forgotten_after_minutes_clients_keys_after_a_day() {
         "the auto key's record lapsed, the client's did not"
     );
     s.apply(g, &cmd(1 + OPERATION_TTL_MS, 1, None, EventAction::Tick));
-    assert!(s.inventory.ops().is_empty());
-    let mut rebuilt = s.inventory.clone();
+    assert!(s.inventory().ops().is_empty());
+    let mut rebuilt = s.inventory().clone();
     rebuilt.rebuild_indexes();
-    assert_eq!(rebuilt.index(), s.inventory.index());
+    assert_eq!(rebuilt.index(), s.inventory().index());
 }
 
 #[test]
 fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = |who: &str| EventAction::Hold {
         owner: UserId(who.into()),
@@ -384,7 +384,7 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
         Some("hold_not_cancellable")
     );
     s.apply(g, &cmd(TTL_MS + 5, 1, None, EventAction::Tick));
-    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Held(1));
+    assert_eq!(s.inventory().seats()["A1"].state, SeatState::Held(1));
     // Not released unpaid without a void intent.
     let release = pay_action(&s, 1, 0, PayStep::Release { unpaid: true });
     assert_eq!(
@@ -400,7 +400,7 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
     s.apply(g, &cmd(TTL_MS + 6, 1, None, void));
     s.apply(g, &cmd(TTL_MS + 6, 1, None, release));
     assert!(
-        s.inventory.bookings()[&1].unsettled(),
+        s.inventory().bookings()[&1].unsettled(),
         "watched after release"
     );
     assert!(matches!(
@@ -418,12 +418,12 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
     };
     assert_eq!(b.status, BookingStatus::RefundPending);
     assert!(
-        s.inventory.index().unsettled.is_empty(),
+        s.inventory().index().unsettled.is_empty(),
         "a refund settles it"
     );
-    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Held(2));
+    assert_eq!(s.inventory().seats()["A1"].state, SeatState::Held(2));
     let item = *s
-        .inventory
+        .inventory()
         .index()
         .outbox_pending
         .iter()
@@ -438,14 +438,14 @@ fn a_payment_keeps_its_seats_past_the_deadline_and_late_success_is_refunded() {
             pay_action(&s, 1, 0, PayStep::OutboxDone { id: item }),
         ),
     );
-    assert_eq!(s.inventory.bookings()[&1].status, BookingStatus::Refunded);
+    assert_eq!(s.inventory().bookings()[&1].status, BookingStatus::Refunded);
     check(&s);
 }
 
 #[test]
 fn webhook_ids_are_remembered_for_a_week_then_forgotten() {
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = EventAction::Hold {
         owner: UserId("alice".into()),
@@ -454,22 +454,25 @@ fn webhook_ids_are_remembered_for_a_week_then_forgotten() {
     s.apply(g, &cmd(1, 1, None, hold));
     s.apply(g, &cmd(2, 1, None, pay_action(&s, 1, 0, PayStep::Attach)));
     s.apply(g, &cmd(3, 1, None, pay_action(&s, 1, 0, PayStep::Confirm)));
-    assert!(s.inventory.inbox().contains_key("ev1"));
+    assert!(s.inventory().inbox().contains_key("ev1"));
     s.apply(g, &cmd(3 + INBOX_TTL_MS - 1, 1, None, EventAction::Tick));
     assert!(
-        s.inventory.inbox().contains_key("ev1"),
+        s.inventory().inbox().contains_key("ev1"),
         "kept for the whole week"
     );
     s.apply(g, &cmd(3 + INBOX_TTL_MS, 1, None, EventAction::Tick));
-    assert!(s.inventory.inbox().is_empty());
-    assert_eq!(s.inventory.bookings()[&1].status, BookingStatus::Confirmed);
+    assert!(s.inventory().inbox().is_empty());
+    assert_eq!(
+        s.inventory().bookings()[&1].status,
+        BookingStatus::Confirmed
+    );
     check(&s);
 }
 
 #[test]
 fn after_an_epoch_bump_every_command_with_the_old_epoch_is_refused() {
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = |epoch: u64, seat: &str| {
         cmd(
@@ -527,7 +530,7 @@ fn after_an_epoch_bump_every_command_with_the_old_epoch_is_refused() {
 #[test]
 fn an_unknown_seats_refusal_names_only_the_first_few_seats() {
     let g = GroupId(1);
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     let mut big = spec();
     big.max_seats_per_hold = seatfence_core::inventory::MAX_SEATS_PER_HOLD_LIMIT;
     s.apply(g, &cmd(0, 0, None, EventAction::Create(Box::new(big))));

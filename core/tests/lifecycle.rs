@@ -13,7 +13,7 @@ const DIR: GroupId = GroupId::DIRECTORY;
 /// Nodes 1-3 in region a, 4-6 in b (and `extra` more in a: 7, 8, ...),
 /// one zone-survival event in a (group 1).
 fn cluster(extra: u64) -> State {
-    let mut s = State::default();
+    let mut s = State::new(DIR);
     let ids = (1..=6).chain(7..7 + extra);
     for id in ids {
         let region = if (4..=6).contains(&id) { "b" } else { "a" };
@@ -47,7 +47,7 @@ fn node_op(s: &mut State, op: NodeOp) -> Result<NodeOpDone, NodeRefused> {
 }
 
 fn members(s: &State) -> Vec<u64> {
-    let mut m: Vec<u64> = s.directory.groups[&GroupId(1)]
+    let mut m: Vec<u64> = s.directory().groups[&GroupId(1)]
         .members
         .iter()
         .map(|n| n.0)
@@ -57,7 +57,7 @@ fn members(s: &State) -> Vec<u64> {
 }
 
 fn reloaded(s: &State) -> State {
-    let mut loaded = State::default();
+    let mut loaded = State::new(DIR);
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).unwrap();
     }
@@ -70,7 +70,7 @@ fn decommission_is_refused_without_a_spare_node_in_the_region() {
     assert_eq!(members(&s), vec![1, 2, 3]);
     let e = node_op(&mut s, NodeOp::Decommission { node: NodeId(2) }).unwrap_err();
     assert_eq!(e.code, "no_spare_node", "{e:?}");
-    assert_eq!(s.directory.node_state(NodeId(2)), NodeState::Live);
+    assert_eq!(s.directory().node_state(NodeId(2)), NodeState::Live);
     // A node of region b holds no replica of group 1: it may go.
     let ok = node_op(&mut s, NodeOp::Decommission { node: NodeId(4) }).unwrap();
     assert_eq!(ok, NodeOpDone::State(NodeState::Decommissioning));
@@ -96,7 +96,7 @@ fn a_decommission_replaces_the_voter_in_its_region_and_completes() {
     };
     assert_eq!((r.add, r.step), (NodeId(7), RepairStep::AddLearner));
     // Node 7 hosts the group (as a learner) while the repair runs.
-    assert!(s.directory.hosted_on(NodeId(7)).contains(&GroupId(1)));
+    assert!(s.directory().hosted_on(NodeId(7)).contains(&GroupId(1)));
     // Starting it again answers it; another repair of the group is refused.
     assert_eq!(
         node_op(&mut s, start).unwrap(),
@@ -119,7 +119,7 @@ fn a_decommission_replaces_the_voter_in_its_region_and_completes() {
         "step_mismatch"
     );
     let mut s = reloaded(&s);
-    assert_eq!(s.directory.repairs[&GroupId(1)], r);
+    assert_eq!(s.directory().repairs[&GroupId(1)], r);
     let advance = NodeOp::AdvanceRepair {
         group: GroupId(1),
         from: RepairStep::AddLearner,
@@ -128,7 +128,7 @@ fn a_decommission_replaces_the_voter_in_its_region_and_completes() {
     assert_eq!(node_op(&mut s, advance).unwrap_err().code, "step_mismatch");
     node_op(&mut s, finish).unwrap();
     assert_eq!(members(&s), vec![1, 3, 7]);
-    assert!(s.directory.repairs.is_empty());
+    assert!(s.directory().repairs.is_empty());
     let s = &mut reloaded(&s);
     assert_eq!(members(s), vec![1, 3, 7]);
     assert_eq!(
@@ -172,7 +172,7 @@ fn liveness_never_overrides_an_operator_and_placement_skips_the_dead() {
         "state_refused"
     );
     node_op(&mut s, NodeOp::Recommission { node: NodeId(4) }).unwrap();
-    assert_eq!(s.directory.node_state(NodeId(4)), NodeState::Live);
+    assert_eq!(s.directory().node_state(NodeId(4)), NodeState::Live);
     // Suspect nodes are used only when live ones run out; dead never.
     node_op(&mut s, set(1, NodeState::Suspect)).unwrap();
     let r = s.apply(
@@ -186,7 +186,7 @@ fn liveness_never_overrides_an_operator_and_placement_skips_the_dead() {
     let Response::EventRegistered(route) = r.response else {
         panic!("{r:?}")
     };
-    let mut m: Vec<u64> = s.directory.groups[&route.group]
+    let mut m: Vec<u64> = s.directory().groups[&route.group]
         .members
         .iter()
         .map(|n| n.0)
@@ -194,9 +194,9 @@ fn liveness_never_overrides_an_operator_and_placement_skips_the_dead() {
     m.sort_unstable();
     assert_eq!(m, vec![1, 2, 3], "suspect 1 fills in for dead 7");
     node_op(&mut s, set(1, NodeState::Live)).unwrap();
-    assert_eq!(s.directory.node_state(NodeId(1)), NodeState::Live);
-    assert!(s.directory.not_leading().contains(&NodeId(7)));
-    assert!(!s.directory.not_leading().contains(&NodeId(1)));
+    assert_eq!(s.directory().node_state(NodeId(1)), NodeState::Live);
+    assert!(s.directory().not_leading().contains(&NodeId(7)));
+    assert!(!s.directory().not_leading().contains(&NodeId(1)));
 }
 
 #[test]
@@ -271,9 +271,9 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
     };
     assert_eq!(r.pending, [DIR, GroupId(1)].into_iter().collect());
     assert_eq!(r.floor(GroupId(1)), None);
-    assert_eq!(s.directory.nodes[&NodeId(2)].incarnation, 77);
-    assert!(s.directory.rejoin_pending(NodeId(2), GroupId(1)));
-    assert!(s.directory.not_leading().contains(&NodeId(2)));
+    assert_eq!(s.directory().nodes[&NodeId(2)].incarnation, 77);
+    assert!(s.directory().rejoin_pending(NodeId(2), GroupId(1)));
+    assert!(s.directory().not_leading().contains(&NodeId(2)));
     // The same rejoin again changes nothing; the registration under the
     // new incarnation is accepted, under the old one refused.
     assert_eq!(node_op(&mut s, rejoin), Ok(NodeOpDone::Rejoin(r)));
@@ -356,7 +356,7 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
         panic!("second rejoin refused");
     };
     assert_eq!(r.floor(GroupId(1)), None);
-    assert!(s.directory.repairs.is_empty());
+    assert!(s.directory().repairs.is_empty());
     let start = NodeOp::StartRepair {
         group: GroupId(1),
         remove: NodeId(2),
@@ -374,7 +374,7 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
         node_op(&mut s, op).unwrap();
     }
     assert_eq!(members(&s), vec![1, 2, 3]);
-    assert!(!s.directory.rejoin_pending(NodeId(2), GroupId(1)));
+    assert!(!s.directory().rejoin_pending(NodeId(2), GroupId(1)));
     // Group 0: demoted, then done; the record stays, with nothing pending.
     let demoted = node_op(&mut s, NodeOp::RejoinDirectoryDemoted { node: NodeId(2) });
     assert!(matches!(demoted, Ok(NodeOpDone::Rejoin(r)) if r.directory_demoted));
@@ -387,9 +387,9 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
     )
     .unwrap();
     let loaded = reloaded(&s);
-    assert!(loaded.directory.rejoins[&NodeId(2)].pending.is_empty());
-    assert_eq!(loaded.directory, s.directory);
-    assert!(!s.directory.not_leading().contains(&NodeId(2)));
+    assert!(loaded.directory().rejoins[&NodeId(2)].pending.is_empty());
+    assert_eq!(loaded.directory(), s.directory());
+    assert!(!s.directory().not_leading().contains(&NodeId(2)));
 }
 
 /// A node an operator retired does not come back under its id.
@@ -414,5 +414,5 @@ fn a_retired_node_cannot_rejoin() {
         },
     );
     assert_eq!(r.unwrap_err().code, "node_retired");
-    assert!(s.directory.rejoins.is_empty());
+    assert!(s.directory().rejoins.is_empty());
 }

@@ -12,7 +12,7 @@ const G: GroupId = GroupId(1);
 
 /// An event with alice's hold 1 on A1 and its booking (payment `p1`).
 fn booked() -> State {
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(G, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let hold = EventAction::Hold {
         owner: UserId("alice".into()),
@@ -45,7 +45,7 @@ fn a_resent_execute_intent_gets_the_same_grant() {
         granted(&run(&mut s, 4, first)),
         "the re-sent intent is granted again"
     );
-    assert_eq!(s.inventory.bookings()[&1].intents, 1, "and counted once");
+    assert_eq!(s.inventory().bookings()[&1].intents, 1, "and counted once");
     let other = PayStep::Intent {
         takeover: false,
         requester: 1,
@@ -59,7 +59,7 @@ fn a_resent_execute_intent_gets_the_same_grant() {
         requester: 1,
     };
     assert!(granted(&run(&mut s, 6, takeover)));
-    assert_eq!(s.inventory.bookings()[&1].intents, 2);
+    assert_eq!(s.inventory().bookings()[&1].intents, 2);
     check(&s);
 }
 
@@ -67,7 +67,7 @@ fn a_resent_execute_intent_gets_the_same_grant() {
 fn a_resent_extend_counts_once() {
     let mut s = booked();
     let past = TTL_MS + 10;
-    let deadline = s.inventory.holds()[&1].expires_at_ms;
+    let deadline = s.inventory().holds()[&1].expires_at_ms;
     assert!(matches!(
         run(&mut s, past, PayStep::Extend { resend: false }),
         Outcome::Extended { extensions: 1, .. }
@@ -77,7 +77,7 @@ fn a_resent_extend_counts_once() {
         run(&mut s, past, PayStep::Extend { resend: true }),
         Outcome::Extended { extensions: 1, .. }
     ));
-    let h = &s.inventory.holds()[&1];
+    let h = &s.inventory().holds()[&1];
     assert_eq!((h.extensions, h.expires_at_ms), (1, deadline + 1_000));
     check(&s);
 }
@@ -90,7 +90,7 @@ fn no_void_before_the_deadline_and_no_execute_after_one() {
         Some("release_refused"),
         "a void intent waits for the deadline"
     );
-    assert!(!s.inventory.bookings()[&1].voiding);
+    assert!(!s.inventory().bookings()[&1].voiding);
     let past = TTL_MS + 10;
     assert!(matches!(run(&mut s, past, PayStep::Void), Outcome::Booking(b) if b.voiding));
     // Extended after a void that did not answer: still no execute.
@@ -105,7 +105,7 @@ fn no_void_before_the_deadline_and_no_execute_after_one() {
         run(&mut s, past + 2, PayStep::Confirm),
         Outcome::Confirmed { changed: true, .. }
     ));
-    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Sold(1));
+    assert_eq!(s.inventory().seats()["A1"].state, SeatState::Sold(1));
     check(&s);
 }
 
@@ -115,11 +115,11 @@ fn a_released_booking_is_watched_until_the_gateway_settles_it() {
     let past = TTL_MS + 10;
     run(&mut s, past, PayStep::Void);
     run(&mut s, past, PayStep::Release { unpaid: true });
-    let b = &s.inventory.bookings()[&1];
+    let b = &s.inventory().bookings()[&1];
     assert_eq!(b.status, BookingStatus::Expired);
     assert!(b.unsettled());
     assert_eq!(
-        s.inventory
+        s.inventory()
             .index()
             .unsettled
             .iter()
@@ -130,11 +130,11 @@ fn a_released_booking_is_watched_until_the_gateway_settles_it() {
     // Settling twice is settling once; a late capture after it still refunds.
     run(&mut s, past + 1, PayStep::Settle);
     run(&mut s, past + 2, PayStep::Settle);
-    assert!(!s.inventory.bookings()[&1].unsettled());
-    assert!(s.inventory.index().unsettled.is_empty());
+    assert!(!s.inventory().bookings()[&1].unsettled());
+    assert!(s.inventory().index().unsettled.is_empty());
     run(&mut s, past + 3, PayStep::Confirm);
     assert_eq!(
-        s.inventory.bookings()[&1].status,
+        s.inventory().bookings()[&1].status,
         BookingStatus::RefundPending
     );
     check(&s);
@@ -142,7 +142,7 @@ fn a_released_booking_is_watched_until_the_gateway_settles_it() {
 
 #[test]
 fn a_keyed_replay_says_it_is_one() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(G, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let key = Some((UserId("alice".into()), "k1".into()));
     let hold = EventAction::Hold {
@@ -162,7 +162,7 @@ fn a_keyed_replay_says_it_is_one() {
 
 #[test]
 fn the_unsettled_watch_goes_round_every_released_booking() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     s.apply(G, &cmd(0, 0, None, EventAction::Create(Box::new(spec()))));
     let past = TTL_MS + 10;
     for (seq, seat) in [(1, "A1"), (2, "A2"), (3, "A3")] {
@@ -183,7 +183,7 @@ fn the_unsettled_watch_goes_round_every_released_booking() {
     }
     check(&s);
     let seqs = |after, limit| {
-        s.inventory
+        s.inventory()
             .unsettled_after(after, limit)
             .iter()
             .map(|(h, b)| {

@@ -12,7 +12,7 @@ use seatfence_core::{GroupId, RecordKey, State, UserId};
 const R: u64 = MIN_RETENTION_MS;
 
 fn event() -> State {
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     let mut spec = spec();
     spec.retention_ms = R;
     s.apply(
@@ -49,7 +49,13 @@ fn pay(s: &mut State, now: u64, seq: u64, step: PayStep) -> Outcome {
 
 /// The one outbox item waiting for delivery.
 fn pending_item(s: &State, what: &str) -> u64 {
-    let pending: Vec<u64> = s.inventory.index().outbox_pending.iter().copied().collect();
+    let pending: Vec<u64> = s
+        .inventory()
+        .index()
+        .outbox_pending
+        .iter()
+        .copied()
+        .collect();
     assert_eq!(pending.len(), 1, "one {what} queued: {pending:?}");
     pending[0]
 }
@@ -84,13 +90,13 @@ fn an_ended_hold_and_its_key_leave_after_the_retention_and_a_replay_still_answer
     // The hold is kept until its own deadline plus the retention.
     let expires = 1_000 + TTL_MS;
     tick(&mut s, expires + R - 1);
-    assert!(s.inventory.holds().contains_key(&seq));
+    assert!(s.inventory().holds().contains_key(&seq));
     assert!(
-        s.inventory.ops().is_empty(),
+        s.inventory().ops().is_empty(),
         "the key lapsed at 1 s + retention"
     );
     tick(&mut s, expires + R);
-    assert!(!s.inventory.holds().contains_key(&seq), "pruned");
+    assert!(!s.inventory().holds().contains_key(&seq), "pruned");
     assert!(!stored(&s, RecordKey::Hold(seq)), "and gone from storage");
     // The key is forgotten too: the same request now is a new hold.
     let fresh = outcome(
@@ -112,24 +118,24 @@ fn an_unsettled_booking_is_kept_until_settled_then_pruned_with_its_hold() {
     // Voided past the deadline and released: expired but unsettled.
     pay(&mut s, TTL_MS + 5, seq, PayStep::Void);
     pay(&mut s, TTL_MS + 6, seq, PayStep::Release { unpaid: true });
-    assert!(s.inventory.bookings()[&seq].unsettled());
+    assert!(s.inventory().bookings()[&seq].unsettled());
     // However long it waits, the reconciler still needs it.
     tick(&mut s, TTL_MS + 10 * R);
     assert!(
-        s.inventory.bookings()[&seq].unsettled(),
+        s.inventory().bookings()[&seq].unsettled(),
         "never pruned unsettled"
     );
-    assert_eq!(s.inventory.holds()[&seq].status, HoldStatus::Expired);
+    assert_eq!(s.inventory().holds()[&seq].status, HoldStatus::Expired);
     // The gateway says the payment can never be captured: settled now,
     // pruned a retention later, hold and booking together.
     let settled_at = TTL_MS + 10 * R + 1;
     pay(&mut s, settled_at, seq, PayStep::Settle);
-    assert!(!s.inventory.bookings()[&seq].unsettled());
+    assert!(!s.inventory().bookings()[&seq].unsettled());
     tick(&mut s, settled_at + R - 1);
-    assert!(s.inventory.bookings().contains_key(&seq));
+    assert!(s.inventory().bookings().contains_key(&seq));
     tick(&mut s, settled_at + R);
-    assert!(!s.inventory.bookings().contains_key(&seq));
-    assert!(!s.inventory.holds().contains_key(&seq));
+    assert!(!s.inventory().bookings().contains_key(&seq));
+    assert!(!s.inventory().holds().contains_key(&seq));
     assert!(!stored(&s, RecordKey::Booking(seq)));
 }
 
@@ -140,29 +146,29 @@ fn a_confirmed_booking_stays_and_its_delivered_email_leaves() {
     pay(&mut s, 2, seq, PayStep::Attach);
     pay(&mut s, 3, seq, PayStep::Confirm);
     assert_eq!(
-        s.inventory.bookings()[&seq].status,
+        s.inventory().bookings()[&seq].status,
         BookingStatus::Confirmed
     );
     let item = pending_item(&s, "email");
     // Undelivered: kept however long it takes.
     tick(&mut s, 10 * R);
-    assert!(s.inventory.outbox().contains_key(&item));
+    assert!(s.inventory().outbox().contains_key(&item));
     pay(&mut s, 10 * R + 1, item, PayStep::OutboxDone { id: item });
-    assert!(s.inventory.outbox()[&item].done_ms.is_some());
+    assert!(s.inventory().outbox()[&item].done_ms.is_some());
     tick(&mut s, 11 * R + 1);
     assert!(
-        !s.inventory.outbox().contains_key(&item),
+        !s.inventory().outbox().contains_key(&item),
         "delivered, pruned"
     );
     assert!(!stored(&s, RecordKey::Outbox(item)));
     // The sold seat's hold and booking stay for good.
     tick(&mut s, 100 * R);
-    assert_eq!(s.inventory.holds()[&seq].status, HoldStatus::Booked);
+    assert_eq!(s.inventory().holds()[&seq].status, HoldStatus::Booked);
     assert_eq!(
-        s.inventory.bookings()[&seq].status,
+        s.inventory().bookings()[&seq].status,
         BookingStatus::Confirmed
     );
-    assert_eq!(s.inventory.seats()["A1"].state, SeatState::Sold(seq));
+    assert_eq!(s.inventory().seats()["A1"].state, SeatState::Sold(seq));
 }
 
 #[test]
@@ -175,20 +181,23 @@ fn a_refunded_booking_leaves_a_retention_after_its_refund() {
     // The capture lands late: refund_pending, kept while the refund waits.
     pay(&mut s, TTL_MS + 7, seq, PayStep::Confirm);
     assert_eq!(
-        s.inventory.bookings()[&seq].status,
+        s.inventory().bookings()[&seq].status,
         BookingStatus::RefundPending
     );
     tick(&mut s, 10 * R);
-    assert!(s.inventory.bookings().contains_key(&seq));
+    assert!(s.inventory().bookings().contains_key(&seq));
     let item = pending_item(&s, "refund");
     let done = 10 * R + 1;
     pay(&mut s, done, item, PayStep::OutboxDone { id: item });
-    assert_eq!(s.inventory.bookings()[&seq].status, BookingStatus::Refunded);
+    assert_eq!(
+        s.inventory().bookings()[&seq].status,
+        BookingStatus::Refunded
+    );
     tick(&mut s, done + R - 1);
-    assert!(s.inventory.bookings().contains_key(&seq));
+    assert!(s.inventory().bookings().contains_key(&seq));
     tick(&mut s, done + R);
-    assert!(!s.inventory.bookings().contains_key(&seq));
-    assert!(!s.inventory.outbox().contains_key(&item));
+    assert!(!s.inventory().bookings().contains_key(&seq));
+    assert!(!s.inventory().outbox().contains_key(&item));
 }
 
 #[test]
@@ -209,22 +218,28 @@ fn an_email_undelivered_when_its_refunded_booking_leaves_leaves_with_it() {
         },
     );
     let refund = *s
-        .inventory
+        .inventory()
         .index()
         .outbox_refunds
         .iter()
         .next()
         .expect("refund queued");
     pay(&mut s, 5, refund, PayStep::OutboxDone { id: refund });
-    assert_eq!(s.inventory.bookings()[&seq].status, BookingStatus::Refunded);
+    assert_eq!(
+        s.inventory().bookings()[&seq].status,
+        BookingStatus::Refunded
+    );
     assert_eq!(pending_item(&s, "email"), email, "the email still waits");
     tick(&mut s, 1 + TTL_MS + R);
-    assert!(!s.inventory.bookings().contains_key(&seq), "booking pruned");
     assert!(
-        s.inventory.index().outbox_pending.is_empty(),
+        !s.inventory().bookings().contains_key(&seq),
+        "booking pruned"
+    );
+    assert!(
+        s.inventory().index().outbox_pending.is_empty(),
         "its email left the queue"
     );
-    assert!(!s.inventory.outbox().contains_key(&email));
+    assert!(!s.inventory().outbox().contains_key(&email));
     assert!(!stored(&s, RecordKey::Outbox(email)));
 }
 

@@ -33,7 +33,7 @@ fn event(per_sec: u32) -> State {
     let mut spec = spec_with(None);
     spec.opens_at_ms = Some(OPENS);
     spec.waiting_room = Some(room(per_sec));
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
     assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
     s
@@ -55,14 +55,14 @@ fn big_event(per_sec: u32, ttl_ms: u64, seats: u32) -> State {
         admit_per_sec: per_sec,
         ticket_ttl_ms: ttl_ms,
     });
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     let created = run(&mut s, cmd(0, 0, None, EventAction::Create(Box::new(spec))));
     assert!(matches!(created, Outcome::Created { .. }), "{created:?}");
     s
 }
 
 fn segments(s: &State) -> usize {
-    s.inventory.room().expect("a room").segments.len()
+    s.inventory().room().expect("a room").segments.len()
 }
 
 /// A hold of any one seat through `buyer`'s ticket.
@@ -284,13 +284,13 @@ fn only_an_admitted_buyer_holds_and_a_lapsed_one_joins_again_at_the_back() {
     let expired = view(&s, None, at - TTL).0.admitted;
     assert_eq!(view(&s, None, at).0.lapsed, expired - 1);
     // The count survives a reload (the used index is rebuilt).
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId(1));
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).expect("record loads");
     }
     loaded.rebuild_indexes();
     assert_eq!(view(&loaded, None, at).0.lapsed, expired - 1);
-    assert_eq!(loaded.inventory.index(), s.inventory.index());
+    assert_eq!(loaded.inventory().index(), s.inventory().index());
 }
 
 #[test]
@@ -329,13 +329,13 @@ fn a_rush_after_a_drained_queue_is_paced() {
 fn the_room_survives_a_reload_from_its_records() {
     let mut s = rush([1, 2, 3]);
     hold(&mut s, OPENS + 2, &user(0), "A1");
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId(1));
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).expect("record loads");
     }
     loaded.rebuild_indexes();
-    assert_eq!(loaded.inventory.room(), s.inventory.room());
-    assert_eq!(loaded.inventory.places(), s.inventory.places());
+    assert_eq!(loaded.inventory().room(), s.inventory().room());
+    assert_eq!(loaded.inventory().places(), s.inventory().places());
 }
 
 #[test]
@@ -357,7 +357,7 @@ fn a_room_needs_an_opening_time_and_sane_settings() {
         Outcome::InvalidRequest { .. }
     ));
     // An operator's room on an event without an opening time.
-    let mut plain = State::default();
+    let mut plain = State::new(GroupId(1));
     let create = EventAction::Create(Box::new(spec_with(None)));
     run(&mut plain, cmd(0, 0, None, create));
     let set = EventAction::Room(RoomAction::Configure(room(10)));
@@ -473,7 +473,7 @@ fn front(s: &State) -> UserId {
 #[test]
 fn a_ticket_holds_the_per_buyer_limit_then_is_used() {
     // Two seats a buyer: cancelling one does not give the ticket it back.
-    let mut s = State::default();
+    let mut s = State::new(GroupId(1));
     let mut spec = spec_with(Some(2));
     spec.opens_at_ms = Some(OPENS);
     spec.waiting_room = Some(room(10));
@@ -534,7 +534,7 @@ fn without_a_per_buyer_limit_a_ticket_holds_the_per_hold_one() {
         Outcome::TicketUsed { limit: 3, held: 3 }
     );
     // What the ticket held survives a reload.
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId(1));
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).expect("record loads");
     }

@@ -19,7 +19,7 @@ pub fn metrics(registry: &Registry, now: u64) -> String {
         // counted after it is released: a scrape never holds applies up
         // for a scan of the places.
         let copy = g.read(|s| {
-            let inv = &s.state.inventory;
+            let inv = s.state.inventory();
             let (Some(ev), Some(room)) = (inv.event(), inv.room()) else {
                 return None;
             };

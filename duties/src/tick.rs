@@ -36,7 +36,7 @@ pub fn due_ms(inv: &Inventory) -> Option<u64> {
 /// The event of `g` and its epoch, if a tick is due at `now_ms`.
 pub fn due(g: &GroupHandle, now_ms: u64) -> Option<(EventId, Epoch)> {
     g.read(|s| {
-        let inv = &s.state.inventory;
+        let inv = s.state.inventory();
         let e = inv.event()?;
         due_ms(inv)
             .filter(|at| *at <= now_ms)

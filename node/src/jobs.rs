@@ -85,7 +85,7 @@ pub(crate) async fn follow_retired(registry: Arc<Registry>, mut rx_stop: watch::
     let mut rx_applied = dir.subscribe_applied();
     loop {
         let retired = dir.read(|s| {
-            let d = &s.state.directory;
+            let d = s.state.directory();
             d.nodes
                 .keys()
                 .filter(|n| d.node_state(**n).is_retired())

@@ -175,7 +175,7 @@ pub async fn refunds(
     let mut report = LaneReport::default();
     let (retry, after) = (&lane.retry, lane.alerted_after);
     let scan = g.read(|s| {
-        let inv = &s.state.inventory;
+        let inv = s.state.inventory();
         let event = inv.event()?.event_id.clone();
         Some(RefundScan {
             event,
@@ -296,7 +296,7 @@ pub async fn emails(
     let now = Instant::now();
     let retry = &lane.retry;
     let scan = g.read(|s| {
-        let inv = &s.state.inventory;
+        let inv = s.state.inventory();
         let e = inv.event()?;
         let page = inv.outbox_page(OutboxKind::ConfirmationEmail, PAGE, |id| {
             retry.due(gid, id, now)

@@ -102,7 +102,7 @@ pub async fn sweep(
     let now = p.clock.now_ms();
     let after = memory.unsettled_after;
     let (event_id, due, unsettled, counts) = g.read(|s| {
-        let inv = &s.state.inventory;
+        let inv = s.state.inventory();
         let event = inv.event().map(|e| e.event_id.clone());
         let due = match s.state.query(&Query::DuePayments {
             until_ms: now.saturating_add(p.config.reconcile_margin_ms),

@@ -185,8 +185,8 @@ impl NodeService for NodeApi {
                 .map_err(|e| to_status(&ProposeError::Refused(format!("not the leader: {e}"))))?;
         }
         let reply = g.sm.read(|s| ReadReply {
-            found: s.state.kv.contains_key(&req.key),
-            value: s.state.kv.get(&req.key).cloned().unwrap_or_default(),
+            found: s.state.kv().contains_key(&req.key),
+            value: s.state.kv().get(&req.key).cloned().unwrap_or_default(),
             applied_index: s.last_applied.map(|l| l.index).unwrap_or(0),
         });
         Ok(Response::new(reply))

@@ -40,7 +40,7 @@ pub async fn place_groups(
         registry.follow_rejoin().await;
         type Wanted = (GroupId, Vec<NodeId>, BTreeMap<u64, BasicNode>);
         let (wanted, known): (Vec<Wanted>, std::collections::BTreeSet<GroupId>) = dir.read(|s| {
-            let d = &s.state.directory;
+            let d = s.state.directory();
             let wanted = d
                 .hosted_on(me)
                 .into_iter()

@@ -181,7 +181,7 @@ pub async fn follow_directory(
         let fresh: Vec<seatfence_core::EventRoute> = dir.read(|s| {
             cached
                 .iter()
-                .filter_map(|e| s.state.directory.events.get(e).cloned())
+                .filter_map(|e| s.state.directory().events.get(e).cloned())
                 .collect()
         });
         for route in fresh {

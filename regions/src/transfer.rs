@@ -176,7 +176,7 @@ pub async fn hand_off_when_drained(
         let Some(dir) = registry.get(GroupId::DIRECTORY) else {
             continue;
         };
-        let drained: BTreeSet<NodeId> = dir.read(|s| s.state.directory.not_leading());
+        let drained: BTreeSet<NodeId> = dir.read(|s| s.state.directory().not_leading());
         if !drained.contains(&NodeId(me)) {
             continue;
         }

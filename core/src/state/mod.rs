@@ -1,37 +1,47 @@
 //! The replicated state of one group and its pure `apply`.
 //!
+//! One state type per kind of group: [`DirectoryState`] for group 0
+//! (`directory_group.rs`), [`EventState`] for every other group
+//! (`event_group.rs`). A [`State`] is one of them, chosen by the group id
+//! when the group is opened ([`State::new`]); a command for the other kind
+//! answers `WrongGroup` and changes nothing, and a snapshot or record of
+//! the other kind is refused.
+//!
 //! The state is stored record by record (one sled key per record), so `apply`
 //! also reports which records it changed: the storage layer writes exactly
 //! those, atomically with the applied log id. The record encoding lives in
 //! `records.rs` ([`RecordKey`], [`State::records`], [`State::load_record`]).
 
+mod directory_group;
+mod event_group;
 mod records;
 
+pub use directory_group::DirectoryState;
+pub use event_group::EventState;
 pub use records::{DecodeError, RecordKey};
+
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{AuditEntry, AUDIT_KEEP};
+use crate::audit::AuditEntry;
 use crate::command::{Command, Response};
-use crate::directory::{Directory, EventRoute, GroupInfo, NodeInfo, Placement, RouteState};
-use crate::ids::{Epoch, EventId, GroupId, NodeId, RegionId};
-use crate::inventory::{Inventory, Survival};
+use crate::directory::Directory;
+use crate::ids::GroupId;
+use crate::inventory::Inventory;
 
-/// Everything a group replicates.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct State {
-    /// Plain groups: a key→value table. A persistent map: cloning it (for a
-    /// snapshot) is O(1) and shares structure, so a snapshot build never
-    /// holds applies up for a full copy.
-    pub kv: imbl::OrdMap<String, Vec<u8>>,
-    /// Group 0 only: the directory.
-    pub directory: Directory,
-    /// Event groups: the event's seat inventory.
-    pub inventory: Inventory,
-    /// Group 0 only: the operators' audit trail, by `seq`.
-    pub audit: imbl::OrdMap<u64, crate::audit::AuditEntry>,
-    /// Group 0 only: first answers to keyed requests, by `(owner, key)`.
-    pub answers: imbl::OrdMap<(String, String), crate::answers::KeyedAnswer>,
+/// Everything a group replicates: the directory's state or an event
+/// group's.
+// One value per group, held in place behind its lock: the directory's
+// unused bytes are one group's, and boxing the common kind would add a
+// pointer chase to every apply.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum State {
+    /// Group 0.
+    Directory(DirectoryState),
+    /// Every other group.
+    Event(EventState),
 }
 
 /// The result of one `apply`.
@@ -43,331 +53,129 @@ pub struct Applied {
     pub changed: Vec<RecordKey>,
 }
 
-/// Whether `cmd` is one group 0 (the directory) takes; every other command
-/// is for the other groups. (`apply_one` does not check a `Batch` itself:
-/// it checks the batch's commands one by one.)
-fn is_directory_command(cmd: &Command) -> bool {
-    matches!(
-        cmd,
-        Command::RegisterNode(_)
-            | Command::CreateGroup { .. }
-            | Command::RegisterEvent { .. }
-            | Command::PutShared { .. }
-            | Command::PutSharedIf { .. }
-            | Command::RememberAnswer { .. }
-            | Command::ForgetAnswer { .. }
-            | Command::Audit(_)
-            | Command::SetDrained { .. }
-            | Command::Move { .. }
-            | Command::Node { .. }
-    )
+/// `Put`, `PutShared`: set `key` in a key→value table.
+fn put(
+    kv: &mut imbl::OrdMap<String, Vec<u8>>,
+    key: &str,
+    value: &[u8],
+    changed: &mut Vec<RecordKey>,
+) -> Response {
+    changed.push(RecordKey::Kv(key.to_owned()));
+    let existed = kv.insert(key.to_owned(), value.to_vec()).is_some();
+    Response::Written { existed }
+}
+
+/// What a group of the other kind reads: it has none of these.
+struct Empty {
+    directory: Directory,
+    inventory: Inventory,
+    audit: imbl::OrdMap<u64, AuditEntry>,
+    answers: imbl::OrdMap<(String, String), crate::answers::KeyedAnswer>,
+}
+
+fn empty() -> &'static Empty {
+    static EMPTY: OnceLock<Empty> = OnceLock::new();
+    EMPTY.get_or_init(|| Empty {
+        directory: Directory::default(),
+        inventory: Inventory::default(),
+        audit: imbl::OrdMap::new(),
+        answers: imbl::OrdMap::new(),
+    })
 }
 
 impl State {
-    /// Apply one command to the state of group `group`.
+    /// The empty state of `group`: the directory's for group 0, an event
+    /// group's for any other.
+    pub fn new(group: GroupId) -> State {
+        if group.is_directory() {
+            State::Directory(DirectoryState::default())
+        } else {
+            State::Event(EventState::default())
+        }
+    }
+
+    /// Whether this is the state of `group`'s kind.
+    pub fn is_for(&self, group: GroupId) -> bool {
+        matches!(self, State::Directory(_)) == group.is_directory()
+    }
+
+    /// The group's key→value table.
+    pub fn kv(&self) -> &imbl::OrdMap<String, Vec<u8>> {
+        match self {
+            State::Directory(d) => &d.kv,
+            State::Event(e) => &e.kv,
+        }
+    }
+
+    /// The directory (empty for an event group: it has none).
+    pub fn directory(&self) -> &Directory {
+        match self {
+            State::Directory(d) => &d.directory,
+            State::Event(_) => &empty().directory,
+        }
+    }
+
+    /// The event's seat inventory (empty for the directory: it has none).
+    pub fn inventory(&self) -> &Inventory {
+        match self {
+            State::Directory(_) => &empty().inventory,
+            State::Event(e) => &e.inventory,
+        }
+    }
+
+    /// The operators' audit trail, by `seq` (empty for an event group).
+    pub fn audit(&self) -> &imbl::OrdMap<u64, AuditEntry> {
+        match self {
+            State::Directory(d) => &d.audit,
+            State::Event(_) => &empty().audit,
+        }
+    }
+
+    /// First answers to keyed requests, by `(owner, key)` (empty for an
+    /// event group).
+    pub fn answers(&self) -> &imbl::OrdMap<(String, String), crate::answers::KeyedAnswer> {
+        match self {
+            State::Directory(d) => &d.answers,
+            State::Event(_) => &empty().answers,
+        }
+    }
+
+    /// Apply one command to the state of group `group`. A state of the
+    /// other kind than `group`'s answers `WrongGroup` and changes nothing.
     pub fn apply(&mut self, group: GroupId, cmd: &Command) -> Applied {
         let mut changed = Vec::new();
-        let response = self.apply_one(group, cmd, &mut changed);
+        let response = if self.is_for(group) {
+            self.apply_one(cmd, &mut changed)
+        } else {
+            Response::WrongGroup
+        };
         Applied { response, changed }
     }
 
     /// Apply one command (a batch: each of its commands, in order), adding
     /// the records it changes to `changed`. A command for the other kind of
     /// group is `WrongGroup` and changes nothing.
-    fn apply_one(
-        &mut self,
-        group: GroupId,
-        cmd: &Command,
-        changed: &mut Vec<RecordKey>,
-    ) -> Response {
+    fn apply_one(&mut self, cmd: &Command, changed: &mut Vec<RecordKey>) -> Response {
         // Bounds every replica checks (a batch inside a batch refuses the
         // outer batch whole; any other command is refused alone, so the
         // commands sharing its entry still apply).
         if let Err(reason) = cmd.check_bounds() {
             return Response::Invalid { reason };
         }
-        // A batch is checked command by command.
-        if !matches!(cmd, Command::Batch(_)) && is_directory_command(cmd) != group.is_directory() {
-            return Response::WrongGroup;
-        }
-        match cmd {
-            // The key→value table (`PutShared`: the directory's).
-            Command::Put { key, value } | Command::PutShared { key, value } => {
-                self.put(key, value, changed)
+        match (self, cmd) {
+            (s, Command::Batch(cmds)) => {
+                Response::Batch(cmds.iter().map(|c| s.apply_one(c, changed)).collect())
             }
-            Command::PutSharedIf {
-                key,
-                expected,
-                value,
-            } => {
-                let now = self.kv.get(key);
-                if now == Some(value) {
-                    // Already written (a re-sent command): it took effect.
-                    return Response::Written { existed: true };
-                }
-                if now != expected.as_ref() {
-                    return Response::Changed;
-                }
-                self.put(key, value, changed)
-            }
-            Command::Delete { key } => self.delete(key, changed),
-            Command::Batch(cmds) => Response::Batch(
-                cmds.iter()
-                    .map(|c| self.apply_one(group, c, changed))
-                    .collect(),
-            ),
-            // The directory.
-            Command::RegisterNode(node) => self.register_node(node, changed),
-            Command::CreateGroup {
-                group_id,
-                placement,
-            } => self.create_group(*group_id, placement, changed),
-            Command::RegisterEvent {
-                event_id,
-                home_region,
-                survival,
-            } => self.register_event(event_id, home_region, *survival, changed),
-            Command::SetDrained { node, drained } => self.set_drained(*node, *drained, changed),
-            Command::Move { op, at_ms } => {
-                Response::Move(self.directory.apply_move(op, *at_ms, changed).map(Box::new))
-            }
-            Command::Node { op, at_ms } => Response::Node(
-                self.directory
-                    .apply_node_op(op, *at_ms, changed)
-                    .map(Box::new),
-            ),
-            // The directory's audit trail.
-            Command::Audit(entry) => self.append_audit(entry, changed),
-            Command::RememberAnswer { owner, key, answer } => {
-                self.remember_answer(owner, key, answer, changed)
-            }
-            Command::ForgetAnswer {
-                owner,
-                key,
-                request,
-            } => {
-                let k = (owner.clone(), key.clone());
-                if self
-                    .answers
-                    .get(&k)
-                    .is_some_and(|a| a.pending() && &a.request == request)
-                {
-                    self.answers.remove(&k);
-                    changed.push(RecordKey::Answer(k.0, k.1));
-                }
-                Response::None
-            }
-            // An event group's inventory.
-            Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
+            (State::Directory(d), cmd) => d.apply(cmd, changed),
+            (State::Event(e), cmd) => e.apply(cmd, changed),
         }
-    }
-
-    /// `Put`, `PutShared`: set `key`.
-    fn put(&mut self, key: &str, value: &[u8], changed: &mut Vec<RecordKey>) -> Response {
-        changed.push(RecordKey::Kv(key.to_owned()));
-        let existed = self.kv.insert(key.to_owned(), value.to_vec()).is_some();
-        Response::Written { existed }
-    }
-
-    /// `Delete`: remove `key`.
-    fn delete(&mut self, key: &str, changed: &mut Vec<RecordKey>) -> Response {
-        changed.push(RecordKey::Kv(key.to_owned()));
-        Response::Written {
-            existed: self.kv.remove(key).is_some(),
-        }
-    }
-
-    /// `RegisterNode`: add or update a node of the directory. A node
-    /// known under another (recorded) incarnation is refused: its data dir
-    /// is not the one that voted and acknowledged under its id. So is one
-    /// claiming another region: a node keeps its region (its address may
-    /// change, its data dir with it).
-    fn register_node(&mut self, node: &NodeInfo, changed: &mut Vec<RecordKey>) -> Response {
-        if let Some(known) = self.directory.nodes.get(&node.id) {
-            if known.incarnation != 0 && known.incarnation != node.incarnation {
-                return Response::IncarnationMismatch {
-                    node_id: node.id,
-                    known: known.incarnation,
-                    claimed: node.incarnation,
-                };
-            }
-            if known.region != node.region {
-                return Response::RegionMismatch {
-                    node_id: node.id,
-                    known: known.region.clone(),
-                    claimed: node.region.clone(),
-                };
-            }
-        }
-        changed.push(RecordKey::Node(node.id));
-        self.directory.nodes.insert(node.id, node.clone());
-        Response::NodeRegistered { node_id: node.id }
-    }
-
-    /// `CreateGroup`: place a group and record it. An id that exists answers
-    /// the existing group; `None` allocates the next free id (never 0, the
-    /// directory's).
-    fn create_group(
-        &mut self,
-        group_id: Option<GroupId>,
-        placement: &Placement,
-        changed: &mut Vec<RecordKey>,
-    ) -> Response {
-        let dir = &mut self.directory;
-        if let Some(existing) = group_id.and_then(|id| dir.groups.get(&id)) {
-            return Response::GroupCreated {
-                group_id: existing.id,
-                members: existing.members.clone(),
-            };
-        }
-        let members = match dir.place(placement) {
-            Ok(m) => m,
-            Err(reason) => return Response::PlacementFailed { reason },
-        };
-        let id = match group_id {
-            Some(id) if !id.is_directory() => id,
-            Some(_) => {
-                return Response::PlacementFailed {
-                    reason: "group 0 is the directory".into(),
-                }
-            }
-            None => GroupId(dir.next_group_id.max(1)),
-        };
-        dir.next_group_id = dir.next_group_id.max(id.0 + 1).max(1);
-        changed.push(RecordKey::NextGroupId);
-        changed.push(RecordKey::Group(id));
-        dir.groups.insert(
-            id,
-            GroupInfo {
-                id,
-                members: members.clone(),
-            },
-        );
-        Response::GroupCreated {
-            group_id: id,
-            members,
-        }
-    }
-
-    /// `RegisterEvent`: create the event's group (placed by `survival` in
-    /// its home region) and record its route, owned by the home region at
-    /// epoch 1. An event that exists answers its route.
-    fn register_event(
-        &mut self,
-        event_id: &EventId,
-        home_region: &RegionId,
-        survival: Survival,
-        changed: &mut Vec<RecordKey>,
-    ) -> Response {
-        if let Some(route) = self.directory.events.get(event_id) {
-            return Response::EventRegistered(route.clone());
-        }
-        let placement = EventRoute::placement(home_region, survival);
-        // Exactly a `CreateGroup { group_id: None }` on the directory (this
-        // command already passed the directory check).
-        let group = match self.create_group(None, &placement, changed) {
-            Response::GroupCreated { group_id, .. } => group_id,
-            other => return other,
-        };
-        let route = EventRoute {
-            event_id: event_id.clone(),
-            group,
-            home_region: home_region.clone(),
-            owner_region: home_region.clone(),
-            epoch: Epoch(1),
-            survival,
-            state: RouteState::Active,
-        };
-        changed.push(RecordKey::Route(event_id.clone()));
-        self.directory
-            .events
-            .insert(event_id.clone(), route.clone());
-        Response::EventRegistered(route)
-    }
-
-    /// `SetDrained`: mark a node drained or back in service. Only an actual
-    /// change is a changed record.
-    fn set_drained(
-        &mut self,
-        node: NodeId,
-        drained: bool,
-        changed: &mut Vec<RecordKey>,
-    ) -> Response {
-        let was = self.directory.drained.contains(&node);
-        if drained {
-            self.directory.drained.insert(node);
-        } else {
-            self.directory.drained.remove(&node);
-        }
-        if was != drained {
-            changed.push(RecordKey::Drained(node));
-        }
-        Response::DrainedSet { was }
-    }
-
-    /// `RememberAnswer`: forget answers a day old, then keep the first
-    /// answer under `(owner, key)`: another request's record stays unless
-    /// it lapsed; the same request's is completed.
-    fn remember_answer(
-        &mut self,
-        owner: &str,
-        key: &str,
-        answer: &crate::answers::KeyedAnswer,
-        changed: &mut Vec<RecordKey>,
-    ) -> Response {
-        let lapsed: Vec<(String, String)> = self
-            .answers
-            .iter()
-            .filter(|(_, a)| a.at_ms.saturating_add(crate::answers::ANSWER_TTL_MS) <= answer.at_ms)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in lapsed {
-            self.answers.remove(&k);
-            changed.push(RecordKey::Answer(k.0, k.1));
-        }
-        let k = (owner.to_string(), key.to_string());
-        if let Some(first) = self.answers.get(&k).filter(|a| !a.replaced_by(answer)) {
-            return Response::Answer(Box::new(first.clone()));
-        }
-        self.answers.insert(k, answer.clone());
-        changed.push(RecordKey::Answer(owner.to_string(), key.to_string()));
-        Response::Answer(Box::new(answer.clone()))
-    }
-
-    /// `Audit`: append an entry with the next `seq` (the one given is
-    /// ignored), then drop the oldest beyond [`AUDIT_KEEP`].
-    fn append_audit(&mut self, entry: &AuditEntry, changed: &mut Vec<RecordKey>) -> Response {
-        if !entry.id.is_empty() {
-            let seen = self
-                .audit
-                .values()
-                .rev()
-                .take(crate::audit::AUDIT_DEDUP_WINDOW)
-                .find(|a| a.id == entry.id);
-            if let Some(a) = seen {
-                return Response::Audited { seq: a.seq };
-            }
-        }
-        let seq = self.audit.keys().next_back().map_or(1, |s| s + 1);
-        self.audit.insert(
-            seq,
-            AuditEntry {
-                seq,
-                ..entry.clone()
-            },
-        );
-        changed.push(RecordKey::Audit(seq));
-        while self.audit.len() > AUDIT_KEEP {
-            let oldest = *self.audit.keys().next().expect("not empty");
-            self.audit.remove(&oldest);
-            changed.push(RecordKey::Audit(oldest));
-        }
-        Response::Audited { seq }
     }
 
     /// Recompute derived indexes after the records were loaded.
     pub fn rebuild_indexes(&mut self) {
-        self.inventory.rebuild_indexes();
+        if let State::Event(e) = self {
+            e.inventory.rebuild_indexes();
+        }
     }
 }
 

@@ -1,10 +1,11 @@
 //! `State::apply` of the key→value table and the directory.
 use super::*;
 use crate::directory::{NodeInfo, Placement};
+use crate::ids::NodeId;
 
 #[test]
 fn drained_nodes_are_recorded_and_reload() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let set = |drained| Command::SetDrained {
         node: NodeId(2),
         drained,
@@ -16,14 +17,14 @@ fn drained_nodes_are_recorded_and_reload() {
     let a = s.apply(GroupId::DIRECTORY, &set(true));
     assert_eq!(a.response, Response::DrainedSet { was: false });
     assert_eq!(a.changed, vec![RecordKey::Drained(NodeId(2))]);
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId::DIRECTORY);
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).unwrap();
     }
-    assert!(loaded.directory.drained.contains(&NodeId(2)));
+    assert!(loaded.directory().drained.contains(&NodeId(2)));
     let a = s.apply(GroupId::DIRECTORY, &set(false));
     assert_eq!(a.response, Response::DrainedSet { was: true });
-    assert!(s.directory.drained.is_empty());
+    assert!(s.directory().drained.is_empty());
     assert!(s.encode_record(&RecordKey::Drained(NodeId(2))).is_none());
 }
 
@@ -41,7 +42,7 @@ fn the_audit_trail_numbers_entries_keeps_the_newest_and_reloads() {
             id: format!("a{n}"),
         })
     };
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     assert_eq!(
         s.apply(GroupId(5), &entry(1)).response,
         Response::WrongGroup
@@ -51,14 +52,14 @@ fn the_audit_trail_numbers_entries_keeps_the_newest_and_reloads() {
         let a = s.apply(GroupId::DIRECTORY, &entry(n));
         assert_eq!(a.response, Response::Audited { seq: n });
     }
-    assert_eq!(s.audit.len(), AUDIT_KEEP);
+    assert_eq!(s.audit().len(), AUDIT_KEEP);
     // A re-sent entry (a transport error after the commit) counts once.
     let last = AUDIT_KEEP as u64 + extra;
     let again = s.apply(GroupId::DIRECTORY, &entry(last));
     assert_eq!(again.response, Response::Audited { seq: last });
-    assert_eq!(s.audit.keys().next_back(), Some(&last));
+    assert_eq!(s.audit().keys().next_back(), Some(&last));
     assert_eq!(
-        s.audit.keys().next(),
+        s.audit().keys().next(),
         Some(&(extra + 1)),
         "the oldest went first"
     );
@@ -70,16 +71,16 @@ fn the_audit_trail_numbers_entries_keeps_the_newest_and_reloads() {
         list.iter().map(|e| e.seq).collect::<Vec<_>>(),
         vec![AUDIT_KEEP as u64 + extra, AUDIT_KEEP as u64 + extra - 1]
     );
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId::DIRECTORY);
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).unwrap();
     }
-    assert_eq!(loaded.audit, s.audit);
+    assert_eq!(loaded.audit(), s.audit());
 }
 
 #[test]
 fn records_round_trip_through_storage_encoding() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let g0 = GroupId::DIRECTORY;
     for id in 1..=3 {
         s.apply(
@@ -106,7 +107,7 @@ fn records_round_trip_through_storage_encoding() {
             ..
         }
     ));
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId::DIRECTORY);
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).unwrap();
     }
@@ -115,7 +116,7 @@ fn records_round_trip_through_storage_encoding() {
 
 #[test]
 fn commands_for_the_other_kind_of_group_change_nothing() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let a = s.apply(
         GroupId::DIRECTORY,
         &Command::Put {
@@ -125,13 +126,13 @@ fn commands_for_the_other_kind_of_group_change_nothing() {
     );
     assert_eq!(a.response, Response::WrongGroup);
     assert!(a.changed.is_empty());
-    assert_eq!(s, State::default());
+    assert_eq!(s, State::new(GroupId::DIRECTORY));
 }
 
 #[test]
 fn a_batch_answers_each_command_as_if_applied_alone() {
-    let mut s = State::default();
     let g = GroupId(3);
+    let mut s = State::new(g);
     let put = |k: &str| Command::Put {
         key: k.into(),
         value: k.as_bytes().to_vec(),
@@ -159,13 +160,13 @@ fn a_batch_answers_each_command_as_if_applied_alone() {
             Response::Written { existed: true },
         ])
     );
-    assert!(s.kv.is_empty());
-    assert!(s.directory.nodes.is_empty());
+    assert!(s.kv().is_empty());
+    assert!(s.directory().nodes.is_empty());
 }
 
 #[test]
 fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let g0 = GroupId::DIRECTORY;
     let register = |incarnation: u64, addr: &str| {
         Command::RegisterNode(NodeInfo {
@@ -178,7 +179,7 @@ fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
     // A record from before store identities (0) takes the first one.
     s.apply(g0, &register(0, "old"));
     s.apply(g0, &register(77, "x"));
-    assert_eq!(s.directory.nodes[&NodeId(4)].incarnation, 77);
+    assert_eq!(s.directory().nodes[&NodeId(4)].incarnation, 77);
     // The same data dir registering again (a restart) is fine.
     let again = s.apply(g0, &register(77, "y")).response;
     assert_eq!(again, Response::NodeRegistered { node_id: NodeId(4) });
@@ -193,8 +194,8 @@ fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
         }
     );
     assert!(wiped.changed.is_empty());
-    assert_eq!(s.directory.nodes[&NodeId(4)].grpc_addr, "y");
-    assert_eq!(s.directory.nodes[&NodeId(4)].incarnation, 77);
+    assert_eq!(s.directory().nodes[&NodeId(4)].grpc_addr, "y");
+    assert_eq!(s.directory().nodes[&NodeId(4)].incarnation, 77);
     // Its region is for life: a config naming another is refused.
     let moved = s.apply(
         g0,
@@ -214,12 +215,12 @@ fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
         }
     );
     assert!(moved.changed.is_empty());
-    assert_eq!(s.directory.nodes[&NodeId(4)].region, "a".into());
+    assert_eq!(s.directory().nodes[&NodeId(4)].region, "a".into());
 }
 
 #[test]
 fn create_group_is_idempotent_by_id() {
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let g0 = GroupId::DIRECTORY;
     s.apply(
         g0,
@@ -237,7 +238,7 @@ fn create_group_is_idempotent_by_id() {
     let first = s.apply(g0, &create).response;
     let second = s.apply(g0, &create).response;
     assert_eq!(first, second);
-    assert_eq!(s.directory.next_group_id, 8);
+    assert_eq!(s.directory().next_group_id, 8);
 }
 
 #[test]
@@ -256,7 +257,7 @@ fn a_keyed_answer_is_kept_first_for_a_day_and_reloads() {
         key: key.into(),
         answer: a,
     };
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let g0 = GroupId::DIRECTORY;
     let first = s.apply(g0, &remember("k1", answer(10, 201))).response;
     assert_eq!(first, Response::Answer(Box::new(answer(10, 201))));
@@ -266,11 +267,11 @@ fn a_keyed_answer_is_kept_first_for_a_day_and_reloads() {
         Response::Answer(Box::new(answer(10, 201))),
         "the first stays"
     );
-    let mut loaded = State::default();
+    let mut loaded = State::new(GroupId::DIRECTORY);
     for (k, v) in s.records() {
         loaded.load_record(&k, &v).unwrap();
     }
-    assert_eq!(loaded.answers, s.answers);
+    assert_eq!(loaded.answers(), s.answers());
     // A day later, k1 is forgotten when the next answer is recorded.
     let later = answer(10 + ANSWER_TTL_MS, 202);
     let applied = s.apply(g0, &remember("k2", later));
@@ -308,7 +309,7 @@ fn one_request_at_a_time_holds_a_key_until_it_answers() {
         key: "k".into(),
         request: request.into(),
     };
-    let mut s = State::default();
+    let mut s = State::new(GroupId::DIRECTORY);
     let r1 = mk("r1", 0, 0);
     assert_eq!(
         s.apply(g0, &remember(r1.clone())).response,
@@ -320,10 +321,10 @@ fn one_request_at_a_time_holds_a_key_until_it_answers() {
         Response::Answer(Box::new(r1.clone()))
     );
     s.apply(g0, &forget("r2"));
-    assert_eq!(s.answers.len(), 1);
+    assert_eq!(s.answers().len(), 1);
     // r1 answers 5xx: it forgets; r2 may run now.
     s.apply(g0, &forget("r1"));
-    assert!(s.answers.is_empty());
+    assert!(s.answers().is_empty());
     let r2 = mk("r2", 10, 0);
     assert_eq!(
         s.apply(g0, &remember(r2.clone())).response,
@@ -339,11 +340,35 @@ fn one_request_at_a_time_holds_a_key_until_it_answers() {
         Response::Answer(Box::new(done))
     );
     // A reservation whose edge died lapses.
-    let mut t = State::default();
+    let mut t = State::new(GroupId::DIRECTORY);
     t.apply(g0, &remember(mk("dead", 0, 0)));
     let late = mk("r4", PENDING_TTL_MS, 0);
     assert_eq!(
         t.apply(g0, &remember(late.clone())).response,
         Response::Answer(Box::new(late))
     );
+}
+
+#[test]
+fn each_kind_of_group_holds_only_its_own_records() {
+    let dir = State::new(GroupId::DIRECTORY);
+    let event = State::new(GroupId(9));
+    assert!(dir.is_for(GroupId::DIRECTORY) && !dir.is_for(GroupId(9)));
+    assert!(event.is_for(GroupId(9)) && !event.is_for(GroupId::DIRECTORY));
+    // A directory record offered to an event group (a corrupt or planted
+    // delta) is refused, and the other way round; nothing changes.
+    let mut s = State::new(GroupId(9));
+    let node = RecordKey::Node(NodeId(1)).encode();
+    let err = s.load_record(&node, b"x").unwrap_err();
+    assert_eq!(err.code(), "record_corrupt");
+    assert!(s.remove_record(&node).is_err());
+    assert_eq!(s, event);
+    let mut d = State::new(GroupId::DIRECTORY);
+    let hold = RecordKey::Hold(4).encode();
+    assert!(d.load_record(&hold, b"x").is_err());
+    assert_eq!(d, dir);
+    // Plain keys belong to both.
+    let kv = RecordKey::Kv("k".into()).encode();
+    s.load_record(&kv, b"v").unwrap();
+    assert_eq!(s.kv().get("k"), Some(&b"v".to_vec()));
 }

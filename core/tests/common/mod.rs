@@ -79,7 +79,7 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
     EventAction::Payment(match what {
         PayStep::Attach => PaymentAction::Attach {
             owner: s
-                .inventory
+                .inventory()
                 .holds()
                 .get(&hold)
                 .map(|h| h.owner.clone())
@@ -120,7 +120,7 @@ pub fn pay_action(s: &State, hold: u64, pay: u8, what: PayStep) -> EventAction {
             },
         },
         PayStep::Extend { resend } => {
-            let seen = s.inventory.holds().get(&hold).map_or(0, |h| h.extensions);
+            let seen = s.inventory().holds().get(&hold).map_or(0, |h| h.extensions);
             PaymentAction::Extend {
                 hold,
                 payment_id,
@@ -162,7 +162,7 @@ pub fn outcome(r: Response) -> Outcome {
 
 /// Every invariant the inventory promises, checked against its records.
 pub fn check(s: &State) {
-    let inv = &s.inventory;
+    let inv = s.inventory();
     let ev = inv.event().expect("created");
     // Each seat held or sold belongs to one live hold that lists it.
     for (id, seat) in inv.seats() {
@@ -276,7 +276,7 @@ pub fn check(s: &State) {
 /// and folding it in order gives every hold's and booking's current status
 /// and the event's epoch (what a sink that applied every change holds).
 pub fn check_changes(s: &State) {
-    let inv = &s.inventory;
+    let inv = s.inventory();
     let ev = inv.event().expect("created");
     let seqs: Vec<u64> = inv.changes().keys().copied().collect();
     let first = seqs.first().copied().unwrap_or(ev.next_change_seq);

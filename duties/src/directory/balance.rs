@@ -142,7 +142,7 @@ pub async fn run(
             continue;
         }
         let (nodes, groups, drained) = dir.read(|s| {
-            let d = &s.state.directory;
+            let d = s.state.directory();
             let moving: BTreeSet<GroupId> = d
                 .events
                 .values()

@@ -37,7 +37,7 @@ pub async fn run(registry: Arc<Registry>, mut rx_stop: watch::Receiver<bool>) {
             let missing = dir.read(|s| {
                 let m = s.membership.membership();
                 let members = m.voter_ids().chain(m.learner_ids()).collect();
-                plan(&s.state.directory, &members)
+                plan(s.state.directory(), &members)
             });
             if !missing.is_empty() {
                 let ids: Vec<u64> = missing.iter().map(|(id, _)| *id).collect();

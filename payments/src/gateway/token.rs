@@ -84,7 +84,7 @@ impl DirectoryToken {
     /// `key`'s value in this node's directory replica (it may lag).
     pub fn kv(&self, key: &str) -> Option<Vec<u8>> {
         let dir = self.registry.get(seatfence_core::GroupId::DIRECTORY)?;
-        dir.read(|s| s.state.kv.get(key).cloned())
+        dir.read(|s| s.state.kv().get(key).cloned())
     }
 
     /// The shared token in this node's directory replica (it may lag); `None` if absent

@@ -469,8 +469,10 @@ impl RaftService for RaftGrpc {
         // Decoded here first, so a malformed state is refused with a code
         // instead of failing inside openraft's state-machine worker (which
         // stops the replica).
-        if let Err(e) = codec::decode::<seatfence_core::State>(&data) {
-            return Err(malformed(format!("snapshot data: {e}")));
+        match codec::decode::<seatfence_core::State>(&data) {
+            Ok(state) if state.is_for(seatfence_core::GroupId(first.group_id)) => {}
+            Ok(_) => return Err(malformed("snapshot of the other kind of group".into())),
+            Err(e) => return Err(malformed(format!("snapshot data: {e}"))),
         }
         let snapshot = Snapshot {
             meta,

@@ -383,7 +383,7 @@ impl Proposer {
         }
         let current = g.sm.read(|s| {
             s.state
-                .inventory
+                .inventory()
                 .event()
                 .as_ref()
                 .map(|e| (e.epoch, e.owner.clone()))

@@ -131,7 +131,7 @@ impl Registry {
     /// above `raft`, whose rules it holds; `raft` itself asks [`Registry::view`]).
     pub fn read_directory<T>(&self, f: impl FnOnce(&Directory) -> T) -> Option<T> {
         self.get(GroupId::DIRECTORY)
-            .map(|d| d.sm.read(|s| f(&s.state.directory)))
+            .map(|d| d.sm.read(|s| f(s.state.directory())))
     }
 
     /// The leader of group `id` as this node's replica knows it.

@@ -85,7 +85,7 @@ impl Registry {
         let none_pending = self.get(GroupId::DIRECTORY).is_some_and(|dir| {
             dir.sm.read(|s| {
                 s.state
-                    .directory
+                    .directory()
                     .rejoins
                     .get(&me)
                     .is_some_and(|r| r.incarnation == mine && r.pending.is_empty())

@@ -23,7 +23,7 @@ pub(crate) fn group_status(g: &GroupHandle, digest: bool) -> GroupStatus {
     let (copy, keys, holds, conflicts) = g.sm.read(|s| {
         (
             digest.then(|| s.state.clone()),
-            s.state.kv.len() as u64,
+            s.state.kv().len() as u64,
             s.holds_applied,
             s.conflicts_applied,
         )

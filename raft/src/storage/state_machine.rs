@@ -49,7 +49,7 @@ type Delta = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// Guarded by a `std::sync::RwLock`: it is never held across an `.await`,
 /// and the writer holds it only while applying one batch of entries in
 /// memory.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct GroupState {
     /// The group's records, as of `last_applied`.
     pub state: State,
@@ -92,10 +92,21 @@ impl StateMachineStore {
     /// written after it.
     pub fn open(db: &NodeDb, group: GroupId) -> io::Result<StateMachineStore> {
         let trees = db.group_trees(group)?;
-        let mut gs = GroupState::default();
+        let mut gs = GroupState {
+            state: State::new(group),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            holds_applied: 0,
+            conflicts_applied: 0,
+        };
         let base = read_snapshot(&db.snapshot_path(group))?;
         if let Some(snap) = &base {
             gs.state = decode(&snap.data)?;
+            if !gs.state.is_for(group) {
+                return Err(io_err(
+                    "the snapshot file holds the other kind of group's state",
+                ));
+            }
             gs.last_applied = snap.meta.last_log_id;
             gs.membership = snap.meta.last_membership.clone();
         }
@@ -303,6 +314,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), io::Error> {
         let data = snapshot.into_inner();
         let mut state: State = decode(&data)?;
+        if !state.is_for(self.group) {
+            return Err(io_err("a snapshot of the other kind of group's state"));
+        }
         state.rebuild_indexes();
         // The snapshot file is the new base: written atomically first. Then
         // one atomic batch drops every delta (all older than the snapshot)

@@ -503,7 +503,7 @@ impl Lifecycle {
     /// Read this node's directory replica (no copy of it).
     fn read<T: Default>(&self, f: impl FnOnce(&Directory) -> T) -> T {
         match self.registry.get(GroupId::DIRECTORY) {
-            Some(dir) => dir.read(|s| f(&s.state.directory)),
+            Some(dir) => dir.read(|s| f(s.state.directory())),
             None => T::default(),
         }
     }

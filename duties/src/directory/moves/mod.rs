@@ -99,7 +99,7 @@ impl Coordinator {
         let mut drives = Drives::new(self.clone());
         loop {
             if dir.leads() {
-                let pending = dir.read(|s| plan::pending(&s.state.directory));
+                let pending = dir.read(|s| plan::pending(s.state.directory()));
                 drives.start(pending, &rx_stop);
             }
             tokio::select! {
@@ -354,6 +354,6 @@ impl Coordinator {
             .registry
             .get(GroupId::DIRECTORY)
             .expect("every node hosts the directory");
-        dir.read(|s| f(&s.state.directory))
+        dir.read(|s| f(s.state.directory()))
     }
 }

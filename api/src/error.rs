@@ -171,119 +171,37 @@ impl ApiError {
     /// The HTTP answer for an inventory outcome that is not a success.
     pub fn from_outcome(o: Outcome, event_id: &EventId) -> ApiError {
         let code = o.error_code().unwrap_or("internal");
-        let conflict = |message: String, extra: Value| ApiError::Conflict {
-            code,
-            message,
-            extra,
-        };
         match o {
-            Outcome::SeatsUnavailable {
-                unavailable,
-                available,
-            } => conflict(
-                "some requested seats are not available".into(),
-                json!({"unavailable": unavailable, "available": available}),
-            ),
-            Outcome::StaleEpoch { current, owner } => conflict(
-                format!("stale epoch: the event is at epoch {current}, owned by {owner}"),
-                json!({"current_epoch": current.0, "owner_region": owner.0}),
-            ),
-            Outcome::SaleNotOpen => conflict("the sale has not opened yet".into(), json!({})),
-            Outcome::SaleClosed => conflict("the sale is closed".into(), json!({})),
-            Outcome::BuyerLimitReached { limit } => conflict(
-                format!("a buyer may hold or buy at most {limit} seats of this event"),
-                json!({"limit": limit}),
-            ),
-            Outcome::HoldNotCancellable { status } => conflict(
-                format!(
-                    "this hold has a payment and cannot be cancelled (hold {})",
-                    status.as_str()
-                ),
-                json!({"status": status.as_str()}),
-            ),
-            Outcome::HoldNotBookable { status } => conflict(
-                format!("a {} hold cannot be booked", status.as_str()),
-                json!({"status": status.as_str()}),
-            ),
-            Outcome::PaymentDeadlinePassed => conflict(
-                "the hold's deadline has passed: no payment is taken".into(),
-                json!({}),
-            ),
-            Outcome::PaymentMismatch => {
-                conflict("the payment id is not this booking's".into(), json!({}))
-            }
-            Outcome::ReleaseRefused { reason } => conflict(reason, json!({})),
-            Outcome::BookingNotRefundable { status } => conflict(
-                format!(
-                    "only a confirmed booking can be refunded (this one is {})",
-                    status.as_str()
-                ),
-                json!({"status": status.as_str()}),
-            ),
-            Outcome::ExtensionsExhausted { extensions } => conflict(
-                format!("the deadline was already extended {extensions} times"),
-                json!({"extensions": extensions}),
-            ),
-            Outcome::BookingNotFound | Outcome::OutboxItemNotFound => ApiError::NotFound {
-                code,
-                what: "booking".into(),
-            },
-            Outcome::EventExists => conflict(format!("event {event_id} exists"), json!({})),
-            Outcome::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
-            Outcome::EventNotFound => ApiError::NotFound {
-                code,
-                what: format!("event {event_id}"),
-            },
-            Outcome::HoldNotFound => ApiError::NotFound {
-                code,
-                what: "hold".into(),
-            },
-            // The group names at most `MAX_ECHOED_SEATS` of them.
-            Outcome::UnknownSeats { seats } => {
-                let max = seatfence_core::inventory::MAX_ECHOED_SEATS;
-                let more = if seats.len() >= max {
-                    format!(" (at most {max} named)")
-                } else {
-                    String::new()
-                };
-                ApiError::bad(code, format!("no such seats{more}: {}", seats.join(", ")))
-            }
-            Outcome::UnknownSection { section } => {
-                ApiError::bad(code, format!("no such section: {section}"))
-            }
-            Outcome::TooManySeats { max } => {
-                ApiError::bad(code, format!("at most {max} seats per hold"))
-            }
-            Outcome::InvalidRequest { reason } => ApiError::bad(code, reason),
-            Outcome::InvalidEvent(e) => ApiError::bad(code, e.to_string()),
-            Outcome::TicketRequired => ApiError::Admission {
-                code,
-                message: format!(
-                    "event {event_id} has a waiting room: join its queue (POST /v1/events/{event_id}/queue) and send the ticket you get once admitted as the Admission-Ticket header"
-                ),
-            },
-            Outcome::TicketInvalid => ApiError::Admission {
-                code,
-                message: "the admission ticket is not this buyer's for this event, or its time ran out: join the queue again".into(),
-            },
-            Outcome::NotAdmittedYet => conflict(
-                "still waiting in the queue: poll GET /v1/events/{id}/queue/me".into(),
-                json!({}),
-            ),
-            Outcome::TicketUsed { limit, held } => conflict(
-                format!(
-                    "this admission ticket has held {held} of the {limit} seats one ticket may hold (cancelled holds count): a hold past that is refused until the ticket lapses and the buyer joins the queue again"
-                ),
-                json!({"limit": limit, "seats_held": held}),
-            ),
-            Outcome::NoWaitingRoom => {
-                conflict(format!("event {event_id} has no waiting room"), json!({}))
-            }
-            Outcome::OpensAtRequired => conflict(
-                format!("event {event_id} has no opens_at: a waiting room admits from the opening"),
-                json!({}),
-            ),
-            other => ApiError::Internal(format!("unexpected outcome {other:?}")),
+            Outcome::SeatsUnavailable { .. }
+            | Outcome::StaleEpoch { .. }
+            | Outcome::SaleNotOpen
+            | Outcome::SaleClosed
+            | Outcome::BuyerLimitReached { .. }
+            | Outcome::HoldNotCancellable { .. }
+            | Outcome::HoldNotBookable { .. } => hold_refusal(o, code),
+            Outcome::PaymentDeadlinePassed
+            | Outcome::PaymentMismatch
+            | Outcome::ReleaseRefused { .. }
+            | Outcome::BookingNotRefundable { .. }
+            | Outcome::ExtensionsExhausted { .. } => payment_refusal(o, code),
+            Outcome::BookingNotFound
+            | Outcome::OutboxItemNotFound
+            | Outcome::EventExists
+            | Outcome::IdempotencyKeyReused
+            | Outcome::EventNotFound
+            | Outcome::HoldNotFound => record_refusal(o, code, event_id),
+            Outcome::UnknownSeats { .. }
+            | Outcome::UnknownSection { .. }
+            | Outcome::TooManySeats { .. }
+            | Outcome::InvalidRequest { .. }
+            | Outcome::InvalidEvent(_) => invalid_request(o, code),
+            Outcome::TicketRequired
+            | Outcome::TicketInvalid
+            | Outcome::NotAdmittedYet
+            | Outcome::TicketUsed { .. }
+            | Outcome::NoWaitingRoom
+            | Outcome::OpensAtRequired => room_refusal(o, code, event_id),
+            other => unexpected(other),
         }
     }
 
@@ -433,6 +351,181 @@ impl ApiError {
             }
             _ => {}
         }
+    }
+}
+
+/// A 409 [`ApiError::Conflict`] with `code`, `message` and `extra`.
+fn conflict(code: &'static str, message: String, extra: Value) -> ApiError {
+    ApiError::Conflict {
+        code,
+        message,
+        extra,
+    }
+}
+
+/// The answer for an outcome `from_outcome` has no mapping for.
+fn unexpected(other: Outcome) -> ApiError {
+    ApiError::Internal(format!("unexpected outcome {other:?}"))
+}
+
+// Each family below is total, so that an outcome routed to the wrong one
+// still gets `from_outcome`'s answer for an unmapped outcome, not a panic.
+
+/// Refused holds: seats, the fence, the sale window, the buyer's limit, a
+/// hold's status.
+fn hold_refusal(o: Outcome, code: &'static str) -> ApiError {
+    match o {
+        Outcome::SeatsUnavailable {
+            unavailable,
+            available,
+        } => conflict(
+            code,
+            "some requested seats are not available".into(),
+            json!({"unavailable": unavailable, "available": available}),
+        ),
+        Outcome::StaleEpoch { current, owner } => conflict(
+            code,
+            format!("stale epoch: the event is at epoch {current}, owned by {owner}"),
+            json!({"current_epoch": current.0, "owner_region": owner.0}),
+        ),
+        Outcome::SaleNotOpen => conflict(code, "the sale has not opened yet".into(), json!({})),
+        Outcome::SaleClosed => conflict(code, "the sale is closed".into(), json!({})),
+        Outcome::BuyerLimitReached { limit } => conflict(
+            code,
+            format!("a buyer may hold or buy at most {limit} seats of this event"),
+            json!({"limit": limit}),
+        ),
+        Outcome::HoldNotCancellable { status } => conflict(
+            code,
+            format!(
+                "this hold has a payment and cannot be cancelled (hold {})",
+                status.as_str()
+            ),
+            json!({"status": status.as_str()}),
+        ),
+        Outcome::HoldNotBookable { status } => conflict(
+            code,
+            format!("a {} hold cannot be booked", status.as_str()),
+            json!({"status": status.as_str()}),
+        ),
+        other => unexpected(other),
+    }
+}
+
+/// Refused payments, releases, refunds and deadline extensions.
+fn payment_refusal(o: Outcome, code: &'static str) -> ApiError {
+    match o {
+        Outcome::PaymentDeadlinePassed => conflict(
+            code,
+            "the hold's deadline has passed: no payment is taken".into(),
+            json!({}),
+        ),
+        Outcome::PaymentMismatch => conflict(
+            code,
+            "the payment id is not this booking's".into(),
+            json!({}),
+        ),
+        Outcome::ReleaseRefused { reason } => conflict(code, reason, json!({})),
+        Outcome::BookingNotRefundable { status } => conflict(
+            code,
+            format!(
+                "only a confirmed booking can be refunded (this one is {})",
+                status.as_str()
+            ),
+            json!({"status": status.as_str()}),
+        ),
+        Outcome::ExtensionsExhausted { extensions } => conflict(
+            code,
+            format!("the deadline was already extended {extensions} times"),
+            json!({"extensions": extensions}),
+        ),
+        other => unexpected(other),
+    }
+}
+
+/// A record that is missing, or already there: events, holds, bookings,
+/// idempotency keys.
+fn record_refusal(o: Outcome, code: &'static str, event_id: &EventId) -> ApiError {
+    match o {
+        Outcome::BookingNotFound | Outcome::OutboxItemNotFound => ApiError::NotFound {
+            code,
+            what: "booking".into(),
+        },
+        Outcome::EventExists => conflict(code, format!("event {event_id} exists"), json!({})),
+        Outcome::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
+        Outcome::EventNotFound => ApiError::NotFound {
+            code,
+            what: format!("event {event_id}"),
+        },
+        Outcome::HoldNotFound => ApiError::NotFound {
+            code,
+            what: "hold".into(),
+        },
+        other => unexpected(other),
+    }
+}
+
+/// A request the group found malformed: unknown seats or section, too many
+/// seats, an invalid field or event spec.
+fn invalid_request(o: Outcome, code: &'static str) -> ApiError {
+    match o {
+        // The group names at most `MAX_ECHOED_SEATS` of them.
+        Outcome::UnknownSeats { seats } => {
+            let max = seatfence_core::inventory::MAX_ECHOED_SEATS;
+            let more = if seats.len() >= max {
+                format!(" (at most {max} named)")
+            } else {
+                String::new()
+            };
+            ApiError::bad(code, format!("no such seats{more}: {}", seats.join(", ")))
+        }
+        Outcome::UnknownSection { section } => {
+            ApiError::bad(code, format!("no such section: {section}"))
+        }
+        Outcome::TooManySeats { max } => {
+            ApiError::bad(code, format!("at most {max} seats per hold"))
+        }
+        Outcome::InvalidRequest { reason } => ApiError::bad(code, reason),
+        Outcome::InvalidEvent(e) => ApiError::bad(code, e.to_string()),
+        other => unexpected(other),
+    }
+}
+
+/// The waiting room's refusals: no ticket, a bad or used-up one, not
+/// admitted yet, or no room to join.
+fn room_refusal(o: Outcome, code: &'static str, event_id: &EventId) -> ApiError {
+    match o {
+        Outcome::TicketRequired => ApiError::Admission {
+            code,
+            message: format!(
+                "event {event_id} has a waiting room: join its queue (POST /v1/events/{event_id}/queue) and send the ticket you get once admitted as the Admission-Ticket header"
+            ),
+        },
+        Outcome::TicketInvalid => ApiError::Admission {
+            code,
+            message: "the admission ticket is not this buyer's for this event, or its time ran out: join the queue again".into(),
+        },
+        Outcome::NotAdmittedYet => conflict(
+            code,
+            "still waiting in the queue: poll GET /v1/events/{id}/queue/me".into(),
+            json!({}),
+        ),
+        Outcome::TicketUsed { limit, held } => conflict(
+            code,
+            format!(
+                "this admission ticket has held {held} of the {limit} seats one ticket may hold (cancelled holds count): a hold past that is refused until the ticket lapses and the buyer joins the queue again"
+            ),
+            json!({"limit": limit, "seats_held": held}),
+        ),
+        Outcome::NoWaitingRoom => {
+            conflict(code, format!("event {event_id} has no waiting room"), json!({}))
+        }
+        Outcome::OpensAtRequired => conflict(
+            code,
+            format!("event {event_id} has no opens_at: a waiting room admits from the opening"),
+            json!({}),
+        ),
+        other => unexpected(other),
     }
 }
 

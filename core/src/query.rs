@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::directory::{Directory, EventRoute};
 use crate::ids::EventId;
-use crate::inventory::{Booking, Event, Hold, OutboxItem};
+use crate::inventory::{Booking, Event, Hold, Inventory, OutboxItem};
 use crate::state::State;
 
 /// A read of one group's applied state; each is for an event group or for the directory.
@@ -203,57 +203,13 @@ impl State {
                 event: inv.event.clone(),
                 free_seats: inv.free_seats(*max_seats as usize),
             },
-            Query::Booking(seq) => QueryResult::Booking {
-                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
-                hold: inv.holds.get(seq).cloned(),
-                booking: inv.bookings.get(seq).cloned(),
-                price: inv
-                    .event
-                    .as_ref()
-                    .map(|e| (e.price_cents, e.currency.clone())),
-                fence: inv.event.as_ref().map(|e| (e.epoch, e.owner.clone())),
-            },
-            Query::DuePayments { until_ms, limit } => QueryResult::DuePayments(
-                inv.index
-                    .pay_deadlines
-                    .iter()
-                    .take_while(|(deadline, _)| deadline <= until_ms)
-                    .take(*limit as usize)
-                    .filter_map(|(_, seq)| {
-                        Some((inv.holds.get(seq)?.clone(), inv.bookings.get(seq)?.clone()))
-                    })
-                    .collect(),
-            ),
-            Query::Payments => QueryResult::Payments(PaymentSummary {
-                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
-                pending: inv.index.pay_deadlines.len() as u64,
-                oldest_deadline_ms: inv.index.pay_deadlines.get_min().map(|(at, _)| *at),
-                unsettled: inv.index.unsettled.len() as u64,
-                refunds_pending: inv.refunds_pending() as u64,
-            }),
-            Query::Unsettled { limit } => QueryResult::DuePayments(
-                inv.index
-                    .unsettled
-                    .iter()
-                    .take(*limit as usize)
-                    .filter_map(|seq| {
-                        Some((inv.holds.get(seq)?.clone(), inv.bookings.get(seq)?.clone()))
-                    })
-                    .collect(),
-            ),
-            Query::Outbox { limit } => QueryResult::Outbox {
-                event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
-                items: inv
-                    .index
-                    .outbox_pending
-                    .iter()
-                    .filter_map(|id| {
-                        let item = inv.outbox.get(id)?;
-                        Some((item.clone(), inv.bookings.get(&item.booking)?.clone()))
-                    })
-                    .take(*limit as usize)
-                    .collect(),
-            },
+            Query::Booking(seq) => booking_answer(inv, *seq),
+            Query::DuePayments { until_ms, limit } => {
+                QueryResult::DuePayments(due_payments(inv, *until_ms, *limit))
+            }
+            Query::Payments => QueryResult::Payments(payment_summary(inv)),
+            Query::Unsettled { limit } => QueryResult::DuePayments(unsettled_payments(inv, *limit)),
+            Query::Outbox { limit } => outbox_answer(inv, *limit),
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
             Query::Changes { after, limit } => {
                 QueryResult::Changes(Box::new(inv.change_page(*after, *limit as usize)))
@@ -261,46 +217,127 @@ impl State {
             Query::Answer { owner, key } => {
                 QueryResult::Answer(self.answers().get(&(owner.clone(), key.clone())).cloned())
             }
-            Query::Room { buyer, now_ms } => {
-                let opens_at_ms = inv.event.as_ref().and_then(|e| e.opens_at_ms);
-                let room = inv.room.as_ref();
-                QueryResult::Room {
-                    event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
-                    room: room.map(|r| RoomView {
-                        settings: r.settings,
-                        opens_at_ms,
-                        opened: r.opened,
-                        queue_len: r.queue_len(*now_ms),
-                        admitted: r.admitted(*now_ms),
-                        tickets_used: r.tickets_used,
-                        lapsed: r.lapsed(*now_ms, &inv.index.used_positions),
-                        rejoined: r.rejoined,
-                    }),
-                    standing: room
-                        .zip(buyer.as_ref().and_then(|b| inv.places.get(b)))
-                        .map(|(r, place)| r.standing(place, opens_at_ms.unwrap_or(0), *now_ms)),
-                }
-            }
+            Query::Room { buyer, now_ms } => room_answer(inv, buyer.as_ref(), *now_ms),
             Query::Route(e) => QueryResult::Route(self.directory().events.get(e).cloned()),
             Query::Directory => QueryResult::Directory(self.directory().clone()),
-            Query::Replica => QueryResult::Replica(Box::new(ReplicaDump {
-                event: inv.event.clone(),
-                seats: inv
-                    .seats
-                    .iter()
-                    .map(|(id, seat)| (id.clone(), seat.state))
-                    .collect(),
-                holds: inv.holds.values().cloned().collect(),
-                bookings: inv.bookings.values().cloned().collect(),
-            })),
-            Query::Audit { limit } => QueryResult::Audit(
-                self.audit()
-                    .values()
-                    .rev()
-                    .take(*limit as usize)
-                    .cloned()
-                    .collect(),
-            ),
+            Query::Replica => QueryResult::Replica(Box::new(replica_dump(inv))),
+            Query::Audit { limit } => QueryResult::Audit(self.newest_audit(*limit)),
         }
+    }
+
+    /// The newest `limit` audit entries, newest first.
+    fn newest_audit(&self, limit: u32) -> Vec<crate::audit::AuditEntry> {
+        self.audit()
+            .values()
+            .rev()
+            .take(limit as usize)
+            .cloned()
+            .collect()
+    }
+}
+
+/// [`Query::Booking`]: hold `seq`, its booking, and the event's price and fence.
+fn booking_answer(inv: &Inventory, seq: u64) -> QueryResult {
+    QueryResult::Booking {
+        event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+        hold: inv.holds.get(&seq).cloned(),
+        booking: inv.bookings.get(&seq).cloned(),
+        price: inv
+            .event
+            .as_ref()
+            .map(|e| (e.price_cents, e.currency.clone())),
+        fence: inv.event.as_ref().map(|e| (e.epoch, e.owner.clone())),
+    }
+}
+
+/// Hold `seq` with its booking; `None` unless both exist.
+fn hold_and_booking(inv: &Inventory, seq: &u64) -> Option<(Hold, Booking)> {
+    Some((inv.holds.get(seq)?.clone(), inv.bookings.get(seq)?.clone()))
+}
+
+/// [`Query::DuePayments`]: pending payments due by `until_ms`, earliest first.
+fn due_payments(inv: &Inventory, until_ms: u64, limit: u32) -> Vec<(Hold, Booking)> {
+    inv.index
+        .pay_deadlines
+        .iter()
+        .take_while(|(deadline, _)| *deadline <= until_ms)
+        // The limit counts deadlines, not pairs found: a hold missing its
+        // booking still uses up a place.
+        .take(limit as usize)
+        .filter_map(|(_, seq)| hold_and_booking(inv, seq))
+        .collect()
+}
+
+/// [`Query::Unsettled`]: released bookings whose payment is not terminal yet.
+fn unsettled_payments(inv: &Inventory, limit: u32) -> Vec<(Hold, Booking)> {
+    inv.index
+        .unsettled
+        .iter()
+        .take(limit as usize)
+        .filter_map(|seq| hold_and_booking(inv, seq))
+        .collect()
+}
+
+/// [`Query::Payments`]: the event's payments at a glance.
+fn payment_summary(inv: &Inventory) -> PaymentSummary {
+    PaymentSummary {
+        event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+        pending: inv.index.pay_deadlines.len() as u64,
+        oldest_deadline_ms: inv.index.pay_deadlines.get_min().map(|(at, _)| *at),
+        unsettled: inv.index.unsettled.len() as u64,
+        refunds_pending: inv.refunds_pending() as u64,
+    }
+}
+
+/// [`Query::Outbox`]: undelivered outbox items with their bookings, oldest first.
+fn outbox_answer(inv: &Inventory, limit: u32) -> QueryResult {
+    QueryResult::Outbox {
+        event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+        items: inv
+            .index
+            .outbox_pending
+            .iter()
+            .filter_map(|id| {
+                let item = inv.outbox.get(id)?;
+                Some((item.clone(), inv.bookings.get(&item.booking)?.clone()))
+            })
+            .take(limit as usize)
+            .collect(),
+    }
+}
+
+/// [`Query::Room`]: the waiting room at `now_ms` and where `buyer` stands in it.
+fn room_answer(inv: &Inventory, buyer: Option<&crate::ids::UserId>, now_ms: u64) -> QueryResult {
+    let opens_at_ms = inv.event.as_ref().and_then(|e| e.opens_at_ms);
+    let room = inv.room.as_ref();
+    QueryResult::Room {
+        event_id: inv.event.as_ref().map(|e| e.event_id.clone()),
+        room: room.map(|r| RoomView {
+            settings: r.settings,
+            opens_at_ms,
+            opened: r.opened,
+            queue_len: r.queue_len(now_ms),
+            admitted: r.admitted(now_ms),
+            tickets_used: r.tickets_used,
+            lapsed: r.lapsed(now_ms, &inv.index.used_positions),
+            rejoined: r.rejoined,
+        }),
+        standing: room
+            .zip(buyer.and_then(|b| inv.places.get(b)))
+            .map(|(r, place)| r.standing(place, opens_at_ms.unwrap_or(0), now_ms)),
+    }
+}
+
+/// [`Query::Replica`]: every seat, hold and booking this replica has.
+fn replica_dump(inv: &Inventory) -> ReplicaDump {
+    ReplicaDump {
+        event: inv.event.clone(),
+        seats: inv
+            .seats
+            .iter()
+            .map(|(id, seat)| (id.clone(), seat.state))
+            .collect(),
+        holds: inv.holds.values().cloned().collect(),
+        bookings: inv.bookings.values().cloned().collect(),
     }
 }

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{Epoch, RegionId, UserId};
 use crate::record_key::RecordKey;
 
-use super::{Booking, BookingStatus, ConfirmPath, Hold, HoldStatus, Inventory};
+use super::{Booking, BookingStatus, ConfirmPath, Event, Hold, HoldStatus, Inventory};
 
 /// Changes are kept three days unless the event says otherwise: a sink that
 /// was down for a day still resumes from its cursor.
@@ -229,35 +229,7 @@ impl Inventory {
     ) {
         let Some(ev) = &self.event else { return };
         let mut found: Vec<(ChangeKind, ChangeSubject)> = Vec::new();
-        let facts = || {
-            ChangeSubject::Event(EventFacts {
-                name: ev.name.clone(),
-                home_region: ev.home_region.clone(),
-                owner: ev.owner.clone(),
-                epoch: ev.epoch,
-                capacity: ev.capacity,
-                price_cents: ev.price_cents,
-                currency: ev.currency.clone(),
-                opens_at_ms: ev.opens_at_ms,
-                closes_at_ms: ev.closes_at_ms,
-                forced_open: ev.forced_open,
-            })
-        };
-        match before.event {
-            None => found.push((ChangeKind::EventCreated, facts())),
-            Some((epoch, forced)) => {
-                if forced != ev.forced_open {
-                    let kind = match ev.forced_open {
-                        Some(false) => ChangeKind::EventClosed,
-                        _ => ChangeKind::EventOpened,
-                    };
-                    found.push((kind, facts()));
-                }
-                if epoch != ev.epoch {
-                    found.push((ChangeKind::EventMoved, facts()));
-                }
-            }
-        }
+        event_changes(ev, before, &mut found);
         // Holds and bookings only, each once (a mass expiry touches
         // thousands of records).
         let mut seen = std::collections::BTreeSet::new();
@@ -270,48 +242,64 @@ impl Inventory {
             if !seen.insert(id) {
                 continue;
             }
-            match key {
-                RecordKey::Hold(seq) => {
-                    let Some(now) = self.holds.get(seq) else {
-                        continue;
-                    };
-                    let was = before.holds.get(seq).map(|h| h.status);
-                    let kind = match (was, now.status) {
-                        (None, _) => ChangeKind::HoldCreated,
-                        (Some(w), n) if w == n => continue,
-                        (_, HoldStatus::Released) => ChangeKind::HoldReleased,
-                        (_, HoldStatus::Expired) => ChangeKind::HoldExpired,
-                        // Held → booked: the booking's confirmation says it.
-                        _ => continue,
-                    };
-                    found.push((kind, ChangeSubject::Hold(now.clone())));
-                }
-                RecordKey::Booking(seq) => {
-                    let Some(now) = self.bookings.get(seq) else {
-                        continue;
-                    };
-                    let was = before.bookings.get(seq).map(|b| b.status);
-                    if was == Some(now.status) {
-                        continue;
-                    }
-                    let kind = match was {
-                        None => ChangeKind::BookingCreated,
-                        Some(_) => ChangeKind::of_booking(now.status),
-                    };
-                    let seats = self
-                        .holds
-                        .get(seq)
-                        .map(|h| h.seats.clone())
-                        .unwrap_or_default();
-                    found.push((kind, ChangeSubject::Booking(booking_facts(now, seats))));
-                }
+            let change = match key {
+                RecordKey::Hold(seq) => self.hold_change(before, seq),
+                RecordKey::Booking(seq) => self.booking_change(before, seq),
                 _ => continue,
+            };
+            if let Some(change) = change {
+                found.push(change);
             }
         }
         if found.is_empty() {
             return;
         }
         let at_ms = ev.clock_ms;
+        self.store_changes(at_ms, found, changed);
+    }
+
+    /// The change hold `seq` made since `before`, if it made one.
+    fn hold_change(&self, before: &Before, seq: &u64) -> Option<(ChangeKind, ChangeSubject)> {
+        let now = self.holds.get(seq)?;
+        let was = before.holds.get(seq).map(|h| h.status);
+        let kind = match (was, now.status) {
+            (None, _) => ChangeKind::HoldCreated,
+            (Some(w), n) if w == n => return None,
+            (_, HoldStatus::Released) => ChangeKind::HoldReleased,
+            (_, HoldStatus::Expired) => ChangeKind::HoldExpired,
+            // Held → booked: the booking's confirmation says it.
+            _ => return None,
+        };
+        Some((kind, ChangeSubject::Hold(now.clone())))
+    }
+
+    /// The change booking `seq` made since `before`, if it made one.
+    fn booking_change(&self, before: &Before, seq: &u64) -> Option<(ChangeKind, ChangeSubject)> {
+        let now = self.bookings.get(seq)?;
+        let was = before.bookings.get(seq).map(|b| b.status);
+        if was == Some(now.status) {
+            return None;
+        }
+        let kind = match was {
+            None => ChangeKind::BookingCreated,
+            Some(_) => ChangeKind::of_booking(now.status),
+        };
+        let seats = self
+            .holds
+            .get(seq)
+            .map(|h| h.seats.clone())
+            .unwrap_or_default();
+        Some((kind, ChangeSubject::Booking(booking_facts(now, seats))))
+    }
+
+    /// Number `found` from the event's next change seq on and store each,
+    /// stamped `at_ms`.
+    fn store_changes(
+        &mut self,
+        at_ms: u64,
+        found: Vec<(ChangeKind, ChangeSubject)>,
+        changed: &mut Vec<RecordKey>,
+    ) {
         let ev = self.event_mut(changed);
         let first_seq = ev.next_change_seq;
         ev.next_change_seq += found.len() as u64;
@@ -362,6 +350,42 @@ impl Inventory {
                 .collect(),
         }
     }
+}
+
+/// The event's own changes since `before`: its creation, an operator's
+/// open/close override, a move.
+fn event_changes(ev: &Event, before: &Before, found: &mut Vec<(ChangeKind, ChangeSubject)>) {
+    match before.event {
+        None => found.push((ChangeKind::EventCreated, event_subject(ev))),
+        Some((epoch, forced)) => {
+            if forced != ev.forced_open {
+                let kind = match ev.forced_open {
+                    Some(false) => ChangeKind::EventClosed,
+                    _ => ChangeKind::EventOpened,
+                };
+                found.push((kind, event_subject(ev)));
+            }
+            if epoch != ev.epoch {
+                found.push((ChangeKind::EventMoved, event_subject(ev)));
+            }
+        }
+    }
+}
+
+/// The event as an `event.*` change shows it.
+fn event_subject(ev: &Event) -> ChangeSubject {
+    ChangeSubject::Event(EventFacts {
+        name: ev.name.clone(),
+        home_region: ev.home_region.clone(),
+        owner: ev.owner.clone(),
+        epoch: ev.epoch,
+        capacity: ev.capacity,
+        price_cents: ev.price_cents,
+        currency: ev.currency.clone(),
+        opens_at_ms: ev.opens_at_ms,
+        closes_at_ms: ev.closes_at_ms,
+        forced_open: ev.forced_open,
+    })
 }
 
 fn booking_facts(b: &Booking, seats: Vec<String>) -> BookingFacts {

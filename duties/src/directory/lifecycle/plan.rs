@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use seatfence_core::{Directory, GroupId, NodeId, NodeOp, NodeState, RepairReason};
+use seatfence_core::{Directory, GroupId, GroupInfo, NodeId, NodeOp, NodeState, RepairReason};
 use seatfence_raft::metrics::METRICS;
 use seatfence_regions::config::MovesConfig;
 
@@ -146,60 +146,89 @@ pub fn plan_membership(d: &Directory, observed: &Observed) -> Vec<MembershipActi
 /// counts differ by two or more (at most `rebalance_parallel` running).
 pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
     let mut ops = Vec::new();
-    let mut running = d.repairs.len();
-    let mut needed = false;
     let counts = d.replica_counts();
-    for g in d.groups.values() {
-        if d.repairs.contains_key(&g.id) || d.is_moving(g.id) {
-            continue;
-        }
-        for m in &g.members {
-            let reason = match d.node_state(*m) {
-                NodeState::Dead { .. } => RepairReason::Dead,
-                NodeState::Decommissioning | NodeState::Decommissioned => {
-                    RepairReason::Decommission
-                }
-                // Back on an empty data dir: demoted, caught up, a voter
-                // again, in place (no spare node needed).
-                NodeState::Live if d.rejoin_pending(*m, g.id) => {
-                    if !d.repairable(g.id, *m) {
-                        continue;
-                    }
-                    needed = true;
-                    if running < config.repair_parallel {
-                        running += 1;
-                        ops.push(NodeOp::StartRepair {
-                            group: g.id,
-                            remove: *m,
-                            add: Some(*m),
-                            reason: RepairReason::Rejoin,
-                        });
-                    }
-                    break;
-                }
-                _ => continue,
-            };
-            if d.replacement(g.id, *m, &counts).is_none() || !d.repairable(g.id, *m) {
-                continue; // Under-replicated: reported, not guessed.
-            }
-            needed = true;
-            if running < config.repair_parallel {
-                running += 1;
-                ops.push(NodeOp::StartRepair {
-                    group: g.id,
-                    remove: *m,
-                    add: None,
-                    reason,
-                });
-            }
-            break;
-        }
-    }
+    let needed = plan_voter_repairs(d, config, &counts, &mut ops);
     let rebalancing = d
         .repairs
         .values()
         .filter(|r| r.reason == RepairReason::Rebalance)
         .count();
+    plan_rejoins_done(d, &mut ops);
+    if needed || rebalancing >= config.rebalance_parallel {
+        return ops;
+    }
+    if let Some(op) = plan_rebalance(d, &counts) {
+        ops.push(op);
+    }
+    ops
+}
+
+/// Add to `ops` a repair for each group with a voter to repair, while fewer
+/// than `repair_parallel` run; whether any group needed one (started or
+/// not: rebalancing waits for them all).
+fn plan_voter_repairs(
+    d: &Directory,
+    config: &MovesConfig,
+    counts: &BTreeMap<NodeId, usize>,
+    ops: &mut Vec<NodeOp>,
+) -> bool {
+    let mut running = d.repairs.len();
+    let mut needed = false;
+    for g in d.groups.values() {
+        if d.repairs.contains_key(&g.id) || d.is_moving(g.id) {
+            continue;
+        }
+        let Some(op) = voter_repair(d, g, counts) else {
+            continue;
+        };
+        needed = true;
+        if running < config.repair_parallel {
+            running += 1;
+            ops.push(op);
+        }
+    }
+    needed
+}
+
+/// The repair of `g`'s first voter that needs one and can have one: a voter
+/// on a dead or retiring node with a replacement, or one back on an empty
+/// data dir; `None`: no such voter.
+fn voter_repair(d: &Directory, g: &GroupInfo, counts: &BTreeMap<NodeId, usize>) -> Option<NodeOp> {
+    for m in &g.members {
+        let reason = match d.node_state(*m) {
+            NodeState::Dead { .. } => RepairReason::Dead,
+            NodeState::Decommissioning | NodeState::Decommissioned => RepairReason::Decommission,
+            // Back on an empty data dir: demoted, caught up, a voter
+            // again, in place (no spare node needed).
+            NodeState::Live if d.rejoin_pending(*m, g.id) => {
+                if !d.repairable(g.id, *m) {
+                    continue;
+                }
+                return Some(NodeOp::StartRepair {
+                    group: g.id,
+                    remove: *m,
+                    add: Some(*m),
+                    reason: RepairReason::Rejoin,
+                });
+            }
+            _ => continue,
+        };
+        if d.replacement(g.id, *m, counts).is_none() || !d.repairable(g.id, *m) {
+            continue; // Under-replicated: reported, not guessed.
+        }
+        return Some(NodeOp::StartRepair {
+            group: g.id,
+            remove: *m,
+            add: None,
+            reason,
+        });
+    }
+    None
+}
+
+/// Add to `ops` a `RejoinDone` for each rejoining node's pending group that
+/// it no longer votes in and nothing may make it vote in again.
+fn plan_rejoins_done(d: &Directory, ops: &mut Vec<NodeOp>) {
     // A rejoining node's pending group it is no longer a voter of (moved
     // away, or repaired off it meanwhile) waits for nothing.
     for (node, r) in &d.rejoins {
@@ -215,9 +244,12 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
             }
         }
     }
-    if needed || rebalancing >= config.rebalance_parallel {
-        return ops;
-    }
+}
+
+/// One replica to move from the fullest to the emptiest live node of the
+/// first region whose counts differ by two or more and that has a group to
+/// move; `None`: the regions are even.
+fn plan_rebalance(d: &Directory, counts: &BTreeMap<NodeId, usize>) -> Option<NodeOp> {
     let mut by_region: BTreeMap<&seatfence_core::RegionId, Vec<(usize, NodeId)>> = BTreeMap::new();
     for n in d.nodes.values() {
         if d.node_state(n.id).takes_replicas() {
@@ -242,16 +274,16 @@ pub fn plan_repairs(d: &Directory, config: &MovesConfig) -> Vec<NodeOp> {
                 && d.repairable(g.id, from)
         });
         if let Some(g) = group {
-            ops.push(NodeOp::StartRepair {
+            // One at a time: counts change with it.
+            return Some(NodeOp::StartRepair {
                 group: g.id,
                 remove: from,
                 add: Some(to),
                 reason: RepairReason::Rebalance,
             });
-            break; // One at a time: counts change with it.
         }
     }
-    ops
+    None
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::raft::bench_dir;
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::{GatewayProc, LocalCluster};
+use tokio::task::JoinHandle;
 
 #[derive(Debug, Clone)]
 pub struct PaymentsBenchArgs {
@@ -164,6 +165,24 @@ async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyho
     Ok(true)
 }
 
+/// How the buyers fared, counted as they go.
+#[derive(Default)]
+struct Counts {
+    confirmed: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// What the run left, read once every buyer stopped.
+struct EndState {
+    /// Confirmation emails delivered (see `count_emails`).
+    emails: u64,
+    available: u64,
+    held: u64,
+    sold: u64,
+    /// The gateway's captures (`u64::MAX` when its stats do not say).
+    captures: u64,
+}
+
 pub async fn run_payments_bench(
     bin: &Path,
     args: &PaymentsBenchArgs,
@@ -181,11 +200,38 @@ pub async fn run_payments_bench(
         http,
         op,
     } = World::start(builder, bin, Duration::from_secs(30)).await?;
-    let seats: Vec<String> = (1..=args.seats.max(1)).map(|i| format!("S{i}")).collect();
+    let capacity = create_event(&http, &edges[0], &op, args.seats).await?;
+    let counts = Arc::new(Counts::default());
+    let _progress = Ticker::start("bench payments", args.duration.as_secs(), {
+        let counts = counts.clone();
+        move || format!("confirmed {}", counts.confirmed.load(Ordering::Relaxed))
+    });
+    let start = Instant::now();
+    let tasks = spawn_buyers(
+        &http,
+        &edges,
+        &secret,
+        args.inflight.max(1),
+        start + args.duration,
+        &counts,
+    );
+    let mut h = Hists::new();
+    for t in tasks {
+        h.add(&t.await?)?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let end = read_end_state(&dir, &http, &edges[0], &op, &gateway).await?;
+    Ok(report(args, &h, elapsed, &counts, capacity, end))
+}
+
+/// Create the bench's event, with `seats` seats (at least one), through
+/// `edge` as the operator `op`; its capacity.
+async fn create_event(http: &HttpClient, edge: &str, op: &str, seats: u32) -> anyhow::Result<u64> {
+    let seats: Vec<String> = (1..=seats.max(1)).map(|i| format!("S{i}")).collect();
     let created = http
         .post(
-            &format!("{}/v1/events", edges[0]),
-            Some(&op),
+            &format!("{edge}/v1/events"),
+            Some(op),
             None,
             &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
                     "seats": seats, "hold_ttl_secs": 600}),
@@ -194,62 +240,109 @@ pub async fn run_payments_bench(
     if created.status.as_u16() != 201 {
         bail!("create event: {} {}", created.status, created.body);
     }
-    let capacity = created.body["capacity"].as_u64().context("capacity")?;
-    let errors = Arc::new(AtomicU64::new(0));
-    let confirmed = Arc::new(AtomicU64::new(0));
-    let _progress = Ticker::start("bench payments", args.duration.as_secs(), {
-        let confirmed = confirmed.clone();
-        move || format!("confirmed {}", confirmed.load(Ordering::Relaxed))
-    });
-    let start = Instant::now();
-    let deadline = start + args.duration;
-    let mut tasks = Vec::new();
-    for t in 0..args.inflight.max(1) {
-        let (http, edge, errors, confirmed) = (
-            http.clone(),
-            edges[t % edges.len()].clone(),
-            errors.clone(),
-            confirmed.clone(),
-        );
-        let secret = secret.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut h = Hists::new();
-            let mut n = 0u64;
-            while Instant::now() < deadline {
-                // A new buyer each time (one buyer is rate-limited per second).
-                n += 1;
-                let token =
-                    seatfence_api::auth::mint(&secret, &format!("buyer{t}-{n}"), false, 3600);
-                match buy(&http, &edge, &token, &mut h).await {
-                    Ok(true) => {
-                        confirmed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(false) => break,
-                    Err(e) => {
-                        if errors.fetch_add(1, Ordering::Relaxed) < 5 {
-                            eprintln!("bench payments: {e:#}");
-                        }
-                    }
+    created.body["capacity"].as_u64().context("capacity")
+}
+
+/// Start `inflight` buyer loops (`buy_until`) that run until `deadline`,
+/// spread over `edges`.
+fn spawn_buyers(
+    http: &HttpClient,
+    edges: &[String],
+    secret: &str,
+    inflight: usize,
+    deadline: Instant,
+    counts: &Arc<Counts>,
+) -> Vec<JoinHandle<Hists>> {
+    (0..inflight)
+        .map(|t| {
+            tokio::spawn(buy_until(
+                http.clone(),
+                edges[t % edges.len()].clone(),
+                secret.to_owned(),
+                t,
+                deadline,
+                counts.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Buyer loop `t`: purchases at `edge` until `deadline` or the event sells
+/// out, counted in `counts`; the latencies of its purchases.
+async fn buy_until(
+    http: HttpClient,
+    edge: String,
+    secret: String,
+    t: usize,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) -> Hists {
+    let mut h = Hists::new();
+    let mut n = 0u64;
+    while Instant::now() < deadline {
+        // A new buyer each time (one buyer is rate-limited per second).
+        n += 1;
+        let token = seatfence_api::auth::mint(&secret, &format!("buyer{t}-{n}"), false, 3600);
+        match buy(&http, &edge, &token, &mut h).await {
+            Ok(true) => {
+                counts.confirmed.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(false) => break,
+            Err(e) => {
+                if counts.errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                    eprintln!("bench payments: {e:#}");
                 }
             }
-            h
-        }));
+        }
     }
-    let mut h = Hists::new();
-    for t in tasks {
-        h.add(&t.await?)?;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let emails = count_emails(&dir);
-    let (available, held, sold) = crate::holds::seat_counts(&http, &edges[0], &op, EVENT).await?;
+    h
+}
+
+/// Read what the run left: the emails delivered under `dir`, the event's
+/// seats (through `edge`, as the operator `op`) and the gateway's captures.
+async fn read_end_state(
+    dir: &Path,
+    http: &HttpClient,
+    edge: &str,
+    op: &str,
+    gateway: &GatewayProc,
+) -> anyhow::Result<EndState> {
+    let emails = count_emails(dir);
+    let (available, held, sold) = crate::holds::seat_counts(http, edge, op, EVENT).await?;
     let stats: Value = http
         .get(&format!("{}/_stats", gateway.url), None)
         .await?
         .body;
-    let captures = stats["captures"].as_u64().unwrap_or(u64::MAX);
-    let confirmed = confirmed.load(Ordering::Relaxed);
+    Ok(EndState {
+        emails,
+        available,
+        held,
+        sold,
+        captures: stats["captures"].as_u64().unwrap_or(u64::MAX),
+    })
+}
+
+/// The report of a run of `elapsed` seconds: each step's latency (`h`), and
+/// whether the confirmed bookings (`counts`), the seats sold of `capacity`
+/// and the captures (`end`) agree.
+fn report(
+    args: &PaymentsBenchArgs,
+    h: &Hists,
+    elapsed: f64,
+    counts: &Counts,
+    capacity: u64,
+    end: EndState,
+) -> PaymentsBenchReport {
+    let EndState {
+        emails,
+        available,
+        held,
+        sold,
+        captures,
+    } = end;
+    let confirmed = counts.confirmed.load(Ordering::Relaxed);
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    Ok(PaymentsBenchReport {
+    PaymentsBenchReport {
         bookings_per_sec: confirmed as f64 / elapsed,
         hold_p50_ms: ms(&h.hold, 0.5),
         hold_p99_ms: ms(&h.hold, 0.99),
@@ -267,11 +360,11 @@ pub async fn run_payments_bench(
         counters_match: sold == confirmed
             && captures == confirmed
             && available.saturating_add(held).saturating_add(sold) == capacity,
-        errors: errors.load(Ordering::Relaxed),
+        errors: counts.errors.load(Ordering::Relaxed),
         duration_secs: elapsed,
         inflight: args.inflight,
         emails,
-    })
+    }
 }
 
 /// `.eml` files under `dir` (every node's mail dir; temporary files, whose

@@ -8,18 +8,12 @@ use std::collections::BTreeMap;
 use seatfence_core::inventory::BookingStatus;
 
 use super::{Input, Verdict, Violation};
-use crate::run::group_seq;
+use crate::run::{group_seq, EventFinal, GatewayPayment};
 
 pub const NAME: &str = "captures";
 
 pub fn check(input: &Input<'_>) -> Verdict {
     let mut violations = Vec::new();
-    let by_payment: BTreeMap<&str, _> = input
-        .finals
-        .gateway
-        .iter()
-        .map(|p| (p.payment_id.as_str(), p))
-        .collect();
     let mut captured = 0;
     for p in &input.finals.gateway {
         if p.captures > 1 {
@@ -35,57 +29,82 @@ pub fn check(input: &Input<'_>) -> Verdict {
             continue;
         }
         captured += 1;
-        let ev = group_seq(&p.invoice).and_then(|(g, seq)| {
-            input
-                .finals
-                .events
-                .iter()
-                .find(|e| e.group == g)
-                .map(|e| (e, seq))
+        check_capture(input, p, &mut violations);
+    }
+    let confirmed = check_confirmed(input, &mut violations);
+    Verdict::new(
+        NAME,
+        format!(
+            "{} gateway payments, {captured} captured; {confirmed} confirmed booking records",
+            input.finals.gateway.len()
+        ),
+        violations,
+    )
+}
+
+/// A captured payment `p` must belong to a booking of a drill event that
+/// every member's replica holds as confirmed or refunded with that payment
+/// (or no longer holds, refunded and pruned).
+fn check_capture(input: &Input<'_>, p: &GatewayPayment, violations: &mut Vec<Violation>) {
+    let Some((ev, seq)) = booking_of(&input.finals.events, &p.invoice) else {
+        violations.push(Violation {
+            message: format!(
+                "payment {} captured for {}, which is no booking of a drill event",
+                p.payment_id, p.invoice
+            ),
+            ops: vec![],
         });
-        let Some((ev, seq)) = ev else {
+        return;
+    };
+    for r in ev.replicas.iter().filter(|r| ev.members.contains(&r.node)) {
+        let Some(d) = &r.dump else { continue };
+        let b = d.bookings.iter().find(|b| b.seq == seq);
+        // A refunded booking leaves after its event's retention.
+        let pruned = b.is_none() && p.refunds == 1 && input.run.prunes();
+        let fine = pruned
+            || b.is_some_and(|b| {
+                b.payment.payment_id == p.payment_id
+                    && matches!(
+                        b.status,
+                        BookingStatus::Confirmed
+                            | BookingStatus::RefundPending
+                            | BookingStatus::Refunded
+                    )
+            });
+        if !fine {
             violations.push(Violation {
                 message: format!(
-                    "payment {} captured for {}, which is no booking of a drill event",
-                    p.payment_id, p.invoice
+                    "payment {} captured for {}, but node {} has that booking as {}",
+                    p.payment_id,
+                    p.invoice,
+                    r.node,
+                    b.map_or("missing".to_string(), |b| format!(
+                        "{} with payment {}",
+                        b.status.as_str(),
+                        b.payment.payment_id
+                    ))
                 ),
                 ops: vec![],
             });
-            continue;
-        };
-        for r in ev.replicas.iter().filter(|r| ev.members.contains(&r.node)) {
-            let Some(d) = &r.dump else { continue };
-            let b = d.bookings.iter().find(|b| b.seq == seq);
-            // A refunded booking leaves after its event's retention.
-            let pruned = b.is_none() && p.refunds == 1 && input.run.prunes();
-            let fine = pruned
-                || b.is_some_and(|b| {
-                    b.payment.payment_id == p.payment_id
-                        && matches!(
-                            b.status,
-                            BookingStatus::Confirmed
-                                | BookingStatus::RefundPending
-                                | BookingStatus::Refunded
-                        )
-                });
-            if !fine {
-                violations.push(Violation {
-                    message: format!(
-                        "payment {} captured for {}, but node {} has that booking as {}",
-                        p.payment_id,
-                        p.invoice,
-                        r.node,
-                        b.map_or("missing".to_string(), |b| format!(
-                            "{} with payment {}",
-                            b.status.as_str(),
-                            b.payment.payment_id
-                        ))
-                    ),
-                    ops: vec![],
-                });
-            }
         }
     }
+}
+
+/// The event of `events` and the booking seq that a booking id (a payment's
+/// invoice, `b{group}-{seq}`) names; `None` when it names none of them.
+fn booking_of<'a>(events: &'a [EventFinal], invoice: &str) -> Option<(&'a EventFinal, u64)> {
+    group_seq(invoice).and_then(|(g, seq)| events.iter().find(|e| e.group == g).map(|e| (e, seq)))
+}
+
+/// Every confirmed booking record, on every member's replica, must have
+/// had its payment captured exactly once. How many such records there are.
+fn check_confirmed(input: &Input<'_>, violations: &mut Vec<Violation>) -> usize {
+    let by_payment: BTreeMap<&str, _> = input
+        .finals
+        .gateway
+        .iter()
+        .map(|p| (p.payment_id.as_str(), p))
+        .collect();
     let mut confirmed = 0;
     for ev in &input.finals.events {
         for r in ev.replicas.iter().filter(|r| ev.members.contains(&r.node)) {
@@ -111,14 +130,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
             }
         }
     }
-    Verdict::new(
-        NAME,
-        format!(
-            "{} gateway payments, {captured} captured; {confirmed} confirmed booking records",
-            input.finals.gateway.len()
-        ),
-        violations,
-    )
+    confirmed
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::check::Status;
 use crate::history::Recorder;
-use crate::net::NetnsNet;
+use crate::net::{NetnsNet, Partitioner};
 use crate::run::{write_json, NodeInfo, RunInfo, SoakInfo};
-use crate::schedule::{plan, plan_soak, MAX_SKEW_MS};
+use crate::schedule::{plan, plan_soak, ScheduledFault, MAX_SKEW_MS};
 use anyhow::{bail, Context};
 use seatfence_node::ChaosHooks;
 use seatfence_node::NodeConfig;
@@ -54,80 +54,31 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
     // Namespaces first: the gateway listens on the host's end of their
     // bridge. The layout numbers nodes 1..=n.
     let planned: Vec<u64> = (1..=3 * args.nodes_per_region as u64).collect();
-    let netns = match mech {
-        NetChoice::Netns => Some(Arc::new(NetnsNet::start(&planned)?)),
-        _ => None,
-    };
+    let netns = start_netns(mech, &planned)?;
     let gateway = start_gateway(bin, &out, netns.is_some())?;
     let mut configs = lay_out_cluster(&out, args.nodes_per_region, &gateway, &planned)?;
     let skew_files = add_chaos_hooks(&mut configs, planted)?;
     if soak.is_some() {
-        // A bounded cache that fills in minutes, so what grows in the
-        // second half is not sled's page cache warming up.
-        for (_, c) in configs.iter_mut() {
-            c.raft.cache_mb = SOAK_CACHE_MB;
-            // RSS counts what is allocated from the start, not as
-            // openraft's reserved rings are first written (raft/src/heap.rs).
-            c.raft.pretouch = true;
-        }
+        bound_soak_caches(&mut configs);
     }
     let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
-    // A node can be lost for good when its region has a spare to repair
-    // onto and it has no buyer of its own (`nodes_per_region` >= 4).
-    let lose_node = args.nodes_per_region >= 4 && args.clients < planned.len();
-    let schedule = match &soak {
-        Some(s) => plan_soak(
-            seed,
-            args.duration * 1_000,
-            WARMUP_MS,
-            COOLDOWN_MS,
-            s.kill_every_ms,
-        ),
-        None => plan(
-            seed,
-            args.duration * 1_000,
-            WARMUP_MS,
-            COOLDOWN_MS,
-            net.supports_delay(),
-            lose_node,
-        ),
-    };
+    let schedule = plan_faults(seed, &args, soak.as_ref(), &*net, planned.len());
     let nodes = node_infos(&configs);
     let cluster = launch_cluster(bin, configs, mech).await?;
     let secret = cluster.jwt_secret().context("nodes have no edge")?;
-    let mut run_info = RunInfo {
+    let mut run_info = new_run_info(
         seed,
-        duration_s: args.duration,
-        hold_ttl_ms: HOLD_TTL_SECS * 1_000,
-        max_skew_ms: MAX_SKEW_MS,
-        events: Vec::new(),
-        schedule: schedule.clone(),
-        partition_mechanism: net.name().to_string(),
-        unavailable_mechanisms: unavailable,
-        planted_bug: args.plant_bug.clone(),
-        nodes: nodes.clone(),
-        soak: soak.clone(),
-        started_unix_ms: 0,
-        retention_ms: RETENTION_SECS * 1_000,
-    };
+        &args,
+        &schedule,
+        &*net,
+        unavailable,
+        &nodes,
+        soak.as_ref(),
+    );
     write_json(&out.join("schedule.json"), &schedule)?;
 
-    let (tx_stop, rx_stop) = watch::channel(false);
-    let world = Arc::new(new_world(
-        &out,
-        &nodes,
-        &gateway,
-        secret,
-        cluster.dialer(),
-        rx_stop,
-    )?);
-    let unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    run_info.started_unix_ms = unix_ms.saturating_sub(world.rec.now() / 1_000);
-    create_first_events(&world, &cluster, args.hot_seats, args.sleeping_events).await?;
-    run_info.events = world.all_events();
-    write_json(&out.join("run.json"), &run_info)?;
+    let (tx_stop, world) = new_world(&out, &nodes, &gateway, secret, cluster.dialer())?;
+    record_first_events(&world, &cluster, &args, &out, &mut run_info).await?;
 
     let nemesis = Nemesis::new(
         world.clone(),
@@ -137,31 +88,16 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         seed,
         args.clients,
     );
-    let tasks = spawn_load(&world, &args, seed, soak.is_some());
-    let sampler = match &soak {
-        Some(s) => Some(tokio::spawn(super::soak::sample(
-            world.clone(),
-            nemesis.clone(),
-            out.clone(),
-            super::soak::create_samples(&out)?,
-            Duration::from_millis(s.sample_every_ms),
-        ))),
-        None => None,
-    };
-    let nem = tokio::spawn(nemesis.clone().run(schedule));
-    let progress = tokio::spawn(progress(
-        world.clone(),
-        args.duration,
-        run_info.schedule.len(),
-    ));
-    tokio::time::sleep(Duration::from_secs(args.duration)).await;
-    stop_load(&tx_stop, nem, &nemesis, tasks).await?;
-    progress.abort();
-    if let Some(sampler) = sampler {
-        if let Err(e) = sampler.await {
-            eprintln!("chaos soak: the sampler stopped: {e}");
-        }
-    }
+    run_load(
+        &world,
+        &nemesis,
+        &tx_stop,
+        schedule,
+        &args,
+        seed,
+        soak.as_ref(),
+    )
+    .await?;
 
     settle_and_record(&world, &out, &mut run_info).await?;
     stop_cluster(nemesis, &world, &out, &planned, args.keep_data).await;
@@ -209,6 +145,14 @@ fn create_out_dir(out: &Path, seed: u64, duration: u64) -> anyhow::Result<()> {
         out.display(),
     );
     Ok(())
+}
+
+/// With `netns`, a network namespace for each node of `planned`; else none.
+fn start_netns(mech: NetChoice, planned: &[u64]) -> anyhow::Result<Option<Arc<NetnsNet>>> {
+    Ok(match mech {
+        NetChoice::Netns => Some(Arc::new(NetnsNet::start(planned)?)),
+        _ => None,
+    })
 }
 
 /// The mock payment gateway, listening where the nodes reach it: on the
@@ -263,6 +207,17 @@ fn lay_out_cluster(
 /// sled's page cache of a soak's nodes (MiB).
 const SOAK_CACHE_MB: u64 = 32;
 
+/// Give a soak's nodes a bounded cache that fills in minutes, so what
+/// grows in the second half is not sled's page cache warming up.
+fn bound_soak_caches(configs: &mut [(PathBuf, NodeConfig)]) {
+    for (_, c) in configs.iter_mut() {
+        c.raft.cache_mb = SOAK_CACHE_MB;
+        // RSS counts what is allocated from the start, not as
+        // openraft's reserved rings are first written (raft/src/heap.rs).
+        c.raft.pretouch = true;
+    }
+}
+
 /// Give every node the drill's hooks: a clock-skew file in its directory
 /// (0 to start with; the nemesis writes it) and the planted bug, if any.
 /// The skew files, by node.
@@ -282,6 +237,38 @@ fn add_chaos_hooks(
         });
     }
     Ok(skew_files)
+}
+
+/// The seed's fault schedule over `--duration`: a soak's steady kills, else
+/// a drill's mix (network delays only where `net` can delay them). `nodes`:
+/// how many nodes the cluster has.
+fn plan_faults(
+    seed: u64,
+    args: &DrillArgs,
+    soak: Option<&SoakInfo>,
+    net: &dyn Partitioner,
+    nodes: usize,
+) -> Vec<ScheduledFault> {
+    // A node can be lost for good when its region has a spare to repair
+    // onto and it has no buyer of its own (`nodes_per_region` >= 4).
+    let lose_node = args.nodes_per_region >= 4 && args.clients < nodes;
+    match soak {
+        Some(s) => plan_soak(
+            seed,
+            args.duration * 1_000,
+            WARMUP_MS,
+            COOLDOWN_MS,
+            s.kill_every_ms,
+        ),
+        None => plan(
+            seed,
+            args.duration * 1_000,
+            WARMUP_MS,
+            COOLDOWN_MS,
+            net.supports_delay(),
+            lose_node,
+        ),
+    }
 }
 
 /// What the run records of each node: id, region, gRPC address, edge URL.
@@ -318,18 +305,46 @@ async fn launch_cluster(
     Ok(cluster)
 }
 
+/// `run.json` as known once the cluster is up: the events and the wall-clock
+/// time of the history's start are filled in later.
+fn new_run_info(
+    seed: u64,
+    args: &DrillArgs,
+    schedule: &[ScheduledFault],
+    net: &dyn Partitioner,
+    unavailable: Vec<(String, String)>,
+    nodes: &[NodeInfo],
+    soak: Option<&SoakInfo>,
+) -> RunInfo {
+    RunInfo {
+        seed,
+        duration_s: args.duration,
+        hold_ttl_ms: HOLD_TTL_SECS * 1_000,
+        max_skew_ms: MAX_SKEW_MS,
+        events: Vec::new(),
+        schedule: schedule.to_vec(),
+        partition_mechanism: net.name().to_string(),
+        unavailable_mechanisms: unavailable,
+        planted_bug: args.plant_bug.clone(),
+        nodes: nodes.to_vec(),
+        soak: soak.cloned(),
+        started_unix_ms: 0,
+        retention_ms: RETENTION_SECS * 1_000,
+    }
+}
+
 /// What the drill's tasks share, recording into `out/history.jsonl`; no
-/// events yet.
+/// events yet. With it, the sender that tells the tasks to stop.
 fn new_world(
     out: &Path,
     nodes: &[NodeInfo],
     gateway: &GatewayProc,
     jwt_secret: String,
     dialer: seatfence_raft::network::Dialer,
-    rx_stop: watch::Receiver<bool>,
-) -> anyhow::Result<World> {
+) -> anyhow::Result<(watch::Sender<bool>, Arc<World>)> {
+    let (tx_stop, rx_stop) = watch::channel(false);
     let http = HttpClient::default().with_timeout(Duration::from_secs(8));
-    Ok(World {
+    let world = World {
         rec: Recorder::create(&out.join("history.jsonl"))?,
         http,
         edges: nodes.iter().map(|n| (n.id, n.edge.clone())).collect(),
@@ -346,7 +361,33 @@ fn new_world(
         client: ClusterClient::new(nodes.iter().map(|n| n.grpc_addr.clone()).collect(), dialer)
             .with_deadline(Duration::from_secs(10)),
         rx_stop,
-    })
+    };
+    Ok((tx_stop, Arc::new(world)))
+}
+
+/// Note when the history started, create the first events, and write
+/// `run.json` with both.
+async fn record_first_events(
+    world: &World,
+    cluster: &LocalCluster,
+    args: &DrillArgs,
+    out: &Path,
+    run_info: &mut RunInfo,
+) -> anyhow::Result<()> {
+    run_info.started_unix_ms = history_start_unix_ms(&world.rec);
+    create_first_events(world, cluster, args.hot_seats, args.sleeping_events).await?;
+    run_info.events = world.all_events();
+    write_json(&out.join("run.json"), &*run_info)?;
+    Ok(())
+}
+
+/// The wall-clock time (Unix ms) at the history's time 0, so the checkers
+/// can place each hold's own `expires_at` on the history's clock.
+fn history_start_unix_ms(rec: &Recorder) -> u64 {
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    unix_ms.saturating_sub(rec.now() / 1_000)
 }
 
 /// Create the first generation of events and wait until each one's group
@@ -379,6 +420,43 @@ async fn create_first_events(
             .lock()
             .expect("events lock poisoned")
             .extend(sleepers);
+    }
+    Ok(())
+}
+
+/// Run the load, the nemesis (playing `schedule`), the progress line and a
+/// soak's sampler for `--duration`; then stop the load, heal every fault
+/// and wait for the sampler's last sample.
+async fn run_load(
+    world: &Arc<World>,
+    nemesis: &Arc<Nemesis>,
+    tx_stop: &watch::Sender<bool>,
+    schedule: Vec<ScheduledFault>,
+    args: &DrillArgs,
+    seed: u64,
+    soak: Option<&SoakInfo>,
+) -> anyhow::Result<()> {
+    let tasks = spawn_load(world, args, seed, soak.is_some());
+    let sampler = match soak {
+        Some(s) => Some(tokio::spawn(super::soak::sample(
+            world.clone(),
+            nemesis.clone(),
+            args.out.clone(),
+            super::soak::create_samples(&args.out)?,
+            Duration::from_millis(s.sample_every_ms),
+        ))),
+        None => None,
+    };
+    let faults = schedule.len();
+    let nem = tokio::spawn(nemesis.clone().run(schedule));
+    let progress = tokio::spawn(progress(world.clone(), args.duration, faults));
+    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+    stop_load(tx_stop, nem, nemesis, tasks).await?;
+    progress.abort();
+    if let Some(sampler) = sampler {
+        if let Err(e) = sampler.await {
+            eprintln!("chaos soak: the sampler stopped: {e}");
+        }
     }
     Ok(())
 }

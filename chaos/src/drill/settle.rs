@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::run::{EventFinal, FinalState, GatewayPayment, ReplicaFinal};
+use crate::run::{EventFinal, EventInfo, FinalState, GatewayPayment, ReplicaFinal};
 use seatfence_core::inventory::BookingStatus;
 use seatfence_core::moves::MoveState;
-use seatfence_core::{GroupId, Query, QueryResult, ReplicaDump};
+use seatfence_core::{Directory, GroupId, Query, QueryResult, ReplicaDump};
 use seatfence_proto::v1::{query_reply, QueryRequest};
 use seatfence_raft::codec;
 
@@ -33,34 +33,12 @@ pub async fn settle(w: &World, timeout: Duration) -> FinalState {
 
 /// One reading of everything, and what is still unsettled.
 async fn collect(w: &World) -> (FinalState, Vec<String>) {
-    let mut waiting = Vec::new();
-    let directory = match w
-        .client
-        .query(GroupId::DIRECTORY, &Query::Directory, true)
-        .await
-    {
-        Ok((QueryResult::Directory(d), _)) => d,
-        Ok(_) => {
-            return (
-                FinalState::default(),
-                vec!["directory answered something else".into()],
-            );
-        }
-        Err(e) => {
-            return (
-                FinalState::default(),
-                vec![format!("directory unreadable: {e}")],
-            )
-        }
+    let directory = match read_directory(w).await {
+        Ok(d) => d,
+        Err(note) => return (FinalState::default(), vec![note]),
     };
-    for m in directory.moves.values() {
-        if m.state == MoveState::Running {
-            waiting.push(format!(
-                "move {} of {} still running",
-                m.move_id, m.event_id
-            ));
-        }
-    }
+    let mut waiting = Vec::new();
+    note_running_moves(&directory, &mut waiting);
     let gateway = gateway_payments(w).await.unwrap_or_else(|e| {
         waiting.push(format!("gateway unreadable: {e:#}"));
         Vec::new()
@@ -71,74 +49,9 @@ async fn collect(w: &World) -> (FinalState, Vec<String>) {
         .collect();
     let mut events = Vec::new();
     for info in &w.all_events() {
-        let Some(route) = directory
-            .events
-            .get(&seatfence_core::EventId(info.event_id.clone()))
-        else {
-            waiting.push(format!("{} has no route", info.event_id));
-            continue;
-        };
-        let members: Vec<u64> = directory
-            .groups
-            .get(&route.group)
-            .map(|g| g.members.iter().map(|n| n.0).collect())
-            .unwrap_or_default();
-        let mut replicas = Vec::new();
-        for node in &members {
-            replicas.push(read_replica(w, *node, route.group.0).await);
+        if let Some(event) = collect_event(w, &directory, info, &captured, &mut waiting).await {
+            events.push(event);
         }
-        let first = replicas.first().and_then(|r| r.dump.clone());
-        for r in &replicas {
-            if let Some(e) = &r.error {
-                waiting.push(format!("{} on node {}: {e}", info.event_id, r.node));
-            } else if r.dump != first || r.applied_index != replicas[0].applied_index {
-                waiting.push(format!(
-                    "{} on node {} differs from node {}",
-                    info.event_id, r.node, replicas[0].node
-                ));
-            }
-        }
-        if let Some(d) = &first {
-            for b in &d.bookings {
-                if b.status == BookingStatus::RefundPending || b.unsettled() {
-                    waiting.push(format!(
-                        "{} booking {} {}",
-                        info.event_id,
-                        b.seq,
-                        if b.unsettled() {
-                            "released, its payment not yet settled"
-                        } else {
-                            "refund not yet delivered"
-                        }
-                    ));
-                }
-            }
-            for b in d
-                .bookings
-                .iter()
-                .filter(|b| b.status == BookingStatus::Pending)
-            {
-                if captured
-                    .get(b.payment.payment_id.as_str())
-                    .copied()
-                    .unwrap_or(0)
-                    > 0
-                {
-                    waiting.push(format!(
-                        "{} booking {} captured, not yet confirmed",
-                        info.event_id, b.seq
-                    ));
-                }
-            }
-        }
-        events.push(EventFinal {
-            event_id: info.event_id.clone(),
-            group: route.group.0,
-            epoch: route.epoch.0,
-            owner: route.owner_region.0.clone(),
-            members,
-            replicas,
-        });
     }
     (
         FinalState {
@@ -149,6 +62,134 @@ async fn collect(w: &World) -> (FinalState, Vec<String>) {
         },
         waiting,
     )
+}
+
+/// The directory, read linearizably at its leader; else why not, as a note.
+async fn read_directory(w: &World) -> Result<Directory, String> {
+    match w
+        .client
+        .query(GroupId::DIRECTORY, &Query::Directory, true)
+        .await
+    {
+        Ok((QueryResult::Directory(d), _)) => Ok(d),
+        Ok(_) => Err("directory answered something else".into()),
+        Err(e) => Err(format!("directory unreadable: {e}")),
+    }
+}
+
+/// Note each move still running.
+fn note_running_moves(directory: &Directory, waiting: &mut Vec<String>) {
+    for m in directory.moves.values() {
+        if m.state == MoveState::Running {
+            waiting.push(format!(
+                "move {} of {} still running",
+                m.move_id, m.event_id
+            ));
+        }
+    }
+}
+
+/// Read every replica of `info`'s event (one per member of its group) and
+/// note what about them is unsettled; `captured`: the gateway's captures,
+/// by payment id. `None`, noted, when the directory has no route for it.
+async fn collect_event(
+    w: &World,
+    directory: &Directory,
+    info: &EventInfo,
+    captured: &BTreeMap<&str, u32>,
+    waiting: &mut Vec<String>,
+) -> Option<EventFinal> {
+    let Some(route) = directory
+        .events
+        .get(&seatfence_core::EventId(info.event_id.clone()))
+    else {
+        waiting.push(format!("{} has no route", info.event_id));
+        return None;
+    };
+    let members: Vec<u64> = directory
+        .groups
+        .get(&route.group)
+        .map(|g| g.members.iter().map(|n| n.0).collect())
+        .unwrap_or_default();
+    let mut replicas = Vec::new();
+    for node in &members {
+        replicas.push(read_replica(w, *node, route.group.0).await);
+    }
+    let first = replicas.first().and_then(|r| r.dump.clone());
+    note_unequal_replicas(&info.event_id, &replicas, first.as_ref(), waiting);
+    if let Some(d) = &first {
+        note_unsettled_bookings(&info.event_id, d, captured, waiting);
+    }
+    Some(EventFinal {
+        event_id: info.event_id.clone(),
+        group: route.group.0,
+        epoch: route.epoch.0,
+        owner: route.owner_region.0.clone(),
+        members,
+        replicas,
+    })
+}
+
+/// Note each replica that could not be read, or that differs from the
+/// first one (`first`: its records) in records or applied index.
+fn note_unequal_replicas(
+    event_id: &str,
+    replicas: &[ReplicaFinal],
+    first: Option<&ReplicaDump>,
+    waiting: &mut Vec<String>,
+) {
+    for r in replicas {
+        if let Some(e) = &r.error {
+            waiting.push(format!("{event_id} on node {}: {e}", r.node));
+        } else if r.dump.as_ref() != first || r.applied_index != replicas[0].applied_index {
+            waiting.push(format!(
+                "{event_id} on node {} differs from node {}",
+                r.node, replicas[0].node
+            ));
+        }
+    }
+}
+
+/// Note each booking of `d` whose payment is not resolved yet: a refund
+/// not delivered, a released booking's payment not settled, or a capture
+/// (`captured`, by payment id) the booking has not been confirmed for.
+fn note_unsettled_bookings(
+    event_id: &str,
+    d: &ReplicaDump,
+    captured: &BTreeMap<&str, u32>,
+    waiting: &mut Vec<String>,
+) {
+    for b in &d.bookings {
+        if b.status == BookingStatus::RefundPending || b.unsettled() {
+            waiting.push(format!(
+                "{} booking {} {}",
+                event_id,
+                b.seq,
+                if b.unsettled() {
+                    "released, its payment not yet settled"
+                } else {
+                    "refund not yet delivered"
+                }
+            ));
+        }
+    }
+    for b in d
+        .bookings
+        .iter()
+        .filter(|b| b.status == BookingStatus::Pending)
+    {
+        if captured
+            .get(b.payment.payment_id.as_str())
+            .copied()
+            .unwrap_or(0)
+            > 0
+        {
+            waiting.push(format!(
+                "{} booking {} captured, not yet confirmed",
+                event_id, b.seq
+            ));
+        }
+    }
 }
 
 /// Node `node`'s own replica of `group` (not a leader read: what that

@@ -50,9 +50,9 @@ impl State {
             State::Directory(d) => d.load_record(rk, value),
             State::Event(e) => e.load_record(rk, value),
         };
-        match loaded {
-            Some(result) => result.map_err(err),
-            None => Err(err("a record of the other kind of group".into())),
+        match loaded.map_err(err)? {
+            true => Ok(()),
+            false => Err(err("a record of the other kind of group".into())),
         }
     }
 
@@ -110,55 +110,48 @@ impl DirectoryState {
         }
     }
 
-    /// Load one record; `None` if it is not a directory record.
-    fn load_record(&mut self, key: RecordKey, value: &[u8]) -> Option<Result<(), String>> {
+    /// Load one record; `Ok(false)` if it is not a directory record.
+    fn load_record(&mut self, key: RecordKey, value: &[u8]) -> Result<bool, String> {
         let d = &mut self.directory;
-        let r = (|| {
-            match key {
-                RecordKey::Kv(k) => {
-                    self.kv.insert(k, value.to_vec());
-                }
-                RecordKey::Node(n) => {
-                    d.nodes.insert(n, dec(value)?);
-                }
-                RecordKey::Group(g) => {
-                    d.groups.insert(g, dec(value)?);
-                }
-                RecordKey::NextGroupId => d.next_group_id = dec(value)?,
-                RecordKey::Route(e) => {
-                    d.events.insert(e, dec(value)?);
-                }
-                RecordKey::Audit(a) => {
-                    self.audit.insert(a, dec(value)?);
-                }
-                RecordKey::Drained(n) => {
-                    d.drained.insert(n);
-                }
-                RecordKey::Move(m) => {
-                    d.moves.insert(m, dec(value)?);
-                }
-                RecordKey::NextMoveId => d.next_move_id = dec(value)?,
-                RecordKey::Answer(o, k) => {
-                    self.answers.insert((o, k), dec(value)?);
-                }
-                RecordKey::NodeState(n) => {
-                    d.node_states.insert(n, dec(value)?);
-                }
-                RecordKey::Repair(g) => {
-                    d.repairs.insert(g, dec(value)?);
-                }
-                RecordKey::Rejoin(n) => {
-                    d.rejoins.insert(n, dec(value)?);
-                }
-                _ => return Ok(false),
+        match key {
+            RecordKey::Kv(k) => {
+                self.kv.insert(k, value.to_vec());
             }
-            Ok(true)
-        })();
-        match r {
-            Ok(true) => Some(Ok(())),
-            Ok(false) => None,
-            Err(e) => Some(Err(e)),
+            RecordKey::Node(n) => {
+                d.nodes.insert(n, dec(value)?);
+            }
+            RecordKey::Group(g) => {
+                d.groups.insert(g, dec(value)?);
+            }
+            RecordKey::NextGroupId => d.next_group_id = dec(value)?,
+            RecordKey::Route(e) => {
+                d.events.insert(e, dec(value)?);
+            }
+            RecordKey::Audit(a) => {
+                self.audit.insert(a, dec(value)?);
+            }
+            RecordKey::Drained(n) => {
+                d.drained.insert(n);
+            }
+            RecordKey::Move(m) => {
+                d.moves.insert(m, dec(value)?);
+            }
+            RecordKey::NextMoveId => d.next_move_id = dec(value)?,
+            RecordKey::Answer(o, k) => {
+                self.answers.insert((o, k), dec(value)?);
+            }
+            RecordKey::NodeState(n) => {
+                d.node_states.insert(n, dec(value)?);
+            }
+            RecordKey::Repair(g) => {
+                d.repairs.insert(g, dec(value)?);
+            }
+            RecordKey::Rejoin(n) => {
+                d.rejoins.insert(n, dec(value)?);
+            }
+            _ => return Ok(false),
         }
+        Ok(true)
     }
 
     /// Remove one record; `None` if it is not a directory record.
@@ -250,49 +243,42 @@ impl EventState {
         }
     }
 
-    /// Load one record; `None` if it is not an event group's record.
-    fn load_record(&mut self, key: RecordKey, value: &[u8]) -> Option<Result<(), String>> {
+    /// Load one record; `Ok(false)` if it is not an event group's record.
+    fn load_record(&mut self, key: RecordKey, value: &[u8]) -> Result<bool, String> {
         let inv = &mut self.inventory;
-        let r = (|| {
-            match key {
-                RecordKey::Kv(k) => {
-                    self.kv.insert(k, value.to_vec());
-                }
-                RecordKey::Event => inv.event = Some(dec(value)?),
-                RecordKey::Seat(s) => {
-                    inv.seats.insert(s, dec(value)?);
-                }
-                RecordKey::Hold(h) => {
-                    inv.holds.insert(h, dec(value)?);
-                }
-                RecordKey::Op(o, k) => {
-                    inv.ops.insert(OpKey::new(o, k), dec(value)?);
-                }
-                RecordKey::Booking(b) => {
-                    inv.bookings.insert(b, dec(value)?);
-                }
-                RecordKey::Outbox(x) => {
-                    inv.outbox.insert(x, dec(value)?);
-                }
-                RecordKey::Inbox(i) => {
-                    inv.inbox.insert(i, dec(value)?);
-                }
-                RecordKey::Change(c) => {
-                    inv.changes.insert(c, dec(value)?);
-                }
-                RecordKey::Room => inv.room = Some(dec(value)?),
-                RecordKey::Place(u) => {
-                    inv.places.insert(u, dec(value)?);
-                }
-                _ => return Ok(false),
+        match key {
+            RecordKey::Kv(k) => {
+                self.kv.insert(k, value.to_vec());
             }
-            Ok(true)
-        })();
-        match r {
-            Ok(true) => Some(Ok(())),
-            Ok(false) => None,
-            Err(e) => Some(Err(e)),
+            RecordKey::Event => inv.event = Some(dec(value)?),
+            RecordKey::Seat(s) => {
+                inv.seats.insert(s, dec(value)?);
+            }
+            RecordKey::Hold(h) => {
+                inv.holds.insert(h, dec(value)?);
+            }
+            RecordKey::Op(o, k) => {
+                inv.ops.insert(OpKey::new(o, k), dec(value)?);
+            }
+            RecordKey::Booking(b) => {
+                inv.bookings.insert(b, dec(value)?);
+            }
+            RecordKey::Outbox(x) => {
+                inv.outbox.insert(x, dec(value)?);
+            }
+            RecordKey::Inbox(i) => {
+                inv.inbox.insert(i, dec(value)?);
+            }
+            RecordKey::Change(c) => {
+                inv.changes.insert(c, dec(value)?);
+            }
+            RecordKey::Room => inv.room = Some(dec(value)?),
+            RecordKey::Place(u) => {
+                inv.places.insert(u, dec(value)?);
+            }
+            _ => return Ok(false),
         }
+        Ok(true)
     }
 
     /// Remove one record; `None` if it is not an event group's record.

@@ -187,6 +187,10 @@ pub enum BenchCmd {
         /// Concurrent requests.
         #[arg(long, default_value_t = 256)]
         inflight: usize,
+        /// Events the same buyers and connections are spread over (round
+        /// robin); `--seats` is split evenly between them.
+        #[arg(long, default_value_t = 1)]
+        events: u32,
         #[arg(long)]
         json: bool,
     },
@@ -229,6 +233,7 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             seats,
             users,
             inflight,
+            events,
             json,
         } => {
             let args = HoldsBenchArgs {
@@ -240,6 +245,7 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 seats,
                 users,
                 inflight,
+                events: events.max(1),
             };
             let r = run_holds_bench(bin, &args).await?;
             let broken = (r.oversold || !r.counters_match)

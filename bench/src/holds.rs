@@ -1,7 +1,8 @@
-//! `seatfence bench holds`: one hot event on a local cluster, single-seat
+//! `seatfence bench holds`: hot events on a local cluster (one by default,
+//! `--events N` spreads the same buyers and connections over N), single-seat
 //! holds from many users, through the HTTP edges or straight to the
-//! leader over gRPC. Reports holds/s, latency and whether the sale stopped
-//! exactly at capacity.
+//! leaders over gRPC. Reports holds/s, latency and whether every sale
+//! stopped exactly at capacity.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use futures::{StreamExt, TryStreamExt};
 use hdrhistogram::Histogram;
 use seatfence_core::inventory::{EventAction, EventCommand, Outcome, SeatPick};
 use seatfence_core::{Command, Epoch, EventId, GroupId, Response, UserId};
@@ -37,6 +39,9 @@ pub struct HoldsBenchArgs {
     pub seats: u32,
     pub users: u32,
     pub inflight: usize,
+    /// Events the load is spread over (at least one); `seats` is split
+    /// evenly between them.
+    pub events: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -64,6 +69,8 @@ pub struct HoldsBenchReport {
     pub inflight: usize,
     pub users: u32,
     pub nodes: usize,
+    /// Events the load was spread over.
+    pub events: u32,
 }
 
 impl std::fmt::Display for HoldsBenchReport {
@@ -71,14 +78,23 @@ impl std::fmt::Display for HoldsBenchReport {
         let r = self;
         write!(
             f,
-            "bench holds via {:?}: {:.0} holds/s until sold out ({:.0} requests/s overall), p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms; capacity {}, granted {}, sold_or_held {}, oversold {}, counters_match {}, conflicts {}, errors {}, sold out after {:?} s, {} in flight, {:.1} s",
-            r.via, r.holds_per_sec, r.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.capacity, r.granted,
+            "bench holds via {:?} over {} event(s): {:.0} holds/s until sold out ({:.0} requests/s overall), p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms; capacity {}, granted {}, sold_or_held {}, oversold {}, counters_match {}, conflicts {}, errors {}, sold out after {:?} s, {} in flight, {:.1} s",
+            r.via, r.events, r.holds_per_sec, r.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.capacity, r.granted,
             r.sold_or_held, r.oversold, r.counters_match, r.conflicts, r.errors, r.sold_out_after_secs, r.inflight, r.duration_secs
         )
     }
 }
 
 const EVENT: &str = "bench-hot";
+
+/// The id of event `i` of `n`: `bench-hot` alone, `bench-hot-<i>` of many.
+fn event_id(i: u32, n: u32) -> String {
+    if n <= 1 {
+        EVENT.to_string()
+    } else {
+        format!("{EVENT}-{i}")
+    }
+}
 
 /// `(available, held, sold)` of `event` as an edge reports them
 /// (`u64::MAX` for a missing count, so a check against it fails).
@@ -126,7 +142,7 @@ pub async fn run_holds_bench(
     args: &HoldsBenchArgs,
 ) -> anyhow::Result<HoldsBenchReport> {
     let (_guard, dir) = bench_dir()?;
-    let s = setup(bin, &dir, args.seats).await?;
+    let s = setup(bin, &dir, args.seats, args.events.max(1)).await?;
     let load = Arc::new(Shared::new(&s, args));
     let _progress = Ticker::start("bench holds", args.duration.as_secs(), {
         let load = load.clone();
@@ -152,14 +168,15 @@ struct Setup {
     http: HttpClient,
     /// An operator's token.
     op: String,
-    /// The event's seats, and its group.
+    /// Every event's id and group, in order.
+    events: Vec<(String, GroupId)>,
+    /// The events' seats, together.
     capacity: u64,
-    group: GroupId,
 }
 
-/// Start the cluster in `dir` and create the event, with exactly `seats`
-/// seats (at least one).
-async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
+/// Start the cluster in `dir` and create `events` events sharing `seats`
+/// seats evenly (at least one each).
+async fn setup(bin: &Path, dir: &Path, seats: u32, events: u32) -> anyhow::Result<Setup> {
     // One region of three nodes: the event's group has its 3 voters there,
     // and every node is an edge.
     let builder = LocalCluster::builder(dir).regions(1, 3);
@@ -170,24 +187,35 @@ async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
         http,
         op,
     } = World::start(builder, bin, Duration::from_secs(30)).await?;
-    let (capacity, group) = create_event(
-        &cluster,
-        &http,
-        &edges[0],
-        &op,
-        &json!({"event_id": EVENT, "name": "bench", "home_region": "us-east",
-                "sections": sections(seats.max(1)),
-                "hold_ttl_secs": 3600, "max_seats_per_hold": 8}),
-    )
-    .await?;
+    let each = (seats / events).max(1);
+    // Created 16 at a time through every edge in turn: a thousand events
+    // one by one would take longer than the run.
+    let created: Vec<(String, u64, GroupId)> = futures::stream::iter(0..events)
+        .map(|i| {
+            let (cluster, http, op) = (&cluster, &http, &op);
+            let edge = &edges[i as usize % edges.len()];
+            async move {
+                let id = event_id(i, events);
+                let body = json!({"event_id": id, "name": "bench", "home_region": "us-east",
+                                  "sections": sections(each),
+                                  "hold_ttl_secs": 3600, "max_seats_per_hold": 8});
+                let (seats, group) = create_event(cluster, http, edge, op, &body).await?;
+                anyhow::Ok((id, seats, group))
+            }
+        })
+        .buffered(16)
+        .try_collect()
+        .await?;
+    let capacity = created.iter().map(|(_, seats, _)| seats).sum();
+    let created = created.into_iter().map(|(id, _, g)| (id, g)).collect();
     Ok(Setup {
         cluster,
         secret,
         edges,
         http,
         op,
+        events: created,
         capacity,
-        group,
     })
 }
 
@@ -212,8 +240,8 @@ struct Shared {
     /// For holds over gRPC.
     client: ClusterClient,
     edges: Vec<String>,
-    /// The event's group (holds over gRPC go to its leader).
-    group: GroupId,
+    /// The events' ids and groups (holds over gRPC go to a group's leader).
+    events: Vec<(String, GroupId)>,
     /// A token per user.
     tokens: Vec<String>,
     /// Users the workers hold for, at least one.
@@ -241,7 +269,7 @@ impl Shared {
             http: s.http.clone(),
             client,
             edges: s.edges.clone(),
-            group: s.group,
+            events: s.events.clone(),
             tokens,
             users: args.users.max(1),
             start,
@@ -255,19 +283,21 @@ impl Shared {
 }
 
 /// Worker `t` of the load: single-seat holds, each for the next of its
-/// users, until the deadline. Counts every outcome; returns the latency of
-/// the answered requests (granted or refused).
+/// users in the next event (round robin, so every event gets an equal
+/// share), until the deadline. Counts every outcome; returns the latency
+/// of the answered requests (granted or refused).
 async fn hold_worker(load: Arc<Shared>, t: usize) -> Histogram<u64> {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
     let mut n = 0u64;
     while Instant::now() < load.deadline {
         let user = ((t as u64 * 7919 + n) % u64::from(load.users)) as usize;
+        let event = &load.events[((t as u64 + n) % load.events.len() as u64) as usize];
         let key = format!("b{t}-{n}");
         n += 1;
         let t0 = Instant::now();
         let granted = match load.via {
-            Via::Http => hold_http(&load, user, &key).await,
-            Via::Grpc => hold_grpc(&load, user, key).await,
+            Via::Http => hold_http(&load, user, &event.0, &key).await,
+            Via::Grpc => hold_grpc(&load, user, event, key).await,
         };
         let us = t0.elapsed().as_micros() as u64;
         match granted {
@@ -291,9 +321,10 @@ async fn hold_worker(load: Arc<Shared>, t: usize) -> Histogram<u64> {
     hist
 }
 
-/// One single-seat hold for `user` through an edge: `Some(true)` granted,
-/// `Some(false)` refused (409), `None` any other outcome.
-async fn hold_http(load: &Shared, user: usize, key: &str) -> Option<bool> {
+/// One single-seat hold for `user` in `event` through an edge:
+/// `Some(true)` granted, `Some(false)` refused (409), `None` any other
+/// outcome.
+async fn hold_http(load: &Shared, user: usize, event: &str, key: &str) -> Option<bool> {
     let url = format!("{}/v1/holds", load.edges[user % load.edges.len()]);
     let answer = load
         .http
@@ -301,7 +332,7 @@ async fn hold_http(load: &Shared, user: usize, key: &str) -> Option<bool> {
             &url,
             Some(&load.tokens[user]),
             Some(key),
-            &json!({"event_id": EVENT, "quantity": 1}),
+            &json!({"event_id": event, "quantity": 1}),
         )
         .await;
     match answer {
@@ -311,13 +342,18 @@ async fn hold_http(load: &Shared, user: usize, key: &str) -> Option<bool> {
     }
 }
 
-/// One single-seat hold for `user` proposed straight to the group's
-/// leader over gRPC: `Some(true)` held, `Some(false)` seats unavailable,
-/// `None` any other outcome.
-async fn hold_grpc(load: &Shared, user: usize, key: String) -> Option<bool> {
+/// One single-seat hold for `user` in `(event, group)` proposed straight
+/// to the group's leader over gRPC: `Some(true)` held, `Some(false)` seats
+/// unavailable, `None` any other outcome.
+async fn hold_grpc(
+    load: &Shared,
+    user: usize,
+    (event, group): &(String, GroupId),
+    key: String,
+) -> Option<bool> {
     let owner = UserId(format!("buyer{user}"));
     let cmd = Command::event(EventCommand {
-        event_id: EventId(EVENT.into()),
+        event_id: EventId(event.clone()),
         epoch: Epoch(1),
         now_ms: 0,
         idempotency: Some((owner.clone(), key)),
@@ -329,7 +365,7 @@ async fn hold_grpc(load: &Shared, user: usize, key: String) -> Option<bool> {
             },
         },
     });
-    match load.client.write(load.group, &cmd).await {
+    match load.client.write(*group, &cmd).await {
         Ok(o) => match o.response {
             Response::Event(r) => match r.outcome {
                 Outcome::Held(_) => Some(true),
@@ -351,7 +387,13 @@ async fn build_report(
     elapsed: f64,
     args: &HoldsBenchArgs,
 ) -> anyhow::Result<HoldsBenchReport> {
-    let (available, held, sold) = seat_counts(&s.http, &s.edges[0], &s.op, EVENT).await?;
+    let (mut available, mut held, mut sold) = (0u64, 0u64, 0u64);
+    for (event, _) in &s.events {
+        let (a, h, d) = seat_counts(&s.http, &s.edges[0], &s.op, event).await?;
+        available = available.saturating_add(a);
+        held = held.saturating_add(h);
+        sold = sold.saturating_add(d);
+    }
     let granted = load.granted.load(Ordering::Relaxed);
     let sold_or_held = held.saturating_add(sold);
     let sold_out_ms = load.sold_out_at_ms.load(Ordering::Relaxed);
@@ -379,5 +421,6 @@ async fn build_report(
         inflight: args.inflight,
         users: args.users,
         nodes: s.cluster.nodes.len(),
+        events: s.events.len() as u32,
     })
 }

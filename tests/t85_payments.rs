@@ -93,6 +93,48 @@ async fn t85_the_reconciler_alone_confirms() {
     reconciler_path(&scenario(&[PAY_RC]).await.env).await;
 }
 
+/// Issue 40: payment duties ran only beside an HTTP edge, so a leader
+/// without one never settled its groups' payments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_leader_without_an_http_edge_reconciles_its_payments() {
+    let _serial = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let env = Env::start_nodes(dir.path(), |_| {}, |configs| configs[2].1.edge = None).await;
+    let (id, seats, ttl) = PAY_RC;
+    let created = create_event(
+        &env.cluster,
+        &env.edge(0),
+        json!({"event_id": id, "name": id, "home_region": "us-east", "seats": seats,
+               "hold_ttl_secs": ttl, "price_cents": 2500, "currency": "EUR"}),
+    )
+    .await;
+    let gid = created["group_id"].as_u64().unwrap();
+    tracing::info!("--- node 3, which serves no HTTP, leads the event's group");
+    let op = token(&env.cluster, "ops", true);
+    let url = format!("{}/v1/admin/groups/{gid}/transfer-leader", env.edge(0));
+    let a = env
+        .http
+        .post(&url, Some(&op), None, &json!({"to": 3}))
+        .await
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    reconciler_path(&env).await;
+    let view = env
+        .http
+        .get(&format!("{}/v1/admin/cluster", env.edge(0)), Some(&op))
+        .await
+        .unwrap();
+    let group = view.body["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group_id"] == gid)
+        .cloned()
+        .unwrap();
+    assert_eq!(group["leader"], 3, "node 3 led it throughout: {group}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_cancelled_payment_is_released_and_the_buyer_books_again() {
     cancelled_then_rebooked(&scenario(&[PAY_RC]).await.env).await;

@@ -92,8 +92,12 @@ fn default_burst() -> u32 {
 fn default_anonymous_rate() -> u32 {
     5_000
 }
+/// `request_timeout_ms` when the config names none (also the deadline of
+/// a node's payment side when it serves no HTTP).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5000;
+
 fn default_timeout() -> u64 {
-    5000
+    DEFAULT_REQUEST_TIMEOUT_MS
 }
 
 impl EdgeConfig {

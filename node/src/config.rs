@@ -141,7 +141,7 @@ pub enum ConfigError {
     /// `[edge]` does not check, or one of its secrets cannot be read.
     #[error("edge: {0}")]
     Edge(String),
-    /// `[payments]` does not check, one of its secrets cannot be read, or there is no `[edge]`.
+    /// `[payments]` does not check, or one of its secrets cannot be read.
     #[error("payments: {0}")]
     Payments(String),
     /// `[chaos] plant_bug` is set, and this build cannot plant bugs.
@@ -234,9 +234,6 @@ impl NodeConfig {
             e.check().map_err(ConfigError::Edge)?;
         }
         if let Some(p) = &self.payments {
-            if self.edge.is_none() {
-                return Err(ConfigError::Payments("payments need an [edge]".into()));
-            }
             p.check().map_err(ConfigError::Payments)?;
         }
         let planted = self.chaos.as_ref().and_then(|c| c.plant_bug);

@@ -60,14 +60,8 @@ pub(crate) async fn start_edge(
         .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, region = %config.region, "edge serving");
-    let client = node_client(config, registry, proposer)
-        .with_deadline(Duration::from_millis(edge_config.request_timeout_ms));
-    let commands = Arc::new(Commands::new(client, registry.clone()));
-    tasks.spawn(seatfence_regions::routes::follow_directory(
-        commands.routes.clone(),
-        registry.clone(),
-        rx_stop.clone(),
-    ));
+    let deadline = Duration::from_millis(edge_config.request_timeout_ms);
+    let commands = start_commands(tasks, config, registry, proposer, rx_stop, deadline);
     let public_url = format!("http://{}", edge_config.http_addr);
     let mut edge = Edge::new(edge_config, commands.clone(), clock.clone());
     edge = edge.with_catch_up_slack(config.moves.catch_up_slack);
@@ -78,19 +72,9 @@ pub(crate) async fn start_edge(
             seatfence_raft::clock::Clock::now_ms(&*leader_clock),
         )
     }));
-    if let Some(p) = config.payments.clone() {
-        let payments = Arc::new(Payments::new(
-            p,
-            public_url,
-            config.data_dir.join("mail"),
-            commands,
-            registry.clone(),
-            clock.clone(),
-        ));
-        tasks.spawn(seatfence_payments::refresher::run(
-            payments.clone(),
-            rx_stop.clone(),
-        ));
+    if let Some(payments) = start_payments(
+        tasks, config, commands, registry, clock, rx_stop, public_url,
+    ) {
         edge = edge.with_payments(payments);
     }
     let edge = Arc::new(edge);
@@ -101,4 +85,79 @@ pub(crate) async fn start_edge(
         rx_stop.clone(),
     ));
     Ok(Some((edge, addr)))
+}
+
+/// The fenced command path of this node: its cluster client (in-process
+/// for the groups it leads) with `deadline` per command, routed by a cache
+/// that follows the directory.
+fn start_commands(
+    tasks: &mut JoinSet<()>,
+    config: &NodeConfig,
+    registry: &Arc<Registry>,
+    proposer: &Arc<Proposer>,
+    rx_stop: &watch::Receiver<bool>,
+    deadline: Duration,
+) -> Arc<Commands> {
+    let client = node_client(config, registry, proposer).with_deadline(deadline);
+    let commands = Arc::new(Commands::new(client, registry.clone()));
+    tasks.spawn(seatfence_regions::routes::follow_directory(
+        commands.routes.clone(),
+        registry.clone(),
+        rx_stop.clone(),
+    ));
+    commands
+}
+
+/// The payment side, if `[payments]` is configured, with its token
+/// refresher started; `public_url` is where buyers and the gateway reach
+/// this node (`[payments] public_url` wins).
+fn start_payments(
+    tasks: &mut JoinSet<()>,
+    config: &NodeConfig,
+    commands: Arc<Commands>,
+    registry: &Arc<Registry>,
+    clock: &Arc<SystemClock>,
+    rx_stop: &watch::Receiver<bool>,
+    public_url: String,
+) -> Option<Arc<Payments>> {
+    let payments = Arc::new(Payments::new(
+        config.payments.clone()?,
+        public_url,
+        config.data_dir.join("mail"),
+        commands,
+        registry.clone(),
+        clock.clone(),
+    ));
+    tasks.spawn(seatfence_payments::refresher::run(
+        payments.clone(),
+        rx_stop.clone(),
+    ));
+    Some(payments)
+}
+
+/// The payment side of a node without an HTTP edge: its duties (the
+/// reconciler and the outbox of the groups it leads) still run, so a
+/// leader without an edge settles its payments. Commands get the edge's
+/// default deadline; no buyer is sent here, so `public_url` is only what
+/// `[payments]` names.
+pub(crate) fn start_payments_without_edge(
+    tasks: &mut JoinSet<()>,
+    config: &NodeConfig,
+    registry: &Arc<Registry>,
+    proposer: &Arc<Proposer>,
+    clock: &Arc<SystemClock>,
+    rx_stop: &watch::Receiver<bool>,
+) -> Option<Arc<Payments>> {
+    config.payments.as_ref()?;
+    let deadline = Duration::from_millis(seatfence_api::config::DEFAULT_REQUEST_TIMEOUT_MS);
+    let commands = start_commands(tasks, config, registry, proposer, rx_stop, deadline);
+    start_payments(
+        tasks,
+        config,
+        commands,
+        registry,
+        clock,
+        rx_stop,
+        String::new(),
+    )
 }

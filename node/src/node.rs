@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::NodeConfig;
-use crate::edge::{node_client, start_edge};
+use crate::edge::{node_client, start_edge, start_payments_without_edge};
 use crate::{admit, jobs};
 
 /// Run a node until `shutdown` resolves, then stop it; or until a flush of
@@ -186,8 +186,14 @@ impl Node {
                 None => (None, None),
             };
         // The leader duties of the event groups this node leads, the
-        // payment ones with the node's payment side.
-        let payments = edge.as_ref().and_then(|e| e.payments.clone());
+        // payment ones with the node's payment side (the edge's, or one of
+        // its own on a node that serves no HTTP).
+        let payments = match &edge {
+            Some(e) => e.payments.clone(),
+            None => start_payments_without_edge(
+                &mut tasks, &config, &registry, &proposer, &clock, &rx_stop,
+            ),
+        };
         tasks.spawn(
             EventDuties::new(registry.clone(), proposer.clone(), clock.clone(), payments)
                 .run(rx_stop.clone()),

@@ -26,6 +26,16 @@ impl Env {
     /// Start with the payments config changed by `tweak` (after the
     /// tests' own timings).
     pub async fn start_with(dir: &Path, tweak: impl FnOnce(&mut PaymentsConfig)) -> Env {
+        Env::start_nodes(dir, tweak, |_| {}).await
+    }
+
+    /// [`Env::start_with`], with the nodes' configs adjusted by `nodes`
+    /// before they start (node `i + 1` is `configs[i]`).
+    pub async fn start_nodes(
+        dir: &Path,
+        tweak: impl FnOnce(&mut PaymentsConfig),
+        nodes: impl FnOnce(&mut Vec<(std::path::PathBuf, seatfence_node::NodeConfig)>),
+    ) -> Env {
         let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
         let gateway = GatewayProc::start(bin, &dir.join("gateway"), 50).expect("start gateway");
         let mut p = gateway.payments_config();
@@ -36,12 +46,14 @@ impl Env {
         p.extension_ms = 1_000;
         p.outbox_interval_ms = 200;
         tweak(&mut p);
-        let cluster = LocalCluster::builder(dir)
+        let mut configs = LocalCluster::builder(dir)
             .regions(1, 3)
             .tuning(test_tuning())
             .payments(p)
-            .start(bin)
-            .expect("start cluster");
+            .layout()
+            .expect("lay out the cluster");
+        nodes(&mut configs);
+        let cluster = LocalCluster::launch(bin, configs, |_| None).expect("start cluster");
         cluster.wait_ready(PATIENCE).await.expect("cluster ready");
         Env {
             cluster,

@@ -19,6 +19,7 @@ mod runner;
 mod settle;
 mod skew;
 mod soak;
+mod teardown;
 mod workload;
 
 use std::collections::BTreeMap;

@@ -19,12 +19,12 @@ use seatfence_node::NodeConfig;
 use seatfence_raft::propose::PlantedBug;
 use seatfence_raft::ClusterClient;
 use seatfence_regions::config::MovesConfig;
-use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::nemesis::Nemesis;
 use super::net_setup::{choose_mechanism, start_partitioner};
+use super::teardown::stop_cluster;
 use super::{settle, workload, DrillArgs, NetChoice, World};
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::progress::Progress;
@@ -539,54 +539,6 @@ async fn settle_and_record(
     write_json(&out.join("run.json"), &*run_info)?;
     world.rec.finish()?;
     Ok(())
-}
-
-/// Stop the nodes, each one's final view saved next to its log first;
-/// unless `keep_data`, remove the data directories of the nodes `ids`.
-async fn stop_cluster(
-    nemesis: Arc<Nemesis>,
-    world: &World,
-    out: &Path,
-    ids: &[u64],
-    keep_data: bool,
-) {
-    if let Some(cluster) = nemesis.into_cluster() {
-        save_node_states(world, &cluster, out).await;
-        drop(cluster);
-        if !keep_data {
-            for id in ids {
-                let _ = std::fs::remove_dir_all(
-                    out.join("cluster").join(format!("n{id}")).join("data"),
-                );
-            }
-        }
-    }
-}
-
-/// Each node's final view (`Status`) next to its log.
-async fn save_node_states(w: &World, cluster: &LocalCluster, out: &Path) {
-    for n in &cluster.nodes {
-        let path: PathBuf = out
-            .join("cluster")
-            .join(format!("n{}", n.id()))
-            .join("status.json");
-        let status = match w.client.status_with_digests_at(n.addr()).await {
-            Ok(s) => json!({
-                "node_id": s.node_id,
-                "region": s.region,
-                "groups": s.groups.iter().map(|g| json!({
-                    "group_id": g.group_id, "role": g.role, "term": g.term, "leader": g.leader,
-                    "last_log_index": g.last_log_index, "applied_index": g.applied_index,
-                    "voters": g.voters, "learners": g.learners, "state_digest": g.state_digest,
-                })).collect::<Vec<_>>(),
-            }),
-            Err(e) => json!({"error": e.to_string()}),
-        };
-        let _ = std::fs::write(
-            &path,
-            serde_json::to_string_pretty(&status).unwrap_or_default(),
-        );
-    }
 }
 
 /// The drill's progress on stderr (`Progress`): a bar on a terminal, one

@@ -13,6 +13,7 @@ use super::admin::{
     abort_move, audit, drain, list_moves, move_event, node_lifecycle, show_cluster,
     transfer_leader, undrain,
 };
+use super::target::{bearer_token, edge_url, mint_token};
 use crate::demo::DemoFile;
 
 #[derive(Subcommand)]
@@ -454,54 +455,6 @@ async fn cluster_command(edge: &Edge, cmd: EventCmd) -> anyhow::Result<()> {
         // (`run`); the event commands by `event_command`.
         _ => anyhow::bail!("not a cluster command"),
     }
-}
-
-/// `token`: print a bearer token for `user`, signed with
-/// `SEATFENCE_JWT_SECRET`, else with the demo's secret.
-/// A bearer token for `user`, signed with $SEATFENCE_JWT_SECRET or the
-/// demo's secret.
-fn mint_token(
-    demo: &anyhow::Result<DemoFile>,
-    user: &str,
-    operator: bool,
-    ttl_secs: u64,
-) -> anyhow::Result<String> {
-    if user.is_empty() || user.len() > 128 || !user.bytes().all(|b| b.is_ascii_graphic()) {
-        bail!("--user must be 1-128 printable ASCII characters (the edge refuses anything else)");
-    }
-    let secret = match (std::env::var("SEATFENCE_JWT_SECRET"), demo) {
-        (Ok(s), _) => s,
-        (_, Ok(d)) => d.jwt_secret.clone(),
-        (_, Err(e)) => bail!("no secret: set SEATFENCE_JWT_SECRET or start the demo ({e:#})"),
-    };
-    Ok(seatfence_api::auth::mint(&secret, user, operator, ttl_secs))
-}
-
-/// The edge's URL: `--edge`, else the first edge demo.json lists.
-fn edge_url(target: &EdgeTarget, demo: &anyhow::Result<DemoFile>) -> anyhow::Result<String> {
-    Ok(match (&target.edge, demo) {
-        (Some(e), _) => e.clone(),
-        (None, Ok(d)) => d
-            .edges
-            .values()
-            .next()
-            .cloned()
-            .context("demo.json lists no edge")?,
-        (None, Err(e)) => bail!("no edge: pass --edge URL or start the demo ({e:#})"),
-    })
-}
-
-/// The bearer token: `--token`, else demo.json's operator token.
-fn bearer_token(target: &EdgeTarget, demo: &anyhow::Result<DemoFile>) -> anyhow::Result<String> {
-    Ok(match (&target.token, demo) {
-        (Some(t), _) => t.clone(),
-        (None, Ok(d)) => d
-            .tokens
-            .get("operator")
-            .cloned()
-            .context("demo.json has no operator token")?,
-        (None, Err(e)) => bail!("no token: pass --token or start the demo ({e:#})"),
-    })
 }
 
 /// The body of `POST /v1/events`: the event, its explicit seats and

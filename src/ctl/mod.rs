@@ -12,6 +12,7 @@ mod admin;
 mod events;
 mod node;
 mod show;
+mod target;
 
 pub use events::{EdgeTarget, EventCmd};
 

@@ -142,6 +142,10 @@ impl From<CommandError> for ApiError {
                 what: format!("event {id}"),
             },
             CommandError::Internal(m) => ApiError::Internal(m),
+            CommandError::Overloaded(message) => ApiError::TooManyRequests {
+                code: "overloaded",
+                message,
+            },
             e @ (CommandError::NoLeader(_)
             | CommandError::StorageFull(_)
             | CommandError::Unavailable(_)) => ApiError::unavailable(e.code(), e.to_string()),

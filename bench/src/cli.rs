@@ -154,6 +154,12 @@ pub enum BenchCmd {
         /// /proc, before the writes (0: skip).
         #[arg(long, default_value_t = 30)]
         idle_secs: u64,
+        /// `raft.max_pending_writes` of the nodes (0: no bound).
+        #[arg(long, default_value_t = RaftTuning::default().max_pending_writes)]
+        max_pending_writes: usize,
+        /// `raft.max_pending_writes_per_group` of the nodes (0: no bound).
+        #[arg(long, default_value_t = RaftTuning::default().max_pending_writes_per_group)]
+        max_pending_writes_per_group: usize,
         #[arg(long)]
         json: bool,
     },
@@ -385,6 +391,8 @@ async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             idle_groups,
             sleep_after_ms,
             idle_secs,
+            max_pending_writes,
+            max_pending_writes_per_group,
             json,
         } => {
             let args = RaftBenchArgs {
@@ -401,6 +409,8 @@ async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 idle_groups,
                 sleep_after_ms,
                 idle_secs,
+                max_pending_writes,
+                max_pending_writes_per_group,
             };
             emit(&run_raft_bench(bin, &args).await?, json)
         }

@@ -266,7 +266,8 @@ async fn open_storage(
             PeerPool::new(dialer),
             config.openraft_config(),
         )
-        .with_sleep(config.raft.sleep_after_ms > 0),
+        .with_sleep(config.raft.sleep_after_ms > 0)
+        .with_write_limits(config.raft.write_limits()),
     );
     Ok((db, ident, registry))
 }

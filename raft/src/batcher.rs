@@ -4,10 +4,19 @@
 //!
 //! The batcher never waits for a batch to commit before taking the next one:
 //! each batch is proposed from its own task, so batches pipeline.
+//!
+//! It also admits what it takes ([`WriteLimits`]): commands admitted and not
+//! yet answered are bounded per group and per node, and a proposal beyond
+//! either bound is refused at once (`overloaded`, retry later) instead of
+//! queueing behind work the node cannot finish in time.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 use seatfence_core::{Command, GroupId, Response};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::metrics::{RaftMetrics, METRICS};
 use crate::propose::{propose, Committed, ProposeError};
 use crate::types::Raft;
 
@@ -19,6 +28,91 @@ pub const MAX_BATCH: usize = 512;
 /// grow with load instead of every proposal becoming its own entry.
 pub const MAX_INFLIGHT_BATCHES: usize = 4;
 
+/// How many commands a node's event-group leaders hold at once: admitted
+/// (queued in a batcher, or in an entry proposed and not yet answered) and
+/// not yet answered. Shared by every batcher of a node. The directory
+/// group is not counted: its writes are operators' and the node's own.
+#[derive(Debug)]
+pub struct WriteLimits {
+    /// Most commands pending on the whole node.
+    node_limit: usize,
+    /// Most commands pending in one group.
+    group_limit: usize,
+    /// Commands pending on the node now.
+    node: AtomicUsize,
+}
+
+impl WriteLimits {
+    /// Bounds of `node_limit` commands pending on the node and
+    /// `group_limit` in one group (0: no bound).
+    pub fn new(node_limit: usize, group_limit: usize) -> Arc<WriteLimits> {
+        let bound = |n: usize| if n == 0 { usize::MAX } else { n };
+        Arc::new(WriteLimits {
+            node_limit: bound(node_limit),
+            group_limit: bound(group_limit),
+            node: AtomicUsize::new(0),
+        })
+    }
+
+    /// No bound at all.
+    pub fn unbounded() -> Arc<WriteLimits> {
+        WriteLimits::new(0, 0)
+    }
+
+    /// Commands pending on the node now.
+    pub fn pending(&self) -> usize {
+        self.node.load(Relaxed)
+    }
+}
+
+/// One group's admission: its own count and the node's bounds.
+struct Admission {
+    limits: Arc<WriteLimits>,
+    group: AtomicUsize,
+}
+
+/// Commands admitted; given back when dropped (answered or refused).
+struct Admitted {
+    admission: Arc<Admission>,
+    n: usize,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.admission.group.fetch_sub(self.n, Relaxed);
+        self.admission.limits.node.fetch_sub(self.n, Relaxed);
+    }
+}
+
+impl Admission {
+    /// Admit `n` commands, or refuse them: beyond a bound, unless nothing
+    /// is pending there (a batch larger than a bound still passes alone).
+    fn admit(self: &Arc<Self>, group: GroupId, n: usize) -> Result<Admitted, ProposeError> {
+        let in_group = self.group.fetch_add(n, Relaxed);
+        let on_node = self.limits.node.fetch_add(n, Relaxed);
+        let admitted = Admitted {
+            admission: self.clone(),
+            n,
+        };
+        let over = |pending: usize, limit: usize| pending > 0 && pending + n > limit;
+        if over(in_group, self.limits.group_limit) {
+            RaftMetrics::inc(&METRICS.overloaded_group);
+            return Err(ProposeError::Overloaded(format!(
+                "group {group} has {in_group} writes pending (at most {}): retry shortly",
+                self.limits.group_limit
+            )));
+        }
+        if over(on_node, self.limits.node_limit) {
+            RaftMetrics::inc(&METRICS.overloaded_node);
+            return Err(ProposeError::Overloaded(format!(
+                "this node has {on_node} writes pending (at most {}): retry shortly",
+                self.limits.node_limit
+            )));
+        }
+        Ok(admitted)
+    }
+}
+
 struct Proposal {
     cmd: Command,
     expected_term: Option<u64>,
@@ -28,25 +122,47 @@ struct Proposal {
 /// The cloneable front of a group's batching task.
 #[derive(Clone)]
 pub struct Batcher {
+    group: GroupId,
     tx: mpsc::UnboundedSender<Proposal>,
+    /// `None` for the directory group (never refused).
+    admission: Option<Arc<Admission>>,
 }
 
 impl Batcher {
-    /// Start the batching task for `raft`; it ends when every `Batcher`
-    /// clone is dropped.
-    pub fn spawn(group: GroupId, raft: Raft) -> Batcher {
+    /// Start the batching task for `raft`, admitting within `limits`; it
+    /// ends when every `Batcher` clone is dropped.
+    pub fn spawn(group: GroupId, raft: Raft, limits: Arc<WriteLimits>) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(group, raft, rx));
-        Batcher { tx }
+        let admission = (!group.is_directory()).then(|| {
+            Arc::new(Admission {
+                limits,
+                group: AtomicUsize::new(0),
+            })
+        });
+        Batcher {
+            group,
+            tx,
+            admission,
+        }
     }
 
     /// Propose `cmd`, possibly together with others, and wait for its own
-    /// outcome.
+    /// outcome; refused at once (`overloaded`) when the group or the node
+    /// has as many commands pending as [`WriteLimits`] allows.
     pub async fn propose(
         &self,
         cmd: Command,
         expected_term: Option<u64>,
     ) -> Result<Committed, ProposeError> {
+        let n = match &cmd {
+            Command::Batch(cmds) => cmds.len(),
+            _ => 1,
+        };
+        let _admitted = match &self.admission {
+            Some(a) => Some(a.admit(self.group, n)?),
+            None => None,
+        };
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Proposal {
@@ -144,4 +260,41 @@ fn split(
             term: c.term,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(limits: &Arc<WriteLimits>) -> Arc<Admission> {
+        Arc::new(Admission {
+            limits: limits.clone(),
+            group: AtomicUsize::new(0),
+        })
+    }
+
+    #[test]
+    fn a_group_takes_up_to_its_bound_and_again_once_answered() {
+        let limits = WriteLimits::new(0, 4);
+        let a = admission(&limits);
+        let held: Vec<_> = (0..4).map(|_| a.admit(GroupId(9), 1).unwrap()).collect();
+        let e = a.admit(GroupId(9), 1).err().expect("a fifth is refused");
+        assert_eq!(e.code(), "overloaded");
+        assert_eq!(limits.pending(), 4, "a refusal gives its count back");
+        drop(held);
+        assert_eq!(limits.pending(), 0);
+        let _again = a.admit(GroupId(9), 3).expect("free again");
+    }
+
+    #[test]
+    fn the_node_bound_spans_groups_and_a_big_batch_passes_alone() {
+        let limits = WriteLimits::new(10, 0);
+        let (a, b) = (admission(&limits), admission(&limits));
+        let big = a.admit(GroupId(1), 50).expect("nothing pending: passes alone");
+        assert!(b.admit(GroupId(2), 1).is_err(), "the node is over its bound");
+        drop(big);
+        let _six = a.admit(GroupId(1), 6).unwrap();
+        let _four = b.admit(GroupId(2), 4).unwrap();
+        assert!(b.admit(GroupId(2), 1).is_err(), "10 pending on the node");
+    }
 }

@@ -38,6 +38,14 @@ pub struct RaftTuning {
     /// sled's page cache (MiB): it fills up to this as data is written
     /// and read, then stays there.
     pub cache_mb: u64,
+    /// Most writes (commands) this node's event-group leaders hold at once,
+    /// admitted and not yet answered; beyond it a write is refused at once,
+    /// `overloaded` (429 at the edge), so what is accepted is answered in
+    /// time instead of queueing without bound. 0: no bound.
+    pub max_pending_writes: usize,
+    /// The same bound for one group, so one hot event cannot take the
+    /// whole node's share. 0: no bound.
+    pub max_pending_writes_per_group: usize,
     /// Fault in every page of each large allocation (64 KiB or more) when
     /// it is made, so RSS is what is allocated from the start rather than
     /// rising toward it as reserved queues are first written
@@ -58,6 +66,8 @@ impl Default for RaftTuning {
             unload_after_ms: 60_000,
             min_free_mb: 128,
             cache_mb: crate::storage::DEFAULT_CACHE_MB,
+            max_pending_writes: 16_384,
+            max_pending_writes_per_group: 4_096,
             pretouch: false,
         }
     }
@@ -85,6 +95,14 @@ impl RaftTuning {
             return Err("raft.snapshot_every must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// The node's write admission bounds (see `batcher::WriteLimits`).
+    pub fn write_limits(&self) -> std::sync::Arc<crate::batcher::WriteLimits> {
+        crate::batcher::WriteLimits::new(
+            self.max_pending_writes,
+            self.max_pending_writes_per_group,
+        )
     }
 
     /// Node-level liveness timings (see `sleep::liveness`).

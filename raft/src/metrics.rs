@@ -40,6 +40,7 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (Kind::Gauge, "seatfence_storage_free_bytes", "Free bytes of the data directory's filesystem, checked every half second."),
     (Kind::Gauge, "seatfence_groups_dormant", "Replicas on this node unloaded from memory after sleeping for raft.unload_after_ms: followers, reopened from storage by a Raft message, a use, or their leader's node going down."),
     (Kind::Counter, "seatfence_raft_refused_total", "Raft messages this node refused from a peer, by reason: sender_mismatch (a certificate spoke for another node), not_a_group_member, term_out_of_bounds, snapshot_budget (too many snapshot bytes in flight), rejoining (a vote asked of this node's replica while it rejoins on an empty data dir), and answers to this node's messages refused: reply_term_out_of_bounds."),
+    (Kind::Counter, "seatfence_writes_overloaded_total", "Writes this node's leaders refused at once (overloaded) because the group (scope=\"group\") or the node (scope=\"node\") had as many writes pending as [raft] max_pending_writes_per_group / max_pending_writes allow."),
     (Kind::Gauge, "seatfence_groups_sleeping", "Replicas on this node that sleep: idle, timers stopped until a proposal, a read, a leader's entries, a vote or node liveness wakes them."),
 ];
 
@@ -130,6 +131,10 @@ pub struct RaftMetrics {
     pub storage_full: Gauge,
     /// Free bytes of the data directory's filesystem (`storage::health`).
     pub storage_free_bytes: Gauge,
+    /// Writes refused `overloaded`: the group had its most pending.
+    pub overloaded_group: Counter,
+    /// Writes refused `overloaded`: the node had its most pending.
+    pub overloaded_node: Counter,
 }
 
 /// This process's consensus-layer series (the recorder is installed first).
@@ -153,6 +158,8 @@ pub static METRICS: LazyLock<RaftMetrics> = LazyLock::new(|| {
         groups_dormant: gauge!("seatfence_groups_dormant"),
         storage_full: gauge!("seatfence_storage_full"),
         storage_free_bytes: gauge!("seatfence_storage_free_bytes"),
+        overloaded_group: counter!("seatfence_writes_overloaded_total", "scope" => "group"),
+        overloaded_node: counter!("seatfence_writes_overloaded_total", "scope" => "node"),
     }
 });
 

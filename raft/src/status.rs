@@ -20,7 +20,7 @@ pub fn to_status(e: &ProposeError) -> Status {
         ProposeError::Malformed { .. } => Code::InvalidArgument,
         ProposeError::Refused(_) | ProposeError::NotAVoter { .. } => Code::FailedPrecondition,
         ProposeError::Internal(_) => Code::Internal,
-        ProposeError::StorageFull(_) => Code::ResourceExhausted,
+        ProposeError::StorageFull(_) | ProposeError::Overloaded(_) => Code::ResourceExhausted,
     };
     Status::new(code, format!("{}: {e}", e.code()))
 }
@@ -53,6 +53,7 @@ pub fn from_status(group: GroupId, status: &Status) -> ProposeError {
         "not_a_voter" => ProposeError::Refused(msg.to_string()),
         "membership_change_failed" => ProposeError::MembershipFailed(rest),
         "storage_full" => ProposeError::StorageFull(rest),
+        "overloaded" => ProposeError::Overloaded(rest),
         _ => match status.code() {
             Code::NotFound => ProposeError::UnknownGroup(group),
             Code::Aborted => ProposeError::OutcomeUnknown(msg.to_string()),
@@ -88,6 +89,7 @@ mod tests {
             ProposeError::Refused("changing membership".into()),
             ProposeError::MembershipFailed("timeout".into()),
             ProposeError::StorageFull("below the reserve".into()),
+            ProposeError::Overloaded("4096 writes pending".into()),
         ] {
             let back = from_status(g, &to_status(&e));
             assert_eq!(back, e, "{e:?} came back as {back:?}");

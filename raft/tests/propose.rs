@@ -11,6 +11,7 @@ use seatfence_core::inventory::{
     EventAction, EventCommand, EventReply, EventSpec, Outcome, SeatPick, Survival,
 };
 use seatfence_core::{Command, Epoch, EventId, GroupId, Query, QueryResult, RegionId, Response};
+use seatfence_raft::batcher::WriteLimits;
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::{FlushMode, NodeDb};
@@ -27,6 +28,11 @@ struct OneNode {
 
 /// A node with one initialized group it leads.
 async fn one_node() -> OneNode {
+    one_node_with(WriteLimits::unbounded()).await
+}
+
+/// [`one_node`] admitting writes within `limits`.
+async fn one_node_with(limits: Arc<WriteLimits>) -> OneNode {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = NodeDb::open(dir.path(), FlushMode::Shared).expect("open sled");
     let config = Arc::new(
@@ -39,7 +45,8 @@ async fn one_node() -> OneNode {
         .validate()
         .expect("raft config"),
     );
-    let registry = Arc::new(Registry::new(1, db, Default::default(), config));
+    let registry =
+        Arc::new(Registry::new(1, db, Default::default(), config).with_write_limits(limits));
     let members = BTreeMap::from([(1, BasicNode::new(NOWHERE))]);
     registry.initialize(GROUP, members).await.expect("init");
     let g = registry.get(GROUP).expect("opened");
@@ -218,6 +225,49 @@ async fn concurrent_writes_each_get_their_own_answer() {
         "{} entries for 200 writes",
         entries.len()
     );
+}
+
+/// Beyond its group's bound a write is refused at once, `overloaded`
+/// (the client stops there: its caller backs off), and changes nothing;
+/// every admitted write commits; once they are answered the bound is free.
+/// One thread: every write is admitted or refused before any commits.
+#[tokio::test(flavor = "current_thread")]
+async fn writes_beyond_the_groups_bound_are_refused_overloaded_and_change_nothing() {
+    let limits = WriteLimits::new(0, 8);
+    let n = one_node_with(limits.clone()).await;
+    let put = |i: usize| Command::Put {
+        key: format!("k{i}"),
+        value: vec![1],
+    };
+    let writes = (0..100).map(|i| {
+        let p = n.proposer.clone();
+        async move { p.write(GROUP, put(i), None).await }
+    });
+    let answers = futures::future::join_all(writes).await;
+    let g = n.proposer.registry().get(GROUP).expect("hosted");
+    let (mut committed, mut refused) = (0, 0);
+    for (i, a) in answers.into_iter().enumerate() {
+        let stored = g.read(|s| s.state.kv().contains_key(&format!("k{i}")));
+        match a {
+            Ok(_) => {
+                committed += 1;
+                assert!(stored, "k{i} was answered committed");
+            }
+            Err(e) => {
+                assert_eq!(e.code(), "overloaded", "{e}");
+                assert!(e.is_final(), "the client does not look for another leader");
+                assert!(!stored, "refused k{i} was written");
+                refused += 1;
+            }
+        }
+    }
+    assert!(committed >= 8, "only {committed} of the first 8 committed");
+    assert!(refused > 0, "nothing refused beyond a bound of 8");
+    assert_eq!(limits.pending(), 0, "every admitted write was given back");
+    n.proposer
+        .write(GROUP, put(1_000), None)
+        .await
+        .expect("admitted once the others are answered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

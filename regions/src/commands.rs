@@ -43,6 +43,10 @@ pub enum CommandError {
     /// The leader's disk is below its reserve (`storage_full`).
     #[error("{0}")]
     StorageFull(String),
+    /// The group's leader or its node has as many writes pending as it
+    /// takes (`overloaded`): nothing was proposed; retry shortly.
+    #[error("{0}")]
+    Overloaded(String),
     /// The group could not take the command (`group_unavailable`).
     #[error("{0}")]
     Unavailable(String),
@@ -58,6 +62,7 @@ impl CommandError {
             CommandError::EventNotFound(_) => "event_not_found",
             CommandError::NoLeader(_) => "no_leader",
             CommandError::StorageFull(_) => "storage_full",
+            CommandError::Overloaded(_) => "overloaded",
             CommandError::Unavailable(_) => "group_unavailable",
             CommandError::Internal(_) => "internal",
         }
@@ -108,6 +113,7 @@ impl Commands {
                 CommandError::NoLeader(format!("{e}"))
             }
             ClientError::Rejected(ProposeError::StorageFull(m)) => CommandError::StorageFull(m),
+            ClientError::Rejected(ProposeError::Overloaded(m)) => CommandError::Overloaded(m),
             other => CommandError::Unavailable(other.to_string()),
         }
     }

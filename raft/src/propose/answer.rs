@@ -104,6 +104,10 @@ pub enum ProposeError {
     /// entries until space returns (`storage::health`).
     #[error("{0}")]
     StorageFull(String),
+    /// The group or the node has as many writes pending as it takes
+    /// (`batcher::WriteLimits`): nothing was proposed; retry shortly.
+    #[error("{0}")]
+    Overloaded(String),
 }
 
 impl ProposeError {
@@ -120,11 +124,13 @@ impl ProposeError {
             ProposeError::MembershipFailed(_) => "membership_change_failed",
             ProposeError::Internal(_) => "internal",
             ProposeError::StorageFull(_) => "storage_full",
+            ProposeError::Overloaded(_) => "overloaded",
         }
     }
 
-    /// Whether asking again (elsewhere, later) cannot help: the client
-    /// stops at these instead of looking for another leader.
+    /// Whether the client stops at this answer instead of looking for
+    /// another leader: asking again elsewhere cannot help (an `overloaded`
+    /// leader is the leader: its caller backs off and asks again later).
     pub fn is_final(&self) -> bool {
         matches!(
             self,
@@ -133,6 +139,7 @@ impl ProposeError {
                 | ProposeError::Refused(_)
                 | ProposeError::NotAVoter { .. }
                 | ProposeError::StorageFull(_)
+                | ProposeError::Overloaded(_)
         )
     }
 

@@ -11,7 +11,7 @@ use anyhow::Context;
 use openraft::BasicNode;
 use seatfence_core::GroupId;
 
-use crate::batcher::Batcher;
+use crate::batcher::{Batcher, WriteLimits};
 use crate::joining::Joining;
 use crate::network::{NetworkFactory, PeerPool};
 use crate::sleep::dormant::Dormant;
@@ -43,6 +43,8 @@ pub struct Registry {
     opening: tokio::sync::Mutex<()>,
     /// Whether replicas opened here sleep until spoken to.
     sleepy: bool,
+    /// What every batcher here admits (see [`WriteLimits`]).
+    limits: Arc<WriteLimits>,
     /// Which peers answer pings (node liveness, see `sleep::liveness`).
     pub peers: crate::sleep::liveness::PeersUp,
     /// This data dir's store incarnation, once admitted (0 before): what
@@ -68,6 +70,7 @@ impl Registry {
             dormant: RwLock::new(HashMap::new()),
             opening: tokio::sync::Mutex::new(()),
             sleepy: false,
+            limits: WriteLimits::unbounded(),
             peers: Default::default(),
             incarnation: Default::default(),
         }
@@ -78,6 +81,13 @@ impl Registry {
     /// leader is alive.
     pub fn with_sleep(mut self, on: bool) -> Registry {
         self.sleepy = on;
+        self
+    }
+
+    /// Bound the writes this node's leaders hold at once (unbounded
+    /// unless set).
+    pub fn with_write_limits(mut self, limits: Arc<WriteLimits>) -> Registry {
+        self.limits = limits;
         self
     }
 
@@ -170,7 +180,7 @@ impl Registry {
             // hundreds of milliseconds away.
             raft.runtime_config().elect(false);
         }
-        let batcher = Batcher::spawn(id, raft.clone());
+        let batcher = Batcher::spawn(id, raft.clone(), self.limits.clone());
         tokio::spawn(log_leadership(id, raft.clone()));
         let handle = Arc::new(GroupHandle {
             id,

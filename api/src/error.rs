@@ -591,4 +591,16 @@ mod tests {
         let e = ApiError::unavailable("no_leader", "no leader for group 7 within 5s");
         assert!(e.body().to_string().contains("group 7 within 5s"));
     }
+
+    /// A leader over its pending-writes bound refused before proposing:
+    /// the buyer is told to come back, as for an edge's own admission.
+    #[test]
+    fn an_overloaded_leader_is_429_overloaded_with_retry_after() {
+        let e = ApiError::from(CommandError::Overloaded(
+            "group 7 has 4096 writes pending (at most 4096): retry shortly".into(),
+        ));
+        assert_eq!(e.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.code(), "overloaded");
+        assert_eq!(e.retry_after(), Some(1));
+    }
 }

@@ -154,6 +154,10 @@ pub enum BenchCmd {
         /// /proc, before the writes (0: skip).
         #[arg(long, default_value_t = 30)]
         idle_secs: u64,
+        /// Cluster clients the writers are spread over (each its own
+        /// connections and per-group queues, like that many edges).
+        #[arg(long, default_value_t = 1)]
+        clients: usize,
         /// `raft.max_pending_writes` of the nodes (0: no bound).
         #[arg(long, default_value_t = RaftTuning::default().max_pending_writes)]
         max_pending_writes: usize,
@@ -391,6 +395,7 @@ async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             idle_groups,
             sleep_after_ms,
             idle_secs,
+            clients,
             max_pending_writes,
             max_pending_writes_per_group,
             json,
@@ -409,6 +414,7 @@ async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 idle_groups,
                 sleep_after_ms,
                 idle_secs,
+                clients,
                 max_pending_writes,
                 max_pending_writes_per_group,
             };

@@ -33,6 +33,9 @@ pub struct RaftBenchArgs {
     pub sleep_after_ms: u64,
     /// Seconds of no load over which idle CPU is measured (0: skip).
     pub idle_secs: u64,
+    /// Independent cluster clients the writers are spread over (each with
+    /// its own connections and per-group queues, like that many edges).
+    pub clients: usize,
     /// `raft.max_pending_writes` of the nodes (0: no bound).
     pub max_pending_writes: usize,
     /// `raft.max_pending_writes_per_group` of the nodes (0: no bound).
@@ -55,6 +58,7 @@ pub struct RaftBenchReport {
     pub max_pending_writes: usize,
     pub max_pending_writes_per_group: usize,
     pub inflight: usize,
+    pub clients: usize,
     pub groups: usize,
     pub voters_per_group: usize,
     pub value_bytes: usize,
@@ -126,8 +130,12 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
     let start = Instant::now();
     let deadline = start + args.duration;
     let mut tasks = Vec::new();
+    // The first client made the groups; the others are fresh.
+    let clients: Vec<_> = std::iter::once(client)
+        .chain((1..args.clients.max(1)).map(|_| cluster.client()))
+        .collect();
     for t in 0..args.inflight.max(1) {
-        let client = client.clone();
+        let client = clients[t % clients.len()].clone();
         let groups = groups.clone();
         let value = value.clone();
         tasks.push(tokio::spawn(async move {
@@ -155,7 +163,8 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
                     }
                     Err(ClientError::Rejected(ProposeError::Overloaded(_))) => {
                         refused += 1;
-                        backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_millis(320));
+                        backoff = (backoff * 2)
+                            .clamp(Duration::from_millis(10), Duration::from_millis(320));
                         let jitter = rand::random::<f64>() + 0.5;
                         tokio::time::sleep(backoff.mul_f64(jitter)).await;
                     }
@@ -194,6 +203,7 @@ pub async fn run_raft_bench(bin: &Path, args: &RaftBenchArgs) -> anyhow::Result<
         max_pending_writes: args.max_pending_writes,
         max_pending_writes_per_group: args.max_pending_writes_per_group,
         inflight: args.inflight,
+        clients: args.clients.max(1),
         groups: groups.len(),
         voters_per_group: 3,
         value_bytes: args.value_bytes,

@@ -290,8 +290,13 @@ mod tests {
     fn the_node_bound_spans_groups_and_a_big_batch_passes_alone() {
         let limits = WriteLimits::new(10, 0);
         let (a, b) = (admission(&limits), admission(&limits));
-        let big = a.admit(GroupId(1), 50).expect("nothing pending: passes alone");
-        assert!(b.admit(GroupId(2), 1).is_err(), "the node is over its bound");
+        let big = a
+            .admit(GroupId(1), 50)
+            .expect("nothing pending: passes alone");
+        assert!(
+            b.admit(GroupId(2), 1).is_err(),
+            "the node is over its bound"
+        );
         drop(big);
         let _six = a.admit(GroupId(1), 6).unwrap();
         let _four = b.admit(GroupId(2), 4).unwrap();

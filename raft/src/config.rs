@@ -62,12 +62,12 @@ impl Default for RaftTuning {
             snapshot_every: 20_000,
             logs_to_keep: 5_000,
             flush: FlushMode::Shared,
-            sleep_after_ms: 10_000,
+            sleep_after_ms: 2_000,
             unload_after_ms: 60_000,
             min_free_mb: 128,
             cache_mb: crate::storage::DEFAULT_CACHE_MB,
-            max_pending_writes: 16_384,
-            max_pending_writes_per_group: 4_096,
+            max_pending_writes: 65_536,
+            max_pending_writes_per_group: 32_768,
             pretouch: false,
         }
     }
@@ -99,10 +99,7 @@ impl RaftTuning {
 
     /// The node's write admission bounds (see `batcher::WriteLimits`).
     pub fn write_limits(&self) -> std::sync::Arc<crate::batcher::WriteLimits> {
-        crate::batcher::WriteLimits::new(
-            self.max_pending_writes,
-            self.max_pending_writes_per_group,
-        )
+        crate::batcher::WriteLimits::new(self.max_pending_writes, self.max_pending_writes_per_group)
     }
 
     /// Node-level liveness timings (see `sleep::liveness`).

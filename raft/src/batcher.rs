@@ -117,6 +117,10 @@ struct Proposal {
     cmd: Command,
     expected_term: Option<u64>,
     tx: oneshot::Sender<Result<Committed, ProposeError>>,
+    /// Given back when the proposal is answered (or dropped unanswered),
+    /// not when its caller stops waiting: a caller that gave up (an RPC
+    /// deadline) leaves work the leader still does.
+    admitted: Option<Admitted>,
 }
 
 /// The cloneable front of a group's batching task.
@@ -159,7 +163,7 @@ impl Batcher {
             Command::Batch(cmds) => cmds.len(),
             _ => 1,
         };
-        let _admitted = match &self.admission {
+        let admitted = match &self.admission {
             Some(a) => Some(a.admit(self.group, n)?),
             None => None,
         };
@@ -169,6 +173,7 @@ impl Batcher {
                 cmd,
                 expected_term,
                 tx,
+                admitted,
             })
             .map_err(|_| shutting_down())?;
         rx.await.map_err(|_| shutting_down())?
@@ -217,12 +222,21 @@ async fn propose_batch(
 ) {
     if batch.len() == 1 {
         let p = batch.pop().expect("one proposal");
-        let _ =
-            p.tx.send(propose(group, &raft, p.cmd, p.expected_term).await);
+        let result = propose(group, &raft, p.cmd, p.expected_term).await;
+        // Given back before the answer: a caller that writes again at once
+        // finds its room free.
+        drop(p.admitted);
+        let _ = p.tx.send(result);
         return;
     }
-    let (cmds, txs): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.tx)).unzip();
+    let (mut cmds, mut txs, mut admitted) = (Vec::new(), Vec::new(), Vec::new());
+    for p in batch {
+        cmds.push(p.cmd);
+        txs.push(p.tx);
+        admitted.push(p.admitted);
+    }
     let result = propose(group, &raft, Command::Batch(cmds), expected_term).await;
+    drop(admitted);
     match split(result, txs.len()) {
         Ok(replies) => {
             for (tx, r) in txs.into_iter().zip(replies) {

@@ -12,6 +12,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 use seatfence_core::{Command, GroupId, Response};
 use tokio::sync::{mpsc, oneshot};
@@ -84,32 +85,38 @@ impl Drop for Admitted {
     }
 }
 
+/// Add `n` to `count` unless that passes `limit` while something is
+/// pending (a batch larger than a bound still passes alone); the count
+/// found, and whether `n` was added. Nothing is added by a refusal, so a
+/// refused batch never makes others look over the bound.
+fn take(count: &AtomicUsize, n: usize, limit: usize) -> Result<usize, usize> {
+    count.fetch_update(Relaxed, Relaxed, |pending| {
+        (pending == 0 || pending + n <= limit).then_some(pending + n)
+    })
+}
+
 impl Admission {
-    /// Admit `n` commands, or refuse them: beyond a bound, unless nothing
-    /// is pending there (a batch larger than a bound still passes alone).
+    /// Admit `n` commands, or refuse them beyond a bound (see [`take`]).
     fn admit(self: &Arc<Self>, group: GroupId, n: usize) -> Result<Admitted, ProposeError> {
-        let in_group = self.group.fetch_add(n, Relaxed);
-        let on_node = self.limits.node.fetch_add(n, Relaxed);
-        let admitted = Admitted {
-            admission: self.clone(),
-            n,
-        };
-        let over = |pending: usize, limit: usize| pending > 0 && pending + n > limit;
-        if over(in_group, self.limits.group_limit) {
+        if let Err(in_group) = take(&self.group, n, self.limits.group_limit) {
             RaftMetrics::inc(&METRICS.overloaded_group);
             return Err(ProposeError::Overloaded(format!(
                 "group {group} has {in_group} writes pending (at most {}): retry shortly",
                 self.limits.group_limit
             )));
         }
-        if over(on_node, self.limits.node_limit) {
+        if let Err(on_node) = take(&self.limits.node, n, self.limits.node_limit) {
+            self.group.fetch_sub(n, Relaxed);
             RaftMetrics::inc(&METRICS.overloaded_node);
             return Err(ProposeError::Overloaded(format!(
                 "this node has {on_node} writes pending (at most {}): retry shortly",
                 self.limits.node_limit
             )));
         }
-        Ok(admitted)
+        Ok(Admitted {
+            admission: self.clone(),
+            n,
+        })
     }
 }
 
@@ -127,6 +134,7 @@ struct Proposal {
 #[derive(Clone)]
 pub struct Batcher {
     group: GroupId,
+    raft: Raft,
     tx: mpsc::UnboundedSender<Proposal>,
     /// `None` for the directory group (never refused).
     admission: Option<Arc<Admission>>,
@@ -137,7 +145,7 @@ impl Batcher {
     /// ends when every `Batcher` clone is dropped.
     pub fn spawn(group: GroupId, raft: Raft, limits: Arc<WriteLimits>) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(group, raft, rx));
+        tokio::spawn(run(group, raft.clone(), rx));
         let admission = (!group.is_directory()).then(|| {
             Arc::new(Admission {
                 limits,
@@ -146,6 +154,7 @@ impl Batcher {
         });
         Batcher {
             group,
+            raft,
             tx,
             admission,
         }
@@ -164,7 +173,10 @@ impl Batcher {
             _ => 1,
         };
         let admitted = match &self.admission {
-            Some(a) => Some(a.admit(self.group, n)?),
+            Some(a) => Some(
+                a.admit(self.group, n)
+                    .map_err(|e| self.unless_quorum_lost(e))?,
+            ),
             None => None,
         };
         let (tx, rx) = oneshot::channel();
@@ -177,6 +189,31 @@ impl Batcher {
             })
             .map_err(|_| shutting_down())?;
         rx.await.map_err(|_| shutting_down())?
+    }
+}
+
+impl Batcher {
+    /// A refusal from a leader that has heard from no quorum for an
+    /// election timeout is `group_unavailable` instead (not final): it may
+    /// have been replaced, its pending writes may never be answered, and a
+    /// client told `overloaded` would keep asking it rather than look for
+    /// the new leader.
+    fn unless_quorum_lost(&self, refused: ProposeError) -> ProposeError {
+        use openraft::async_runtime::watch::WatchReceiver;
+        use openraft::Instant as _;
+        let lost_for = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow_watched();
+            m.last_quorum_acked.as_ref().map(|at| at.elapsed())
+        };
+        let timeout = Duration::from_millis(self.raft.config().election_timeout_max);
+        match lost_for {
+            Some(d) if d > timeout => ProposeError::Unavailable(format!(
+                "this leader of group {} has heard from no quorum for longer than {timeout:?}",
+                self.group
+            )),
+            _ => refused,
+        }
     }
 }
 
@@ -294,7 +331,7 @@ mod tests {
         let held: Vec<_> = (0..4).map(|_| a.admit(GroupId(9), 1).unwrap()).collect();
         let e = a.admit(GroupId(9), 1).err().expect("a fifth is refused");
         assert_eq!(e.code(), "overloaded");
-        assert_eq!(limits.pending(), 4, "a refusal gives its count back");
+        assert_eq!(limits.pending(), 4, "a refusal adds nothing");
         drop(held);
         assert_eq!(limits.pending(), 0);
         let _again = a.admit(GroupId(9), 3).expect("free again");

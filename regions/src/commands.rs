@@ -156,6 +156,9 @@ impl Commands {
     ) -> Result<(EventReply, Fence), CommandError> {
         let mut route = route.clone();
         let mut last = String::new();
+        // An earlier attempt may have committed (its outcome unknown, or
+        // its reply discarded as stale): a later refusal is then no "no".
+        let mut unknown = false;
         for attempt in 0..MAX_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(20 << attempt.min(4))).await;
@@ -168,7 +171,13 @@ impl Commands {
                     // a retry safe. (A group not open yet is retried by the
                     // client itself until its deadline.)
                     last = format!("{}: {e}", e.code());
+                    unknown = true;
                     continue;
+                }
+                Err(ClientError::Rejected(ProposeError::Overloaded(m))) if unknown => {
+                    return Err(CommandError::NoLeader(format!(
+                        "{m}, after an attempt whose outcome is unknown ({last})"
+                    )))
                 }
                 Err(e) => return Err(self.client_error(e)),
             };
@@ -198,6 +207,7 @@ impl Commands {
                     self.stale_epoch.increment(1);
                     self.client.forget_leader(route.group);
                     last = format!("reply fence {fence} below {seen}");
+                    unknown = true;
                 }
             }
         }

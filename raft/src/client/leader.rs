@@ -275,7 +275,8 @@ impl Inner {
     /// `deadline` passes: follow `not_leader` hints, try members and seeds
     /// when no leader is known, back off (20 ms doubling to 300 ms) between
     /// failures. An error no retry can fix ([`ProposeError::is_final`]) is
-    /// returned at once.
+    /// returned at once; `overloaded` only while no earlier attempt may
+    /// have proposed (its "nothing was proposed" is then the call's).
     pub(super) async fn at_leader<T, F, Fut>(
         &self,
         group: GroupId,
@@ -289,6 +290,10 @@ impl Inner {
         let start = Instant::now();
         let mut last = String::from("no attempt");
         let mut pause = Duration::from_millis(20);
+        // An attempt failed in a way that may have proposed (no answer in
+        // time, a leader gone): from then on an `overloaded` answer does
+        // not say nothing happened, so it is retried like any failure.
+        let mut maybe_proposed = false;
         while start.elapsed() < deadline {
             let known = self.leader(group);
             let probing = known.is_none();
@@ -321,10 +326,14 @@ impl Inner {
                         continue;
                     }
                 }
+                Attempt::Failed(e @ ProposeError::Overloaded(_)) if maybe_proposed => {
+                    last = format!("{addr}: {}: {e}", e.code());
+                }
                 Attempt::Failed(e) if e.is_final() => return Err(ClientError::Rejected(e)),
                 Attempt::Failed(e) => {
                     last = format!("{addr}: {}: {e}", e.code());
                     self.set_leader(group, None);
+                    maybe_proposed = true;
                 }
             }
             tokio::time::sleep(pause).await;
@@ -341,6 +350,54 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scripted(
+        answers: Vec<Attempt<u32>>,
+    ) -> (Inner, Arc<Mutex<std::collections::VecDeque<Attempt<u32>>>>) {
+        let inner = Inner::fresh(
+            vec!["127.0.0.1:1".into()],
+            None,
+            crate::network::Dialer::default(),
+        );
+        (inner, Arc::new(Mutex::new(answers.into())))
+    }
+
+    fn overloaded() -> Attempt<u32> {
+        Attempt::Failed(ProposeError::Overloaded("full".into()))
+    }
+
+    /// A first `overloaded` is the call's answer (nothing was proposed);
+    /// after an attempt that may have proposed, it is retried like any
+    /// failure, so the caller never reads "no" for a write that may be in.
+    #[tokio::test(start_paused = true)]
+    async fn overloaded_is_final_only_while_nothing_may_have_been_proposed() {
+        let (inner, script) = scripted(vec![overloaded(), Attempt::Done(1)]);
+        let call = |_addr: String| {
+            let next = script.lock().unwrap().pop_front().expect("scripted");
+            async move { Ok(next) }
+        };
+        let r = inner
+            .at_leader(GroupId(3), Duration::from_secs(5), call)
+            .await;
+        assert!(
+            matches!(r, Err(ClientError::Rejected(ProposeError::Overloaded(_)))),
+            "{r:?}"
+        );
+
+        let (inner, script) = scripted(vec![
+            Attempt::Failed(ProposeError::Unavailable("no answer within 2s".into())),
+            overloaded(),
+            Attempt::Done(7),
+        ]);
+        let call = |_addr: String| {
+            let next = script.lock().unwrap().pop_front().expect("scripted");
+            async move { Ok(next) }
+        };
+        let r = inner
+            .at_leader(GroupId(3), Duration::from_secs(5), call)
+            .await;
+        assert_eq!(r.ok(), Some(7), "retried past overloaded to the answer");
+    }
 
     /// An idle queue ends its task and leaves the map; a write after that
     /// finds its old sender closed (and the client starts a fresh queue).

@@ -378,15 +378,27 @@ impl LocalCluster {
         let leader = self.wait_leader(GroupId::DIRECTORY, timeout).await?;
         let client = self.client();
         let addr = self.addr(leader)?;
+        // Every running node's directory replica lists every node, not
+        // only the leader's: a node whose replica lags refuses a member it
+        // does not know yet (`not_a_member`) when that member's edge
+        // forwards it a write (seen in t85 on a loaded machine).
         loop {
-            let s = client.status_at(&addr).await?;
-            if s.directory_nodes as usize >= self.nodes.len() {
+            let mut listed = vec![client.status_at(&addr).await?.directory_nodes];
+            for n in self.nodes.iter().filter(|n| n.is_running()) {
+                listed.push(
+                    client
+                        .status_at(n.addr())
+                        .await
+                        .map_or(0, |s| s.directory_nodes),
+                );
+            }
+            let s = listed.into_iter().min().unwrap_or(0);
+            if s as usize >= self.nodes.len() {
                 break;
             }
             if tokio::time::Instant::now() > deadline {
                 bail!(
-                    "only {} of {} nodes registered within {timeout:?}",
-                    s.directory_nodes,
+                    "a node's directory lists only {s} of {} nodes within {timeout:?}",
                     self.nodes.len()
                 );
             }

@@ -351,15 +351,21 @@ impl Inner {
 mod tests {
     use super::*;
 
-    fn scripted(
-        answers: Vec<Attempt<u32>>,
-    ) -> (Inner, Arc<Mutex<std::collections::VecDeque<Attempt<u32>>>>) {
+    /// `at_leader` over attempts answered in turn by `answers`.
+    async fn scripted(answers: Vec<Attempt<u32>>) -> Result<u32, ClientError> {
         let inner = Inner::fresh(
             vec!["127.0.0.1:1".into()],
             None,
             crate::network::Dialer::default(),
         );
-        (inner, Arc::new(Mutex::new(answers.into())))
+        let script = Mutex::new(std::collections::VecDeque::from(answers));
+        let call = |_addr: String| {
+            let next = script.lock().unwrap().pop_front().expect("scripted");
+            async move { Ok(next) }
+        };
+        inner
+            .at_leader(GroupId(3), Duration::from_secs(5), call)
+            .await
     }
 
     fn overloaded() -> Attempt<u32> {
@@ -371,31 +377,17 @@ mod tests {
     /// failure, so the caller never reads "no" for a write that may be in.
     #[tokio::test(start_paused = true)]
     async fn overloaded_is_final_only_while_nothing_may_have_been_proposed() {
-        let (inner, script) = scripted(vec![overloaded(), Attempt::Done(1)]);
-        let call = |_addr: String| {
-            let next = script.lock().unwrap().pop_front().expect("scripted");
-            async move { Ok(next) }
-        };
-        let r = inner
-            .at_leader(GroupId(3), Duration::from_secs(5), call)
-            .await;
+        let r = scripted(vec![overloaded(), Attempt::Done(1)]).await;
         assert!(
             matches!(r, Err(ClientError::Rejected(ProposeError::Overloaded(_)))),
             "{r:?}"
         );
-
-        let (inner, script) = scripted(vec![
+        let r = scripted(vec![
             Attempt::Failed(ProposeError::Unavailable("no answer within 2s".into())),
             overloaded(),
             Attempt::Done(7),
-        ]);
-        let call = |_addr: String| {
-            let next = script.lock().unwrap().pop_front().expect("scripted");
-            async move { Ok(next) }
-        };
-        let r = inner
-            .at_leader(GroupId(3), Duration::from_secs(5), call)
-            .await;
+        ])
+        .await;
         assert_eq!(r.ok(), Some(7), "retried past overloaded to the answer");
     }
 

@@ -13,6 +13,7 @@ use super::health::Health;
 use super::ident::{self, IdentState, StoreIdent};
 use super::io_err;
 use super::space::{group_of, Space};
+use super::wal::Wal;
 use super::{decode, encode};
 
 /// How log appends reach the disk.
@@ -43,8 +44,9 @@ pub struct NodeDb {
 
 struct Inner {
     db: sled::Db,
+    /// Every group's log entries (see `wal`).
+    wal: Wal,
     /// The node-wide trees, every key prefixed with its group id.
-    log: sled::Tree,
     meta: sled::Tree,
     sm: sled::Tree,
     snapshot_dir: PathBuf,
@@ -56,7 +58,6 @@ struct Inner {
 /// One group's spaces in the node-wide trees.
 #[derive(Clone)]
 pub(crate) struct GroupTrees {
-    pub log: Space,
     pub meta: Space,
     pub sm: Space,
 }
@@ -114,14 +115,38 @@ impl NodeDb {
             ));
         }
         let tree = |name: &str| db.open_tree(name).map_err(io_err);
-        let (log, meta, sm) = (tree("log")?, tree("meta")?, tree("sm")?);
+        let (meta, sm) = (tree("meta")?, tree("sm")?);
         let health = Health::new(dir);
+        // Before the node-wide log, entries lived in sled's `log` tree:
+        // moved into the log's first segment once.
+        let wal_dir = dir.join("wal");
+        let old_log = tree("log")?;
+        if !old_log.is_empty() {
+            let entries = old_log.iter().map(|kv| {
+                let (k, v) = kv.map_err(io_err)?;
+                let group = group_of(&k).ok_or_else(|| io_err("a log key without a group"))?;
+                let index = k
+                    .get(8..16)
+                    .and_then(|i| i.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| io_err("a log key without an index"))?;
+                Ok((group.0, index, v.to_vec()))
+            });
+            let n = super::wal::import(&wal_dir, entries)?;
+            old_log.clear().map_err(io_err)?;
+            db.flush().map_err(io_err)?;
+            tracing::info!(
+                entries = n,
+                "moved the log from sled into the node-wide log"
+            );
+        }
+        let wal = Wal::open(&wal_dir, health.clone(), db.clone())?;
         let (tx_flush, rx_flush) = mpsc::unbounded_channel();
         tokio::spawn(run_flusher(db.clone(), health.clone(), rx_flush));
-        Ok(NodeDb {
+        let node_db = NodeDb {
             inner: Arc::new(Inner {
                 db,
-                log,
+                wal,
                 meta,
                 sm,
                 snapshot_dir,
@@ -129,7 +154,22 @@ impl NodeDb {
                 health,
                 tx_flush,
             }),
-        })
+        };
+        // A drop interrupted after sled forgot the group but before the
+        // log did: finish it.
+        let stored = node_db.stored_groups();
+        for g in node_db.inner.wal.groups() {
+            if !stored.contains(&GroupId(g)) {
+                tracing::info!(group = g, "finishing the drop of a retired replica's log");
+                node_db.inner.wal.drop_group(g)?;
+            }
+        }
+        Ok(node_db)
+    }
+
+    /// The node-wide log.
+    pub(crate) fn wal(&self) -> &Wal {
+        &self.inner.wal
     }
 
     /// The data dir's identity for node `node_id` (see [`super::ident`]):
@@ -155,7 +195,7 @@ impl NodeDb {
             });
         }
         let inner = &self.inner;
-        let empty = inner.log.is_empty() && inner.meta.is_empty() && inner.sm.is_empty();
+        let empty = inner.wal.is_empty() && inner.meta.is_empty() && inner.sm.is_empty();
         let made = StoreIdent {
             node_id,
             incarnation: ident::new_incarnation(),
@@ -197,7 +237,6 @@ impl NodeDb {
 
     fn spaces(&self, group: GroupId) -> GroupTrees {
         GroupTrees {
-            log: Space::new(self.inner.log.clone(), group),
             meta: Space::new(self.inner.meta.clone(), group),
             sm: Space::new(self.inner.sm.clone(), group),
         }
@@ -208,6 +247,8 @@ impl NodeDb {
         let trees = self.spaces(group);
         if trees.meta.get(CREATED).map_err(io_err)?.is_none() {
             trees.meta.insert(CREATED, &[][..]).map_err(io_err)?;
+            // On disk before any entry of the group (see `wal`).
+            self.inner.wal.sled_first();
         }
         Ok(trees)
     }
@@ -245,7 +286,9 @@ impl NodeDb {
         self.spaces(group)
             .meta
             .insert(JOINING, REJOIN)
-            .map_err(io_err)
+            .map_err(io_err)?;
+        self.inner.wal.sled_first();
+        Ok(())
     }
 
     /// Whether this node is rejoining on an empty data dir (see
@@ -264,16 +307,21 @@ impl NodeDb {
         self.flush().await
     }
 
-    /// Mark or unmark `group`'s replica here as joining. Not flushed: the
-    /// mark is written before the group's first entry, and removed after
-    /// the entry that ends it, and sled recovers writes in order.
+    /// Mark or unmark `group`'s replica here as joining. Not flushed here:
+    /// a mark is flushed before the next round of the log writes (so before
+    /// the group's first entry), and removed only after the entry that ends
+    /// it is durable (`LogStore::append`).
     pub(crate) fn set_joining(&self, group: GroupId, on: bool) -> io::Result<()> {
         let meta = self.spaces(group).meta;
         match on {
             true => meta.insert(JOINING, &[][..]),
             false => meta.remove(JOINING),
         }
-        .map_err(io_err)
+        .map_err(io_err)?;
+        if on {
+            self.inner.wal.sled_first();
+        }
+        Ok(())
     }
 
     /// The snapshot file of `group`. Snapshots live in files, not in sled:
@@ -299,12 +347,14 @@ impl NodeDb {
             .collect()
     }
 
-    /// Delete every key and the snapshot of `group` (a retired replica).
-    /// The replica must be shut down first. The `created` mark goes last,
-    /// so an interrupted drop is found and finished at the next start.
+    /// Delete the log, every key and the snapshot of `group` (a retired
+    /// replica). The replica must be shut down first. The `created` mark
+    /// goes last, so an interrupted drop is found and finished at the next
+    /// start.
     pub fn drop_group(&self, group: GroupId) -> io::Result<()> {
+        self.inner.wal.drop_group(group.0)?;
         let trees = self.spaces(group);
-        for space in [&trees.log, &trees.sm, &trees.meta] {
+        for space in [&trees.sm, &trees.meta] {
             space.clear().map_err(io_err)?;
         }
         match std::fs::remove_file(self.snapshot_path(group)) {

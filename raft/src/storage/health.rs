@@ -1,7 +1,8 @@
 //! [`Health`]: whether the node's storage may still be written and trusted.
 //!
 //! Two conditions, both node-wide:
-//! - **Failed**: a flush (sled's write + fsync) returned an error. What that
+//! - **Failed**: a flush (sled's, or a round of the node-wide log: a
+//!   write and its fsync) returned an error. What that
 //!   flush covered may or may not be on disk, and a later flush that
 //!   succeeds proves nothing about it (Linux may drop the failed pages and
 //!   clear the error: PostgreSQL's "fsyncgate"). So the first failure is
@@ -60,38 +61,33 @@ impl Health {
     }
 
     /// Flush `db` unless an earlier flush failed; a failure here is
-    /// recorded and final.
+    /// recorded and final. `sled::Db::flush` runs on tokio's blocking pool,
+    /// not `flush_async`: that runs on sled's own small thread pool, which
+    /// stalled completely with 100 groups flushing at once (bench raft
+    /// --groups 100 committed nothing).
     pub async fn flush(&self, db: &sled::Db) -> io::Result<()> {
+        let db = db.clone();
+        self.guarded(move || db.flush().map(drop).map_err(io_err))
+            .await
+    }
+
+    /// Run `write_and_sync` (blocking: a write and its fsync) on tokio's
+    /// blocking pool, one at a time with every other flush, unless an
+    /// earlier one failed; a failure here is recorded and final.
+    pub async fn guarded<F>(&self, write_and_sync: F) -> io::Result<()>
+    where
+        F: FnOnce() -> io::Result<()> + Send + 'static,
+    {
         let _one = self.flushing.lock().await;
         if let Some(why) = self.failed() {
             return Err(io::Error::other(format!(
                 "storage failed earlier ({why}): nothing is flushed after a failed flush"
             )));
         }
-        let r = self.flush_blocking(db.clone()).await;
-        if let Err(e) = &r {
-            let why = e.to_string();
-            tracing::error!(dir = %self.dir.display(), error = %why, "storage flush FAILED: nothing it covered is acknowledged; the node stops");
-            self.tx_failed.send_if_modified(|v| {
-                let first = v.is_none();
-                if first {
-                    *v = Some(why);
-                }
-                first
-            });
-        }
-        r
-    }
-
-    /// `sled::Db::flush` on tokio's blocking pool. Not `flush_async`: that
-    /// runs on sled's own small thread pool, which stalled completely with
-    /// 100 groups flushing at once (bench raft --groups 100 committed
-    /// nothing).
-    async fn flush_blocking(&self, db: sled::Db) -> io::Result<()> {
         #[cfg(any(test, feature = "fault-injection"))]
         let fault = self.dir.join(FAULT_FSYNC_FILE);
-        tokio::task::spawn_blocking(move || {
-            let r = db.flush().map(drop).map_err(io_err);
+        let r = tokio::task::spawn_blocking(move || {
+            let r = write_and_sync();
             // The write happened; its fsync "failed": the data may or may
             // not be on disk, as after a real EIO.
             #[cfg(any(test, feature = "fault-injection"))]
@@ -104,7 +100,20 @@ impl Health {
             r
         })
         .await
-        .map_err(io_err)?
+        .map_err(io_err)
+        .and_then(|r| r);
+        if let Err(e) = &r {
+            let why = e.to_string();
+            tracing::error!(dir = %self.dir.display(), error = %why, "storage flush FAILED: nothing it covered is acknowledged; the node stops");
+            self.tx_failed.send_if_modified(|v| {
+                let first = v.is_none();
+                if first {
+                    *v = Some(why);
+                }
+                first
+            });
+        }
+        r
     }
 
     /// Why the first failed flush failed, once one has.

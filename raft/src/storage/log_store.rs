@@ -1,7 +1,9 @@
-//! [`LogStore`]: a group's Raft log and vote in sled.
+//! [`LogStore`]: a group's Raft log (in the node-wide log, `wal`) and its
+//! vote (in sled).
 //!
-//! The group's space in `log`: big-endian index → bincode entry; in
-//! `meta`: `vote`, `committed`, `purged` (and `created`, see `db`).
+//! The group's space in sled's `meta`: `vote`, `committed`, `purged` (and
+//! `created`, see `db`). The purge point is kept in both: the log's purge
+//! record may go with a deleted segment, sled's copy is flushed first.
 
 use std::fmt::Debug;
 use std::io;
@@ -14,7 +16,7 @@ use openraft::OptionalSend;
 use seatfence_core::GroupId;
 
 use super::db::{FlushMode, GroupTrees, NodeDb};
-use super::{decode, decode_compressed, encode, encode_compressed, io_err};
+use super::{decode, encode, encode_compressed, io_err};
 use crate::joining::Joining;
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
@@ -35,12 +37,20 @@ pub struct LogStore {
 impl LogStore {
     /// The log of `group` in `db` (its spaces marked as stored here).
     pub fn open(db: &NodeDb, group: GroupId) -> io::Result<LogStore> {
-        Ok(LogStore {
+        let store = LogStore {
             group,
             db: db.clone(),
             trees: db.group_trees(group)?,
             joining: None,
-        })
+        };
+        // sled's purge point may be newer than the log's (a purge record
+        // not yet synced at a crash, while sled's write was).
+        if let Some(purged) = store.get_meta::<LogId>(PURGED)? {
+            if db.wal().log_state(group.0).0 < Some(purged) {
+                db.wal().purge(group.0, purged)?;
+            }
+        }
+        Ok(store)
     }
 
     /// Tell `joining` of every membership entry appended from now on.
@@ -62,16 +72,6 @@ impl LogStore {
     }
 }
 
-fn index_key(i: u64) -> [u8; 8] {
-    i.to_be_bytes()
-}
-
-fn key_index(k: &[u8]) -> io::Result<u64> {
-    k.try_into()
-        .map(u64::from_be_bytes)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "log key is not 8 bytes"))
-}
-
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -83,23 +83,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Unbounded => 0,
         };
         let end = match range.end_bound() {
-            Bound::Included(i) => Bound::Included(index_key(*i)),
-            Bound::Excluded(i) => Bound::Excluded(index_key(*i)),
-            Bound::Unbounded => Bound::Unbounded,
+            Bound::Included(i) => i.saturating_add(1),
+            Bound::Excluded(i) => *i,
+            Bound::Unbounded => u64::MAX,
         };
-        let mut out = Vec::new();
-        let end = end.as_ref().map(|k| &k[..]);
-        for kv in self
-            .trees
-            .log
-            .range(Bound::Included(&index_key(start)), end)
-        {
-            let (k, v) = kv.map_err(io_err)?;
-            let entry: Entry = decode_compressed(&v)?;
-            debug_assert_eq!(key_index(&k)?, entry.index());
-            out.push(entry);
-        }
-        Ok(out)
+        self.db.wal().read(self.group.0, start, end)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -111,11 +99,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
-        let purged: Option<LogId> = self.get_meta(PURGED)?;
-        let last = match self.trees.log.last().map_err(io_err)? {
-            Some((_, v)) => Some(decode_compressed::<Entry>(&v)?.log_id()),
-            None => purged,
-        };
+        let (purged, last) = self.db.wal().log_state(self.group.0);
         Ok(LogState {
             last_purged_log_id: purged,
             last_log_id: last,
@@ -140,7 +124,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
+        let committed = self.get_meta::<Option<LogId>>(COMMITTED)?.flatten();
+        // sled may have kept a commit index whose entries the log had not
+        // synced at a crash (they are in the cluster: re-learnt).
+        let (_, last) = self.db.wal().log_state(self.group.0);
+        Ok(committed.filter(|c| Some(c) <= last.as_ref()))
     }
 
     async fn append<I>(
@@ -152,73 +140,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let t0 = std::time::Instant::now();
-        // One insert per entry, not a sled batch: every sled batch writes
-        // and syncs the current IO buffer twice (it rolls the buffer to
-        // make the batch atomic), which cost two synced writes per append
-        // per group, ~2,000 a second per node with 100 busy groups. Atomic
-        // is not needed: sled recovers its writes in order, so a crash keeps
-        // a prefix of these entries, and none was acknowledged before the
-        // flush below. Readable as soon as this returns.
-        let mut n = 0;
+        // Encoded here, outside the log's lock; readable on return.
+        let joining = self.joining.clone().filter(|j| j.is_on());
+        let mut memberships = Vec::new();
+        let mut encoded = Vec::new();
         for entry in entries {
-            n += 1;
-            self.trees
-                .log
-                .insert(&index_key(entry.index()), encode_compressed(&entry)?)
-                .map_err(io_err)?;
-            // After the insert: sled recovers writes in order, so a crash
-            // that kept the end of the joining kept this entry too.
-            if let Some(j) = self.joining.as_ref().filter(|j| j.is_on()) {
+            if joining.is_some() {
                 if let Some(m) = entry.get_membership() {
-                    j.note_membership(&m);
+                    memberships.push(m);
                 }
             }
+            encoded.push((entry.log_id(), encode_compressed(&entry)?));
         }
-        match self.db.flush_mode() {
-            FlushMode::Inline => {
-                let r = self.db.flush().await;
-                tracing::debug!(
-                    group = self.group.0,
-                    n,
-                    us = t0.elapsed().as_micros() as u64,
-                    "append flushed"
-                );
-                callback.io_completed(r)
+        self.db.wal().append(self.group.0, encoded)?;
+        // A membership that ends the joining counts once it is durable:
+        // the mark must not go while the entry could still be lost.
+        let done = move |r: io::Result<()>| {
+            if let (Ok(()), Some(j)) = (&r, joining) {
+                memberships.iter().for_each(|m| j.note_membership(m));
             }
-            FlushMode::Shared => self
-                .db
-                .flush_then(Box::new(move |r| callback.io_completed(r))),
+            callback.io_completed(r)
+        };
+        match self.db.flush_mode() {
+            FlushMode::Inline => done(self.db.wal().flush().await),
+            FlushMode::Shared => self.db.wal().flush_then(Box::new(done)),
         }
         Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        let from = index_key(last_log_id.map(|l| l.index() + 1).unwrap_or(0));
-        let mut batch = self.trees.log.batch();
-        for kv in self
-            .trees
-            .log
-            .range(Bound::Included(&from), Bound::Unbounded)
-        {
-            batch.remove(&kv.map_err(io_err)?.0);
-        }
-        self.trees.log.apply_batch(batch).map_err(io_err)
+        let from = last_log_id.map(|l| l.index() + 1).unwrap_or(0);
+        self.db.wal().truncate(self.group.0, from)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        // Record the purge point first: entries at or below it are ignored
-        // from then on, so the removal below need not be atomic with it.
+        // sled's copy first (see the module doc).
         self.put_meta(PURGED, &log_id)?;
-        let mut batch = self.trees.log.batch();
-        let upto = index_key(log_id.index());
-        for kv in self
-            .trees
-            .log
-            .range(Bound::Unbounded, Bound::Included(&upto))
-        {
-            batch.remove(&kv.map_err(io_err)?.0);
-        }
-        self.trees.log.apply_batch(batch).map_err(io_err)
+        self.db.wal().purge(self.group.0, log_id)
     }
 }

@@ -23,6 +23,7 @@ pub mod ident;
 mod log_store;
 mod space;
 mod state_machine;
+mod wal;
 
 pub use db::{FlushMode, NodeDb, DEFAULT_CACHE_MB};
 pub use ident::{IdentState, StoreIdent};

@@ -117,13 +117,6 @@ impl Space {
             .map(|kv| kv.map(|(k, v)| (k[8..].to_vec(), v)))
     }
 
-    /// The group's last entry.
-    pub fn last(&self) -> sled::Result<Option<(Vec<u8>, IVec)>> {
-        self.range(Bound::Unbounded, Bound::Unbounded)
-            .next_back()
-            .transpose()
-    }
-
     /// Remove every key of the group.
     pub fn clear(&self) -> sled::Result<()> {
         let mut batch = self.batch();
@@ -166,9 +159,10 @@ mod tests {
                 .map(|k| k.to_be_bytes().to_vec())
                 .collect::<Vec<_>>()
         );
-        assert_eq!(a.last().unwrap().unwrap().1, vec![0u8]);
-        assert_eq!(b.last().unwrap().unwrap().1, vec![1u8]);
-        assert_eq!(last.last().unwrap().unwrap().1, vec![2u8]);
+        let last_value = |s: &Space| s.range(Bound::Unbounded, Bound::Unbounded).next_back();
+        assert_eq!(last_value(&a).unwrap().unwrap().1, vec![0u8]);
+        assert_eq!(last_value(&b).unwrap().unwrap().1, vec![1u8]);
+        assert_eq!(last_value(&last).unwrap().unwrap().1, vec![2u8]);
         let from1: Vec<_> = b
             .range(Bound::Included(&1u64.to_be_bytes()), Bound::Unbounded)
             .map(|kv| kv.unwrap().1)

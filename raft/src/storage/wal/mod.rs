@@ -1,0 +1,849 @@
+//! [`Wal`]: the node-wide log. Every group's Raft entries go to one
+//! sequence of append-only segment files (`wal/*.seg`, format in
+//! [`record`]); one flush round writes every group's new records with one
+//! write per segment and one `fdatasync`, then answers every append
+//! queued before it. Memory keeps, per group, where each entry lies and
+//! the last few entries themselves (appended entries are read again at
+//! once: applied, sent to followers).
+//!
+//! What it replaces: a sled B-tree insert per entry (and a remove per
+//! entry at purge), the top storage cost with many busy groups
+//! (docs/PERFORMANCE.md, "Many events at once").
+//!
+//! Rules kept:
+//! - an append's callback fires only after the round that wrote its
+//!   records synced them; rounds run one at a time, in order;
+//! - records are replayed at open in file order, so a crash keeps a prefix
+//!   of what was written: a truncate or purge is never lost while an entry
+//!   written after it survives;
+//! - a record that is incomplete or fails its checksum ends the last
+//!   segment (a torn write, never acknowledged): cut off at open. One in an
+//!   earlier segment that is followed by records is damage, and the node
+//!   refuses to start rather than forget acknowledged entries;
+//! - a segment is deleted only when no entry lives in it, every segment
+//!   before it is gone, what made it dead is synced, and sled is flushed
+//!   (the purge points in sled's `meta` then stand for its purge records);
+//! - sled writes that entries must not outlive (a group's `created` mark,
+//!   a joining mark) are flushed before the next round writes (`sled_first`).
+
+mod record;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use openraft::entry::RaftEntry;
+use tokio::sync::mpsc;
+
+use super::health::Health;
+use super::{decode, decode_compressed, encode, io_err};
+use crate::types::{Entry, LogId};
+use record::Kind;
+
+/// A new segment is started once the current one holds this much.
+pub(crate) const SEGMENT_BYTES: u64 = 64 << 20;
+/// Per group, encoded entries kept in memory up to this many bytes (the
+/// newest ones; older ones are read from their segment).
+const CACHE_BYTES: usize = 128 << 10;
+/// The oldest segment is rewritten (its few live entries appended again)
+/// when more than this many segments exist and it has at most
+/// [`RELOCATE_MAX`] live entries: groups that write rarely must not keep
+/// old segments alive forever.
+const KEEP_SEGMENTS: usize = 4;
+const RELOCATE_MAX: u64 = 4096;
+
+type Waiter = Box<dyn FnOnce(io::Result<()>) + Send>;
+
+/// The node-wide log. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Wal {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    state: Mutex<State>,
+    health: Arc<Health>,
+    sled: sled::Db,
+    tx: mpsc::UnboundedSender<Waiter>,
+    /// sled holds a write that the next records must not outlive: the next
+    /// round flushes sled before it writes.
+    sled_first: AtomicBool,
+}
+
+/// Where an entry's encoded bytes lie.
+#[derive(Clone, Copy, Debug)]
+struct Loc {
+    seg: u64,
+    at: u64,
+    len: u32,
+}
+
+impl Loc {
+    fn pos(&self) -> (u64, u64) {
+        (self.seg, self.at)
+    }
+}
+
+#[derive(Default)]
+struct GroupLog {
+    /// Index of `locs[0]`.
+    first: u64,
+    locs: VecDeque<Loc>,
+    /// The encoded entries of the last `cache.len()` locs.
+    cache: VecDeque<Arc<[u8]>>,
+    cache_bytes: usize,
+    last: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+impl GroupLog {
+    fn next_index(&self) -> u64 {
+        self.first + self.locs.len() as u64
+    }
+}
+
+struct Segment {
+    file: Arc<File>,
+    /// Entries that live in it.
+    live: u64,
+    /// Where the log ended when `live` last fell to 0: the segment may go
+    /// once that is synced.
+    died_at: Option<(u64, u64)>,
+    /// Created since the last round: the directory needs a sync.
+    created: bool,
+}
+
+/// Records not yet on disk, for one segment from offset `at`.
+struct Chunk {
+    seg: u64,
+    at: u64,
+    buf: Vec<u8>,
+}
+
+struct State {
+    dir: PathBuf,
+    groups: HashMap<u64, GroupLog>,
+    segments: BTreeMap<u64, Segment>,
+    /// The segment appends go to, and its length counting unwritten bytes.
+    active: u64,
+    end: u64,
+    segment_bytes: u64,
+    /// Records not yet handed to a round, in order.
+    pending: Vec<Chunk>,
+    /// Records a round is writing (readable from here until synced).
+    writing: Vec<Arc<Chunk>>,
+    /// Everything before this position is synced.
+    synced: (u64, u64),
+    /// An entry was removed since the last look for dead segments.
+    garbage: bool,
+}
+
+/// Where to get an entry's bytes.
+enum Source {
+    Mem(Arc<[u8]>),
+    File(Arc<File>, Loc),
+}
+
+impl Source {
+    fn bytes(self) -> io::Result<Arc<[u8]>> {
+        match self {
+            Source::Mem(b) => Ok(b),
+            Source::File(f, loc) => {
+                let mut buf = vec![0; loc.len as usize];
+                f.read_exact_at(&mut buf, loc.at)?;
+                Ok(buf.into())
+            }
+        }
+    }
+}
+
+impl Wal {
+    /// Open (or create) the log in `dir`, replaying every segment. Starts
+    /// the flusher task: call from inside a tokio runtime.
+    pub fn open(dir: &Path, health: Arc<Health>, sled: sled::Db) -> io::Result<Wal> {
+        Self::open_sized(dir, health, sled, SEGMENT_BYTES)
+    }
+
+    pub(crate) fn open_sized(
+        dir: &Path,
+        health: Arc<Health>,
+        sled: sled::Db,
+        segment_bytes: u64,
+    ) -> io::Result<Wal> {
+        std::fs::create_dir_all(dir)?;
+        let mut state = recover(dir, segment_bytes)?;
+        if state.segments.is_empty() {
+            let file = create_segment(dir, 0)?;
+            sync_dir(dir)?;
+            state.segments.insert(0, Segment::new(file));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            state: Mutex::new(state),
+            health,
+            sled,
+            tx,
+            sled_first: AtomicBool::new(false),
+        });
+        tokio::spawn(run_flusher(Arc::downgrade(&shared), rx));
+        Ok(Wal { shared })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().expect("wal lock poisoned")
+    }
+
+    /// Whether no group has anything in the log.
+    pub fn is_empty(&self) -> bool {
+        self.lock().groups.is_empty()
+    }
+
+    /// Groups with a log here.
+    pub fn groups(&self) -> Vec<u64> {
+        self.lock().groups.keys().copied().collect()
+    }
+
+    /// The group's last purged log id and last log id (the purged one when
+    /// nothing is left).
+    pub fn log_state(&self, group: u64) -> (Option<LogId>, Option<LogId>) {
+        let st = self.lock();
+        match st.groups.get(&group) {
+            Some(g) => (g.purged, g.last.or(g.purged)),
+            None => (None, None),
+        }
+    }
+
+    /// The next round writes only after a sled flush (see the module doc).
+    pub fn sled_first(&self) {
+        self.shared.sled_first.store(true, SeqCst);
+    }
+
+    /// Append encoded entries of `group` (readable on return, durable once
+    /// a round that starts after this call has synced). An index at or
+    /// below the group's last replaces it and everything after it.
+    pub fn append(&self, group: u64, entries: Vec<(LogId, Vec<u8>)>) -> io::Result<()> {
+        let mut st = self.lock();
+        for (id, bytes) in entries {
+            st.append_one(group, id, bytes.into())?;
+        }
+        st.trim_cache(group);
+        Ok(())
+    }
+
+    /// The group's entries with index in `[start, end)`.
+    pub fn read(&self, group: u64, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        let sources = {
+            let st = self.lock();
+            let Some(g) = st.groups.get(&group) else {
+                return Ok(Vec::new());
+            };
+            let lo = start.max(g.first);
+            let hi = end.min(g.next_index());
+            (lo..hi).map(|i| st.source(g, i)).collect::<Vec<_>>()
+        };
+        sources
+            .into_iter()
+            .map(|s| decode_compressed(&s.bytes()?))
+            .collect()
+    }
+
+    /// Remove the group's entries at `from` and above.
+    pub fn truncate(&self, group: u64, from: u64) -> io::Result<()> {
+        let mut st = self.lock();
+        st.push(Kind::Truncate, group, from, &[])?;
+        st.truncate_mem(group, from)
+    }
+
+    /// Remove the group's entries up to and including `id`.
+    pub fn purge(&self, group: u64, id: LogId) -> io::Result<()> {
+        let mut st = self.lock();
+        let payload = encode(&id)?;
+        st.push(Kind::Purge, group, id.index(), &payload)?;
+        st.purge_mem(group, id);
+        Ok(())
+    }
+
+    /// Forget the group's log (a retired replica).
+    pub fn drop_group(&self, group: u64) -> io::Result<()> {
+        let mut st = self.lock();
+        if !st.groups.contains_key(&group) {
+            return Ok(());
+        }
+        st.push(Kind::Drop, group, 0, &[])?;
+        st.drop_mem(group);
+        Ok(())
+    }
+
+    /// Queue `callback` for the next round that starts after this call.
+    pub fn flush_then(&self, callback: Waiter) {
+        if let Err(mpsc::error::SendError(cb)) = self.shared.tx.send(callback) {
+            cb(Err(io::Error::other("log flusher stopped")));
+        }
+    }
+
+    /// Wait for the next round that starts after this call.
+    pub async fn flush(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.flush_then(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.await
+            .unwrap_or_else(|_| Err(io::Error::other("log flusher stopped")))
+    }
+
+    /// Segment files on disk (tests: garbage collection).
+    #[cfg(test)]
+    fn segment_ids(&self) -> Vec<u64> {
+        self.lock().segments.keys().copied().collect()
+    }
+}
+
+impl Segment {
+    fn new(file: File) -> Segment {
+        Segment {
+            file: Arc::new(file),
+            live: 0,
+            died_at: None,
+            created: false,
+        }
+    }
+}
+
+impl State {
+    fn empty(dir: &Path, segment_bytes: u64) -> State {
+        State {
+            dir: dir.to_path_buf(),
+            groups: HashMap::new(),
+            segments: BTreeMap::new(),
+            active: 0,
+            end: 0,
+            segment_bytes,
+            pending: Vec::new(),
+            writing: Vec::new(),
+            synced: (0, 0),
+            garbage: false,
+        }
+    }
+
+    /// Write a record into the pending bytes; the location of its payload.
+    fn push(&mut self, kind: Kind, group: u64, index: u64, payload: &[u8]) -> io::Result<Loc> {
+        if self.end >= self.segment_bytes {
+            self.roll()?;
+        }
+        let (active, end) = (self.active, self.end);
+        if self.pending.last().is_none_or(|c| c.seg != active) {
+            self.pending.push(Chunk {
+                seg: active,
+                at: end,
+                buf: Vec::new(),
+            });
+        }
+        let chunk = self.pending.last_mut().expect("a chunk was just ensured");
+        let before = chunk.buf.len();
+        let at = record::put(&mut chunk.buf, kind, group, index, payload);
+        self.end += (chunk.buf.len() - before) as u64;
+        Ok(Loc {
+            seg: active,
+            at: chunk.at + at as u64,
+            len: payload.len() as u32,
+        })
+    }
+
+    /// Start the next segment (its directory entry synced by the next round).
+    fn roll(&mut self) -> io::Result<()> {
+        let id = self.active + 1;
+        let mut seg = Segment::new(create_segment(&self.dir, id)?);
+        seg.created = true;
+        self.segments.insert(id, seg);
+        self.active = id;
+        self.end = 0;
+        Ok(())
+    }
+
+    fn append_one(&mut self, group: u64, id: LogId, bytes: Arc<[u8]>) -> io::Result<()> {
+        let index = id.index();
+        let loc = self.push(Kind::Entry, group, index, &bytes)?;
+        self.add_loc(group, index, loc, Some(bytes), Some(id))
+    }
+
+    /// Record an entry at `loc` (its bytes cached when given).
+    fn add_loc(
+        &mut self,
+        group: u64,
+        index: u64,
+        loc: Loc,
+        bytes: Option<Arc<[u8]>>,
+        id: Option<LogId>,
+    ) -> io::Result<()> {
+        let next = self
+            .groups
+            .get(&group)
+            .map(|g| (g.next_index(), g.locs.is_empty()));
+        match next {
+            // Replay or a rewrite: the caller sets `last`.
+            Some((next, false)) if index < next => self.truncate_mem_quiet(group, index),
+            Some((next, false)) if index > next => {
+                return Err(io_err(format!(
+                    "log of group {group}: entry {index} appended after {}",
+                    next - 1
+                )))
+            }
+            _ => {}
+        }
+        let g = self.groups.entry(group).or_default();
+        if g.locs.is_empty() {
+            g.first = index;
+            g.cache.clear();
+            g.cache_bytes = 0;
+        }
+        g.locs.push_back(loc);
+        match bytes {
+            Some(b) => {
+                g.cache_bytes += b.len();
+                g.cache.push_back(b);
+            }
+            None => {
+                g.cache.clear();
+                g.cache_bytes = 0;
+            }
+        }
+        if id.is_some() {
+            g.last = id;
+        }
+        let seg = self
+            .segments
+            .get_mut(&loc.seg)
+            .expect("entry in a known segment");
+        seg.live += 1;
+        seg.died_at = None;
+        Ok(())
+    }
+
+    /// Drop cached bytes of synced entries beyond the group's budget.
+    fn trim_cache(&mut self, group: u64) {
+        let synced = self.synced;
+        let Some(g) = self.groups.get_mut(&group) else {
+            return;
+        };
+        while g.cache_bytes > CACHE_BYTES && g.cache.len() > 1 {
+            let loc = g.locs[g.locs.len() - g.cache.len()];
+            if loc.pos() >= synced {
+                break;
+            }
+            let b = g.cache.pop_front().expect("non-empty");
+            g.cache_bytes -= b.len();
+        }
+    }
+
+    /// Where entry `index` of `g` (present) can be read.
+    fn source(&self, g: &GroupLog, index: u64) -> Source {
+        let k = (index - g.first) as usize;
+        let uncached = g.locs.len() - g.cache.len();
+        if k >= uncached {
+            return Source::Mem(g.cache[k - uncached].clone());
+        }
+        let loc = g.locs[k];
+        if loc.pos() >= self.synced {
+            if let Some(b) = self.unsynced_bytes(loc) {
+                return Source::Mem(b);
+            }
+        }
+        Source::File(self.segments[&loc.seg].file.clone(), loc)
+    }
+
+    /// The bytes at `loc` if they are still in memory (pending or being
+    /// written).
+    fn unsynced_bytes(&self, loc: Loc) -> Option<Arc<[u8]>> {
+        let within = |c: &Chunk| {
+            (c.seg == loc.seg
+                && c.at <= loc.at
+                && loc.at + loc.len as u64 <= c.at + c.buf.len() as u64)
+                .then(|| {
+                    let from = (loc.at - c.at) as usize;
+                    Arc::from(&c.buf[from..from + loc.len as usize])
+                })
+        };
+        self.pending
+            .iter()
+            .find_map(within)
+            .or_else(|| self.writing.iter().find_map(|c| within(c)))
+    }
+
+    fn release(&mut self, loc: Loc) {
+        let position = (self.active, self.end);
+        if let Some(seg) = self.segments.get_mut(&loc.seg) {
+            seg.live -= 1;
+            if seg.live == 0 {
+                seg.died_at = Some(position);
+            }
+        }
+        self.garbage = true;
+    }
+
+    fn truncate_mem(&mut self, group: u64, from: u64) -> io::Result<()> {
+        let Some(g) = self.groups.get_mut(&group) else {
+            return Ok(());
+        };
+        let keep = from.saturating_sub(g.first).min(g.locs.len() as u64) as usize;
+        let gone: Vec<Loc> = g.locs.drain(keep..).collect();
+        let uncached = g.locs.len() + gone.len() - g.cache.len();
+        let cache_keep = keep.saturating_sub(uncached);
+        for b in g.cache.drain(cache_keep..) {
+            g.cache_bytes -= b.len();
+        }
+        for loc in gone {
+            self.release(loc);
+        }
+        let g = &self.groups[&group];
+        let last = match g.locs.is_empty() {
+            true => None,
+            false => {
+                let entry: Entry = decode_compressed(&self.source(g, g.next_index() - 1).bytes()?)?;
+                Some(entry.log_id())
+            }
+        };
+        self.groups.get_mut(&group).expect("present").last = last;
+        Ok(())
+    }
+
+    fn purge_mem(&mut self, group: u64, id: LogId) {
+        let g = self.groups.entry(group).or_default();
+        let upto = id.index();
+        let n = (upto + 1).saturating_sub(g.first).min(g.locs.len() as u64) as usize;
+        let gone: Vec<Loc> = g.locs.drain(..n).collect();
+        while g.cache.len() > g.locs.len() {
+            let b = g.cache.pop_front().expect("non-empty");
+            g.cache_bytes -= b.len();
+        }
+        g.first = g.first.max(upto + 1);
+        if g.purged < Some(id) {
+            g.purged = Some(id);
+        }
+        if g.locs.is_empty() {
+            g.last = None;
+        }
+        for loc in gone {
+            self.release(loc);
+        }
+    }
+
+    fn drop_mem(&mut self, group: u64) {
+        if let Some(g) = self.groups.remove(&group) {
+            for loc in g.locs {
+                self.release(loc);
+            }
+        }
+    }
+}
+
+fn create_segment(dir: &Path, id: u64) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.join(record::file_name(id)))
+}
+
+/// Write `entries` (group, index, encoded entry) as the log's only
+/// segment, synced, replacing whatever `dir` held: the move from the
+/// layout that kept entries in sled. Returns how many were written.
+pub(crate) fn import(
+    dir: &Path,
+    entries: impl Iterator<Item = io::Result<(u64, u64, Vec<u8>)>>,
+) -> io::Result<usize> {
+    // A move interrupted before sled's copy was cleared: start it again.
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut buf = Vec::new();
+    let mut n = 0;
+    for e in entries {
+        let (group, index, bytes) = e?;
+        record::put(&mut buf, Kind::Entry, group, index, &bytes);
+        n += 1;
+    }
+    let f = create_segment(dir, 0)?;
+    f.write_all_at(&buf, 0)?;
+    f.sync_all()?;
+    sync_dir(dir)?;
+    Ok(n)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Replay every segment in `dir` into a fresh state.
+fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
+    let mut ids: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().to_str().and_then(record::parse_name))
+        .collect();
+    ids.sort_unstable();
+    let mut st = State::empty(dir, segment_bytes);
+    let mut purged: HashMap<u64, LogId> = HashMap::new();
+    for (n, &id) in ids.iter().enumerate() {
+        let path = dir.join(record::file_name(id));
+        let bytes = std::fs::read(&path)?;
+        let (records, good) = record::scan(&bytes);
+        if good < bytes.len() {
+            let later_has_records = ids[n + 1..].iter().any(|&later| {
+                std::fs::read(dir.join(record::file_name(later)))
+                    .is_ok_and(|b| !record::scan(&b).0.is_empty())
+            });
+            if later_has_records {
+                return Err(record::corrupt(format!(
+                    "{}: a damaged record at byte {good} of {}, and later segments hold records: the log is corrupt (not a torn write); refusing to start rather than forget acknowledged entries",
+                    path.display(),
+                    bytes.len()
+                )));
+            }
+        }
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        st.segments.insert(id, Segment::new(file));
+        st.active = id;
+        st.end = good as u64;
+        for r in &records {
+            let loc = Loc {
+                seg: id,
+                at: r.payload_at as u64,
+                len: r.payload.len() as u32,
+            };
+            match r.kind {
+                Kind::Entry => st.add_loc(r.group, r.index, loc, None, None)?,
+                Kind::Truncate => st.truncate_mem_quiet(r.group, r.index),
+                Kind::Purge => {
+                    let id: LogId = decode(r.payload)?;
+                    purged.insert(r.group, id);
+                    st.purge_mem(r.group, id);
+                }
+                Kind::Drop => {
+                    purged.remove(&r.group);
+                    st.drop_mem(r.group);
+                }
+            }
+        }
+        if good < bytes.len() {
+            tracing::warn!(
+                segment = %path.display(),
+                kept = good,
+                cut = bytes.len() - good,
+                "log: a torn write at the end (never acknowledged): cut off"
+            );
+            let f = &st.segments[&id].file;
+            f.set_len(good as u64)?;
+            f.sync_all()?;
+            // Later segments are empty (checked above): remove them.
+            for &later in &ids[n + 1..] {
+                std::fs::remove_file(dir.join(record::file_name(later)))?;
+            }
+            break;
+        }
+    }
+    st.synced = (st.active, st.end);
+    // Each group's last log id, from its last entry.
+    let groups: Vec<u64> = st.groups.keys().copied().collect();
+    for group in groups {
+        let g = &st.groups[&group];
+        let last = match g.locs.is_empty() {
+            true => None,
+            false => {
+                let entry: Entry = decode_compressed(&st.source(g, g.next_index() - 1).bytes()?)?;
+                Some(entry.log_id())
+            }
+        };
+        st.groups.get_mut(&group).expect("present").last = last;
+    }
+    st.garbage = true;
+    Ok(st)
+}
+
+impl State {
+    /// `truncate_mem` during replay: the new last log id is computed once
+    /// at the end, so nothing is read here.
+    fn truncate_mem_quiet(&mut self, group: u64, from: u64) {
+        let Some(g) = self.groups.get_mut(&group) else {
+            return;
+        };
+        let keep = from.saturating_sub(g.first).min(g.locs.len() as u64) as usize;
+        let gone: Vec<Loc> = g.locs.drain(keep..).collect();
+        g.cache.clear();
+        g.cache_bytes = 0;
+        for loc in gone {
+            self.release(loc);
+        }
+    }
+}
+
+/// One round per batch of waiters: write and sync what is pending, answer
+/// them all, then look for segments to delete.
+async fn run_flusher(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Waiter>) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 4096).await > 0 {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let result = round(&shared).await;
+        for cb in batch.drain(..) {
+            cb(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+        if result.is_ok() {
+            if let Err(e) = collect_garbage(&shared).await {
+                tracing::warn!(error = %e, "log: deleting dead segments failed");
+            }
+        }
+    }
+}
+
+/// Write and sync every pending record: per segment in order, one write
+/// and one `fdatasync` (a segment is synced before the next one is
+/// written, so records in a later segment prove the earlier one whole).
+async fn round(shared: &Shared) -> io::Result<()> {
+    if shared.sled_first.swap(false, SeqCst) {
+        shared.health.flush(&shared.sled).await?;
+    }
+    let (chunks, files, new_segment) = {
+        let mut st = shared.state.lock().expect("wal lock poisoned");
+        let chunks: Vec<Arc<Chunk>> = st.pending.drain(..).map(Arc::new).collect();
+        st.writing.extend(chunks.iter().cloned());
+        let files: Vec<Arc<File>> = chunks
+            .iter()
+            .map(|c| st.segments[&c.seg].file.clone())
+            .collect();
+        let mut new_segment = false;
+        for seg in st.segments.values_mut() {
+            new_segment |= std::mem::take(&mut seg.created);
+        }
+        (chunks, files, new_segment)
+    };
+    if chunks.is_empty() && !new_segment {
+        return Ok(());
+    }
+    let dir = shared.dir.clone();
+    let to_write = chunks.clone();
+    let r = shared
+        .health
+        .guarded(move || {
+            for (c, f) in to_write.iter().zip(&files) {
+                f.write_all_at(&c.buf, c.at)?;
+                f.sync_data()?;
+            }
+            if new_segment {
+                sync_dir(&dir)?;
+            }
+            Ok(())
+        })
+        .await;
+    let mut st = shared.state.lock().expect("wal lock poisoned");
+    st.writing.clear();
+    if r.is_ok() {
+        if let Some(c) = chunks.last() {
+            st.synced = (c.seg, c.at + c.buf.len() as u64);
+        }
+    }
+    r
+}
+
+/// Delete the oldest segments that are dead and whose death is synced
+/// (after a sled flush: its purge points stand for their records). When
+/// there are many segments and the oldest has few live entries, rewrite
+/// the groups that keep it alive, so it dies by the next round.
+async fn collect_garbage(shared: &Shared) -> io::Result<()> {
+    let dead: Vec<u64> = {
+        let mut st = shared.state.lock().expect("wal lock poisoned");
+        if !std::mem::take(&mut st.garbage) {
+            return Ok(());
+        }
+        let synced = st.synced;
+        let dead: Vec<u64> = st
+            .segments
+            .iter()
+            .take_while(|(&id, s)| {
+                id < st.active && s.live == 0 && s.died_at.is_some_and(|d| d <= synced)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        let mut again = false;
+        if st.segments.len() - dead.len() > KEEP_SEGMENTS {
+            let (&oldest, seg) = st.segments.iter().nth(dead.len()).expect("counted");
+            if oldest < st.active && seg.live > 0 && seg.live <= RELOCATE_MAX {
+                relocate(&mut st, oldest)?;
+                again = true;
+            }
+        }
+        // A dead segment that must wait (its death not yet synced, or an
+        // older one still alive): look again after the next round.
+        again |= st
+            .segments
+            .iter()
+            .any(|(id, s)| *id < st.active && s.live == 0 && !dead.contains(id));
+        st.garbage |= again;
+        dead
+    };
+    if dead.is_empty() {
+        return Ok(());
+    }
+    shared.health.flush(&shared.sled).await?;
+    {
+        let mut st = shared.state.lock().expect("wal lock poisoned");
+        for id in &dead {
+            st.segments.remove(id);
+        }
+    }
+    for id in &dead {
+        match std::fs::remove_file(shared.dir.join(record::file_name(*id))) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    tracing::debug!(segments = dead.len(), "log: deleted dead segments");
+    Ok(())
+}
+
+/// Append again, whole, the log of every group with an entry in segment
+/// `seg`: replay sees the copy replace the old one (an entry at or below
+/// a group's last replaces from there on).
+fn relocate(st: &mut State, seg: u64) -> io::Result<()> {
+    let groups: Vec<u64> = st
+        .groups
+        .iter()
+        .filter(|(_, g)| g.locs.iter().any(|l| l.seg == seg))
+        .map(|(&id, _)| id)
+        .collect();
+    for group in &groups {
+        let g = &st.groups[group];
+        let (first, n, last, purged) = (g.first, g.locs.len() as u64, g.last, g.purged);
+        let bytes: Vec<Arc<[u8]>> = (first..first + n)
+            .map(|i| st.source(g, i).bytes())
+            .collect::<io::Result<_>>()?;
+        // Remove the group, then append it anew from its first entry.
+        st.drop_mem(*group);
+        for (k, b) in bytes.into_iter().enumerate() {
+            let index = first + k as u64;
+            let loc = st.push(Kind::Entry, *group, index, &b)?;
+            st.add_loc(*group, index, loc, Some(b), None)?;
+        }
+        let g = st.groups.get_mut(group).expect("appended");
+        g.last = last;
+        g.purged = purged;
+        st.trim_cache(*group);
+    }
+    tracing::debug!(
+        segment = seg,
+        groups = groups.len(),
+        "log: rewrote the live entries of an old segment"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,7 @@ def main() -> None:
         sys.exit(__doc__)
     rounds, bins, args = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[4:]
     unit = os.environ.get("UNIT", "granted")
-    fields = ("holds_per_sec", "bookings_per_sec", "p50_ms", "p99_ms", "hold_p99_ms",
+    fields = ("holds_per_sec", "writes_per_sec", "bookings_per_sec", "p50_ms", "p99_ms", "hold_p99_ms",
               "total_p99_ms", "granted", "confirmed", "conflicts", "errors")
     for _ in range(rounds):
         for b in bins:

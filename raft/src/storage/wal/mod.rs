@@ -141,6 +141,13 @@ struct State {
     synced: (u64, u64),
     /// An entry was removed since the last look for dead segments.
     garbage: bool,
+    /// The next segment, written with zeros and synced ahead of time: an
+    /// fdatasync after overwriting zeros syncs only the data, while one
+    /// after a write that grows the file also commits the file system's
+    /// journal (on ext4, 151 µs against 223–270 µs per 4 KiB write here).
+    spare: Option<(u64, File)>,
+    /// The id of the spare being zeroed, if one is.
+    preparing: Option<u64>,
 }
 
 /// Where to get an entry's bytes.
@@ -328,6 +335,8 @@ impl State {
             writing: Vec::new(),
             synced: (0, 0),
             garbage: false,
+            spare: None,
+            preparing: None,
         }
     }
 
@@ -357,8 +366,18 @@ impl State {
 
     /// Start the next segment (its directory entry synced by the next round).
     fn roll(&mut self) -> io::Result<()> {
-        let id = self.active + 1;
-        let mut seg = Segment::new(create_segment(&self.dir, id)?);
+        let (id, file) = match self.spare.take() {
+            Some((id, file)) if id == self.active + 1 => (id, file),
+            stale => {
+                if let Some((id, _)) = stale {
+                    let _ = std::fs::remove_file(self.dir.join(record::file_name(id)));
+                }
+                // Not the one being zeroed (it is deleted when done).
+                let id = self.active.max(self.preparing.unwrap_or(0)) + 1;
+                (id, create_segment(&self.dir, id)?)
+            }
+        };
+        let mut seg = Segment::new(file);
         seg.created = true;
         self.segments.insert(id, seg);
         self.active = id;
@@ -592,7 +611,9 @@ fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
         let path = dir.join(record::file_name(id));
         let bytes = std::fs::read(&path)?;
         let (records, good) = record::scan(&bytes);
-        if good < bytes.len() {
+        // Zeros after the last record: the unused part of a zeroed segment.
+        let torn = bytes[good..].iter().any(|&b| b != 0);
+        if torn {
             let later_has_records = ids[n + 1..].iter().any(|&later| {
                 std::fs::read(dir.join(record::file_name(later)))
                     .is_ok_and(|b| !record::scan(&b).0.is_empty())
@@ -629,7 +650,7 @@ fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
                 }
             }
         }
-        if good < bytes.len() {
+        if torn {
             tracing::warn!(
                 segment = %path.display(),
                 kept = good,
@@ -647,6 +668,13 @@ fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
         }
     }
     st.synced = (st.active, st.end);
+    // A segment nothing lives in (all purged, or a zeroed spare left by a
+    // crash) goes at the first look.
+    for seg in st.segments.values_mut() {
+        if seg.live == 0 {
+            seg.died_at = Some((0, 0));
+        }
+    }
     // Each group's last log id, from its last entry.
     let groups: Vec<u64> = st.groups.keys().copied().collect();
     for group in groups {
@@ -700,6 +728,7 @@ async fn run_flusher(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Waite
             if let Err(e) = collect_garbage(&shared).await {
                 tracing::warn!(error = %e, "log: deleting dead segments failed");
             }
+            prepare_spare(&shared).await;
         }
     }
 }
@@ -751,6 +780,48 @@ async fn round(shared: &Shared) -> io::Result<()> {
         }
     }
     r
+}
+
+/// Once the active segment is half full, write the next one with zeros
+/// and sync it (see `State::spare`), off the append path.
+async fn prepare_spare(shared: &Shared) {
+    let (id, size) = {
+        let mut st = shared.state.lock().expect("wal lock poisoned");
+        if st.spare.is_some() || st.preparing.is_some() || st.end < st.segment_bytes / 2 {
+            return;
+        }
+        st.preparing = Some(st.active + 1);
+        (st.active + 1, st.segment_bytes)
+    };
+    let dir = shared.dir.clone();
+    let made = tokio::task::spawn_blocking(move || -> io::Result<File> {
+        let f = create_segment(&dir, id)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < size {
+            let n = (size - at).min(zeros.len() as u64);
+            f.write_all_at(&zeros[..n as usize], at)?;
+            at += n;
+        }
+        f.sync_all()?;
+        sync_dir(&dir)?;
+        Ok(f)
+    })
+    .await
+    .map_err(io_err)
+    .and_then(|r| r);
+    let mut st = shared.state.lock().expect("wal lock poisoned");
+    st.preparing = None;
+    match made {
+        Ok(f) if st.active < id => st.spare = Some((id, f)),
+        Ok(_) => {
+            // The log rolled past it meanwhile.
+            let _ = std::fs::remove_file(shared.dir.join(record::file_name(id)));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, segment = id, "log: preparing the next segment failed")
+        }
+    }
 }
 
 /// Delete the oldest segments that are dead and whose death is synced

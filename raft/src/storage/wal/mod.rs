@@ -44,8 +44,11 @@ use super::{decode, decode_compressed, encode, io_err};
 use crate::types::{Entry, LogId};
 use record::Kind;
 
-/// A new segment is started once the current one holds this much.
+/// A new segment is started once the current one holds this much. The
+/// first segment of a log is [`FIRST_SEGMENT_BYTES`], each next one twice
+/// the last, up to this: a node that writes little keeps little on disk.
 pub(crate) const SEGMENT_BYTES: u64 = 64 << 20;
+const FIRST_SEGMENT_BYTES: u64 = 1 << 20;
 /// Per group, encoded entries kept in memory up to this many bytes (the
 /// newest ones; older ones are read from their segment).
 const CACHE_BYTES: usize = 128 << 10;
@@ -133,6 +136,8 @@ struct State {
     active: u64,
     end: u64,
     segment_bytes: u64,
+    /// The size at which the active segment is left for the next one.
+    active_bytes: u64,
     /// Records not yet handed to a round, in order.
     pending: Vec<Chunk>,
     /// Records a round is writing (readable from here until synced).
@@ -145,7 +150,7 @@ struct State {
     /// fdatasync after overwriting zeros syncs only the data, while one
     /// after a write that grows the file also commits the file system's
     /// journal (on ext4, 151 µs against 223–270 µs per 4 KiB write here).
-    spare: Option<(u64, File)>,
+    spare: Option<(u64, File, u64)>,
     /// The id of the spare being zeroed, if one is.
     preparing: Option<u64>,
 }
@@ -331,6 +336,7 @@ impl State {
             active: 0,
             end: 0,
             segment_bytes,
+            active_bytes: FIRST_SEGMENT_BYTES.min(segment_bytes),
             pending: Vec::new(),
             writing: Vec::new(),
             synced: (0, 0),
@@ -342,7 +348,7 @@ impl State {
 
     /// Write a record into the pending bytes; the location of its payload.
     fn push(&mut self, kind: Kind, group: u64, index: u64, payload: &[u8]) -> io::Result<Loc> {
-        if self.end >= self.segment_bytes {
+        if self.end >= self.active_bytes {
             self.roll()?;
         }
         let (active, end) = (self.active, self.end);
@@ -366,17 +372,19 @@ impl State {
 
     /// Start the next segment (its directory entry synced by the next round).
     fn roll(&mut self) -> io::Result<()> {
-        let (id, file) = match self.spare.take() {
-            Some((id, file)) if id == self.active + 1 => (id, file),
+        let next_bytes = (self.active_bytes * 2).min(self.segment_bytes);
+        let (id, file, bytes) = match self.spare.take() {
+            Some((id, file, bytes)) if id == self.active + 1 => (id, file, bytes),
             stale => {
-                if let Some((id, _)) = stale {
+                if let Some((id, _, _)) = stale {
                     let _ = std::fs::remove_file(self.dir.join(record::file_name(id)));
                 }
                 // Not the one being zeroed (it is deleted when done).
                 let id = self.active.max(self.preparing.unwrap_or(0)) + 1;
-                (id, create_segment(&self.dir, id)?)
+                (id, create_segment(&self.dir, id)?, next_bytes)
             }
         };
+        self.active_bytes = bytes;
         let mut seg = Segment::new(file);
         seg.created = true;
         self.segments.insert(id, seg);
@@ -630,6 +638,9 @@ fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
         st.segments.insert(id, Segment::new(file));
         st.active = id;
         st.end = good as u64;
+        st.active_bytes = (bytes.len() as u64)
+            .max(FIRST_SEGMENT_BYTES)
+            .min(segment_bytes);
         for r in &records {
             let loc = Loc {
                 seg: id,
@@ -787,11 +798,11 @@ async fn round(shared: &Shared) -> io::Result<()> {
 async fn prepare_spare(shared: &Shared) {
     let (id, size) = {
         let mut st = shared.state.lock().expect("wal lock poisoned");
-        if st.spare.is_some() || st.preparing.is_some() || st.end < st.segment_bytes / 2 {
+        if st.spare.is_some() || st.preparing.is_some() || st.end < st.active_bytes / 2 {
             return;
         }
         st.preparing = Some(st.active + 1);
-        (st.active + 1, st.segment_bytes)
+        (st.active + 1, (st.active_bytes * 2).min(st.segment_bytes))
     };
     let dir = shared.dir.clone();
     let made = tokio::task::spawn_blocking(move || -> io::Result<File> {
@@ -813,7 +824,7 @@ async fn prepare_spare(shared: &Shared) {
     let mut st = shared.state.lock().expect("wal lock poisoned");
     st.preparing = None;
     match made {
-        Ok(f) if st.active < id => st.spare = Some((id, f)),
+        Ok(f) if st.active < id => st.spare = Some((id, f, size)),
         Ok(_) => {
             // The log rolled past it meanwhile.
             let _ = std::fs::remove_file(shared.dir.join(record::file_name(id)));

@@ -395,6 +395,16 @@ impl State {
 
     fn append_one(&mut self, group: u64, id: LogId, bytes: Arc<[u8]>) -> io::Result<()> {
         let index = id.index();
+        // Checked before the record is written: a gap written would stop
+        // the log from opening.
+        if let Some(g) = self.groups.get(&group).filter(|g| !g.locs.is_empty()) {
+            if index > g.next_index() {
+                return Err(io_err(format!(
+                    "log of group {group}: entry {index} appended after {}",
+                    g.next_index() - 1
+                )));
+            }
+        }
         let loc = self.push(Kind::Entry, group, index, &bytes)?;
         self.add_loc(group, index, loc, Some(bytes), Some(id))
     }

@@ -186,3 +186,51 @@ async fn a_failed_sync_fails_the_round_and_every_later_one() {
     let e = wal.flush().await.unwrap_err();
     assert!(e.to_string().contains("failed earlier"), "{e}");
 }
+
+/// A data dir of the layout before the node-wide log (entries in sled's
+/// `log` tree) is moved into the log at open: every entry readable, the
+/// old tree emptied.
+#[tokio::test]
+async fn entries_kept_in_sled_by_the_old_layout_are_moved_into_the_log() {
+    use crate::storage::{FlushMode, LogStore, NodeDb};
+    use openraft::storage::{RaftLogReader, RaftLogStorage};
+    use seatfence_core::GroupId;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::Config::new()
+            .path(dir.path().join("sled"))
+            .segment_size(4 * 1024 * 1024)
+            .open()
+            .unwrap();
+        let (log, meta) = (db.open_tree("log").unwrap(), db.open_tree("meta").unwrap());
+        let prefix = 5u64.to_be_bytes();
+        for i in 1..=3u64 {
+            let key = [&prefix[..], &i.to_be_bytes()].concat();
+            let e = Entry::new_blank(id(1, i));
+            log.insert(key, crate::codec::encode_compressed(&e).unwrap())
+                .unwrap();
+        }
+        meta.insert([&prefix[..], b"created"].concat(), &[][..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let db = NodeDb::open(dir.path(), FlushMode::Shared).unwrap();
+    let mut log = LogStore::open(&db, GroupId(5)).unwrap();
+    assert_eq!(
+        log.get_log_state().await.unwrap().last_log_id,
+        Some(id(1, 3))
+    );
+    let got: Vec<u64> = log
+        .try_get_log_entries(1..=3)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.index())
+        .collect();
+    assert_eq!(got, vec![1, 2, 3]);
+    assert!(dir.path().join("wal").join(record::file_name(0)).exists());
+    assert_eq!(
+        db.stored_groups().into_iter().collect::<Vec<_>>(),
+        vec![GroupId(5)]
+    );
+}

@@ -26,7 +26,11 @@
 //! - sled writes that entries must not outlive (a group's `created` mark,
 //!   a joining mark) are flushed before the next round writes (`sled_first`).
 
+mod flusher;
 mod record;
+mod recover;
+
+pub(crate) use recover::import;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -34,13 +38,13 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::entry::RaftEntry;
 use tokio::sync::mpsc;
 
 use super::health::Health;
-use super::{decode, decode_compressed, encode, io_err};
+use super::{decode_compressed, encode, io_err};
 use crate::types::{Entry, LogId};
 use record::Kind;
 
@@ -188,7 +192,7 @@ impl Wal {
         segment_bytes: u64,
     ) -> io::Result<Wal> {
         std::fs::create_dir_all(dir)?;
-        let mut state = recover(dir, segment_bytes)?;
+        let mut state = recover::recover(dir, segment_bytes)?;
         if state.segments.is_empty() {
             let file = create_segment(dir, 0)?;
             sync_dir(dir)?;
@@ -203,7 +207,7 @@ impl Wal {
             tx,
             sled_first: AtomicBool::new(false),
         });
-        tokio::spawn(run_flusher(Arc::downgrade(&shared), rx));
+        tokio::spawn(flusher::run_flusher(Arc::downgrade(&shared), rx));
         Ok(Wal { shared })
     }
 
@@ -537,7 +541,14 @@ impl State {
         for loc in gone {
             self.release(loc);
         }
-        let g = &self.groups[&group];
+        self.reread_last(group)
+    }
+
+    /// Set the group's last log id from its last entry (read back).
+    fn reread_last(&mut self, group: u64) -> io::Result<()> {
+        let Some(g) = self.groups.get(&group) else {
+            return Ok(());
+        };
         let last = match g.locs.is_empty() {
             true => None,
             false => {
@@ -587,355 +598,8 @@ fn create_segment(dir: &Path, id: u64) -> io::Result<File> {
         .open(dir.join(record::file_name(id)))
 }
 
-/// Write `entries` (group, index, encoded entry) as the log's only
-/// segment, synced, replacing whatever `dir` held: the move from the
-/// layout that kept entries in sled. Returns how many were written.
-pub(crate) fn import(
-    dir: &Path,
-    entries: impl Iterator<Item = io::Result<(u64, u64, Vec<u8>)>>,
-) -> io::Result<usize> {
-    // A move interrupted before sled's copy was cleared: start it again.
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    let mut buf = Vec::new();
-    let mut n = 0;
-    for e in entries {
-        let (group, index, bytes) = e?;
-        record::put(&mut buf, Kind::Entry, group, index, &bytes);
-        n += 1;
-    }
-    let f = create_segment(dir, 0)?;
-    f.write_all_at(&buf, 0)?;
-    f.sync_all()?;
-    sync_dir(dir)?;
-    Ok(n)
-}
-
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
-
-/// Replay every segment in `dir` into a fresh state.
-fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
-    let mut ids: Vec<u64> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok()?.file_name().to_str().and_then(record::parse_name))
-        .collect();
-    ids.sort_unstable();
-    let mut st = State::empty(dir, segment_bytes);
-    let mut purged: HashMap<u64, LogId> = HashMap::new();
-    for (n, &id) in ids.iter().enumerate() {
-        let path = dir.join(record::file_name(id));
-        let bytes = std::fs::read(&path)?;
-        let (records, good) = record::scan(&bytes);
-        // Zeros after the last record: the unused part of a zeroed segment.
-        let torn = bytes[good..].iter().any(|&b| b != 0);
-        if torn {
-            let later_has_records = ids[n + 1..].iter().any(|&later| {
-                std::fs::read(dir.join(record::file_name(later)))
-                    .is_ok_and(|b| !record::scan(&b).0.is_empty())
-            });
-            if later_has_records {
-                return Err(record::corrupt(format!(
-                    "{}: a damaged record at byte {good} of {}, and later segments hold records: the log is corrupt (not a torn write); refusing to start rather than forget acknowledged entries",
-                    path.display(),
-                    bytes.len()
-                )));
-            }
-        }
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        st.segments.insert(id, Segment::new(file));
-        st.active = id;
-        st.end = good as u64;
-        st.active_bytes = (bytes.len() as u64)
-            .max(FIRST_SEGMENT_BYTES)
-            .min(segment_bytes);
-        for r in &records {
-            let loc = Loc {
-                seg: id,
-                at: r.payload_at as u64,
-                len: r.payload.len() as u32,
-            };
-            match r.kind {
-                Kind::Entry => st.add_loc(r.group, r.index, loc, None, None)?,
-                Kind::Truncate => st.truncate_mem_quiet(r.group, r.index),
-                Kind::Purge => {
-                    let id: LogId = decode(r.payload)?;
-                    purged.insert(r.group, id);
-                    st.purge_mem(r.group, id);
-                }
-                Kind::Drop => {
-                    purged.remove(&r.group);
-                    st.drop_mem(r.group);
-                }
-            }
-        }
-        if torn {
-            tracing::warn!(
-                segment = %path.display(),
-                kept = good,
-                cut = bytes.len() - good,
-                "log: a torn write at the end (never acknowledged): cut off"
-            );
-            let f = &st.segments[&id].file;
-            f.set_len(good as u64)?;
-            f.sync_all()?;
-            // Later segments are empty (checked above): remove them.
-            for &later in &ids[n + 1..] {
-                std::fs::remove_file(dir.join(record::file_name(later)))?;
-            }
-            break;
-        }
-    }
-    st.synced = (st.active, st.end);
-    // A segment nothing lives in (all purged, or a zeroed spare left by a
-    // crash) goes at the first look.
-    for seg in st.segments.values_mut() {
-        if seg.live == 0 {
-            seg.died_at = Some((0, 0));
-        }
-    }
-    // Each group's last log id, from its last entry.
-    let groups: Vec<u64> = st.groups.keys().copied().collect();
-    for group in groups {
-        let g = &st.groups[&group];
-        let last = match g.locs.is_empty() {
-            true => None,
-            false => {
-                let entry: Entry = decode_compressed(&st.source(g, g.next_index() - 1).bytes()?)?;
-                Some(entry.log_id())
-            }
-        };
-        st.groups.get_mut(&group).expect("present").last = last;
-    }
-    st.garbage = true;
-    Ok(st)
-}
-
-impl State {
-    /// `truncate_mem` during replay: the new last log id is computed once
-    /// at the end, so nothing is read here.
-    fn truncate_mem_quiet(&mut self, group: u64, from: u64) {
-        let Some(g) = self.groups.get_mut(&group) else {
-            return;
-        };
-        let keep = from.saturating_sub(g.first).min(g.locs.len() as u64) as usize;
-        let gone: Vec<Loc> = g.locs.drain(keep..).collect();
-        g.cache.clear();
-        g.cache_bytes = 0;
-        for loc in gone {
-            self.release(loc);
-        }
-    }
-}
-
-/// One round per batch of waiters: write and sync what is pending, answer
-/// them all, then look for segments to delete.
-async fn run_flusher(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Waiter>) {
-    let mut batch = Vec::new();
-    while rx.recv_many(&mut batch, 4096).await > 0 {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        let result = round(&shared).await;
-        for cb in batch.drain(..) {
-            cb(match &result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            });
-        }
-        if result.is_ok() {
-            if let Err(e) = collect_garbage(&shared).await {
-                tracing::warn!(error = %e, "log: deleting dead segments failed");
-            }
-            prepare_spare(&shared).await;
-        }
-    }
-}
-
-/// Write and sync every pending record: per segment in order, one write
-/// and one `fdatasync` (a segment is synced before the next one is
-/// written, so records in a later segment prove the earlier one whole).
-async fn round(shared: &Shared) -> io::Result<()> {
-    if shared.sled_first.swap(false, SeqCst) {
-        shared.health.flush(&shared.sled).await?;
-    }
-    let (chunks, files, new_segment) = {
-        let mut st = shared.state.lock().expect("wal lock poisoned");
-        let chunks: Vec<Arc<Chunk>> = st.pending.drain(..).map(Arc::new).collect();
-        st.writing.extend(chunks.iter().cloned());
-        let files: Vec<Arc<File>> = chunks
-            .iter()
-            .map(|c| st.segments[&c.seg].file.clone())
-            .collect();
-        let mut new_segment = false;
-        for seg in st.segments.values_mut() {
-            new_segment |= std::mem::take(&mut seg.created);
-        }
-        (chunks, files, new_segment)
-    };
-    if chunks.is_empty() && !new_segment {
-        return Ok(());
-    }
-    let dir = shared.dir.clone();
-    let to_write = chunks.clone();
-    let r = shared
-        .health
-        .guarded(move || {
-            for (c, f) in to_write.iter().zip(&files) {
-                f.write_all_at(&c.buf, c.at)?;
-                f.sync_data()?;
-            }
-            if new_segment {
-                sync_dir(&dir)?;
-            }
-            Ok(())
-        })
-        .await;
-    let mut st = shared.state.lock().expect("wal lock poisoned");
-    st.writing.clear();
-    if r.is_ok() {
-        if let Some(c) = chunks.last() {
-            st.synced = (c.seg, c.at + c.buf.len() as u64);
-        }
-    }
-    r
-}
-
-/// Once the active segment is half full, write the next one with zeros
-/// and sync it (see `State::spare`), off the append path.
-async fn prepare_spare(shared: &Shared) {
-    let (id, size) = {
-        let mut st = shared.state.lock().expect("wal lock poisoned");
-        if st.spare.is_some() || st.preparing.is_some() || st.end < st.active_bytes / 2 {
-            return;
-        }
-        st.preparing = Some(st.active + 1);
-        (st.active + 1, (st.active_bytes * 2).min(st.segment_bytes))
-    };
-    let dir = shared.dir.clone();
-    let made = tokio::task::spawn_blocking(move || -> io::Result<File> {
-        let f = create_segment(&dir, id)?;
-        let zeros = vec![0u8; 1 << 20];
-        let mut at = 0;
-        while at < size {
-            let n = (size - at).min(zeros.len() as u64);
-            f.write_all_at(&zeros[..n as usize], at)?;
-            at += n;
-        }
-        f.sync_all()?;
-        sync_dir(&dir)?;
-        Ok(f)
-    })
-    .await
-    .map_err(io_err)
-    .and_then(|r| r);
-    let mut st = shared.state.lock().expect("wal lock poisoned");
-    st.preparing = None;
-    match made {
-        Ok(f) if st.active < id => st.spare = Some((id, f, size)),
-        Ok(_) => {
-            // The log rolled past it meanwhile.
-            let _ = std::fs::remove_file(shared.dir.join(record::file_name(id)));
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, segment = id, "log: preparing the next segment failed")
-        }
-    }
-}
-
-/// Delete the oldest segments that are dead and whose death is synced
-/// (after a sled flush: its purge points stand for their records). When
-/// there are many segments and the oldest has few live entries, rewrite
-/// the groups that keep it alive, so it dies by the next round.
-async fn collect_garbage(shared: &Shared) -> io::Result<()> {
-    let dead: Vec<u64> = {
-        let mut st = shared.state.lock().expect("wal lock poisoned");
-        if !std::mem::take(&mut st.garbage) {
-            return Ok(());
-        }
-        let synced = st.synced;
-        let dead: Vec<u64> = st
-            .segments
-            .iter()
-            .take_while(|(&id, s)| {
-                id < st.active && s.live == 0 && s.died_at.is_some_and(|d| d <= synced)
-            })
-            .map(|(&id, _)| id)
-            .collect();
-        let mut again = false;
-        if st.segments.len() - dead.len() > KEEP_SEGMENTS {
-            let (&oldest, seg) = st.segments.iter().nth(dead.len()).expect("counted");
-            if oldest < st.active && seg.live > 0 && seg.live <= RELOCATE_MAX {
-                relocate(&mut st, oldest)?;
-                again = true;
-            }
-        }
-        // A dead segment that must wait (its death not yet synced, or an
-        // older one still alive): look again after the next round.
-        again |= st
-            .segments
-            .iter()
-            .any(|(id, s)| *id < st.active && s.live == 0 && !dead.contains(id));
-        st.garbage |= again;
-        dead
-    };
-    if dead.is_empty() {
-        return Ok(());
-    }
-    shared.health.flush(&shared.sled).await?;
-    {
-        let mut st = shared.state.lock().expect("wal lock poisoned");
-        for id in &dead {
-            st.segments.remove(id);
-        }
-    }
-    for id in &dead {
-        match std::fs::remove_file(shared.dir.join(record::file_name(*id))) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-    }
-    tracing::debug!(segments = dead.len(), "log: deleted dead segments");
-    Ok(())
-}
-
-/// Append again, whole, the log of every group with an entry in segment
-/// `seg`: replay sees the copy replace the old one (an entry at or below
-/// a group's last replaces from there on).
-fn relocate(st: &mut State, seg: u64) -> io::Result<()> {
-    let groups: Vec<u64> = st
-        .groups
-        .iter()
-        .filter(|(_, g)| g.locs.iter().any(|l| l.seg == seg))
-        .map(|(&id, _)| id)
-        .collect();
-    for group in &groups {
-        let g = &st.groups[group];
-        let (first, n, last, purged) = (g.first, g.locs.len() as u64, g.last, g.purged);
-        let bytes: Vec<Arc<[u8]>> = (first..first + n)
-            .map(|i| st.source(g, i).bytes())
-            .collect::<io::Result<_>>()?;
-        // Remove the group, then append it anew from its first entry.
-        st.drop_mem(*group);
-        for (k, b) in bytes.into_iter().enumerate() {
-            let index = first + k as u64;
-            let loc = st.push(Kind::Entry, *group, index, &b)?;
-            st.add_loc(*group, index, loc, Some(b), None)?;
-        }
-        let g = st.groups.get_mut(group).expect("appended");
-        g.last = last;
-        g.purged = purged;
-        st.trim_cache(*group);
-    }
-    tracing::debug!(
-        segment = seg,
-        groups = groups.len(),
-        "log: rewrote the live entries of an old segment"
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests;

@@ -121,7 +121,9 @@ impl NodeDb {
         // moved into the log's first segment once.
         let wal_dir = dir.join("wal");
         let old_log = tree("log")?;
-        if !old_log.is_empty() {
+        // A log already there: an earlier move finished and was cut short
+        // while clearing sled's copy (`Tree::clear` is not atomic).
+        if !old_log.is_empty() && !wal_dir.exists() {
             let entries = old_log.iter().map(|kv| {
                 let (k, v) = kv.map_err(io_err)?;
                 let group = group_of(&k).ok_or_else(|| io_err("a log key without a group"))?;
@@ -133,12 +135,14 @@ impl NodeDb {
                 Ok((group.0, index, v.to_vec()))
             });
             let n = super::wal::import(&wal_dir, entries)?;
-            old_log.clear().map_err(io_err)?;
-            db.flush().map_err(io_err)?;
             tracing::info!(
                 entries = n,
                 "moved the log from sled into the node-wide log"
             );
+        }
+        if !old_log.is_empty() {
+            old_log.clear().map_err(io_err)?;
+            db.flush().map_err(io_err)?;
         }
         let wal = Wal::open(&wal_dir, health.clone(), db.clone())?;
         let (tx_flush, rx_flush) = mpsc::unbounded_channel();

@@ -43,12 +43,16 @@ impl LogStore {
             trees: db.group_trees(group)?,
             joining: None,
         };
-        // sled's purge point may be newer than the log's (a purge record
-        // not yet synced at a crash, while sled's write was).
-        if let Some(purged) = store.get_meta::<LogId>(PURGED)? {
-            if db.wal().log_state(group.0).0 < Some(purged) {
-                db.wal().purge(group.0, purged)?;
-            }
+        // The two purge points agree from here on: sled's may be newer (a
+        // purge record not yet synced at a crash, while sled's write was)
+        // or older (the other way round; sled's copy must stand for the
+        // log's record once its segment goes).
+        let in_sled = store.get_meta::<LogId>(PURGED)?;
+        let in_log = db.wal().log_state(group.0).0;
+        match (in_sled, in_log) {
+            (Some(s), l) if l.as_ref() < Some(&s) => db.wal().purge(group.0, s)?,
+            (s, Some(l)) if s.as_ref() < Some(&l) => store.put_meta(PURGED, &l)?,
+            _ => {}
         }
         Ok(store)
     }
@@ -170,7 +174,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = last_log_id.map(|l| l.index() + 1).unwrap_or(0);
-        self.db.wal().truncate(self.group.0, from)
+        self.db.wal().truncate(self.group.0, from)?;
+        // Synced before anything else happens: a truncate lost at a crash
+        // while what followed it in sled survived (an applied id, or a
+        // snapshot's) would bring back a conflicting tail at or past the
+        // applied index, which openraft refuses to start on. Rare: only a
+        // follower with an uncommitted tail from a deposed leader.
+        self.db.wal().flush().await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {

@@ -41,8 +41,13 @@ pub(super) async fn run_flusher(shared: Weak<Shared>, mut rx: mpsc::UnboundedRec
 /// and one `fdatasync` (a segment is synced before the next one is
 /// written, so records in a later segment prove the earlier one whole).
 async fn round(shared: &Shared) -> io::Result<()> {
-    if shared.sled_first.swap(false, SeqCst) {
-        shared.health.flush(&shared.sled).await?;
+    // After a failed flush nothing is acknowledged, not even an append
+    // whose records a failed round took (its callback may come a round
+    // later, with nothing left to write).
+    if let Some(why) = shared.health.failed() {
+        return Err(io::Error::other(format!(
+            "storage failed earlier ({why}): nothing is flushed after a failed flush"
+        )));
     }
     let (chunks, files, new_segment) = {
         let mut st = shared.state.lock().expect("wal lock poisoned");
@@ -58,6 +63,19 @@ async fn round(shared: &Shared) -> io::Result<()> {
         }
         (chunks, files, new_segment)
     };
+    // Looked at after the records are taken: a mark set before a group's
+    // first entry was pushed is flushed before that entry is written.
+    if shared.sled_first.swap(false, SeqCst) {
+        if let Err(e) = shared.health.flush(&shared.sled).await {
+            shared
+                .state
+                .lock()
+                .expect("wal lock poisoned")
+                .writing
+                .clear();
+            return Err(e);
+        }
+    }
     if chunks.is_empty() && !new_segment {
         return Ok(());
     }
@@ -143,7 +161,10 @@ async fn collect_garbage(shared: &Shared) -> io::Result<()> {
             .segments
             .iter()
             .take_while(|(&id, s)| {
-                id < st.active && s.live == 0 && s.died_at.is_some_and(|d| d <= synced)
+                // Wholly synced (no record of it still pending), and what
+                // emptied it (rewritten copies included) synced too.
+                // (A segment that never held an entry has no `died_at`.)
+                id < synced.0 && s.live == 0 && s.died_at.is_none_or(|d| d <= synced)
             })
             .map(|(&id, _)| id)
             .collect();
@@ -180,6 +201,8 @@ async fn collect_garbage(shared: &Shared) -> io::Result<()> {
             _ => {}
         }
     }
+    // A deleted segment back after a power loss would replay stale records.
+    sync_dir(&shared.dir)?;
     tracing::debug!(segments = dead.len(), "log: deleted dead segments");
     Ok(())
 }

@@ -563,13 +563,16 @@ impl State {
     fn purge_mem(&mut self, group: u64, id: LogId) {
         let g = self.groups.entry(group).or_default();
         let upto = id.index();
-        let n = (upto + 1).saturating_sub(g.first).min(g.locs.len() as u64) as usize;
+        let n = upto
+            .saturating_add(1)
+            .saturating_sub(g.first)
+            .min(g.locs.len() as u64) as usize;
         let gone: Vec<Loc> = g.locs.drain(..n).collect();
         while g.cache.len() > g.locs.len() {
             let b = g.cache.pop_front().expect("non-empty");
             g.cache_bytes -= b.len();
         }
-        g.first = g.first.max(upto + 1);
+        g.first = g.first.max(upto.saturating_add(1));
         if g.purged < Some(id) {
             g.purged = Some(id);
         }

@@ -1,7 +1,6 @@
 //! Opening the log: every segment replayed in order into memory, a torn
 //! end cut off; and the one-time import of the layout before it.
 
-use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -12,18 +11,20 @@ use super::{create_segment, sync_dir, Loc, Segment, State, FIRST_SEGMENT_BYTES};
 use crate::storage::decode;
 use crate::types::LogId;
 
-/// Write `entries` (group, index, encoded entry) as the log's only
-/// segment, synced, replacing whatever `dir` held: the move from the
-/// layout that kept entries in sled. Returns how many were written.
+/// Write `entries` (group, index, encoded entry) as the only segment of a
+/// new log in `dir`: the move from the layout that kept entries in sled.
+/// Written whole in `dir`.tmp, synced, then renamed, so a crash leaves
+/// either no log (the move runs again) or the whole one (the caller only
+/// clears sled's copy). Returns how many were written.
 pub(crate) fn import(
     dir: &Path,
     entries: impl Iterator<Item = io::Result<(u64, u64, Vec<u8>)>>,
 ) -> io::Result<usize> {
-    // A move interrupted before sled's copy was cleared: start it again.
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
+    let tmp = dir.with_extension("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
     }
-    std::fs::create_dir_all(dir)?;
+    std::fs::create_dir_all(&tmp)?;
     let mut buf = Vec::new();
     let mut n = 0;
     for e in entries {
@@ -31,10 +32,14 @@ pub(crate) fn import(
         record::put(&mut buf, Kind::Entry, group, index, &bytes);
         n += 1;
     }
-    let f = create_segment(dir, 0)?;
+    let f = create_segment(&tmp, 0)?;
     f.write_all_at(&buf, 0)?;
     f.sync_all()?;
-    sync_dir(dir)?;
+    sync_dir(&tmp)?;
+    std::fs::rename(&tmp, dir)?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent)?;
+    }
     Ok(n)
 }
 
@@ -45,7 +50,6 @@ pub(super) fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
         .collect();
     ids.sort_unstable();
     let mut st = State::empty(dir, segment_bytes);
-    let mut purged: HashMap<u64, LogId> = HashMap::new();
     for (n, &id) in ids.iter().enumerate() {
         let path = dir.join(record::file_name(id));
         let bytes = std::fs::read(&path)?;
@@ -83,13 +87,9 @@ pub(super) fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
                 Kind::Truncate => st.truncate_mem_quiet(r.group, r.index),
                 Kind::Purge => {
                     let id: LogId = decode(r.payload)?;
-                    purged.insert(r.group, id);
                     st.purge_mem(r.group, id);
                 }
-                Kind::Drop => {
-                    purged.remove(&r.group);
-                    st.drop_mem(r.group);
-                }
+                Kind::Drop => st.drop_mem(r.group),
             }
         }
         if torn {
@@ -109,6 +109,12 @@ pub(super) fn recover(dir: &Path, segment_bytes: u64) -> io::Result<State> {
             break;
         }
     }
+    // What a killed process wrote may still be only in the page cache:
+    // synced now, before anything replayed from it is taken as durable.
+    for seg in st.segments.values() {
+        seg.file.sync_all()?;
+    }
+    sync_dir(dir)?;
     st.synced = (st.active, st.end);
     // A segment nothing lives in (all purged, or a zeroed spare left by a
     // crash) goes at the first look.

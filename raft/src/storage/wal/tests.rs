@@ -181,6 +181,10 @@ async fn a_failed_sync_fails_the_round_and_every_later_one() {
     std::fs::write(dir.path().join(super::super::health::FAULT_FSYNC_FILE), b"").unwrap();
     wal.append(1, encoded(1, 2..=2)).unwrap();
     assert!(wal.flush().await.is_err());
+    // A round with nothing left to write still refuses: an append whose
+    // records the failed round took may be waiting on this one.
+    let e = wal.flush().await.unwrap_err();
+    assert!(e.to_string().contains("failed earlier"), "{e}");
     std::fs::remove_file(dir.path().join(super::super::health::FAULT_FSYNC_FILE)).unwrap();
     wal.append(1, encoded(1, 3..=3)).unwrap();
     let e = wal.flush().await.unwrap_err();

@@ -10,7 +10,8 @@ use std::sync::{Arc, Weak};
 use tokio::sync::mpsc;
 
 use super::record::{self, Kind};
-use super::{create_segment, sync_dir, Chunk, Shared, State, Waiter, KEEP_SEGMENTS, RELOCATE_MAX};
+use super::record::{create_segment, sync_dir};
+use super::{Chunk, Shared, State, Waiter, KEEP_SEGMENTS, RELOCATE_MAX};
 use crate::storage::io_err;
 
 /// One round per batch of waiters: write and sync what is pending, answer
@@ -32,7 +33,9 @@ pub(super) async fn run_flusher(shared: Weak<Shared>, mut rx: mpsc::UnboundedRec
             if let Err(e) = collect_garbage(&shared).await {
                 tracing::warn!(error = %e, "log: deleting dead segments failed");
             }
-            prepare_spare(&shared).await;
+            // Its own task: zeroing up to 64 MiB must not hold up rounds.
+            let s = shared.clone();
+            tokio::spawn(async move { prepare_spare(&s).await });
         }
     }
 }

@@ -33,7 +33,7 @@ mod recover;
 pub(crate) use recover::import;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 use super::health::Health;
 use super::{decode_compressed, encode, io_err};
 use crate::types::{Entry, LogId};
-use record::Kind;
+use record::{create_segment, sync_dir, Kind};
 
 /// A new segment is started once the current one holds this much. The
 /// first segment of a log is [`FIRST_SEGMENT_BYTES`], each next one twice
@@ -593,16 +593,5 @@ impl State {
     }
 }
 
-fn create_segment(dir: &Path, id: u64) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(dir.join(record::file_name(id)))
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
 #[cfg(test)]
 mod tests;

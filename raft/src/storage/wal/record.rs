@@ -14,7 +14,9 @@
 //! checksum: what follows was never acknowledged (a torn write) when it is
 //! the end of the last segment.
 
+use std::fs::{File, OpenOptions};
 use std::io;
+use std::path::Path;
 
 /// Bytes before a record's body: its length and checksum.
 pub(super) const HEADER: usize = 8;
@@ -116,6 +118,20 @@ pub(super) fn file_name(id: u64) -> String {
 pub(super) fn parse_name(name: &str) -> Option<u64> {
     let id = name.strip_suffix(".seg")?;
     (id.len() == 20).then(|| id.parse().ok()).flatten()
+}
+
+/// Create segment file `id` in `dir` (it must not exist).
+pub(super) fn create_segment(dir: &Path, id: u64) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.join(file_name(id)))
+}
+
+/// Make `dir`'s entries (files created, renamed, removed) durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 pub(super) fn corrupt(what: String) -> io::Error {

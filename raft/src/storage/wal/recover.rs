@@ -7,7 +7,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::record::{self, Kind};
-use super::{create_segment, sync_dir, Loc, Segment, State, FIRST_SEGMENT_BYTES};
+use super::record::{create_segment, sync_dir};
+use super::{Loc, Segment, State, FIRST_SEGMENT_BYTES};
 use crate::storage::decode;
 use crate::types::LogId;
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::types::Entry;
 use openraft::entry::RaftEntry;
+use std::fs::OpenOptions;
 
 fn id(term: u64, index: u64) -> LogId {
     LogId::new_term_index(term, index)
@@ -154,11 +155,14 @@ async fn dead_segments_are_deleted_and_a_quiet_group_is_carried_forward() {
         .unwrap()
         .filter_map(|e| record::parse_name(e.unwrap().file_name().to_str()?))
         .collect();
-    let active = *ids.last().unwrap();
+    // (A spare being zeroed, or one the log rolled past and deletes when
+    // zeroed, may be there too: they are never among the old ones.)
     assert!(
-        on_disk
-            .iter()
-            .all(|id| ids.contains(id) || *id == active + 1),
+        on_disk.iter().all(|id| ids.contains(id) || id > &ids[0]),
+        "{on_disk:?} against {ids:?}"
+    );
+    assert!(
+        on_disk.len() <= ids.len() + 2,
         "{on_disk:?} against {ids:?}"
     );
     assert_eq!(indexes(&wal, 9), vec![(1, 1), (1, 2)]);

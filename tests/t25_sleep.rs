@@ -246,3 +246,78 @@ async fn kill_leader_and_write(
     assert_keys_on(cluster, &cluster.addr(new_leader).unwrap(), g, acked).await;
     new_leader
 }
+
+/// A hold in an event whose group fell asleep expires on time with nobody
+/// using the group: the leader's dispatcher keeps the tick due it read in
+/// this nap (it reads a sleeping group's state once per nap), and the tick
+/// it proposes wakes the group. Checked without waking it first: the
+/// group's applied index moves by itself, read through `Status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t25_a_hold_in_a_sleeping_event_expires_on_time() {
+    let _one = serial().await;
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::builder(dir.path())
+        .regions(1, 3)
+        .tuning(sleepy())
+        .start(std::path::Path::new(env!("CARGO_BIN_EXE_seatfence")))
+        .expect("start cluster");
+    cluster.wait_ready(PATIENCE).await.unwrap();
+    let (region, edge) = cluster.edges().into_iter().next().unwrap();
+    // Long enough for the group to fall asleep first on a slow machine.
+    let ttl_secs = 20;
+    let created = create_event(
+        &cluster,
+        &edge,
+        serde_json::json!({"event_id": "nap", "name": "Nap", "home_region": region,
+               "seats": ["N1", "N2"], "hold_ttl_secs": ttl_secs}),
+    )
+    .await;
+    let g = GroupId(created["group_id"].as_u64().unwrap());
+    let http = seatfence_testkit::http_client::HttpClient::default();
+    let tok = token(&cluster, "nia", false);
+    let held = http
+        .post(
+            &format!("{edge}/v1/holds"),
+            Some(&tok),
+            None,
+            &serde_json::json!({"event_id": "nap", "seats": ["N1"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held.status.as_u16(), 201, "{}", held.body);
+    let hold_id = held.body["hold_id"].as_str().unwrap().to_string();
+
+    all_asleep(&cluster, g, 3).await;
+    let applied = |v: Vec<(u64, GroupStatus)>| v.iter().map(|(_, s)| s.applied_index).max();
+    let asleep_at = applied(statuses(&cluster, g).await).unwrap();
+    let still = http
+        .get(&format!("{edge}/v1/holds/{hold_id}"), Some(&tok))
+        .await
+        .unwrap();
+    assert_eq!(
+        still.body["status"], "held",
+        "the group fell asleep only after the hold's TTL ({ttl_secs} s): {}",
+        still.body
+    );
+    let _ = all_asleep(&cluster, g, 3).await;
+    let asleep_at = asleep_at.max(applied(statuses(&cluster, g).await).unwrap());
+
+    tracing::info!("--- nobody touches the group: its tick must come by itself");
+    eventually(
+        "the sleeping group's tick commits after the TTL",
+        || async {
+            let now = applied(statuses(&cluster, g).await)?;
+            (now > asleep_at).then_some(())
+        },
+    )
+    .await;
+    eventually("the hold expired", || async {
+        let a = http
+            .get(&format!("{edge}/v1/holds/{hold_id}"), Some(&tok))
+            .await
+            .ok()?;
+        (a.body["status"] == "expired").then_some(())
+    })
+    .await;
+}

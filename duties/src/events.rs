@@ -3,12 +3,16 @@
 //! [`Duty`]; a pass runs as a task of its own (at most one per group and
 //! duty, at most [`Duty::limit`] groups at once per duty) and hands its
 //! memory back when it ends, so a slow gateway in one group's sweep never
-//! holds another group's expiry, and an idle group costs one read of its
-//! state per scan (every 500 ms).
+//! holds another group's expiry, and an awake idle group costs one read
+//! of its state per scan (every 500 ms). A sleeping group costs a look at
+//! its nap: what a scan read of it (whether this node leads it, when its
+//! next tick is due) holds until it wakes, since nothing changes its state
+//! meanwhile ([`GroupHandle::nap`]).
 //!
 //! ```text
 //!  wake (the earliest due pass, a pass ending, or every 500 ms of the node's timer:
-//!        then the led groups are read again, and their tick due times)
+//!        then the led groups are read again, and their tick due times; a
+//!        sleeping group's from what was read in the same nap)
 //!   └─ every event group this node leads:
 //!        Tick       when a hold deadline, a room draw or a cleanup is due ─▶ propose Tick (term-fenced)
 //!        Reconcile  every reconcile_interval_ms after the last sweep      ─▶ reconciler::sweep
@@ -22,7 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seatfence_core::GroupId;
+use seatfence_core::{Epoch, EventId, GroupId};
 use seatfence_payments::outbox::{self, EmailLane, LaneReport, RefundLane};
 use seatfence_payments::reconciler::{self, SweepReport};
 use seatfence_payments::Payments;
@@ -117,6 +121,21 @@ impl Slot {
     }
 }
 
+/// A group this node leads, as a scan found it.
+struct Led {
+    gid: GroupId,
+    g: Arc<GroupHandle>,
+    /// Its next tick: when, its event and epoch.
+    tick: Option<(u64, EventId, Epoch)>,
+}
+
+/// What a scan read of a sleeping group, kept for the rest of its nap.
+struct Seen {
+    nap: u64,
+    led: bool,
+    tick: Option<(u64, EventId, Epoch)>,
+}
+
 /// The dispatcher of one node (see the module's diagram).
 pub struct EventDuties {
     registry: Arc<Registry>,
@@ -150,26 +169,27 @@ impl EventDuties {
         let mut slots: HashMap<GroupId, Slot> = HashMap::new();
         let mut passes: JoinSet<(GroupId, Done)> = JoinSet::new();
         let mut running: HashMap<Id, (GroupId, Duty)> = HashMap::new();
-        let mut led: Vec<(GroupId, Arc<GroupHandle>)> = Vec::new();
+        let mut led: Vec<Led> = Vec::new();
+        let mut seen: HashMap<GroupId, Seen> = HashMap::new();
         let mut next_scan = Instant::now();
         loop {
             let now = Instant::now();
-            // Which groups this node leads, and whether a tick is due in
+            // Which groups this node leads, and when a tick is due in
             // them, is read every `WAKE_EVERY` only: a wake for a lane's
             // schedule costs no lock of any group.
             let scan = now >= next_scan;
             if scan {
-                led = self.led();
+                led = self.led(&mut seen);
                 next_scan = now + seatfence_raft::timer::real_duration(WAKE_EVERY);
-                let ids: HashSet<GroupId> = led.iter().map(|(gid, _)| *gid).collect();
+                let ids: HashSet<GroupId> = led.iter().map(|l| l.gid).collect();
                 slots.retain(|gid, slot| slot.busy() || ids.contains(gid));
             }
             let mut busy = [0usize; Duty::ALL.len()];
             for (_, duty) in running.values() {
                 busy[duty.index()] += 1;
             }
-            for (gid, g) in &led {
-                let slot = slots.entry(*gid).or_insert_with(|| self.fresh_slot());
+            for l in &led {
+                let slot = slots.entry(l.gid).or_insert_with(|| self.fresh_slot());
                 for duty in self.duties() {
                     if (duty == Duty::Tick && !scan)
                         || busy[duty.index()] >= duty.limit()
@@ -177,13 +197,13 @@ impl EventDuties {
                     {
                         continue;
                     }
-                    let Some(pass) = self.pass(duty, *gid, g, slot) else {
+                    let Some(pass) = self.pass(duty, l, slot) else {
                         continue;
                     };
                     slot.running[duty.index()] = true;
                     busy[duty.index()] += 1;
                     let id = passes.spawn(pass).id();
-                    running.insert(id, (*gid, duty));
+                    running.insert(id, (l.gid, duty));
                 }
             }
             self.set_gauges(&slots);
@@ -216,12 +236,52 @@ impl EventDuties {
         slot
     }
 
-    /// The event groups this node leads now.
-    fn led(&self) -> Vec<(GroupId, Arc<GroupHandle>)> {
-        self.registry
-            .all()
-            .into_iter()
-            .filter(|(gid, g)| !gid.is_directory() && g.leads())
+    /// The event groups this node leads now, with their next ticks. A
+    /// sleeping group is read once per nap (`seen` keeps what was read);
+    /// an awake one at every scan.
+    fn led(&self, seen: &mut HashMap<GroupId, Seen>) -> Vec<Led> {
+        let mut ticks = HashMap::new();
+        let mut napping = HashSet::new();
+        // Under the registry's read lock: only led groups' handles are
+        // cloned, and a sleeping group read in this nap costs no lock.
+        let led = self.registry.select(|g| {
+            if g.id.is_directory() {
+                return false;
+            }
+            let nap = g.nap();
+            let (is_led, tick) = match (nap, seen.get(&g.id)) {
+                (Some(n), Some(s)) if s.nap == n.seq => (s.led, s.tick.clone()),
+                // A sleeping follower cannot lead without waking first.
+                (Some(n), _) if !n.as_leader => (false, None),
+                _ => {
+                    let is_led = g.leads();
+                    (is_led, is_led.then(|| tick::next(g)).flatten())
+                }
+            };
+            if let Some(n) = nap {
+                napping.insert(g.id);
+                let tick = tick.clone();
+                seen.insert(
+                    g.id,
+                    Seen {
+                        nap: n.seq,
+                        led: is_led,
+                        tick,
+                    },
+                );
+            }
+            if is_led {
+                ticks.insert(g.id, tick);
+            }
+            is_led
+        });
+        seen.retain(|gid, _| napping.contains(gid));
+        led.into_iter()
+            .map(|g| Led {
+                gid: g.id,
+                tick: ticks.remove(&g.id).flatten(),
+                g,
+            })
             .collect()
     }
 
@@ -237,17 +297,17 @@ impl EventDuties {
     fn pass(
         &self,
         duty: Duty,
-        gid: GroupId,
-        g: &Arc<GroupHandle>,
+        led: &Led,
         slot: &mut Slot,
     ) -> Option<impl std::future::Future<Output = (GroupId, Done)> + Send + 'static> {
-        let g = g.clone();
+        let (gid, g) = (led.gid, led.g.clone());
         let proposer = self.proposer.clone();
         let payments = self.payments.clone();
         let now_ms = self.clock.now_ms();
         let job: std::pin::Pin<Box<dyn std::future::Future<Output = Done> + Send>> = match duty {
             Duty::Tick => {
-                let event = tick::due(&g, now_ms)?;
+                let (_, event_id, epoch) = led.tick.clone().filter(|t| t.0 <= now_ms)?;
+                let event = (event_id, epoch);
                 Box::pin(async move {
                     tick::propose(&proposer, gid, &g, event, now_ms).await;
                     Done::Tick

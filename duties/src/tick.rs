@@ -33,14 +33,12 @@ pub fn due_ms(inv: &Inventory) -> Option<u64> {
         .min()
 }
 
-/// The event of `g` and its epoch, if a tick is due at `now_ms`.
-pub fn due(g: &GroupHandle, now_ms: u64) -> Option<(EventId, Epoch)> {
+/// When `g` next needs a tick ([`due_ms`]), with its event and epoch.
+pub fn next(g: &GroupHandle) -> Option<(u64, EventId, Epoch)> {
     g.read(|s| {
         let inv = s.state.inventory();
         let e = inv.event()?;
-        due_ms(inv)
-            .filter(|at| *at <= now_ms)
-            .map(|_| (e.event_id.clone(), e.epoch))
+        due_ms(inv).map(|at| (at, e.event_id.clone(), e.epoch))
     })
 }
 

@@ -127,6 +127,14 @@ impl Registry {
         groups.iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
+    /// The hosted groups `keep` says yes to, looked at under the map's read
+    /// lock: a scan over thousands of groups clones only the handles it
+    /// keeps and builds no map.
+    pub fn select(&self, mut keep: impl FnMut(&GroupHandle) -> bool) -> Vec<Arc<GroupHandle>> {
+        let groups = self.groups.read().expect("registry lock poisoned");
+        groups.values().filter(|g| keep(g)).cloned().collect()
+    }
+
     /// Open the replica of `id` (creating its storage if new). Idempotent.
     pub async fn open(&self, id: GroupId) -> anyhow::Result<Arc<GroupHandle>> {
         self.open_as(id, false).await

@@ -124,9 +124,10 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => return,
             _ = crate::timer::sleep(CHECK_EVERY) => {}
         }
+        // A sleeping group is skipped without reading its metrics.
         let candidates: Vec<_> = registry
-            .all()
-            .into_values()
+            .select(|g| !g.is_asleep() && !g.id.is_directory())
+            .into_iter()
             .filter_map(|g| plan(&g, &registry.peers, sleep_after_ms).map(|p| (g, p)))
             .collect();
         futures::stream::iter(candidates)
@@ -149,7 +150,10 @@ async fn unload_sleepers(registry: &Registry, after_ms: u64) {
         return;
     }
     let me = registry.node_id();
-    for g in registry.all().into_values() {
+    // Sleeping leaders (most of a node's loaded groups once its followers
+    // are unloaded) are skipped without reading their metrics.
+    let sleepers = registry.select(|g| g.nap().is_some_and(|n| !n.as_leader));
+    for g in sleepers {
         if let Some(record) = super::dormant::plan(&g, &registry.peers, me, after_ms) {
             registry.unload(&g, record).await;
         }

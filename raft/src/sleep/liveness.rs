@@ -154,8 +154,11 @@ pub async fn run(registry: Arc<Registry>, timing: Timing, mut stop: watch::Recei
             // Dormant followers of a leader that is down come back first,
             // then wake below as any sleeping follower would.
             registry.reopen_dormant_led_by(&down).await;
-            for g in registry.all().into_values() {
-                if g.is_asleep() && should_wake(&g, me, &down, now, started, timing) {
+            // A leader put to sleep never wakes for this: only followers
+            // are looked at (their metrics read).
+            let followers = registry.select(|g| g.nap().is_some_and(|n| !n.as_leader));
+            for g in followers {
+                if should_wake(&g, me, &down, now, started, timing) {
                     g.wake();
                 }
             }
@@ -165,8 +168,8 @@ pub async fn run(registry: Arc<Registry>, timing: Timing, mut stop: watch::Recei
 
 /// Wake the sleeping groups this node leads that have `peer` as a voter.
 fn wake_led_with(registry: &Registry, peer: u64) {
-    for g in registry.all().into_values() {
-        if g.is_asleep() && g.raft.is_leader() && g.raft.voter_ids().any(|v| v == peer) {
+    for g in registry.select(|g| g.is_asleep()) {
+        if g.raft.is_leader() && g.raft.voter_ids().any(|v| v == peer) {
             g.wake();
         }
     }

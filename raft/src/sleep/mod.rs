@@ -72,9 +72,27 @@ pub struct Activity {
     /// The leader a dormant replica slept under (0: none), for a replica
     /// reopened from dormancy until openraft knows its leader again.
     leader_hint: AtomicU64,
+    /// Changes at every fall asleep and every wake: a scan that reads a
+    /// sleeping replica may keep what it read while this stays the same
+    /// (see [`GroupHandle::nap`]).
+    naps: AtomicU64,
+    /// Whether the replica fell asleep as its group's leader (false while
+    /// awake).
+    napping_leader: AtomicBool,
     /// Held while the runtime switches change, so the flag and the
     /// switches never disagree.
     transition: Mutex<()>,
+}
+
+/// One uninterrupted sleep of a replica, as [`GroupHandle::nap`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nap {
+    /// Which sleep this is: the same number only within one sleep.
+    pub seq: u64,
+    /// Whether it fell asleep leading its group (the controller put it to
+    /// sleep, [`controller`]): it still leads, unless a message it handled
+    /// has deposed it and the wake that follows has not run yet.
+    pub as_leader: bool,
 }
 
 impl Activity {
@@ -86,6 +104,8 @@ impl Activity {
             asleep: AtomicBool::new(false),
             lease_confirmed: AtomicBool::new(true),
             leader_hint: AtomicU64::new(0),
+            naps: AtomicU64::new(0),
+            napping_leader: AtomicBool::new(false),
             transition: Mutex::new(()),
         }
     }
@@ -101,6 +121,20 @@ impl GroupHandle {
     /// Whether this replica sleeps now (timers stopped).
     pub fn is_asleep(&self) -> bool {
         self.activity.asleep.load(SeqCst)
+    }
+
+    /// The sleep this replica is in, if it sleeps. While the same nap
+    /// lasts, its applied state and its role stay as they were when it fell
+    /// asleep: a proposal or a read wakes a leader first, a message that
+    /// changes a follower's log or vote wakes it after being handled (so a
+    /// scan may see such a change at most one look late, never miss it).
+    /// Scans over thousands of sleeping groups remember what they read per
+    /// nap instead of reading every group's state again.
+    pub fn nap(&self) -> Option<Nap> {
+        let seq = self.activity.naps.load(SeqCst);
+        let as_leader = self.activity.napping_leader.load(SeqCst);
+        (self.activity.asleep.load(SeqCst) && self.activity.naps.load(SeqCst) == seq)
+            .then_some(Nap { seq, as_leader })
     }
 
     /// How long this replica has slept (0 while awake).
@@ -189,6 +223,8 @@ impl GroupHandle {
         rc.tick(true);
         self.activity.asleep_since_ms.store(0, SeqCst);
         self.activity.lease_confirmed.store(false, SeqCst);
+        self.activity.napping_leader.store(false, SeqCst);
+        self.activity.naps.fetch_add(1, SeqCst);
         self.activity.asleep.store(false, SeqCst);
         METRICS.groups_sleeping.decrement(1.0);
         true
@@ -204,12 +240,15 @@ impl GroupHandle {
     }
 
     /// Stop the timers (elections first, so a follower never campaigns
-    /// between the two). The caller holds the transition lock.
-    fn stop_timers(&self) {
+    /// between the two); `as_leader`: the controller put the group's
+    /// leader to sleep. The caller holds the transition lock.
+    fn stop_timers(&self, as_leader: bool) {
         let rc = self.raft.runtime_config();
         rc.elect(false);
         rc.heartbeat(false);
         rc.tick(false);
+        self.activity.napping_leader.store(as_leader, SeqCst);
+        self.activity.naps.fetch_add(1, SeqCst);
         self.activity.asleep_since_ms.store(now_ms().max(1), SeqCst);
         METRICS.groups_sleeping.increment(1.0);
     }
@@ -219,7 +258,7 @@ impl GroupHandle {
     pub(crate) fn doze_at_open(&self) {
         let _t = self.activity.transition.lock().expect("transition lock");
         if !self.activity.asleep.swap(true, SeqCst) {
-            self.stop_timers();
+            self.stop_timers(false);
         }
     }
 
@@ -242,7 +281,7 @@ impl GroupHandle {
             return false;
         }
         if !self.activity.asleep.swap(true, SeqCst) {
-            self.stop_timers();
+            self.stop_timers(false);
         }
         true
     }
@@ -276,10 +315,12 @@ impl GroupHandle {
         // Stored before this load (SeqCst): a use after this point sees
         // "asleep" and wakes the group; one before it is seen here.
         if self.activity.last_active_ms.load(SeqCst) != active_at || !self.raft.is_leader() {
+            // A scan may have seen it asleep meanwhile: not this nap.
+            self.activity.naps.fetch_add(1, SeqCst);
             self.activity.asleep.store(false, SeqCst);
             return false;
         }
-        self.stop_timers();
+        self.stop_timers(true);
         true
     }
 }

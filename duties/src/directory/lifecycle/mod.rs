@@ -75,6 +75,9 @@ impl Lifecycle {
         // One drive per repair; each ends with the node's stop, and this
         // task waits for them.
         let mut drives = Drives::new(self.clone());
+        // The directory's applied index at the end of the last round that
+        // found nothing to do and every node answering.
+        let mut quiet: Option<u64> = None;
         loop {
             tokio::select! {
                 biased;
@@ -93,7 +96,10 @@ impl Lifecycle {
                 silent.clear();
                 continue;
             }
-            if let Err(e) = self.round(&mut silent, &mut drives, &rx_stop).await {
+            if let Err(e) = self
+                .round(&mut silent, &mut quiet, &mut drives, &rx_stop)
+                .await
+            {
                 tracing::warn!("node lifecycle: {e:#}");
             }
         }
@@ -104,9 +110,17 @@ impl Lifecycle {
     /// membership), then what the plans decide, carried out in order:
     /// node states, repairs to start, directory rejoins, directory voters,
     /// decommissions that completed, retired learners.
+    ///
+    /// The plans that scan every group (repairs, directory membership) are
+    /// pure functions of the directory and of what was observed: while the
+    /// directory has not changed since a round that found nothing to do
+    /// (`quiet`, its applied index then) and every node answers, they are
+    /// not run again (at 10,000 events they were most of an idle node's
+    /// CPU).
     async fn round(
         self: &Arc<Self>,
         silent: &mut BTreeMap<NodeId, Instant>,
+        quiet: &mut Option<u64>,
         drives: &mut Drives<Lifecycle>,
         rx_stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
@@ -114,12 +128,22 @@ impl Lifecycle {
             silent_ms: self.ping_all(silent).await,
             ..Observed::default()
         };
+        let at_start = self.directory_applied();
+        let unchanged = observed.silent_ms.is_empty() && at_start.is_some() && *quiet == at_start;
+        *quiet = None;
+        let mut acted = false;
         for op in self.read(|d| plan_states(d, &observed, &self.config)) {
+            acted = true;
             if let Ok(Ok(_)) = self.propose(op.clone()).await {
                 tracing::warn!(?op, "node state");
             }
         }
-        for op in self.read(|d| plan_repairs(d, &self.config)) {
+        let repairs = match unchanged && !acted {
+            true => Vec::new(),
+            false => self.read(|d| plan_repairs(d, &self.config)),
+        };
+        for op in repairs {
+            acted = true;
             match self.propose(op.clone()).await? {
                 Ok(_) => tracing::info!(?op, "repair started"),
                 Err(r) => tracing::debug!(?op, "repair not started: {}", r.message),
@@ -132,12 +156,28 @@ impl Lifecycle {
         }
         observed.directory_voters = self.directory_voters_now();
         observed.directory_learners = self.directory_learners_now();
-        for action in self.read(|d| plan_membership(d, &observed)) {
+        let actions = match unchanged && !acted {
+            true => Vec::new(),
+            false => self.read(|d| plan_membership(d, &observed)),
+        };
+        for action in actions {
+            acted = true;
             if let Err(e) = self.carry_out(&action).await {
                 tracing::warn!(?action, "directory membership: {e:#}");
             }
         }
+        let at_end = self.directory_applied();
+        if !acted && observed.silent_ms.is_empty() && at_end == at_start {
+            *quiet = at_end;
+        }
         Ok(())
+    }
+
+    /// The directory's applied index on this node's replica.
+    fn directory_applied(&self) -> Option<u64> {
+        let dir = self.registry.get(GroupId::DIRECTORY)?;
+        let applied = *dir.subscribe_applied().borrow();
+        Some(applied)
     }
 
     /// Ping every node the directory lists; for each that did not answer,

@@ -134,6 +134,8 @@ struct Seen {
     nap: u64,
     led: bool,
     tick: Option<(u64, EventId, Epoch)>,
+    /// The last scan that found it in the same nap.
+    scan: u64,
 }
 
 /// The dispatcher of one node (see the module's diagram).
@@ -171,6 +173,7 @@ impl EventDuties {
         let mut running: HashMap<Id, (GroupId, Duty)> = HashMap::new();
         let mut led: Vec<Led> = Vec::new();
         let mut seen: HashMap<GroupId, Seen> = HashMap::new();
+        let mut scans = 0u64;
         let mut next_scan = Instant::now();
         loop {
             let now = Instant::now();
@@ -179,7 +182,8 @@ impl EventDuties {
             // schedule costs no lock of any group.
             let scan = now >= next_scan;
             if scan {
-                led = self.led(&mut seen);
+                scans += 1;
+                led = self.led(&mut seen, scans);
                 next_scan = now + seatfence_raft::timer::real_duration(WAKE_EVERY);
                 let ids: HashSet<GroupId> = led.iter().map(|l| l.gid).collect();
                 slots.retain(|gid, slot| slot.busy() || ids.contains(gid));
@@ -239,50 +243,47 @@ impl EventDuties {
     /// The event groups this node leads now, with their next ticks. A
     /// sleeping group is read once per nap (`seen` keeps what was read);
     /// an awake one at every scan.
-    fn led(&self, seen: &mut HashMap<GroupId, Seen>) -> Vec<Led> {
-        let mut ticks = HashMap::new();
-        let mut napping = HashSet::new();
+    fn led(&self, seen: &mut HashMap<GroupId, Seen>, scan: u64) -> Vec<Led> {
         // Under the registry's read lock: only led groups' handles are
         // cloned, and a sleeping group read in this nap costs no lock.
-        let led = self.registry.select(|g| {
+        let led = self.registry.scan(|g| {
             if g.id.is_directory() {
-                return false;
+                return None;
             }
             let nap = g.nap();
-            let (is_led, tick) = match (nap, seen.get(&g.id)) {
-                (Some(n), Some(s)) if s.nap == n.seq => (s.led, s.tick.clone()),
+            let (led, tick) = match (nap, seen.get_mut(&g.id)) {
+                (Some(n), Some(s)) if s.nap == n.seq => {
+                    s.scan = scan;
+                    (s.led, s.tick.clone())
+                }
                 // A sleeping follower cannot lead without waking first.
                 (Some(n), _) if !n.as_leader => (false, None),
                 _ => {
-                    let is_led = g.leads();
-                    (is_led, is_led.then(|| tick::next(g)).flatten())
+                    let led = g.leads();
+                    let tick = led.then(|| tick::next(g)).flatten();
+                    if let Some(n) = nap {
+                        let (nap, tick) = (n.seq, tick.clone());
+                        seen.insert(
+                            g.id,
+                            Seen {
+                                nap,
+                                led,
+                                tick,
+                                scan,
+                            },
+                        );
+                    }
+                    (led, tick)
                 }
             };
-            if let Some(n) = nap {
-                napping.insert(g.id);
-                let tick = tick.clone();
-                seen.insert(
-                    g.id,
-                    Seen {
-                        nap: n.seq,
-                        led: is_led,
-                        tick,
-                    },
-                );
-            }
-            if is_led {
-                ticks.insert(g.id, tick);
-            }
-            is_led
-        });
-        seen.retain(|gid, _| napping.contains(gid));
-        led.into_iter()
-            .map(|g| Led {
+            led.then(|| Led {
                 gid: g.id,
-                tick: ticks.remove(&g.id).flatten(),
-                g,
+                g: g.clone(),
+                tick,
             })
-            .collect()
+        });
+        seen.retain(|_, s| s.scan == scan);
+        led
     }
 
     /// The duties this node runs (the payment ones only with payments).
@@ -300,14 +301,22 @@ impl EventDuties {
         led: &Led,
         slot: &mut Slot,
     ) -> Option<impl std::future::Future<Output = (GroupId, Done)> + Send + 'static> {
+        if duty == Duty::Tick
+            && !led
+                .tick
+                .as_ref()
+                .is_some_and(|t| t.0 <= self.clock.now_ms())
+        {
+            return None;
+        }
         let (gid, g) = (led.gid, led.g.clone());
         let proposer = self.proposer.clone();
         let payments = self.payments.clone();
         let now_ms = self.clock.now_ms();
         let job: std::pin::Pin<Box<dyn std::future::Future<Output = Done> + Send>> = match duty {
             Duty::Tick => {
-                let (_, event_id, epoch) = led.tick.clone().filter(|t| t.0 <= now_ms)?;
-                let event = (event_id, epoch);
+                let (_, event_id, epoch) = led.tick.as_ref().filter(|t| t.0 <= now_ms)?;
+                let event = (event_id.clone(), *epoch);
                 Box::pin(async move {
                     tick::propose(&proposer, gid, &g, event, now_ms).await;
                     Done::Tick

@@ -131,8 +131,14 @@ impl Registry {
     /// lock: a scan over thousands of groups clones only the handles it
     /// keeps and builds no map.
     pub fn select(&self, mut keep: impl FnMut(&GroupHandle) -> bool) -> Vec<Arc<GroupHandle>> {
+        self.scan(|g| keep(g).then(|| g.clone()))
+    }
+
+    /// What `f` makes of each hosted group, where it makes something;
+    /// looked at under the map's read lock (`f` must not block or await).
+    pub fn scan<T>(&self, f: impl FnMut(&Arc<GroupHandle>) -> Option<T>) -> Vec<T> {
         let groups = self.groups.read().expect("registry lock poisoned");
-        groups.values().filter(|g| keep(g)).cloned().collect()
+        groups.values().filter_map(f).collect()
     }
 
     /// Open the replica of `id` (creating its storage if new). Idempotent.

@@ -19,6 +19,8 @@ use crate::registry::{GroupHandle, Registry};
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Groups asked to sleep at once.
 const CONCURRENCY: usize = 64;
+/// Rounds between two looks for followers to unload.
+const UNLOAD_EVERY: u64 = 5;
 /// How long a follower gets to answer a `Quiesce`.
 const QUIESCE_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -119,6 +121,7 @@ pub async fn run(
     if sleep_after_ms == 0 {
         return;
     }
+    let mut round: u64 = 0;
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -140,7 +143,12 @@ pub async fn run(
                 }
             })
             .await;
-        unload_sleepers(&registry, unload_after_ms).await;
+        // Unloading is a matter of tens of seconds: looked for every
+        // `UNLOAD_EVERY` rounds.
+        round += 1;
+        if round.is_multiple_of(UNLOAD_EVERY) {
+            unload_sleepers(&registry, unload_after_ms).await;
+        }
     }
 }
 

@@ -56,6 +56,32 @@ impl NodeApi {
     fn registry(&self) -> &Arc<Registry> {
         self.proposer.registry()
     }
+
+    /// After a `not_leader` answer that named no leader (an election is
+    /// under way), wait for one ([`Proposer::await_leader`]): the answer
+    /// then names it, and the caller follows it at once. `true`: this
+    /// node won, and the caller's command should be proposed here again
+    /// (the refused attempt proposed nothing).
+    async fn after_election<T>(
+        &self,
+        group: GroupId,
+        outcome: &mut Result<T, ProposeError>,
+    ) -> bool {
+        if !matches!(outcome, Err(ProposeError::NotLeader { leader: None, .. })) {
+            return false;
+        }
+        let Some(hint) = self.proposer.await_leader(group).await else {
+            return false;
+        };
+        if hint.node_id == self.registry().node_id() {
+            return true;
+        }
+        *outcome = Err(ProposeError::NotLeader {
+            group,
+            leader: Some(hint),
+        });
+        false
+    }
 }
 
 /// The `NotLeader` reply for `e`, or `e` as a `Status`.
@@ -126,11 +152,13 @@ impl NodeService for NodeApi {
             req.group_id,
             std::slice::from_ref(&cmd),
         )?;
-        let result = match self
-            .proposer
-            .write(GroupId(req.group_id), cmd, req.expected_term)
-            .await
-        {
+        let group = GroupId(req.group_id);
+        let mut outcome = self.proposer.write(group, cmd, req.expected_term).await;
+        if self.after_election(group, &mut outcome).await {
+            let cmd = decode("malformed_command", &req.command)?;
+            outcome = self.proposer.write(group, cmd, req.expected_term).await;
+        }
+        let result = match outcome {
             Ok(c) => write_reply::Result::Committed(Committed {
                 response: encode(&c.response)?,
                 log_index: c.log_index,
@@ -155,11 +183,23 @@ impl NodeService for NodeApi {
             .map(|c| decode::<Command>("malformed_command", c))
             .collect::<Result<Vec<_>, _>>()?;
         may_write(&self.gate, &caller, req.group_id, &cmds)?;
-        let result = match self
+        let group = GroupId(req.group_id);
+        let mut outcome = self
             .proposer
-            .write_batch(GroupId(req.group_id), cmds, req.expected_term)
-            .await
-        {
+            .write_batch(group, cmds, req.expected_term)
+            .await;
+        if self.after_election(group, &mut outcome).await {
+            let cmds = req
+                .commands
+                .iter()
+                .map(|c| decode::<Command>("malformed_command", c))
+                .collect::<Result<Vec<_>, _>>()?;
+            outcome = self
+                .proposer
+                .write_batch(group, cmds, req.expected_term)
+                .await;
+        }
+        let result = match outcome {
             Ok(c) => write_batch_reply::Result::Committed(BatchCommitted {
                 responses: c.responses.iter().map(encode).collect::<Result<_, _>>()?,
                 log_index: c.log_index,
@@ -196,11 +236,12 @@ impl NodeService for NodeApi {
         self.gate.check(&req, Need::Read)?;
         let req = req.into_inner();
         let q: Query = decode("malformed_query", &req.query)?;
-        let result = match self
-            .proposer
-            .query_with(GroupId(req.group_id), &q, read_of(&req))
-            .await
-        {
+        let group = GroupId(req.group_id);
+        let mut outcome = self.proposer.query_with(group, &q, read_of(&req)).await;
+        if self.after_election(group, &mut outcome).await {
+            outcome = self.proposer.query_with(group, &q, read_of(&req)).await;
+        }
+        let result = match outcome {
             Ok(a) => query_reply::Result::Answer(QueryAnswer {
                 result: encode(&a.result)?,
                 applied_index: a.applied_index,

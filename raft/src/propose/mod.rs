@@ -196,6 +196,37 @@ impl Proposer {
             .ok_or(ProposeError::UnknownGroup(group))
     }
 
+    /// Wait, at most one election timeout, until the replica of `group`
+    /// here knows a leader: an election is under way when an awake replica
+    /// knows none, and a caller told the winner goes there at once instead
+    /// of backing off and asking again. `None`: not in memory here, asleep
+    /// (it learns no leader until something wakes it), or no leader in
+    /// time.
+    pub async fn await_leader(&self, group: GroupId) -> Option<LeaderHint> {
+        use openraft::async_runtime::watch::WatchReceiver;
+        let g = self.registry.get(group).filter(|g| !g.is_asleep())?;
+        let within = std::time::Duration::from_millis(g.raft.config().election_timeout_max);
+        let mut rx = g.raft.server_metrics();
+        let wait = async {
+            loop {
+                let hint = {
+                    let m = rx.borrow_watched();
+                    m.current_leader.map(|id| {
+                        let addr = m.membership_config.membership().get_node(&id);
+                        (id, addr.map(|n| n.addr.clone()))
+                    })
+                };
+                match hint {
+                    Some((node_id, Some(addr))) => return Some(LeaderHint { node_id, addr }),
+                    Some((_, None)) => return None,
+                    None if rx.changed().await.is_err() => return None,
+                    None => {}
+                }
+            }
+        };
+        tokio::time::timeout(within, wait).await.ok().flatten()
+    }
+
     /// Whether this node leads `group` as one of its voters.
     pub fn leads(&self, group: GroupId) -> bool {
         self.registry.get(group).is_some_and(|g| g.leads())

@@ -122,6 +122,14 @@ pub enum BenchCmd {
         /// Seats of each event (one section, one row).
         #[arg(long, default_value_t = 100)]
         seats: u32,
+        /// Every node takes payments through a mock gateway (as deployed):
+        /// each event its reconciler and outbox lanes.
+        #[arg(long)]
+        payments: bool,
+        /// After creating them, let every event fall asleep and report each
+        /// node's CPU over this many seconds, and its RSS (0: skip).
+        #[arg(long, default_value_t = 0)]
+        idle_secs: u64,
         #[arg(long)]
         json: bool,
     },
@@ -316,12 +324,16 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             events,
             inflight,
             seats,
+            payments,
+            idle_secs,
             json,
         } => {
             let args = CreateBenchArgs {
                 events,
                 inflight,
                 seats,
+                payments,
+                idle_secs,
             };
             let r = run_create_bench(bin, &args).await?;
             finish(

@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hdrhistogram::Histogram;
+use seatfence_raft::RaftTuning;
 use seatfence_testkit::cluster::LocalCluster;
 use seatfence_testkit::progress::Ticker;
+use seatfence_testkit::GatewayProc;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::raft::bench_dir;
+use crate::raft::{bench_dir, idle_usage};
 use crate::world::World;
 
 #[derive(Debug, Clone)]
@@ -25,6 +27,10 @@ pub struct CreateBenchArgs {
     pub events: usize,
     pub inflight: usize,
     pub seats: u32,
+    /// Nodes take payments through a mock gateway.
+    pub payments: bool,
+    /// Seconds of idle CPU measured once every event sleeps (0: none).
+    pub idle_secs: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,6 +47,13 @@ pub struct CreateBenchReport {
     pub seats_per_event: u32,
     pub nodes: usize,
     pub duration_secs: f64,
+    pub payments: bool,
+    /// Each node's CPU (% of a core) over `idle_secs` once every event
+    /// slept (empty with `--idle-secs 0`).
+    pub idle_cpu_pct_per_node: Vec<f64>,
+    /// Each node's RSS at the end of that window.
+    pub rss_bytes_per_node: Vec<u64>,
+    pub idle_secs: u64,
 }
 
 impl std::fmt::Display for CreateBenchReport {
@@ -50,7 +63,28 @@ impl std::fmt::Display for CreateBenchReport {
             f,
             "bench create-events: {:.1} events/s ({} created, {} errors), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} in flight, {} seats each, {:.1} s",
             r.events_per_sec, r.created, r.errors, r.p50_ms, r.p99_ms, r.max_ms, r.inflight, r.seats_per_event, r.duration_secs
-        )
+        )?;
+        if r.idle_secs > 0 {
+            let cpu: Vec<String> = r
+                .idle_cpu_pct_per_node
+                .iter()
+                .map(|c| format!("{c:.1}%"))
+                .collect();
+            let rss: Vec<String> = r
+                .rss_bytes_per_node
+                .iter()
+                .map(|b| format!("{} MiB", b >> 20))
+                .collect();
+            write!(
+                f,
+                "; idle over {} s{}: CPU {} of a core, RSS {} per node",
+                r.idle_secs,
+                if r.payments { " (payments on)" } else { "" },
+                cpu.join(" / "),
+                rss.join(" / ")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -59,7 +93,14 @@ pub async fn run_create_bench(
     args: &CreateBenchArgs,
 ) -> anyhow::Result<CreateBenchReport> {
     let (_guard, dir) = bench_dir()?;
-    let builder = LocalCluster::builder(&dir).regions(1, 3);
+    let mut builder = LocalCluster::builder(&dir).regions(1, 3);
+    let gateway = match args.payments {
+        true => Some(GatewayProc::start(bin, &dir.join("gateway"), 5)?),
+        false => None,
+    };
+    if let Some(g) = &gateway {
+        builder = builder.payments(g.payments_config());
+    }
     let world = World::start(builder, bin, Duration::from_secs(30)).await?;
     let created = Arc::new(AtomicU64::new(0));
     let _progress = Ticker::start("bench create-events", 0, {
@@ -114,6 +155,15 @@ pub async fn run_create_bench(
         }
     }
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let (idle_cpu_pct_per_node, rss_bytes_per_node) = match args.idle_secs {
+        0 => (Vec::new(), Vec::new()),
+        secs => {
+            // Every event asleep (and a first round of outbox passes run).
+            let sleep_after = RaftTuning::default().sleep_after_ms;
+            tokio::time::sleep(Duration::from_millis(sleep_after + 3_000)).await;
+            idle_usage(&world.cluster, Duration::from_secs(secs)).await
+        }
+    };
     Ok(CreateBenchReport {
         events_per_sec: hist.len() as f64 / elapsed,
         created: hist.len(),
@@ -125,5 +175,9 @@ pub async fn run_create_bench(
         seats_per_event: args.seats,
         nodes: world.edges.len(),
         duration_secs: elapsed,
+        payments: args.payments,
+        idle_cpu_pct_per_node,
+        rss_bytes_per_node,
+        idle_secs: args.idle_secs,
     })
 }

@@ -248,7 +248,7 @@ pub(crate) async fn create_groups(
 
 /// Each node's CPU over `over` (% of one core) and its RSS after, read
 /// from /proc (empty where /proc cannot be read).
-async fn idle_usage(cluster: &LocalCluster, over: Duration) -> (Vec<f64>, Vec<u64>) {
+pub(crate) async fn idle_usage(cluster: &LocalCluster, over: Duration) -> (Vec<f64>, Vec<u64>) {
     let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid()).collect();
     let before: Vec<Option<u64>> = pids.iter().map(|p| cpu_ticks(*p)).collect();
     let t0 = Instant::now();

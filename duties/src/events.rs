@@ -127,6 +127,10 @@ struct Led {
     g: Arc<GroupHandle>,
     /// Its next tick: when, its event and epoch.
     tick: Option<(u64, EventId, Epoch)>,
+    /// Asleep with nothing for the payment duties
+    /// (`seatfence_payments::nothing_pending`): their passes are skipped
+    /// until it wakes.
+    quiet: bool,
 }
 
 /// What a scan read of a sleeping group, kept for the rest of its nap.
@@ -134,6 +138,7 @@ struct Seen {
     nap: u64,
     led: bool,
     tick: Option<(u64, EventId, Epoch)>,
+    quiet: bool,
     /// The last scan that found it in the same nap.
     scan: u64,
 }
@@ -194,8 +199,14 @@ impl EventDuties {
             }
             for l in &led {
                 let slot = slots.entry(l.gid).or_insert_with(|| self.fresh_slot());
+                if l.quiet {
+                    // What a pass of an event with nothing pending reports.
+                    slot.sweep = SweepReport::default();
+                    slot.lane = LaneReport::default();
+                }
                 for duty in self.duties() {
                     if (duty == Duty::Tick && !scan)
+                        || (duty != Duty::Tick && l.quiet)
                         || busy[duty.index()] >= duty.limit()
                         || !slot.due(duty, now)
                     {
@@ -251,16 +262,24 @@ impl EventDuties {
                 return None;
             }
             let nap = g.nap();
-            let (led, tick) = match (nap, seen.get_mut(&g.id)) {
+            let (led, tick, quiet) = match (nap, seen.get_mut(&g.id)) {
                 (Some(n), Some(s)) if s.nap == n.seq => {
                     s.scan = scan;
-                    (s.led, s.tick.clone())
+                    (s.led, s.tick.clone(), s.quiet)
                 }
                 // A sleeping follower cannot lead without waking first.
-                (Some(n), _) if !n.as_leader => (false, None),
+                (Some(n), _) if !n.as_leader => (false, None, false),
                 _ => {
                     let led = g.leads();
-                    let tick = led.then(|| tick::next(g)).flatten();
+                    let (tick, idle) = match led {
+                        true => g.read(|s| {
+                            let inv = s.state.inventory();
+                            (tick::next(inv), seatfence_payments::nothing_pending(inv))
+                        }),
+                        false => (None, false),
+                    };
+                    // Only a nap keeps the state as read.
+                    let quiet = idle && nap.is_some();
                     if let Some(n) = nap {
                         let (nap, tick) = (n.seq, tick.clone());
                         seen.insert(
@@ -269,17 +288,19 @@ impl EventDuties {
                                 nap,
                                 led,
                                 tick,
+                                quiet,
                                 scan,
                             },
                         );
                     }
-                    (led, tick)
+                    (led, tick, quiet)
                 }
             };
             led.then(|| Led {
                 gid: g.id,
                 g: g.clone(),
                 tick,
+                quiet,
             })
         });
         seen.retain(|_, s| s.scan == scan);
@@ -301,18 +322,13 @@ impl EventDuties {
         led: &Led,
         slot: &mut Slot,
     ) -> Option<impl std::future::Future<Output = (GroupId, Done)> + Send + 'static> {
-        if duty == Duty::Tick
-            && !led
-                .tick
-                .as_ref()
-                .is_some_and(|t| t.0 <= self.clock.now_ms())
-        {
+        let now_ms = self.clock.now_ms();
+        if duty == Duty::Tick && led.tick.as_ref().is_none_or(|t| t.0 > now_ms) {
             return None;
         }
         let (gid, g) = (led.gid, led.g.clone());
         let proposer = self.proposer.clone();
         let payments = self.payments.clone();
-        let now_ms = self.clock.now_ms();
         let job: std::pin::Pin<Box<dyn std::future::Future<Output = Done> + Send>> = match duty {
             Duty::Tick => {
                 let (_, event_id, epoch) = led.tick.as_ref().filter(|t| t.0 <= now_ms)?;

@@ -33,13 +33,10 @@ pub fn due_ms(inv: &Inventory) -> Option<u64> {
         .min()
 }
 
-/// When `g` next needs a tick ([`due_ms`]), with its event and epoch.
-pub fn next(g: &GroupHandle) -> Option<(u64, EventId, Epoch)> {
-    g.read(|s| {
-        let inv = s.state.inventory();
-        let e = inv.event()?;
-        due_ms(inv).map(|at| (at, e.event_id.clone(), e.epoch))
-    })
+/// When `inv` next needs a tick ([`due_ms`]), with its event and epoch.
+pub fn next(inv: &Inventory) -> Option<(u64, EventId, Epoch)> {
+    let e = inv.event()?;
+    due_ms(inv).map(|at| (at, e.event_id.clone(), e.epoch))
 }
 
 /// Propose the tick at `g`'s leader, in-process and fenced to the term

@@ -59,6 +59,20 @@ use seatfence_raft::registry::Registry;
 use seatfence_raft::Read;
 use seatfence_regions::Commands;
 
+/// Whether an event has nothing for the payment duties: no hold waiting
+/// on a payment, no released booking unsettled at the gateway, no refund
+/// or email in its outbox. A sweep or a lane pass of such an event does
+/// nothing and reports zeros, so while its state cannot change (a sleeping
+/// group) the passes are skipped.
+pub fn nothing_pending(inv: &seatfence_core::inventory::Inventory) -> bool {
+    let ix = inv.index();
+    ix.pay_deadlines.is_empty()
+        && ix.unsettled.is_empty()
+        && ix.outbox_pending.is_empty()
+        && ix.outbox_refunds.is_empty()
+        && ix.outbox_emails.is_empty()
+}
+
 pub use config::PaymentsConfig;
 pub use error::PaymentError;
 pub use metrics::PaymentMetrics;

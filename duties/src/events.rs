@@ -274,7 +274,8 @@ impl EventDuties {
                     let (tick, idle) = match led {
                         true => g.read(|s| {
                             let inv = s.state.inventory();
-                            (tick::next(inv), seatfence_payments::nothing_pending(inv))
+                            let idle = nap.is_some() && seatfence_payments::nothing_pending(inv);
+                            (tick::next(inv), idle)
                         }),
                         false => (None, false),
                     };

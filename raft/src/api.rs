@@ -74,7 +74,9 @@ impl NodeApi {
             return false;
         };
         if hint.node_id == self.registry().node_id() {
-            return true;
+            // A removed or lease-less leader names itself too: re-run
+            // only if this node really leads now.
+            return self.proposer.leads(group);
         }
         *outcome = Err(ProposeError::NotLeader {
             group,

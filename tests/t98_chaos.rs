@@ -44,7 +44,19 @@ impl Drop for RunDir {
 }
 
 fn drill(dir: &Path, seed: u64, secs: u64, extra: &[&str]) -> (i32, Value) {
+    drill_env(dir, seed, secs, extra, &[])
+}
+
+/// [`drill`] with extra environment variables (inherited by the nodes).
+fn drill_env(
+    dir: &Path,
+    seed: u64,
+    secs: u64,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_seatfence"))
+        .envs(env.iter().copied())
         .args(["chaos", "drill", "--seed", &seed.to_string()])
         .args(["--duration", &secs.to_string()])
         .arg("--out")
@@ -90,6 +102,13 @@ fn assert_passes(dir: &Path, seed: u64, extra: &[&str]) -> Value {
         assert_eq!(c["verdict"], "PASS", "{c}");
     }
     assert_eq!(summary["faults_injected"], summary["faults_scheduled"]);
+    // A full round: every kind of fault took effect at least once.
+    let cov = checker(&summary, "coverage");
+    assert!(
+        cov["summary"].as_str().unwrap().contains("kinds covered")
+            && !cov["summary"].as_str().unwrap().contains("not reached"),
+        "{cov}"
+    );
     assert!(
         summary["faults_scheduled"].as_u64().unwrap() >= 10,
         "{summary}"
@@ -165,4 +184,42 @@ fn planted_stale_epoch_bug_is_caught() {
     let svg = std::fs::read_to_string(dir.path().join("run/timeline.svg")).expect("timeline.svg");
     assert!(svg.contains("✗ no_stale_epoch"), "no violation marked");
     assert!(svg.contains("op a checker flagged"), "no legend");
+}
+
+/// A drill whose nodes ignore the storage fault hook, as a release build
+/// does, cannot pass coverage over the fsync failure it scheduled: the
+/// node kept running, so the fault is recorded as having had no effect.
+#[test]
+fn a_fault_the_nodes_cannot_inject_fails_coverage() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = RunDir::new();
+    let (code, summary) = drill_env(
+        &dir.path().join("run"),
+        4,
+        25,
+        &[
+            "--net",
+            "proxy",
+            "--faults",
+            "fsync-fail",
+            "--sleeping-events",
+            "10",
+        ],
+        &[(seatfence_raft::storage::health::IGNORE_FSYNC_HOOK_ENV, "1")],
+    );
+    assert_eq!(code, 1, "{summary:#}");
+    assert_eq!(summary["faults_scheduled"], 1, "{summary:#}");
+    let c = checker(&summary, "coverage");
+    assert_eq!(c["verdict"], "FAIL", "{c}");
+    let line = c["summary"].as_str().unwrap();
+    assert!(
+        line.starts_with("0/1 scheduled faults injected (1 more had no effect)"),
+        "{c}"
+    );
+    assert!(line.contains("not reached: fsync-fail"), "{c}");
+    let report = std::fs::read_to_string(dir.path().join("run/report.html")).expect("report");
+    assert!(
+        report.contains("had no effect"),
+        "the report names the fault"
+    );
 }

@@ -60,6 +60,15 @@ pub enum Entry {
         kind: String,
         reason: String,
     },
+    /// The fault `id` was injected but had no effect the nemesis could
+    /// see (a failing fsync on a node that kept running: a build without
+    /// the storage fault hook). Coverage counts it as not injected.
+    NoEffect {
+        t: u64,
+        id: u32,
+        kind: String,
+        reason: String,
+    },
     /// The observer saw `leader` lead `group` in `term`.
     Leader {
         t: u64,
@@ -79,6 +88,7 @@ impl Entry {
             | Entry::Fault { t, .. }
             | Entry::Heal { t, .. }
             | Entry::Skipped { t, .. }
+            | Entry::NoEffect { t, .. }
             | Entry::Leader { t, .. } => *t,
         }
     }
@@ -92,6 +102,7 @@ impl Entry {
             | Entry::Fault { t, .. }
             | Entry::Heal { t, .. }
             | Entry::Skipped { t, .. }
+            | Entry::NoEffect { t, .. }
             | Entry::Leader { t, .. } => t,
         }
     }
@@ -480,7 +491,7 @@ impl RecorderInner {
             Entry::Info { .. } => t.info += 1,
             Entry::Fault { .. } => t.faults += 1,
             Entry::Leader { .. } => t.leader_changes += 1,
-            Entry::Heal { .. } | Entry::Skipped { .. } => {}
+            Entry::Heal { .. } | Entry::Skipped { .. } | Entry::NoEffect { .. } => {}
         }
         self.entries.push(e);
     }

@@ -23,6 +23,13 @@ pub struct RunInfo {
     pub max_skew_ms: u64,
     pub events: Vec<EventInfo>,
     pub schedule: Vec<ScheduledFault>,
+    /// The kinds of fault the run set out to cover (`Fault::kind`): every
+    /// kind the binary and the partition mechanism could inject, or those
+    /// `--faults` chose. Coverage fails when one was never injected. Empty
+    /// in runs recorded before it was kept (coverage then checks the
+    /// schedule alone).
+    #[serde(default)]
+    pub fault_kinds: Vec<String>,
     /// The partition mechanism used, and those that were not available.
     pub partition_mechanism: String,
     #[serde(default)]

@@ -1,6 +1,9 @@
 //! Coverage: a drill proves nothing about faults that did not happen. It
-//! fails if a scheduled fault was never injected, if no group's leader
-//! ever changed, or if no ownership move overlapped a fault.
+//! fails if a scheduled fault was never injected or had no effect (a
+//! failing fsync on a node whose build ignores the hook), if a kind of
+//! fault the run set out to cover (`RunInfo::fault_kinds`) was never
+//! injected, if no group's leader ever changed, or if no ownership move
+//! overlapped a fault.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,6 +17,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
     let mut injected: BTreeMap<u32, u64> = BTreeMap::new();
     let mut healed: BTreeMap<u32, u64> = BTreeMap::new();
     let mut skipped: BTreeMap<u32, String> = BTreeMap::new();
+    let mut no_effect: BTreeMap<u32, String> = BTreeMap::new();
     let mut leaders: BTreeMap<u64, BTreeSet<(u64, u64)>> = BTreeMap::new();
     let end = input
         .history
@@ -33,6 +37,9 @@ pub fn check(input: &Input<'_>) -> Verdict {
             Entry::Skipped { id, reason, .. } => {
                 skipped.insert(*id, reason.clone());
             }
+            Entry::NoEffect { id, reason, .. } => {
+                no_effect.insert(*id, reason.clone());
+            }
             Entry::Leader {
                 group,
                 leader,
@@ -44,8 +51,21 @@ pub fn check(input: &Input<'_>) -> Verdict {
             _ => {}
         }
     }
+    let mut covered = BTreeSet::new();
     for f in &input.run.schedule {
-        if !injected.contains_key(&f.id) {
+        if let Some(why) = no_effect.get(&f.id) {
+            violations.push(Violation {
+                message: format!(
+                    "scheduled fault {} ({}) at {:.1}s had no effect: {why}",
+                    f.id,
+                    f.fault.kind(),
+                    f.at_ms as f64 / 1e3,
+                ),
+                ops: vec![],
+            });
+        } else if injected.contains_key(&f.id) {
+            covered.insert(f.fault.kind());
+        } else {
             violations.push(Violation {
                 message: format!(
                     "scheduled fault {} ({}) at {:.1}s never happened: {}",
@@ -60,6 +80,25 @@ pub fn check(input: &Input<'_>) -> Verdict {
             });
         }
     }
+    let claimed = &input.run.fault_kinds;
+    let missing: Vec<&str> = claimed
+        .iter()
+        .filter(|k| !covered.contains(*k))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        violations.push(Violation {
+            message: format!(
+                "{} of the {} kinds of fault this run set out to cover never took effect: {} \
+                 (a run shorter than a full round does not reach them all: the drill says at \
+                 start how long one needs; or choose kinds with --faults)",
+                missing.len(),
+                claimed.len(),
+                missing.join(", ")
+            ),
+            ops: vec![],
+        });
+    }
     let changed: Vec<u64> = leaders
         .iter()
         .filter(|(_, seen)| seen.len() > 1)
@@ -73,6 +112,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
     }
     let faults: Vec<(u64, u64)> = injected
         .iter()
+        .filter(|(id, _)| !no_effect.contains_key(id))
         .map(|(id, t)| (*t, healed.get(id).copied().unwrap_or(end)))
         .collect();
     let mut moves = 0;
@@ -95,14 +135,33 @@ pub fn check(input: &Input<'_>) -> Verdict {
     Verdict::new(
         NAME,
         format!(
-            "{}/{} scheduled faults injected; leaders changed in {} groups; {}/{moves} moves overlapped a fault",
-            injected.len(),
+            "{}/{} scheduled faults injected{}; {}; leaders changed in {} groups; {}/{moves} moves overlapped a fault",
+            injected.len().saturating_sub(no_effect.len()),
             input.run.schedule.len(),
+            if no_effect.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} more had no effect)", no_effect.len())
+            },
+            kinds_line(claimed.len(), &missing),
             changed.len(),
             overlapping.len()
         ),
         violations,
     )
+}
+
+/// "18/19 kinds covered (not reached: disk-full)", or a note that the run
+/// recorded no kinds to cover (runs from before they were kept).
+fn kinds_line(claimed: usize, missing: &[&str]) -> String {
+    if claimed == 0 {
+        return "no kinds of fault recorded to cover".into();
+    }
+    let mut s = format!("{}/{claimed} kinds covered", claimed - missing.len());
+    if !missing.is_empty() {
+        s.push_str(&format!(" (not reached: {})", missing.join(", ")));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -204,5 +263,65 @@ mod tests {
         let v = check(&Input::new(&run, &hist, &f));
         assert_eq!(v.status, Status::Fail);
         assert!(v.violations[0].message.contains("never happened"), "{v:?}");
+    }
+
+    #[test]
+    fn a_fault_without_effect_or_a_kind_never_reached_fails() {
+        let f = finals(vec![good_dump()]);
+        // Every kind claimed was injected: pass.
+        let (mut run, h) = base(true, true);
+        run.fault_kinds = vec!["isolate-leader".into()];
+        let hist = h.history();
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Pass, "{v:?}");
+        assert!(v.summary.contains("1/1 kinds covered"), "{}", v.summary);
+
+        // A kind claimed but not in the schedule: named, and a failure.
+        run.fault_kinds.push("pause-leader".into());
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.message.contains("pause-leader")),
+            "{v:?}"
+        );
+        assert!(
+            v.summary.contains("not reached: pause-leader"),
+            "{}",
+            v.summary
+        );
+
+        // Injected, then found to have had no effect (a release build's
+        // ignored fsync hook): neither the fault nor its kind counts.
+        let (mut run, mut h) = base(true, true);
+        run.schedule[0].fault = Fault::FsyncFail;
+        run.fault_kinds = vec!["fsync-fail".into()];
+        h.entries.push(Entry::NoEffect {
+            t: 4_000_000,
+            id: 0,
+            kind: "fsync-fail".into(),
+            reason: "node 1 was still running at the heal".into(),
+        });
+        let hist = h.history();
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Fail);
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.message.contains("had no effect")),
+            "{v:?}"
+        );
+        assert!(
+            v.violations
+                .iter()
+                .any(|x| x.message.contains("fsync-fail")),
+            "{v:?}"
+        );
+        assert!(
+            v.summary.starts_with("0/1 scheduled faults injected"),
+            "{}",
+            v.summary
+        );
     }
 }

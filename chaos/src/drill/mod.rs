@@ -92,6 +92,12 @@ pub struct DrillArgs {
     /// previous one is retired so seats never run out.
     #[arg(long, default_value_t = 40)]
     pub generation_secs: u64,
+    /// Only these kinds of fault (comma-separated, as `schedule.json` and
+    /// the report name them: `pause-leader,kill-minority,gateway-capture-held`);
+    /// coverage then asks for these kinds only. Default: every kind this
+    /// binary and partition mechanism can inject.
+    #[arg(long, value_delimiter = ',')]
+    pub faults: Vec<String>,
     /// Plant a bug the drill must catch (tests only): `accept-stale-epoch`.
     #[arg(long, hide = true)]
     pub plant_bug: Option<String>,

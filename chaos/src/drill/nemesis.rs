@@ -49,7 +49,8 @@ pub struct Nemesis {
     net: Arc<dyn Partitioner>,
     skews: Skews,
     rng: Mutex<StdRng>,
-    active: Mutex<BTreeMap<u32, Undo>>,
+    /// Each active fault's kind and how it is undone.
+    active: Mutex<BTreeMap<u32, (String, Undo)>>,
     /// The heal timers (aborted by `heal_all`, so none outlives the drill).
     timers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The node `lose-node` killed for good (never restarted, never a
@@ -123,7 +124,7 @@ impl Nemesis {
                     self.active
                         .lock()
                         .expect("nemesis lock poisoned")
-                        .insert(f.id, undo);
+                        .insert(f.id, (f.fault.kind(), undo));
                     let me = self.clone();
                     let until = at + Duration::from_millis(f.duration_ms);
                     let timer = tokio::spawn(async move {
@@ -155,9 +156,19 @@ impl Nemesis {
             .lock()
             .expect("nemesis lock poisoned")
             .remove(&id);
-        let Some(undo) = undo else { return };
-        if let Err(e) = self.undo(undo).await {
-            tracing::warn!("healing fault {id}: {e:#}");
+        let Some((kind, undo)) = undo else { return };
+        match self.undo(undo).await {
+            Ok(None) => {}
+            Ok(Some(reason)) => {
+                tracing::warn!("--- fault {id} {kind} had no effect: {reason}");
+                self.w.rec.push(Entry::NoEffect {
+                    t: 0,
+                    id,
+                    kind,
+                    reason,
+                });
+            }
+            Err(e) => tracing::warn!("healing fault {id}: {e:#}"),
         }
         self.w.rec.push(Entry::Heal { t: 0, id });
     }
@@ -501,7 +512,12 @@ impl Nemesis {
         Ok((format!("gateway {mode} {patch}"), Undo::Gateway(patch)))
     }
 
-    async fn undo(&self, undo: Undo) -> anyhow::Result<()> {
+    /// Undo a fault; `Some(why)` when the undo found the fault had no
+    /// effect.
+    async fn undo(&self, undo: Undo) -> anyhow::Result<Option<String>> {
+        if let Undo::FsyncFail(id) = undo {
+            return self.heal_fsync(id);
+        }
         match undo {
             Undo::Net => self.net.heal(),
             Undo::Resume(ids) => {
@@ -515,10 +531,11 @@ impl Nemesis {
             Undo::Skew(ids) => ids.iter().try_for_each(|id| self.skews.set_clock(*id, 0)),
             Undo::Timers(id) => self.skews.set_rate(id, NORMAL_RATE),
             Undo::DiskFull(id) => self.skews.set_full(id, false),
-            Undo::FsyncFail(id) => self.heal_fsync(id),
+            Undo::FsyncFail(_) => unreachable!("undone above"),
             Undo::Gateway(patch) => self.gateway_undo(&patch).await,
             Undo::Nothing => Ok(()),
         }
+        .map(|()| None)
     }
 
     /// Reset the switches `patch` set, then re-apply those of the gateway
@@ -537,7 +554,7 @@ impl Nemesis {
             .lock()
             .expect("nemesis lock poisoned")
             .values()
-            .filter_map(|u| match u {
+            .filter_map(|(_, u)| match u {
                 Undo::Gateway(p) => Some(p.clone()),
                 _ => None,
             })

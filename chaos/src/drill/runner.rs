@@ -12,7 +12,9 @@ use crate::check::Status;
 use crate::history::Recorder;
 use crate::net::{NetnsNet, Partitioner};
 use crate::run::{write_json, NodeInfo, RunInfo, SoakInfo};
-use crate::schedule::{plan, plan_soak, ScheduledFault, MAX_SKEW_MS};
+use crate::schedule::{
+    all_kinds, full_round_ms, plan, plan_soak, Fault, ScheduledFault, MAX_SKEW_MS,
+};
 use anyhow::{bail, Context};
 use seatfence_node::ChaosHooks;
 use seatfence_node::NodeConfig;
@@ -62,7 +64,9 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         bound_soak_caches(&mut configs);
     }
     let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
-    let schedule = plan_faults(seed, &args, soak.as_ref(), &*net, planned.len());
+    say_mechanism(&*net, &unavailable);
+    let kinds = fault_kinds(&args, soak.as_ref(), &*net, planned.len())?;
+    let schedule = plan_faults(seed, &args, soak.as_ref(), &kinds);
     let nodes = node_infos(&configs);
     let cluster = launch_cluster(bin, configs, mech).await?;
     let secret = cluster.jwt_secret().context("nodes have no edge")?;
@@ -75,6 +79,7 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         &nodes,
         soak.as_ref(),
     );
+    run_info.fault_kinds = kinds.iter().map(Fault::kind).collect();
     write_json(&out.join("schedule.json"), &schedule)?;
 
     let (tx_stop, world) = new_world(&out, &nodes, &gateway, secret, cluster.dialer())?;
@@ -239,19 +244,105 @@ fn add_chaos_hooks(
     Ok(skew_files)
 }
 
-/// The seed's fault schedule over `--duration`: a soak's steady kills, else
-/// a drill's mix (network delays only where `net` can delay them). `nodes`:
-/// how many nodes the cluster has.
-fn plan_faults(
-    seed: u64,
+/// Say how links are cut, and why not by the mechanisms passed over (an
+/// `auto` drill that fell back to the proxy says so here, not only in
+/// its report).
+fn say_mechanism(net: &dyn Partitioner, unavailable: &[(String, String)]) {
+    eprintln!("chaos drill: links cut with {}", net.name());
+    for (name, why) in unavailable {
+        eprintln!("  not {name}: {why}");
+    }
+}
+
+/// Whether a lost-for-good node fits the layout: its region has a spare to
+/// repair onto and it has no buyer of its own (`nodes_per_region` >= 4).
+fn loses_node(args: &DrillArgs, nodes: usize) -> bool {
+    args.nodes_per_region >= 4 && args.clients < nodes
+}
+
+/// The kinds of fault the run sets out to cover: a soak's leader kills;
+/// else every kind this binary and the partition mechanism can inject
+/// (said at start, with those it cannot and why), or those `--faults`
+/// names. Warns when `--duration` is too short for one full round.
+fn fault_kinds(
     args: &DrillArgs,
     soak: Option<&SoakInfo>,
     net: &dyn Partitioner,
     nodes: usize,
+) -> anyhow::Result<Vec<Fault>> {
+    if soak.is_some() {
+        return Ok(vec![Fault::KillMinority]);
+    }
+    let fsync = seatfence_raft::storage::health::FSYNC_FAULT_HOOK;
+    let mut kinds = all_kinds(net.supports_delay(), fsync);
+    let mut cannot = Vec::new();
+    if !fsync {
+        cannot.push("fsync-fail (this build has no storage fault hook: build with `--features fault-injection`)".to_string());
+    }
+    if !net.supports_delay() {
+        cannot.push(format!(
+            "slow-network ({} cannot delay links: --net proxy can)",
+            net.name()
+        ));
+    }
+    if !args.faults.is_empty() {
+        let mut known: Vec<String> = kinds.iter().map(Fault::kind).collect();
+        if loses_node(args, nodes) {
+            known.push(Fault::LoseNode.kind());
+        }
+        for f in &args.faults {
+            anyhow::ensure!(
+                known.contains(f),
+                "--faults: {f:?} is not a kind this drill can inject here (it can: {})",
+                known.join(", ")
+            );
+        }
+        kinds.retain(|k| args.faults.contains(&k.kind()));
+    }
+    let lose = (args.faults.is_empty() || args.faults.iter().any(|f| f == "lose-node"))
+        && loses_node(args, nodes);
+    let names: Vec<String> = kinds
+        .iter()
+        .map(Fault::kind)
+        .chain(lose.then(|| Fault::LoseNode.kind()))
+        .collect();
+    eprintln!(
+        "chaos drill: faults to cover ({}): {}",
+        names.len(),
+        names.join(", ")
+    );
+    for c in &cannot {
+        eprintln!("  cannot inject {c}");
+    }
+    let full = full_round_ms(&kinds, lose, WARMUP_MS, COOLDOWN_MS).div_ceil(1_000);
+    if args.duration < full {
+        eprintln!(
+            "chaos drill: WARNING: --duration {} is shorter than one full round of these faults \
+             ({full} s): coverage will fail on the kinds not reached",
+            args.duration
+        );
+    }
+    if lose {
+        kinds.push(Fault::LoseNode);
+    }
+    Ok(kinds)
+}
+
+/// The seed's fault schedule over `--duration`: a soak's steady kills, else
+/// a drill's rounds of `kinds` (a node lost for good, if among them, in the
+/// first round only).
+fn plan_faults(
+    seed: u64,
+    args: &DrillArgs,
+    soak: Option<&SoakInfo>,
+    kinds: &[Fault],
 ) -> Vec<ScheduledFault> {
-    // A node can be lost for good when its region has a spare to repair
-    // onto and it has no buyer of its own (`nodes_per_region` >= 4).
-    let lose_node = args.nodes_per_region >= 4 && args.clients < nodes;
+    let lose = kinds.contains(&Fault::LoseNode);
+    let kinds: Vec<Fault> = kinds
+        .iter()
+        .filter(|k| **k != Fault::LoseNode)
+        .cloned()
+        .collect();
     match soak {
         Some(s) => plan_soak(
             seed,
@@ -265,8 +356,8 @@ fn plan_faults(
             args.duration * 1_000,
             WARMUP_MS,
             COOLDOWN_MS,
-            net.supports_delay(),
-            lose_node,
+            &kinds,
+            lose,
         ),
     }
 }
@@ -323,6 +414,7 @@ fn new_run_info(
         max_skew_ms: MAX_SKEW_MS,
         events: Vec::new(),
         schedule: schedule.to_vec(),
+        fault_kinds: Vec::new(),
         partition_mechanism: net.name().to_string(),
         unavailable_mechanisms: unavailable,
         planted_bug: args.plant_bug.clone(),

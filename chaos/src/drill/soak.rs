@@ -84,6 +84,7 @@ impl SoakArgs {
             sleeping_events: 200,
             move_every_ms: info.move_every_ms,
             generation_secs: self.generation_secs,
+            faults: Vec::new(),
             plant_bug: None,
             keep_data: self.keep_data,
         };

@@ -34,6 +34,18 @@ pub const SPACE_EVERY: Duration = Duration::from_millis(500);
 /// `fault-injection` feature only; see [`Health::flush`]).
 pub const FAULT_FSYNC_FILE: &str = "FAULT_FSYNC";
 
+/// Whether this build reads [`FAULT_FSYNC_FILE`] at all: the
+/// `fault-injection` feature (test builds, and `cargo build --release
+/// --features fault-injection`). A release build without it ignores the
+/// file, so a drill must not schedule a fault it cannot inject.
+pub const FSYNC_FAULT_HOOK: bool = cfg!(any(test, feature = "fault-injection"));
+
+/// Set (to anything) in a node's environment, its storage ignores
+/// [`FAULT_FSYNC_FILE`] even in a build with the hook, exactly as a build
+/// without it does. Tests only: it proves a drill's coverage notices a
+/// fault that had no effect (`tests/t98_chaos.rs`).
+pub const IGNORE_FSYNC_HOOK_ENV: &str = "SEATFENCE_TEST_IGNORE_FSYNC_HOOK";
+
 pub(crate) struct Health {
     dir: PathBuf,
     /// Flushes one at a time, so a flush that starts after a failure sees
@@ -46,6 +58,9 @@ pub(crate) struct Health {
     /// Drills only: full whatever the free space (`force_full`).
     forced_full: AtomicBool,
     free_bytes: AtomicU64,
+    /// Whether flushes read [`FAULT_FSYNC_FILE`] (see [`FSYNC_FAULT_HOOK`]).
+    #[cfg_attr(not(any(test, feature = "fault-injection")), allow(dead_code))]
+    fsync_hook: bool,
 }
 
 impl Health {
@@ -57,6 +72,7 @@ impl Health {
             full: AtomicBool::new(false),
             forced_full: AtomicBool::new(false),
             free_bytes: AtomicU64::new(u64::MAX),
+            fsync_hook: FSYNC_FAULT_HOOK && std::env::var_os(IGNORE_FSYNC_HOOK_ENV).is_none(),
         })
     }
 
@@ -85,13 +101,13 @@ impl Health {
             )));
         }
         #[cfg(any(test, feature = "fault-injection"))]
-        let fault = self.dir.join(FAULT_FSYNC_FILE);
+        let fault = self.fsync_hook.then(|| self.dir.join(FAULT_FSYNC_FILE));
         let r = tokio::task::spawn_blocking(move || {
             let r = write_and_sync();
             // The write happened; its fsync "failed": the data may or may
             // not be on disk, as after a real EIO.
             #[cfg(any(test, feature = "fault-injection"))]
-            if r.is_ok() && fault.exists() {
+            if let Some(fault) = fault.filter(|f| r.is_ok() && f.exists()) {
                 return Err(io::Error::other(format!(
                     "injected fsync failure ({} exists)",
                     fault.display()

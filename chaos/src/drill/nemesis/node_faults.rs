@@ -61,18 +61,23 @@ impl Nemesis {
     }
 
     /// Flushes succeed again; the node, if its failed flush ended it, is
-    /// started again on its data.
-    pub(super) fn heal_fsync(&self, node: u64) -> anyhow::Result<()> {
+    /// started again on its data. `Some(why)` when it had kept running:
+    /// the fault had no effect (a build whose storage ignores the hook, or
+    /// a node that flushed nothing), and coverage must not count it.
+    pub(super) fn heal_fsync(&self, node: u64) -> anyhow::Result<Option<String>> {
         match std::fs::remove_file(self.data_dir(node)?.join(FAULT_FSYNC_FILE)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
         let mut c = self.cluster.lock().expect("cluster lock poisoned");
         match c.exited(node) {
-            Ok(Some(_)) => c.restart(node),
-            // Still running (no flush yet, or no hook in this build), or
-            // stopped by another fault that restarts it itself.
-            Ok(None) | Err(_) => Ok(()),
+            Ok(Some(_)) => c.restart(node).map(|()| None),
+            Ok(None) => Ok(Some(format!(
+                "node {node} was still running at the heal: no flush of its failed \
+                 (a build without the storage fault hook, or no write reached it)"
+            ))),
+            // Stopped by another fault that restarts it itself.
+            Err(_) => Ok(None),
         }
     }
 }

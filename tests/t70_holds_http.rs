@@ -168,6 +168,18 @@ async fn t70_a_retry_with_its_idempotency_key_returns_the_same_hold() {
     assert_eq!(again.status.as_u16(), 201, "{}", again.body);
     assert_eq!(again.body, first, "replay returns the recorded hold");
     assert_eq!(again.epoch, Some(1), "X-Seatfence-Epoch on a mutation");
+    let header = |a: &seatfence_testkit::http_client::HttpAnswer, h: &str| {
+        a.headers.get(h).map(|v| v.to_str().unwrap().to_string())
+    };
+    assert_eq!(
+        header(&again, "idempotent-replayed").as_deref(),
+        Some("true"),
+        "a replay says it is one"
+    );
+    assert!(
+        header(&again, "x-request-id").is_some_and(|id| id.len() == 16),
+        "every answer names its request"
+    );
     tracing::info!("--- another request under the same key is refused");
     let other = r
         .http
@@ -325,6 +337,37 @@ async fn t70_bad_input_gets_a_stable_code_and_changes_nothing() {
             .unwrap();
         assert_eq!(a.status.as_u16(), status, "{what}: {}", a.body);
         assert_eq!(a.code(), Some(code), "{what}");
+    }
+    // The message names the field and says what it wants, in JSON's words.
+    for (what, body, code, says) in [
+        (
+            "missing",
+            json!({"quantity": 1}),
+            "invalid_field",
+            "missing field event_id",
+        ),
+        (
+            "negative",
+            json!({"event_id": "race", "quantity": -1}),
+            "invalid_field",
+            "field quantity: invalid value: integer -1, expected a non-negative whole number",
+        ),
+        (
+            "both",
+            json!({"event_id": "race", "quantity": 1, "seats": ["S1"]}),
+            "invalid_request",
+            "give seats or quantity, not both",
+        ),
+    ] {
+        let a = r
+            .http
+            .post(&holds, Some(&stranger), None, &body)
+            .await
+            .unwrap();
+        assert_eq!(a.code(), Some(code), "{what}: {}", a.body);
+        let message = a.body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(says), "{what}: {message}");
+        assert!(!message.contains("line 1"), "{what}: {message}");
     }
     let one = json!({"event_id":"race","quantity":1});
     let reserved = r

@@ -145,6 +145,14 @@ async fn refunds(env: &Env) {
         "the same key answers the same refund: {}",
         again.body
     );
+    assert_eq!(
+        again
+            .headers
+            .get("idempotent-replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true"),
+        "a replay says so"
+    );
     let got = env.wait_status("alice", id, "refunded").await;
     assert!(got["refund_id"].is_string(), "{got}");
     let a = refund(env, "ops", true, id, Some("r2"), true).await;
@@ -172,11 +180,25 @@ async fn refunds(env: &Env) {
     tracing::info!("--- the audit trail names it");
     let audit = op_get(env, 0, "/v1/admin/audit?limit=50").await;
     let entries = audit.body["entries"].as_array().unwrap();
+    let target = format!("booking {id}, reason show cancelled");
     let ok = entries
         .iter()
-        .filter(|e| e["action"] == "refund" && e["target"] == format!("booking {id}"))
+        .filter(|e| e["action"] == "refund" && e["target"] == target)
         .count();
-    assert!(ok >= 3, "refund attempts audited: {}", audit.body);
+    assert!(
+        ok >= 3,
+        "refund attempts audited with their reason: {}",
+        audit.body
+    );
+    let replays = entries
+        .iter()
+        .filter(|e| e["target"] == target && s(&e["result"]).starts_with("ok (replay"))
+        .count();
+    assert_eq!(
+        replays, 1,
+        "the keyed retry is audited as a replay: {}",
+        audit.body
+    );
 }
 
 /// Every change of the event from the start, in pages of 2 read from each

@@ -163,6 +163,33 @@ async fn t90_the_cluster_view_shows_regions_nodes_and_groups() {
         .await
         .unwrap();
     assert_eq!(stranger.status.as_u16(), 403);
+
+    tracing::info!("--- the fleet's metrics: every node's, each sample naming its node");
+    let fleet = http
+        .get(&format!("{edge}/v1/admin/fleet/metrics"), Some(op))
+        .await
+        .unwrap();
+    assert_eq!(fleet.status.as_u16(), 200, "{}", fleet.body);
+    let text = fleet.body.as_str().expect("Prometheus text");
+    for n in view["nodes"].as_array().unwrap() {
+        let up = format!(
+            "seatfence_fleet_node_up{{node=\"{}\",region=\"{}\"}} 1\n",
+            n["node_id"],
+            n["region"].as_str().unwrap()
+        );
+        assert!(text.contains(&up), "{up} missing");
+        let series = format!(
+            "seatfence_stale_epoch_rejections_total{{node=\"{}\",",
+            n["node_id"]
+        );
+        assert!(text.contains(&series), "{series} missing");
+    }
+    assert_eq!(
+        text.matches("# TYPE seatfence_stale_epoch_rejections_total ")
+            .count(),
+        1,
+        "one family, described once"
+    );
     let (ok, out) = ctl(edge, op, &["cluster"]);
     assert!(
         ok && out.contains("adm") && out.contains("(directory)"),

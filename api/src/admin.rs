@@ -231,13 +231,22 @@ impl Operators {
 
     /// The directory (leader's copy) and every registered node's status.
     pub async fn cluster_view(&self) -> Result<ClusterView, ApiError> {
+        self.cluster_view_with(false).await
+    }
+
+    /// [`Operators::cluster_view`], each status with the node's metrics
+    /// when `with_metrics` (the fleet view).
+    pub async fn cluster_view_with(&self, with_metrics: bool) -> Result<ClusterView, ApiError> {
         let directory = self.commands.directory_at_leader().await?;
         let asks = directory.nodes.values().map(|n| {
             let client = self.commands.client.clone();
             let (id, addr) = (n.id.0, n.grpc_addr.clone());
             async move {
                 let status = async {
-                    let mut req = tonic::Request::new(StatusRequest { with_digest: false });
+                    let mut req = tonic::Request::new(StatusRequest {
+                        with_digest: false,
+                        with_metrics,
+                    });
                     req.set_timeout(Duration::from_secs(2));
                     client.node(&addr).ok()?.status(req).await.ok()
                 };

@@ -54,11 +54,13 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             section: body.section,
             quantity,
         },
-        _ => {
-            return Err(ApiError::bad(
-                "invalid_request",
-                "give either seats, or quantity (with an optional section)",
-            ))
+        (seats, quantity) => {
+            let why = match (seats.is_some(), quantity.is_some()) {
+                (true, true) => "give seats or quantity, not both: seats holds exactly those seats, quantity any free ones",
+                (true, false) => "section goes with quantity (any free seats in it), not with a list of seats",
+                _ => "give seats (a list of seat ids) or quantity (with an optional section)",
+            };
+            return Err(ApiError::bad("invalid_request", why));
         }
     };
     // The same bound every replica checks (`Command::check_bounds`), here
@@ -111,7 +113,8 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
                     .header("x-seatfence-epoch", reply.epoch.0)
                     .header("x-seatfence-owner-region", &reply.owner.0)
                     .header("location", format!("/v1/holds/{id}"))
-                    .header("cache-control", "no-store"),
+                    .header("cache-control", "no-store")
+                    .replayed(reply.replayed),
             )
         }
         other => {

@@ -29,6 +29,7 @@ pub(crate) async fn handle(
     let start = Instant::now();
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();
+    let request_id = request_id(req.headers().get("x-request-id"));
     let result = match read_request(&edge, req).await {
         Ok(r) => dispatch(&edge, matched, r, peer).await,
         Err(e) => Err(e),
@@ -52,12 +53,30 @@ pub(crate) async fn handle(
             resp.headers_mut().insert(k, v);
         }
     }
+    resp.headers_mut().insert("x-request-id", request_id);
     edge.metrics
         .observe(label, status.as_u16(), start.elapsed());
     resp
 }
 
 const JSON: &str = "application/json";
+
+/// The answer's `X-Request-Id`: the caller's own (1–128 of `A-Za-z0-9._:-`,
+/// so a log line or a support ticket can name the request), else a new
+/// random one.
+fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
+    let ok = |v: &&HeaderValue| {
+        let b = v.as_bytes();
+        (1..=128).contains(&b.len())
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"._:-".contains(c))
+    };
+    match given.filter(ok) {
+        Some(v) => v.clone(),
+        None => HeaderValue::from_str(&format!("{:016x}", rand::random::<u64>()))
+            .expect("hex is a valid header value"),
+    }
+}
 
 /// The request's head and its whole body, each body read bounded in time
 /// (`body_timeout_ms`, the same deadline for a body within the limit and
@@ -199,6 +218,8 @@ async fn dispatch(
     if let Some(audit) = def.audit {
         if let Some(actor) = req.verified.as_ref().filter(|c| c.operator) {
             let outcome = match &result {
+                // A keyed retry answered from the record: nothing ran again.
+                Ok(r) if r.is_replay() => "ok (replay: nothing done again)".to_string(),
                 Ok(_) => "ok".to_string(),
                 Err(e) => format!("{}: {}", e.code(), e),
             };
@@ -226,12 +247,10 @@ async fn call(edge: &Edge, req: &Req, route: Route, p: &[&str]) -> Result<Reply,
         )),
         Route::Metrics => Ok(Reply::text(
             StatusCode::OK,
-            edge.metrics.render(edge.commands.client.redirects())
-                + &moves::progress_metrics(edge)
-                + &crate::metrics::runtime_metrics(edge.commands.client.write_queues())
-                + &edge.scrape.iter().map(|s| s()).collect::<String>(),
+            edge.metrics_text(),
             "text/plain; version=0.0.4",
         )),
+        Route::FleetMetrics => crate::fleet::metrics(edge, req).await,
         Route::Console => Ok(console(seatfence_console::page())),
         Route::ConsoleAsset => seatfence_console::asset(id)
             .map(console)

@@ -132,7 +132,7 @@ fn replay(first: KeyedAnswer, hash: u64) -> Result<Reply, ApiError> {
     }
     let status = StatusCode::from_u16(first.status).unwrap_or(StatusCode::OK);
     let body = serde_json::from_str(&first.body).unwrap_or(serde_json::Value::Null);
-    let mut reply = Reply::json(status, body).header("idempotent-replayed", "true");
+    let mut reply = Reply::json(status, body).replayed(true);
     for (name, value) in first.headers {
         if let Some(n) = REPLAYED.iter().find(|n| **n == name) {
             reply = reply.header(n, value);

@@ -51,6 +51,7 @@ pub mod config;
 mod conn;
 pub mod error;
 pub mod events;
+pub mod fleet;
 pub mod holds;
 pub mod http;
 pub mod keyed;
@@ -108,6 +109,15 @@ pub struct Edge {
 pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl Edge {
+    /// This node's whole Prometheus exposition: what `GET /metrics`
+    /// answers, and what the node gives the fleet view.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render(self.commands.client.redirects())
+            + &moves::progress_metrics(self)
+            + &metrics::runtime_metrics(self.commands.client.write_queues())
+            + &self.scrape.iter().map(|s| s()).collect::<String>()
+    }
+
     /// An edge that runs commands through `commands` (built by
     /// the node on a `ClusterClient::with_local`, so the groups this node
     /// leads are proposed in-process).

@@ -33,6 +33,9 @@ pub enum Body {
     Text(String, &'static str),
 }
 
+/// The header that marks a replayed answer.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
 impl Reply {
     /// A JSON reply with `status` and no extra headers.
     pub fn json(status: StatusCode, body: Value) -> Reply {
@@ -49,6 +52,24 @@ impl Reply {
             status,
             body: Body::Text(text, content_type),
             headers: Vec::new(),
+        }
+    }
+
+    /// Whether it answers a keyed request from its record
+    /// (`Idempotent-Replayed: true`).
+    pub fn is_replay(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, v)| *k == REPLAYED_HEADER && v == "true")
+    }
+
+    /// The reply marked as answering a keyed retry from its record, when
+    /// `replayed` (Stripe's `Idempotent-Replayed: true`).
+    pub fn replayed(self, replayed: bool) -> Reply {
+        if replayed {
+            self.header(REPLAYED_HEADER, "true")
+        } else {
+            self
         }
     }
 
@@ -103,19 +124,36 @@ impl Req {
     }
 
     /// The JSON body as `T`; unknown fields and bad JSON are 400s, with
-    /// messages in JSON's words, not Rust's.
+    /// messages in JSON's words, not Rust's: a bad value names its field
+    /// (`field quantity: invalid value: integer -1, expected a
+    /// non-negative integer`); only malformed JSON says where (line and
+    /// column).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
-        serde_json::from_slice(&self.body).map_err(|e| {
-            let msg = in_json_terms(&e.to_string());
-            let code = if msg.starts_with("unknown field") {
-                "unknown_field"
-            } else if e.is_data() {
-                "invalid_field"
-            } else {
-                "malformed_json"
-            };
-            ApiError::bad(code, msg)
-        })
+        let mut de = serde_json::Deserializer::from_slice(&self.body);
+        serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| (e.path().to_string(), e.into_inner()))
+            .and_then(|v| de.end().map(|()| v).map_err(|e| (".".to_string(), e)))
+            .map_err(|(path, e)| {
+                let mut msg = in_json_terms(&e.to_string());
+                let code = if msg.starts_with("unknown field") {
+                    "unknown_field"
+                } else if e.is_data() {
+                    "invalid_field"
+                } else {
+                    "malformed_json"
+                };
+                if code != "malformed_json" {
+                    // "… at line 1 column 19" says nothing a client needs
+                    // once the field is named.
+                    if let Some(at) = msg.rfind(" at line ") {
+                        msg.truncate(at);
+                    }
+                    if path != "." && !msg.starts_with("missing field") {
+                        msg = format!("field {path}: {msg}");
+                    }
+                }
+                ApiError::bad(code, msg.replace('`', ""))
+            })
     }
 
     /// `Idempotency-Key`, checked: 1-255 printable ASCII characters; a

@@ -61,6 +61,8 @@ pub enum Route {
     PaymentWebhook,
     /// `GET /v1/admin/cluster`: every node's and group's state.
     Cluster,
+    /// `GET /v1/admin/fleet/metrics`: every node's `/metrics`, labelled by node.
+    FleetMetrics,
     /// `GET /v1/admin/audit`: the operators' audit trail, newest first.
     Audit,
     /// `POST /v1/admin/groups/{group_id}/transfer-leader`: move a group's leadership.
@@ -238,6 +240,12 @@ pub const ROUTES: &[RouteDef] = &[
         "bookings",
     ),
     row(Route::Cluster, Method::GET, "/v1/admin/cluster", "admin"),
+    row(
+        Route::FleetMetrics,
+        Method::GET,
+        "/v1/admin/fleet/metrics",
+        "admin",
+    ),
     row(Route::Audit, Method::GET, "/v1/admin/audit", "admin"),
     audited(
         row(
@@ -325,7 +333,7 @@ pub const ROUTES: &[RouteDef] = &[
             "admin",
         ),
         "refund",
-        "booking {booking_id}",
+        "booking {booking_id}, reason {body.reason}",
     ),
     row(
         Route::GetMove,

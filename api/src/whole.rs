@@ -41,8 +41,10 @@ impl<T: TryFrom<u64>> Visitor<'_> for WholeVisitor<T> {
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        // Not "from 0 to 4294967295": the field's own range (a quantity
+        // from 1) is checked after, and says so.
         match std::any::type_name::<T>() {
-            "u32" => f.write_str("a whole number from 0 to 4294967295"),
+            "u32" => f.write_str("a non-negative whole number (at most 4294967295)"),
             _ => f.write_str("a non-negative whole number"),
         }
     }
@@ -99,7 +101,7 @@ mod tests {
         ] {
             let e = parse(bad).unwrap_err();
             assert!(
-                e.contains("whole number from 0 to 4294967295"),
+                e.contains("a non-negative whole number (at most 4294967295)"),
                 "{bad}: {e}"
             );
         }

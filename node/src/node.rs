@@ -8,7 +8,7 @@ use anyhow::Context;
 use seatfence_api::Edge;
 use seatfence_core::{Command, GroupId, NodeId, Response};
 use seatfence_duties::EventDuties;
-use seatfence_raft::api::NodeApi;
+use seatfence_raft::api::{Exposition, NodeApi};
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::network::gate::Gate;
 use seatfence_raft::network::tls::{node_server_name, Principal, Tls};
@@ -133,12 +133,16 @@ impl Node {
         // Raft messages wait for the data dir's admission (`admit`): a
         // fresh one must not vote before the node knows its id is new.
         let admitted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // The node's metrics for the fleet view: its edge's whole /metrics
+        // once the edge runs.
+        let exposition = Exposition::default();
         let (server, grpc_addr) = serve_grpc(
             &config,
             tls.as_ref(),
             &registry,
             &proposer,
             &admitted,
+            &exposition,
             &rx_stop,
         )
         .await?;
@@ -185,6 +189,12 @@ impl Node {
                 Some((edge, addr)) => (Some(edge), Some(addr)),
                 None => (None, None),
             };
+        if let Some(e) = &edge {
+            let e = Arc::downgrade(e);
+            let _ = exposition.set(Arc::new(move || {
+                e.upgrade().map(|e| e.metrics_text()).unwrap_or_default()
+            }));
+        }
         // The leader duties of the event groups this node leads, the
         // payment ones with the node's payment side (the edge's, or one of
         // its own on a node that serves no HTTP).
@@ -281,6 +291,7 @@ async fn serve_grpc(
     registry: &Arc<Registry>,
     proposer: &Arc<Proposer>,
     admitted: &Arc<std::sync::atomic::AtomicBool>,
+    exposition: &Exposition,
     rx_stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<(ServerTask, std::net::SocketAddr)> {
     let gate = match tls {
@@ -316,6 +327,7 @@ async fn serve_grpc(
             .add_service(
                 NodeApi::new(proposer.clone(), config.region.clone())
                     .with_gate(gate)
+                    .with_exposition(exposition.clone())
                     .into_server(),
             )
             .serve_with_incoming_shutdown(incoming, async move {

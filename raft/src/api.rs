@@ -28,7 +28,13 @@ pub struct NodeApi {
     proposer: Arc<Proposer>,
     region: String,
     gate: Arc<Gate>,
+    exposition: Exposition,
 }
+
+/// The node's whole Prometheus exposition, once its edge can render it
+/// (set by the node after the edge starts; until then, or on a node with
+/// no edge, the process's recorder alone: [`crate::metrics::render`]).
+pub type Exposition = Arc<std::sync::OnceLock<Arc<dyn Fn() -> String + Send + Sync>>>;
 
 impl NodeApi {
     /// Serving every caller ([`Gate::open`]) until [`NodeApi::with_gate`].
@@ -37,7 +43,14 @@ impl NodeApi {
             proposer,
             region,
             gate: Gate::open(),
+            exposition: Exposition::default(),
         }
+    }
+
+    /// Where `Status { with_metrics }` takes the node's metrics from.
+    pub fn with_exposition(mut self, exposition: Exposition) -> NodeApi {
+        self.exposition = exposition;
+        self
     }
 
     /// Who may call (a TLS server's [`Gate::new`]).
@@ -268,11 +281,17 @@ impl NodeService for NodeApi {
         groups.extend(self.registry().dormant_status());
         groups.sort_by_key(|g| g.group_id);
         let directory_nodes = self.registry().view(|d| d.node_count() as u32).unwrap_or(0);
+        let metrics = match (req.get_ref().with_metrics, self.exposition.get()) {
+            (false, _) => String::new(),
+            (true, Some(render)) => render(),
+            (true, None) => crate::metrics::render(),
+        };
         Ok(Response::new(StatusReply {
             node_id: self.registry().node_id(),
             region: self.region.clone(),
             groups,
             directory_nodes,
+            metrics,
         }))
     }
 

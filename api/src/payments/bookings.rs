@@ -91,7 +91,7 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
     if let Some(b) = &l.booking {
         if idem.is_none() {
             // One booking per hold: a repeated request gets the same booking.
-            return Ok(fenced(&l, reply(&l, b, StatusCode::CREATED)));
+            return Ok(fenced(&l, reply(&l, b, StatusCode::CREATED).replayed(true)));
         }
         // Keyed: the same attach again (a no-op) answers from the key's record.
         let attach = PaymentAction::Attach {
@@ -166,7 +166,8 @@ async fn attached(
     match r.outcome {
         Outcome::Booking(b) => Ok(reply(l, &b, StatusCode::CREATED)
             .header("x-seatfence-epoch", r.epoch.0)
-            .header("x-seatfence-owner-region", &r.owner.0)),
+            .header("x-seatfence-owner-region", &r.owner.0)
+            .replayed(r.replayed)),
         other => Err(ApiError::from_outcome(other, &l.event_id).fenced(r.epoch.0, &r.owner.0)),
     }
 }

@@ -90,7 +90,9 @@ pub async fn refund(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError>
                     "at": crate::events::format_ms(r.at_ms),
                 })
             });
-            Ok(Reply::json(StatusCode::OK, v).header("cache-control", "no-store"))
+            Ok(Reply::json(StatusCode::OK, v)
+                .header("cache-control", "no-store")
+                .replayed(reply.replayed))
         }
         other => {
             Err(ApiError::from_outcome(other, &l.event_id).fenced(reply.epoch.0, &reply.owner.0))

@@ -376,7 +376,10 @@ impl ClusterClient {
     }
 
     async fn status_of(&self, addr: &str, with_digest: bool) -> Result<StatusReply, ClientError> {
-        let mut req = tonic::Request::new(StatusRequest { with_digest });
+        let mut req = tonic::Request::new(StatusRequest {
+            with_digest,
+            with_metrics: false,
+        });
         req.set_timeout(Duration::from_secs(5));
         Ok(self
             .node(addr)?

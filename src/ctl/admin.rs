@@ -5,8 +5,8 @@
 use anyhow::bail;
 use serde_json::json;
 
-use super::events::Edge;
-use super::show::{follow_move, print_cluster, print_move_row};
+use super::edge::{Edge, HttpError, Req};
+use super::show::{duration, follow_move, moves_table, print_cluster, Align, Table};
 
 /// `cluster`: regions, nodes and groups.
 pub(super) async fn show_cluster(edge: &Edge, as_json: bool) -> anyhow::Result<()> {
@@ -133,7 +133,7 @@ pub(super) async fn move_event(
         );
     }
     let end = if wait {
-        follow_move(&edge.http, &edge.url, &edge.token, a.body, as_json).await?
+        follow_move(edge, a.body, as_json).await?
     } else {
         a.body
     };
@@ -141,32 +141,38 @@ pub(super) async fn move_event(
         println!("{end}");
     } else if wait {
         println!(
-            "move {}: {} in {} ms, write pause {} ms",
+            "move {}: {} in {}, write pause {}",
             end["move_id"],
             end["state"].as_str().unwrap_or("?"),
-            end["duration_ms"],
-            end["pause_ms"]
+            duration(&end["duration_ms"]),
+            duration(&end["pause_ms"])
         );
     }
     if wait && end["state"] != "done" {
-        bail!("move ended {}: {}", end["state"], end["reason"]);
+        bail!(
+            "move {} ended {}: {}",
+            end["move_id"],
+            end["state"].as_str().unwrap_or("?"),
+            end["reason"].as_str().unwrap_or("no reason given")
+        );
     }
     Ok(())
 }
 
-/// `moves`: the newest `limit` ownership moves, one row each.
+/// `moves`: the newest `limit` ownership moves, one row each (`no moves
+/// yet` when there is none).
 pub(super) async fn list_moves(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Result<()> {
     let a = edge.get(&format!("/v1/admin/moves?limit={limit}")).await?;
+    let moves = a.body["moves"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     if as_json {
         println!("{}", a.body);
+    } else if moves.is_empty() {
+        println!("no moves yet");
     } else {
-        println!(
-            "{:<5} {:<20} {:<10}    {:<10} {:<18} {:<8} {:>8} {:>8}",
-            "MOVE", "EVENT", "FROM", "TO", "STEP", "STATE", "TOOK", "PAUSE"
-        );
-        for m in a.body["moves"].as_array().cloned().unwrap_or_default() {
-            print_move_row(&m);
-        }
+        moves_table(moves).print();
     }
     Ok(())
 }
@@ -189,22 +195,36 @@ pub(super) async fn audit(edge: &Edge, limit: u32, as_json: bool) -> anyhow::Res
     let a = edge.get(&format!("/v1/admin/audit?limit={limit}")).await?;
     if as_json {
         println!("{}", a.body);
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        ("SEQ", Align::Right),
+        ("AT", Align::Left),
+        ("ACTOR", Align::Left),
+        ("ACTION", Align::Left),
+        ("TARGET", Align::Left),
+        ("RESULT", Align::Left),
+    ]);
+    for e in a.body["entries"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let text = |k: &str| e[k].as_str().unwrap_or("?").to_string();
+        let row = vec![
+            e["seq"].to_string(),
+            text("at"),
+            text("actor"),
+            text("action"),
+            text("target"),
+            text("result"),
+        ];
+        t.row(row);
+    }
+    if t.is_empty() {
+        println!("no audit entries yet");
     } else {
-        println!(
-            "{:>5} {:<24} {:<10} {:<16} {:<28} RESULT",
-            "SEQ", "AT", "ACTOR", "ACTION", "TARGET"
-        );
-        for e in a.body["entries"].as_array().cloned().unwrap_or_default() {
-            println!(
-                "{:>5} {:<24} {:<10} {:<16} {:<28} {}",
-                e["seq"],
-                e["at"].as_str().unwrap_or("?"),
-                e["actor"].as_str().unwrap_or("?"),
-                e["action"].as_str().unwrap_or("?"),
-                e["target"].as_str().unwrap_or("?"),
-                e["result"].as_str().unwrap_or("?")
-            );
-        }
+        t.print();
     }
     Ok(())
 }
@@ -217,19 +237,40 @@ pub(super) struct Refund {
     pub key: Option<String>,
 }
 
-/// `refund`: refund a confirmed booking under an Idempotency-Key.
+/// FNV-1a with 128 bits (the FNV specification's offset basis and prime):
+/// a stable hash, the same in every build and Rust release (std's
+/// `DefaultHasher` is not), for keys that must not change between runs.
+fn fnv1a_128(bytes: &[u8]) -> u128 {
+    const OFFSET_BASIS: u128 = 0x6c62272e_07bb0142_62b82175_6295c58d;
+    const PRIME: u128 = 0x00000000_01000000_00000000_0000013b;
+    bytes.iter().fold(OFFSET_BASIS, |h, &b| {
+        (h ^ u128::from(b)).wrapping_mul(PRIME)
+    })
+}
+
+/// The Idempotency-Key of a refund given none: `ctl-refund-` and the 32
+/// hex digits of [`fnv1a_128`] of `BOOKING\nREASON`. The same booking and
+/// reason give the same key, so running the command again is a replay of
+/// the first refund (its answer), never a second one or a conflict.
+pub(super) fn refund_key(booking: &str, reason: &str) -> String {
+    let hash = fnv1a_128(format!("{booking}\n{reason}").as_bytes());
+    format!("ctl-refund-{hash:032x}")
+}
+
+/// `refund`: refund a confirmed booking under an Idempotency-Key
+/// (`--idempotency-key`, else [`refund_key`]).
 pub(super) async fn refund(edge: &Edge, r: Refund, as_json: bool) -> anyhow::Result<()> {
-    let key = r
-        .key
-        .unwrap_or_else(|| format!("ctl-refund-{:016x}", rand::random::<u64>()));
-    let url = format!("{}/v1/admin/bookings/{}/refund", edge.url, r.booking);
+    let key = r.key.unwrap_or_else(|| refund_key(&r.booking, &r.reason));
+    let path = format!("/v1/admin/bookings/{}/refund", r.booking);
     let body = json!({"reason": r.reason, "release_seats": r.release_seats});
-    let a = edge
-        .http
-        .post(&url, Some(&edge.token), Some(&key), &body)
-        .await?;
+    let post = Req::Post {
+        key: Some(&key),
+        body: &body,
+    };
+    let a = edge.send(&path, post).await?;
     if !a.status.is_success() {
-        bail!("{}: {} (Idempotency-Key {key})", a.status, a.body);
+        let note = Some(format!("Idempotency-Key {key}"));
+        return Err(HttpError { answer: a, note }.into());
     }
     if as_json {
         println!("{}", a.body);
@@ -278,4 +319,25 @@ pub(super) async fn waiting_room(edge: &Edge, r: Room, as_json: bool) -> anyhow:
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a 128's published test vectors, and a refund's key: stable,
+    /// and apart for another reason.
+    #[test]
+    fn refund_keys_are_stable() {
+        assert_eq!(fnv1a_128(b""), 0x6c62272e07bb014262b821756295c58d);
+        assert_eq!(fnv1a_128(b"a"), 0xd228cb696f1a8caf78912b704e4a8964);
+        assert_eq!(
+            refund_key("b1-1", "show cancelled"),
+            "ctl-refund-13b2bcd201270d7e6165ebddd413f276"
+        );
+        assert_ne!(
+            refund_key("b1-1", "show cancelled"),
+            refund_key("b1-1", "goodwill")
+        );
+    }
 }

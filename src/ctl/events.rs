@@ -4,19 +4,24 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
 use clap::Subcommand;
-use seatfence_testkit::http_client::{HttpAnswer, HttpClient};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::admin::{
     abort_move, audit, drain, list_moves, move_event, node_lifecycle, show_cluster,
     transfer_leader, undrain,
 };
-use super::target::{bearer_token, edge_url, mint_token};
+use super::create::{create_event, NewEvent};
+use super::edge::{Edge, Req};
+use super::target::{bearer_token, edges, mint_token};
 use crate::demo::DemoFile;
 
+// The commands that talk to an edge over HTTP (and `token`, which needs
+// only the secret). Not a doc comment: clap would make it the about text
+// of `ctl`, which flattens them.
 #[derive(Subcommand)]
+// Parsed once per run: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum EventCmd {
     /// Print a bearer token for a user, signed with the demo's secret
     /// (or $SEATFENCE_JWT_SECRET).
@@ -31,8 +36,8 @@ pub enum EventCmd {
         #[arg(long, default_value_t = 86_400)]
         ttl_secs: u64,
     },
-    /// Print a sign-in link to the operator console of the edge
-    /// (`--edge`, else demo.json's first): `{edge}/console#token=JWT`, a
+    /// Print a sign-in link to the operator console of the edge (`--edge`,
+    /// else demo.json's first that answers): `{edge}/console#token=JWT`, a
     /// fresh operator token for `--user`. The token rides in the link's
     /// fragment, which browsers never send; the page keeps it in the tab's
     /// session storage and erases it from the address bar. Signed with the
@@ -82,6 +87,27 @@ pub enum EventCmd {
         /// (60-2592000; default 259200).
         #[arg(long)]
         changes_retention_secs: Option<u64>,
+        /// When the sale opens (RFC 3339, e.g. 2030-06-01T18:00:00Z).
+        /// Needed for a waiting room.
+        #[arg(long)]
+        opens_at: Option<String>,
+        /// When the sale closes (RFC 3339, after --opens-at).
+        #[arg(long)]
+        closes_at: Option<String>,
+        /// Price of one seat in minor units (default 5000).
+        #[arg(long)]
+        price_cents: Option<u64>,
+        /// Currency, an ISO 4217 code (default EUR).
+        #[arg(long)]
+        currency: Option<String>,
+        /// Put a waiting room in front of the sale, admitting this many
+        /// buyers a second in queue order (needs --opens-at).
+        #[arg(long, requires = "opens_at")]
+        waiting_room_rate: Option<u32>,
+        /// How long an admitted buyer may hold seats (10-3600; default
+        /// 600; needs --waiting-room-rate).
+        #[arg(long, requires = "waiting_room_rate")]
+        ticket_ttl_secs: Option<u64>,
         /// Print the edge's JSON answer as is.
         #[arg(long)]
         json: bool,
@@ -188,9 +214,9 @@ pub enum EventCmd {
         json: bool,
     },
     /// Refund a confirmed booking (operator): `refund_pending` at once,
-    /// `refunded` when the gateway has paid it back. Retry with the same
-    /// `--idempotency-key` (printed) and the same answer comes back, never a second
-    /// refund.
+    /// `refunded` when the gateway has paid it back. Run it again (same
+    /// booking and reason, or the same `--idempotency-key`; the key is
+    /// printed) and the same answer comes back, never a second refund.
     Refund {
         /// The booking id (`b<group>-<seq>`).
         booking: String,
@@ -201,7 +227,8 @@ pub enum EventCmd {
         /// Put the seats back on sale (default: they stay off sale).
         #[arg(long)]
         release_seats: bool,
-        /// The Idempotency-Key (default: a fresh one).
+        /// The Idempotency-Key (default: `ctl-refund-` and a hash of the
+        /// booking and the reason, the same on every run).
         #[arg(long)]
         idempotency_key: Option<String>,
         /// Print the edge's JSON answer.
@@ -237,35 +264,29 @@ pub enum EventCmd {
     },
 }
 
-/// An error answer as an error (status and body).
-pub(super) fn check(a: &HttpAnswer) -> anyhow::Result<()> {
-    if !a.status.is_success() {
-        bail!("{}: {}", a.status, a.body);
+impl EventCmd {
+    /// Whether `--json` was given (`token` and `console` have none): an
+    /// error answer is then printed as the edge's JSON on stdout too.
+    pub fn json(&self) -> bool {
+        match self {
+            EventCmd::Token { .. } | EventCmd::Console { .. } => false,
+            EventCmd::CreateEvent { json, .. }
+            | EventCmd::Event { json, .. }
+            | EventCmd::Cluster { json }
+            | EventCmd::TransferLeader { json, .. }
+            | EventCmd::Drain { json, .. }
+            | EventCmd::Undrain { json, .. }
+            | EventCmd::Decommission { json, .. }
+            | EventCmd::Recommission { json, .. }
+            | EventCmd::DeclareDead { json, .. }
+            | EventCmd::Move { json, .. }
+            | EventCmd::Moves { json, .. }
+            | EventCmd::AbortMove { json, .. }
+            | EventCmd::Refund { json, .. }
+            | EventCmd::WaitingRoom { json, .. }
+            | EventCmd::Audit { json, .. } => *json,
+        }
     }
-    Ok(())
-}
-
-/// GET `url` with the token; an error answer is an error.
-pub(super) async fn get_ok(
-    http: &HttpClient,
-    url: &str,
-    token: &str,
-) -> anyhow::Result<HttpAnswer> {
-    let a = http.get(url, Some(token)).await?;
-    check(&a)?;
-    Ok(a)
-}
-
-/// POST `body` to `url` with the token; an error answer is an error.
-async fn post_ok(
-    http: &HttpClient,
-    url: &str,
-    token: &str,
-    body: &Value,
-) -> anyhow::Result<HttpAnswer> {
-    let a = http.post(url, Some(token), None, body).await?;
-    check(&a)?;
-    Ok(a)
 }
 
 /// Where event commands go and with which token.
@@ -275,41 +296,10 @@ pub struct EdgeTarget {
     pub token: Option<String>,
 }
 
-fn parse_section(s: &str) -> anyhow::Result<Value> {
-    let (name, dims) = s
-        .split_once(':')
-        .with_context(|| format!("section {s:?} is not NAME:ROWSxSEATS"))?;
-    let (rows, seats) = dims
-        .split_once('x')
-        .with_context(|| format!("section {s:?} is not NAME:ROWSxSEATS"))?;
-    Ok(json!({"name": name, "rows": rows.parse::<u32>()?, "seats_per_row": seats.parse::<u32>()?}))
-}
-
-/// The edge an event command talks to, and the bearer token it sends.
-pub(super) struct Edge {
-    pub(super) http: HttpClient,
-    pub(super) url: String,
-    pub(super) token: String,
-}
-
-impl Edge {
-    /// GET `path` (`/v1/...`) at the edge; an error answer is an error.
-    pub(super) async fn get(&self, path: &str) -> anyhow::Result<HttpAnswer> {
-        let url = format!("{}{path}", self.url);
-        get_ok(&self.http, &url, &self.token).await
-    }
-
-    /// POST `body` to `path` (`/v1/...`) at the edge; an error answer is an
-    /// error.
-    pub(super) async fn post(&self, path: &str, body: &Value) -> anyhow::Result<HttpAnswer> {
-        let url = format!("{}{path}", self.url);
-        post_ok(&self.http, &url, &self.token, body).await
-    }
-}
-
 /// Run one event command: `token` needs only the secret; every other
-/// command goes to the edge (`--edge`, else demo.json's first) with the
-/// token (`--token`, else demo.json's operator token).
+/// command goes to an edge (`--edge`, else demo.json's, the next whenever
+/// one refuses the connection) with the token (`--token`, else demo.json's
+/// operator token).
 pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
     let demo = DemoFile::load(&target.demo);
     if let EventCmd::Token {
@@ -321,53 +311,85 @@ pub async fn run(target: EdgeTarget, cmd: EventCmd) -> anyhow::Result<()> {
         println!("{}", mint_token(&demo, user, *operator, *ttl_secs)?);
         return Ok(());
     }
+    let edges = edges(&target, &demo)?;
     if let EventCmd::Console { user, ttl_secs } = &cmd {
-        let url = edge_url(&target, &demo)?;
         let jwt = mint_token(&demo, user, true, *ttl_secs)?;
-        println!("{}/console#token={jwt}", url.trim_end_matches('/'));
-        return Ok(());
+        return console_link(Edge::new(edges, jwt)).await;
     }
-    let url = edge_url(&target, &demo)?;
-    let token = bearer_token(&target, &demo)?;
-    let edge = Edge {
-        http: HttpClient::default(),
-        url,
-        token,
-    };
+    let edge = Edge::new(edges, bearer_token(&target, &demo)?);
     event_command(&edge, cmd).await
+}
+
+/// `console`: the sign-in link to the edge's console, with the token
+/// `edge` carries. Among demo.json's edges, the first that answers.
+async fn console_link(edge: Edge) -> anyhow::Result<()> {
+    if edge.uses_demo() {
+        // Any answer will do: the edge is up.
+        edge.send("/healthz", Req::Get).await?;
+    }
+    println!("{}/console#token={}", edge.url(), edge.token());
+    Ok(())
+}
+
+/// `create-event`'s flags as what it asks for, and `--json`.
+fn new_event(cmd: EventCmd) -> (NewEvent, bool) {
+    let EventCmd::CreateEvent {
+        id,
+        name,
+        region,
+        seats,
+        section,
+        hold_ttl_secs,
+        max_seats_per_hold,
+        max_seats_per_buyer,
+        survival,
+        retention_secs,
+        changes_retention_secs,
+        opens_at,
+        closes_at,
+        price_cents,
+        currency,
+        waiting_room_rate,
+        ticket_ttl_secs,
+        json: as_json,
+    } = cmd
+    else {
+        unreachable!("only create-event is read as a new event");
+    };
+    let options = vec![
+        ("hold_ttl_secs", hold_ttl_secs.map(|v| json!(v))),
+        ("max_seats_per_hold", max_seats_per_hold.map(|v| json!(v))),
+        ("max_seats_per_buyer", max_seats_per_buyer.map(|v| json!(v))),
+        ("survival", survival.map(|v| json!(v))),
+        ("retention_secs", retention_secs.map(|v| json!(v))),
+        (
+            "changes_retention_secs",
+            changes_retention_secs.map(|v| json!(v)),
+        ),
+        ("opens_at", opens_at.map(|v| json!(v))),
+        ("closes_at", closes_at.map(|v| json!(v))),
+        ("price_cents", price_cents.map(|v| json!(v))),
+        ("currency", currency.map(|v| json!(v))),
+    ];
+    let event = NewEvent {
+        id,
+        name,
+        region,
+        seats,
+        sections: section,
+        options,
+        room: waiting_room_rate.map(|rate| (rate, ticket_ttl_secs)),
+    };
+    (event, as_json)
 }
 
 /// The commands about events: create, show, move, waiting room, refund;
 /// the cluster's go to [`cluster_command`].
 async fn event_command(edge: &Edge, cmd: EventCmd) -> anyhow::Result<()> {
     match cmd {
-        EventCmd::CreateEvent {
-            id,
-            name,
-            region,
-            seats,
-            section,
-            hold_ttl_secs,
-            max_seats_per_hold,
-            max_seats_per_buyer,
-            survival,
-            retention_secs,
-            changes_retention_secs,
-            json: as_json,
-        } => {
-            let options = [
-                ("hold_ttl_secs", hold_ttl_secs.map(|v| json!(v))),
-                ("max_seats_per_hold", max_seats_per_hold.map(|v| json!(v))),
-                ("max_seats_per_buyer", max_seats_per_buyer.map(|v| json!(v))),
-                ("survival", survival.map(|v| json!(v))),
-                ("retention_secs", retention_secs.map(|v| json!(v))),
-                (
-                    "changes_retention_secs",
-                    changes_retention_secs.map(|v| json!(v)),
-                ),
-            ];
-            let body = event_body(id, name, region, seats, &section, options)?;
-            create_event(edge, &body, as_json).await
+        cmd @ EventCmd::CreateEvent { .. } => {
+            let (event, as_json) = new_event(cmd);
+            create_event(edge, event, as_json).await
         }
         EventCmd::Event { id, json: as_json } => show_event(edge, &id, as_json).await,
         EventCmd::Move {
@@ -457,67 +479,14 @@ async fn cluster_command(edge: &Edge, cmd: EventCmd) -> anyhow::Result<()> {
     }
 }
 
-/// The body of `POST /v1/events`: the event, its explicit seats and
-/// sections (`NAME:ROWSxSEATS`) when given, and each of `options` that is
-/// set.
-fn event_body(
-    id: String,
-    name: String,
-    region: String,
-    seats: Vec<String>,
-    sections: &[String],
-    options: [(&str, Option<Value>); 6],
-) -> anyhow::Result<Value> {
-    let mut body = json!({"event_id": id, "name": name, "home_region": region});
-    if !seats.is_empty() {
-        body["seats"] = json!(seats);
-    }
-    if !sections.is_empty() {
-        body["sections"] = Value::Array(
-            sections
-                .iter()
-                .map(|s| parse_section(s))
-                .collect::<Result<_, _>>()?,
-        );
-    }
-    for (k, v) in options {
-        if let Some(v) = v {
-            body[k] = v;
-        }
-    }
-    Ok(body)
-}
-
-/// `create-event`: create the event; prints the edge's answer as is with
-/// `--json` (even an error answer), else a summary when it succeeded.
-async fn create_event(edge: &Edge, body: &Value, as_json: bool) -> anyhow::Result<()> {
-    let a = edge
-        .http
-        .post(
-            &format!("{}/v1/events", edge.url),
-            Some(&edge.token),
-            None,
-            body,
-        )
-        .await?;
-    if as_json {
-        println!("{}", a.body);
-    } else if a.status.is_success() {
-        println!(
-            "created event {} in group {}, owner {}, epoch {}, {} seats",
-            a.body["event_id"].as_str().unwrap_or("?"),
-            a.body["group_id"],
-            a.body["owner_region"].as_str().unwrap_or("?"),
-            a.body["epoch"],
-            a.body["capacity"]
-        );
-    }
-    check(&a)
-}
-
-/// `event`: an event and its availability (the first 10 free seats).
+/// `event`: an event and its availability (the first 10 free seats), the
+/// availability read through the edge of the event's owner region when
+/// demo.json lists one (its replicas there are the freshest).
 async fn show_event(edge: &Edge, id: &str, as_json: bool) -> anyhow::Result<()> {
     let ev = edge.get(&format!("/v1/events/{id}")).await?;
+    if let Some(owner) = ev.body["owner_region"].as_str() {
+        edge.prefer(owner);
+    }
     let av = edge
         .get(&format!("/v1/events/{id}/availability?limit=10"))
         .await?;

@@ -1,7 +1,9 @@
 //! `seatfence ctl`: operator commands. Cluster-level commands talk gRPC to
 //! a node (`--addr`, [`node`]); event commands talk HTTP to an edge
-//! ([`events`]), with the edges and tokens of `demo.json` (`--demo`) unless
-//! `--edge`/`--token` are given.
+//! ([`events`], [`edge`]), with the edges and tokens of `demo.json`
+//! (`--demo`) unless `--edge`/`--token` are given. An edge's error answer
+//! is printed as `error: CODE (STATUS): MESSAGE` (and as its JSON on stdout
+//! with `--json`), and ctl exits 1.
 
 use std::path::PathBuf;
 
@@ -9,11 +11,14 @@ use clap::{Args, Subcommand};
 use seatfence_raft::network::tls::TlsConfig;
 
 mod admin;
+mod create;
+mod edge;
 mod events;
 mod node;
 mod show;
 mod target;
 
+use edge::HttpError;
 pub use events::{EdgeTarget, EventCmd};
 
 /// `seatfence ctl`'s flags (global to its subcommands) and subcommand.
@@ -27,7 +32,9 @@ pub struct CtlArgs {
     /// $SEATFENCE_DEMO, else the default demo's, under /tmp or $TMPDIR).
     #[arg(long, global = true, help_heading = "Where to connect")]
     pub demo: Option<PathBuf>,
-    /// HTTP edge URL (default: the first edge in demo.json).
+    /// HTTP edge URL (default: demo.json's edges, the next tried whenever
+    /// one refuses the connection; an event's own region's first where
+    /// known).
     #[arg(long, global = true, help_heading = "Where to connect")]
     pub edge: Option<String>,
     /// Bearer token (default: demo.json's operator token).
@@ -49,7 +56,13 @@ pub struct CtlArgs {
     pub cmd: CtlCmd,
 }
 
+// `seatfence ctl`'s subcommands: `status` and the raw group commands
+// (`create-group`, `put`, `get`: debugging, hidden from --help) over gRPC,
+// the rest over HTTP (`EventCmd`). Not a doc comment: clap would make it
+// the about text of `ctl` itself.
 #[derive(Subcommand)]
+// Parsed once per run: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum CtlCmd {
     /// Groups hosted by the node at --addr: role, term, leader, indexes.
     Status {
@@ -57,7 +70,8 @@ pub enum CtlCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Create a group placed by the directory.
+    /// Create a group placed by the directory (debugging).
+    #[command(hide = true)]
     CreateGroup {
         /// How many voters.
         #[arg(long, default_value_t = 3)]
@@ -66,7 +80,8 @@ pub enum CtlCmd {
         #[arg(long)]
         region: Option<String>,
     },
-    /// Write a key in a group.
+    /// Write a key in a group (debugging).
+    #[command(hide = true)]
     Put {
         /// The group id.
         #[arg(long)]
@@ -76,7 +91,8 @@ pub enum CtlCmd {
         /// The value (UTF-8).
         value: String,
     },
-    /// Read a key from the replica on the node at --addr.
+    /// Read a key from the replica on the node at --addr (debugging).
+    #[command(hide = true)]
     Get {
         /// The group id.
         #[arg(long)]
@@ -93,12 +109,19 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
     let demo = crate::demo::file_path(args.demo);
     match args.cmd {
         CtlCmd::Events(cmd) => {
+            let as_json = cmd.json();
             let target = EdgeTarget {
                 demo,
                 edge: args.edge,
                 token: args.token,
             };
-            events::run(target, cmd).await
+            let outcome = events::run(target, cmd).await;
+            if let Err(e) = &outcome {
+                if let Some(answer) = e.downcast_ref::<HttpError>() {
+                    exit_with(answer, as_json);
+                }
+            }
+            outcome
         }
         cmd => {
             let file = match (&args.addr, args.tls_ca.is_some() || args.insecure) {
@@ -139,4 +162,15 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
             node::run(addr, dialer, cmd).await
         }
     }
+}
+
+/// An edge's error answer, then exit 1: `error: CODE (STATUS): MESSAGE` on
+/// stderr, and with `--json` the edge's error body on stdout (one line).
+fn exit_with(answer: &HttpError, as_json: bool) -> ! {
+    if as_json {
+        println!("{}", answer.json_line());
+    }
+    eprintln!("error: {answer}");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    std::process::exit(1)
 }

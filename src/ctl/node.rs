@@ -6,6 +6,7 @@ use seatfence_node::create_group;
 use seatfence_raft::network::Dialer;
 use seatfence_raft::ClusterClient;
 
+use super::show::{Align, Table};
 use super::CtlCmd;
 
 /// Run a node-level command against the node at `addr`, dialled through
@@ -35,24 +36,32 @@ pub(super) async fn run(addr: String, dialer: Dialer, cmd: CtlCmd) -> anyhow::Re
                 );
             } else {
                 println!("node {} ({})", s.node_id, s.region);
-                println!(
-                    "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9} {:>6}  voters",
-                    "group", "role", "term", "leader", "last_log", "applied", "snapshot", "asleep"
-                );
+                let right = |name: &'static str| (name, Align::Right);
+                let mut t = Table::new(&[
+                    right("group"),
+                    right("role"),
+                    right("term"),
+                    right("leader"),
+                    right("last_log"),
+                    right("applied"),
+                    right("snapshot"),
+                    right("asleep"),
+                    ("voters", Align::Left),
+                ]);
                 for g in &s.groups {
-                    println!(
-                        "{:>6} {:>10} {:>6} {:>7} {:>9} {:>9} {:>9} {:>6}  {:?}",
-                        g.group_id,
-                        g.role,
-                        g.term,
-                        g.leader.map(|l| l.to_string()).unwrap_or("-".into()),
-                        g.last_log_index,
-                        g.applied_index,
-                        g.snapshot_index,
-                        if g.asleep { "yes" } else { "no" },
-                        g.voters
-                    );
+                    t.row(vec![
+                        g.group_id.to_string(),
+                        g.role.clone(),
+                        g.term.to_string(),
+                        g.leader.map_or("-".into(), |l| l.to_string()),
+                        g.last_log_index.to_string(),
+                        g.applied_index.to_string(),
+                        g.snapshot_index.to_string(),
+                        String::from(if g.asleep { "yes" } else { "no" }),
+                        format!("{:?}", g.voters),
+                    ]);
                 }
+                t.print();
             }
         }
         CtlCmd::CreateGroup { replicas, region } => {

@@ -1,9 +1,10 @@
-//! Who `seatfence ctl` speaks to and as whom: the edge's URL and the
-//! bearer token (`--edge`/`--token`, else `demo.json`), and tokens minted
-//! for `ctl token`.
+//! Who `seatfence ctl` speaks to and as whom: the edges and the bearer
+//! token (`--edge`/`--token`, else `demo.json`), and tokens minted for
+//! `ctl token`.
 
 use anyhow::{bail, Context};
 
+use super::edge::Edges;
 use super::events::EdgeTarget;
 use crate::demo::DemoFile;
 
@@ -26,19 +27,12 @@ pub(super) fn mint_token(
     Ok(seatfence_api::auth::mint(&secret, user, operator, ttl_secs))
 }
 
-/// The edge's URL: `--edge`, else the first edge demo.json lists.
-pub(super) fn edge_url(
-    target: &EdgeTarget,
-    demo: &anyhow::Result<DemoFile>,
-) -> anyhow::Result<String> {
+/// The edges to talk to: `--edge` alone, else every edge demo.json lists
+/// (each tried in turn while one refuses the connection).
+pub(super) fn edges(target: &EdgeTarget, demo: &anyhow::Result<DemoFile>) -> anyhow::Result<Edges> {
     Ok(match (&target.edge, demo) {
-        (Some(e), _) => e.clone(),
-        (None, Ok(d)) => d
-            .edges
-            .values()
-            .next()
-            .cloned()
-            .context("demo.json lists no edge")?,
+        (Some(e), _) => Edges::given(e),
+        (None, Ok(d)) => Edges::demo(&d.edges).context("demo.json lists no edge")?,
         (None, Err(e)) => bail!("no edge: pass --edge URL or start the demo ({e:#})"),
     })
 }

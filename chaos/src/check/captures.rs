@@ -3,7 +3,7 @@
 //! (`refund_pending`, `refunded`) with that payment; and every confirmed
 //! booking's payment was captured.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use seatfence_core::inventory::BookingStatus;
 
@@ -35,8 +35,13 @@ pub fn check(input: &Input<'_>) -> Verdict {
     Verdict::new(
         NAME,
         format!(
-            "{} gateway payments, {captured} captured; {confirmed} confirmed booking records",
-            input.finals.gateway.len()
+            "{} gateway payments, {captured} captured; {} confirmed booking records on the \
+             groups' members: {} bookings confirmed on the replicas, each counted once per \
+             member replica that has it confirmed ({} replicas)",
+            input.finals.gateway.len(),
+            confirmed.records,
+            confirmed.bookings,
+            confirmed.replicas
         ),
         violations,
     )
@@ -96,25 +101,38 @@ fn booking_of<'a>(events: &'a [EventFinal], invoice: &str) -> Option<(&'a EventF
     group_seq(invoice).and_then(|(g, seq)| events.iter().find(|e| e.group == g).map(|e| (e, seq)))
 }
 
+/// Confirmed booking records on the groups' members' replicas: how many,
+/// of how many distinct bookings, on how many replicas.
+#[derive(Debug, Default)]
+struct Confirmed {
+    records: usize,
+    bookings: usize,
+    replicas: usize,
+}
+
 /// Every confirmed booking record, on every member's replica, must have
-/// had its payment captured exactly once. How many such records there are.
-fn check_confirmed(input: &Input<'_>, violations: &mut Vec<Violation>) -> usize {
+/// had its payment captured exactly once. How many such records there
+/// are, of how many bookings, on how many replicas.
+fn check_confirmed(input: &Input<'_>, violations: &mut Vec<Violation>) -> Confirmed {
     let by_payment: BTreeMap<&str, _> = input
         .finals
         .gateway
         .iter()
         .map(|p| (p.payment_id.as_str(), p))
         .collect();
-    let mut confirmed = 0;
+    let mut confirmed = Confirmed::default();
+    let mut bookings = BTreeSet::new();
     for ev in &input.finals.events {
         for r in ev.replicas.iter().filter(|r| ev.members.contains(&r.node)) {
             let Some(d) = &r.dump else { continue };
+            let records_before = confirmed.records;
             for b in d
                 .bookings
                 .iter()
                 .filter(|b| b.status == BookingStatus::Confirmed)
             {
-                confirmed += 1;
+                confirmed.records += 1;
+                bookings.insert((ev.group, b.seq));
                 let caps = by_payment
                     .get(b.payment.payment_id.as_str())
                     .map_or(0, |p| p.captures);
@@ -128,8 +146,10 @@ fn check_confirmed(input: &Input<'_>, violations: &mut Vec<Violation>) -> usize 
                     });
                 }
             }
+            confirmed.replicas += usize::from(confirmed.records > records_before);
         }
     }
+    confirmed.bookings = bookings.len();
     confirmed
 }
 
@@ -156,7 +176,18 @@ mod tests {
         let hist = H::default().history();
         let mut f = finals(vec![good_dump(), good_dump()]);
         f.gateway = vec![pay("p1", "b5-1", 1), pay("p9", "b5-9", 0)];
-        assert_eq!(check(&Input::new(&run, &hist, &f)).status, Status::Pass);
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Pass);
+        // One booking, confirmed on both members.
+        assert!(
+            v.summary.starts_with(
+                "2 gateway payments, 1 captured; 2 confirmed booking records on the groups' \
+                 members: 1 bookings confirmed on the replicas"
+            ),
+            "{}",
+            v.summary
+        );
+        assert!(v.summary.ends_with("(2 replicas)"), "{}", v.summary);
     }
 
     #[test]

@@ -13,10 +13,17 @@ pub fn check(input: &Input<'_>) -> Verdict {
     let mut violations = Vec::new();
     let acked = confirmed_bookings(&input.ops);
     let mut distinct = std::collections::BTreeSet::new();
+    // For the summary, so its numbers add up with the other checkers':
+    // the seats of the distinct bookings, the fewest and most of one, and
+    // the member replicas looked up.
+    let (mut seat_count, mut fewest, mut most, mut lookups) = (0usize, usize::MAX, 0usize, 0usize);
     for (event, booking, seats, op) in &acked {
         if !distinct.insert((event.clone(), booking.clone())) {
             continue;
         }
+        seat_count += seats.len();
+        fewest = fewest.min(seats.len());
+        most = most.max(seats.len());
         let Some(ev) = input.finals.events.iter().find(|e| &e.event_id == event) else {
             violations.push(Violation {
                 message: format!("{booking} of {event}: the event is missing from the final state"),
@@ -32,6 +39,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
             continue;
         };
         for node in &ev.members {
+            lookups += 1;
             let replica = ev.replicas.iter().find(|r| r.node == *node);
             let Some(d) = replica.and_then(|r| r.dump.as_ref()) else {
                 violations.push(Violation {
@@ -69,11 +77,23 @@ pub fn check(input: &Input<'_>) -> Verdict {
             }
         }
     }
+    let events = distinct
+        .iter()
+        .map(|(event, _)| event)
+        .collect::<std::collections::BTreeSet<_>>();
+    let each = match (fewest, most) {
+        _ if distinct.is_empty() => String::new(),
+        (lo, hi) if lo == hi => format!(" ({hi} each)"),
+        (lo, hi) => format!(" ({lo}–{hi} each)"),
+    };
     Verdict::new(
         NAME,
         format!(
-            "{} bookings confirmed to buyers, each looked up on every replica",
-            distinct.len()
+            "{} bookings confirmed to buyers (a payment callback or a booking read answered \
+             confirmed), {seat_count} seats between them{each} in {} events; each looked up on \
+             every member of its group: {lookups} member replicas checked",
+            distinct.len(),
+            events.len()
         ),
         violations,
     )
@@ -96,7 +116,21 @@ mod tests {
         let run = run();
         let hist = acked().history();
         let f = finals(vec![good_dump(), good_dump(), good_dump()]);
-        assert_eq!(check(&Input::new(&run, &hist, &f)).status, Status::Pass);
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Pass);
+        // One booking of one seat, on each of three members.
+        assert!(
+            v.summary.starts_with("1 bookings confirmed to buyers"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.summary
+                .contains("1 seats between them (1 each) in 1 events")
+                && v.summary.ends_with("3 member replicas checked"),
+            "{}",
+            v.summary
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! disagree about who bought a seat; and buyers were never told two
 //! different bookings of the same seat are confirmed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use seatfence_core::inventory::{BookingStatus, SeatState};
 
@@ -13,7 +13,11 @@ pub const NAME: &str = "no_double_sale";
 
 pub fn check(input: &Input<'_>) -> Verdict {
     let mut violations = Vec::new();
+    // Sold-seat records over every replica; the distinct seats sold, the
+    // events they are in and the replicas that have any sold (for the
+    // summary, so its numbers add up).
     let mut sold_seats = 0usize;
+    let (mut seats_sold, mut events_sold, mut replicas_sold) = (0usize, 0usize, 0usize);
     for ev in &input.finals.events {
         // seat → (booking seq, node) as each replica says.
         let mut owner: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
@@ -50,6 +54,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
                     });
                 }
             }
+            let sold_before = sold_seats;
             for (seat, state) in &d.seats {
                 let SeatState::Sold(seq) = state else {
                     continue;
@@ -83,7 +88,10 @@ pub fn check(input: &Input<'_>) -> Verdict {
                     }
                 }
             }
+            replicas_sold += usize::from(sold_seats > sold_before);
         }
+        seats_sold += owner.len();
+        events_sold += usize::from(!owner.is_empty());
     }
     // What buyers were told.
     let mut told: BTreeMap<(String, String), (String, u64)> = BTreeMap::new();
@@ -102,11 +110,16 @@ pub fn check(input: &Input<'_>) -> Verdict {
             }
         }
     }
+    let told_events = told.keys().map(|(event, _)| event).collect::<BTreeSet<_>>();
     Verdict::new(
         NAME,
         format!(
-            "{sold_seats} sold seat records over every replica, {} seats confirmed to buyers",
-            told.len()
+            "{} seats confirmed to buyers (the seats of the bookings buyers were told are \
+             confirmed, in {} events); on the replicas {seats_sold} seats sold in {events_sold} \
+             events, {sold_seats} sold-seat records (a sold seat counts once per replica that \
+             has it sold: {replicas_sold} replicas)",
+            told.len(),
+            told_events.len()
         ),
         violations,
     )
@@ -125,7 +138,17 @@ mod tests {
         let run = run();
         let hist = H::default().history();
         let f = finals(vec![good_dump(), good_dump(), good_dump()]);
-        assert_eq!(check(&Input::new(&run, &hist, &f)).status, Status::Pass);
+        let v = check(&Input::new(&run, &hist, &f));
+        assert_eq!(v.status, Status::Pass);
+        // One seat sold, held by each of three replicas.
+        assert!(
+            v.summary.contains(
+                "1 seats sold in 1 events, 3 sold-seat records (a sold seat counts once per \
+                 replica that has it sold: 3 replicas)"
+            ),
+            "{}",
+            v.summary
+        );
     }
 
     #[test]

@@ -209,7 +209,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Status> {
     std::fs::write(dir.join("report.html"), page)?;
     std::fs::write(
         dir.join("timeline.svg"),
-        report::timeline_svg(&history, &input.ops, &verdicts),
+        report::timeline_svg_for(&run, &history, &input.ops, &verdicts),
     )?;
     for v in &verdicts {
         eprintln!("  {:<22} {:?}  {}", v.checker, v.status, v.summary);

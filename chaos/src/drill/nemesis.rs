@@ -124,7 +124,7 @@ impl Nemesis {
                     self.active
                         .lock()
                         .expect("nemesis lock poisoned")
-                        .insert(f.id, (f.fault.kind(), undo));
+                        .insert(f.id, (f.fault.name().to_string(), undo));
                     let me = self.clone();
                     let until = at + Duration::from_millis(f.duration_ms);
                     let timer = tokio::spawn(async move {

@@ -1,9 +1,13 @@
 //! The drill's verdict: `summary.json` (verdict per checker, ops, faults;
-//! built here) and a self-contained `report.html` (timeline of ops, faults,
-//! leader changes, moves and latency; PASS/FAIL; the violating ops in
-//! full): the page and its tables in `page`, the timeline SVG in
-//! `timeline` (also written alone as `timeline.svg`).
+//! built here) and a self-contained `report.html` (PASS/FAIL and the
+//! checkers; then throughput, latency, faults and moves on one time axis;
+//! the violating ops in full; leader changes per group, named by their
+//! events): the page and its tables in `page`; the timeline's SVGs drawn
+//! on the canvas in `timeline`, their top in `overview`, the leader rows
+//! in `leaders` (all of it also written as one SVG, `timeline.svg`).
 
+mod leaders;
+mod overview;
 mod page;
 pub mod resources;
 mod series;
@@ -17,7 +21,7 @@ use crate::check::{Status, Verdict};
 use crate::history::{Call, Entry, History, Op, Outcome};
 use crate::run::RunInfo;
 
-pub use page::{html, timeline_svg};
+pub use page::{html, timeline_svg, timeline_svg_for};
 
 /// Ops by how they ended: `ok`; `refused`, a definite "no" the system is
 /// meant to give (seats taken, a stale epoch, a move in progress...);
@@ -145,11 +149,21 @@ pub fn summarize(
         }
     }
     let mut by_kind = BTreeMap::new();
-    let mut injected = 0;
+    // A fault found to have had no effect was not injected.
+    let mut injected = 0usize;
     for e in &history.entries {
-        if let Entry::Fault { kind, .. } = e {
-            injected += 1;
-            *by_kind.entry(kind.clone()).or_insert(0) += 1;
+        match e {
+            Entry::Fault { kind, .. } => {
+                injected += 1;
+                *by_kind.entry(kind.clone()).or_insert(0) += 1;
+            }
+            Entry::NoEffect { kind, .. } => {
+                injected = injected.saturating_sub(1);
+                if let Some(n) = by_kind.get_mut(kind.as_str()) {
+                    *n -= 1;
+                }
+            }
+            _ => {}
         }
     }
     Summary {
@@ -187,6 +201,15 @@ fn color(s: Status) -> &'static str {
         Status::Pass => "#5cb85c",
         Status::Fail => "#d9534f",
         Status::Unknown => "#f0ad4e",
+    }
+}
+
+/// `1 group`, `7 groups`: `n` and what it counts.
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 

@@ -149,7 +149,8 @@ pub fn check(input: &Input<'_>) -> Verdict {
     let mut v = Verdict::new(
         NAME,
         format!(
-            "{} seats, {checked} seat operations searched (Wing–Gong, memoized)",
+            "{} seats that ops named, {checked} seat operations searched (an op counts once \
+             per seat it names; Wing–Gong, memoized)",
             per_seat.len()
         ),
         violations,

@@ -92,17 +92,20 @@ pub async fn run(
     let demo_path = dir.join("demo.json");
     std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;
 
-    print_nodes(&cluster, &gateway, &demo_path);
+    // A restarted demo's event may have moved since it was created.
+    let owner = owner_region(&us, &demo.tokens["operator"]).await?;
+    print_nodes(&cluster, &gateway, &demo_path, &owner);
     let group = group
         .as_u64()
         .context("the sample event's answer has no group_id")?;
-    let walk = walk_for(&cluster, &demo, &gateway, group, &dir).await?;
+    let walk = walk_for(&cluster, &demo, &gateway, (group, &owner), &dir).await?;
     println!("Try it (paste into another shell):\n");
     print!("{}", walkthrough(&walk));
     println!();
     print_cli_hints(&bin, &demo_path);
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
+    println!("\nseatfence demo: stopping the 9 nodes and the gateway ...");
     // SIGTERM every node and wait: each flushes and stops its replicas (a
     // drop would SIGKILL them).
     let mut cluster = cluster;
@@ -110,7 +113,24 @@ pub async fn run(
         eprintln!("stopping the nodes: {e:#}");
     }
     drop(gateway);
+    println!(
+        "seatfence demo: stopped. `seatfence demo --data-dir {}` starts this cluster again \
+         with its data; a plain `seatfence demo` starts afresh in {}.",
+        dir.display(),
+        default_dir().display()
+    );
     Ok(())
+}
+
+/// The region that owns the sample event now, asked of the edge `us`.
+async fn owner_region(us: &str, operator: &str) -> anyhow::Result<String> {
+    let got = HttpClient::default()
+        .get(&format!("{us}/v1/events/{DEMO_EVENT}"), Some(operator))
+        .await?;
+    got.body["owner_region"]
+        .as_str()
+        .map(str::to_string)
+        .with_context(|| format!("the sample event's answer names no owner: {}", got.body))
 }
 
 /// The demo's data directory, created: `data_dir`, or [`default_dir`]
@@ -200,7 +220,7 @@ async fn create_sample_event(us: &str, operator: &str) -> anyhow::Result<Value> 
 }
 
 /// The nodes, the gateway, where `demo.json` is and the sample event.
-fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path) {
+fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path, owner: &str) {
     println!("\nNodes:");
     for n in &cluster.nodes {
         println!(
@@ -217,7 +237,7 @@ fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path) 
         demo_path.display()
     );
     println!(
-        "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by us-east.\n"
+        "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by {owner}.\n"
     );
 }
 
@@ -235,6 +255,9 @@ pub struct Walk {
     pub next_hold: u64,
     pub seats: [String; 2],
     pub dir: String,
+    /// The region that owns the sample event now (a restarted demo's
+    /// event may have moved).
+    pub owner: String,
 }
 
 /// The walk-through to paste into a shell: holds from several regions, a
@@ -257,7 +280,10 @@ pub fn walkthrough(w: &Walk) -> String {
         "ALICE={}; BOB={}; GW={}",
         w.alice, w.bob, w.gateway
     ));
-    line("# the event, asked of the Europe edge (routed to the us-east group)".into());
+    line(format!(
+        "# the event, asked of the Europe edge (routed to its group in {})",
+        w.owner
+    ));
     line(format!(
         "curl -s $EU/v1/events/{e} -H \"Authorization: Bearer $ALICE\"; echo"
     ));
@@ -291,10 +317,13 @@ pub fn walkthrough(w: &Walk) -> String {
         "# alice books her hold: the payment is created at the gateway, the booking is pending"
             .into(),
     );
-    line(format!("curl -s -X POST $US/v1/bookings -H \"Authorization: Bearer $ALICE\" -d '{{\"hold_id\":\"{hold}\"}}' | tee /tmp/booking.json; echo"));
+    line(format!("curl -s -X POST $US/v1/bookings -H \"Authorization: Bearer $ALICE\" -d '{{\"hold_id\":\"{hold}\"}}' | tee {}/booking.json; echo", w.dir));
     line("# she approves on the gateway's page; its redirect takes her browser to the callback, which".into());
     line("# executes the payment once and confirms: HELD -> PAID, seats sold".into());
-    line("APPROVE=$(sed 's/.*\"approve_url\":\"\\([^\"]*\\)\".*/\\1/' /tmp/booking.json)".into());
+    line(format!(
+        "APPROVE=$(sed 's/.*\"approve_url\":\"\\([^\"]*\\)\".*/\\1/' {}/booking.json)",
+        w.dir
+    ));
     line(
         "REDIRECT=$(curl -s -X POST \"$APPROVE\" | sed 's/.*\"redirect\":\"\\([^\"]*\\)\".*/\\1/')"
             .into(),
@@ -319,7 +348,7 @@ async fn walk_for(
     cluster: &LocalCluster,
     demo: &DemoFile,
     gateway: &GatewayProc,
-    group: u64,
+    (group, owner): (u64, &str),
     dir: &Path,
 ) -> anyhow::Result<Walk> {
     let client = cluster.client();
@@ -353,6 +382,7 @@ async fn walk_for(
         next_hold,
         seats: [seat(0), seat(1)],
         dir: dir.display().to_string(),
+        owner: owner.to_string(),
     })
 }
 
@@ -390,6 +420,7 @@ mod tests {
             next_hold: 1,
             seats: ["A-1-1".into(), "A-1-2".into()],
             dir: "/tmp/seatfence-demo".into(),
+            owner: "us-east".into(),
         });
         let readme = include_str!("../README.md");
         assert!(

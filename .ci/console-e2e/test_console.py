@@ -2,11 +2,15 @@
 
 Against a running demo (3 regions x 3 nodes, `demo-concert`): sign in with
 the link `seatfence ctl console` prints, see three regions and nine nodes,
-find the event's owner, move it to another region from the console and
-watch the move reach `done`, then check through the HTTP API that the
-owner and epoch changed and that the audit trail names the move; a buyer's
-token is refused ("Operators only"). A screenshot of each page goes to the
-output directory.
+find the event's owner; open the console on the edge of another region
+with a link that names a page (`#/events&token=...`) and see the fleet's
+metrics there ("9 of 9 nodes reporting", a non-zero holds rate for holds
+made through the owner's edge); move the event to another region from the
+console and watch the move reach `done` (step times to the millisecond,
+no abort button once done), then check through the HTTP API that the
+owner and epoch changed and that the audit trail names the move; at
+1024x768 no page scrolls sideways; a buyer's token is refused ("Operators
+only"). A screenshot of each page goes to the output directory.
 
     python test_console.py DEMO_JSON OUT_DIR SEATFENCE_BINARY
 """
@@ -27,6 +31,18 @@ CHROMIUM = "/usr/bin/chromium"
 # a second, but a slow VM may take tens of seconds to catch learners up.
 MOVE_DONE_MS = 90_000
 PAGE_MS = 20_000
+# The fleet view needs the edge's fan-out to every node and two samples
+# for a rate; it shows within seconds, this bounds a hang.
+FLEET_MS = 60_000
+# Each page's content marker, for the tour at 1024 px.
+PAGES = {
+    "cluster": "[data-region]",
+    "events": "tr[data-event]",
+    "moves": "tr[data-move]",
+    "nodes": "tr[data-node]",
+    "audit": "tr[data-seq]",
+    "alerts": "li[data-alert]",
+}
 
 
 def api(method: str, url: str, token: str, body: dict | None = None) -> dict:
@@ -42,6 +58,45 @@ def api(method: str, url: str, token: str, body: dict | None = None) -> dict:
 def shot(page, out: Path, name: str) -> None:
     page.screenshot(path=str(out / f"{name}.png"))
     print(f"  screenshot {out / (name + '.png')}")
+
+
+def watch_errors(page, errors: list[str]) -> None:
+    """Collect the page's script errors, console errors and 4xx/5xx answers."""
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on(
+        "console",
+        lambda m: errors.append(f"console {m.type}: {m.text}")
+        if m.type == "error"
+        else None,
+    )
+    page.on(
+        "response",
+        lambda r: errors.append(f"{r.status} {r.request.method} {r.url}")
+        if r.status >= 400
+        else None,
+    )
+
+
+def no_sideways_scroll(page, name: str) -> None:
+    """Neither the page nor any table box scrolls horizontally."""
+    doc, inner = page.evaluate(
+        "[document.documentElement.scrollWidth, window.innerWidth]"
+    )
+    assert doc <= inner, f"{name}: the page scrolls sideways ({doc} > {inner} px)"
+    boxes = page.evaluate(
+        """Array.from(document.querySelectorAll('.scroll-x'))
+            .filter((e) => e.scrollWidth > e.clientWidth + 1)
+            .map((e) => `${e.id || e.firstElementChild?.className || e.className}: ${e.scrollWidth} > ${e.clientWidth}`)"""
+    )
+    assert not boxes, f"{name}: a table scrolls sideways: {boxes}"
+
+
+def number(text: str | None) -> float:
+    """A figure as the console shows it ("0.25", "1,234", "–" for none)."""
+    try:
+        return float((text or "").replace(",", ""))
+    except ValueError:
+        return 0.0
 
 
 def main() -> int:
@@ -67,19 +122,7 @@ def main() -> int:
         ctx.set_default_timeout(PAGE_MS)
         page = ctx.new_page()
         errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-        page.on(
-            "console",
-            lambda m: errors.append(f"console {m.type}: {m.text}")
-            if m.type == "error"
-            else None,
-        )
-        page.on(
-            "response",
-            lambda r: errors.append(f"{r.status} {r.request.method} {r.url}")
-            if r.status >= 400
-            else None,
-        )
+        watch_errors(page, errors)
 
         print("sign in with the link; the cluster page")
         page.goto(link)
@@ -102,6 +145,47 @@ def main() -> int:
         expect(row.locator("td.rate-holds")).to_have_text(re.compile(r"^(?!0\.0$)\d+\.\d$"))
         shot(page, out, "events")
 
+        # The fleet view: the console opened on the edge of a region that
+        # holds no replica of the event (zone survival: its three voters
+        # are in the owner's region), with a link naming the page. Holds
+        # go through the owner's edge, so only the fleet's metrics can show
+        # them on this one.
+        regions = sorted(demo["edges"])
+        fleet_region = "ap-south" if "ap-south" in regions and owner != "ap-south" else next(
+            r for r in regions if r != owner
+        )
+        cluster = api("GET", f"{edge}/v1/admin/cluster", operator)
+        group = next(g for g in cluster["groups"] if g["event_id"] == EVENT)
+        leader_region = next(
+            n["region"] for n in cluster["nodes"] if n["node_id"] == group["leader"]
+        )
+        assert leader_region != fleet_region, f"{EVENT}'s leader is in {fleet_region}"
+        print(f"fleet: the console on the {fleet_region} edge, holds through {owner}'s")
+        fleet_page = ctx.new_page()
+        watch_errors(fleet_page, errors)
+        fleet_page.goto(f"{demo['edges'][fleet_region]}/console#/events&token={operator}")
+        expect(fleet_page.locator("#nav-events")).to_have_attribute("aria-current", "page")
+        assert fleet_page.url.endswith("#/events"), f"the link's route was lost: {fleet_page.url}"
+        expect(fleet_page.locator("#fleet")).to_contain_text(
+            "9 of 9 nodes reporting", timeout=FLEET_MS
+        )
+        expect(fleet_page.locator("#totals-scope")).to_contain_text("whole fleet")
+        deadline = time.monotonic() + FLEET_MS / 1000
+        rate = 0.0
+        while rate <= 0 and time.monotonic() < deadline:
+            api("POST", f"{demo['edges'][owner]}/v1/holds", buyer, {"event_id": EVENT, "quantity": 1})
+            fleet_page.wait_for_timeout(1_500)
+            rate = number(fleet_page.locator("#holds-rate").text_content())
+        assert rate > 0, "the fleet's holds rate stayed 0 on the " + fleet_region + " edge"
+        assert number(fleet_page.locator("#holds-total").text_content()) > 0
+        print(f"  holds/s across the fleet: {rate}")
+        shot(fleet_page, out, "fleet-events")
+        fleet_page.click("#nav-alerts")
+        fleet = fleet_page.locator('li[data-alert="fleet"]')
+        expect(fleet).to_contain_text("9 of 9 nodes reporting")
+        expect(fleet).to_have_attribute("data-level", "ok")
+        fleet_page.close()
+
         print("moves: start one, confirm, watch it reach done")
         page.click("#nav-moves")
         page.fill("#move-event", EVENT)
@@ -115,6 +199,17 @@ def main() -> int:
         expect(done).to_have_count(1, timeout=MOVE_DONE_MS)
         shot(page, out, "moves")
 
+        print("moves: the finished move, step by step to the millisecond")
+        page.locator('tr[data-move]:has(td.state[data-state="done"])').get_by_role(
+            "link", name="Watch"
+        ).click()
+        # "entered 12:00:01.234 (+68 ms)": the clock to the ms, the offset from the start.
+        expect(page.locator('#move-watch li.step[data-step="done"] .step-at')).to_contain_text(
+            re.compile(r"\d\d:\d\d:\d\d\.\d{3} \(\+[\d,.]+ (ms|s|min)")
+        )
+        expect(page.locator("#move-abort")).to_be_hidden()
+        shot(page, out, "move-done")
+
         print("nodes, audit, alerts")
         page.click("#nav-nodes")
         expect(page.locator("tr[data-node]")).to_have_count(9)
@@ -126,6 +221,16 @@ def main() -> int:
         page.click("#nav-alerts")
         expect(page.locator("li[data-alert]").first).to_be_visible()
         shot(page, out, "alerts")
+
+        print("every page at 1024x768: nothing scrolls sideways")
+        page.set_viewport_size({"width": 1024, "height": 768})
+        for name, marker in PAGES.items():
+            page.click(f"#nav-{name}")
+            expect(page.locator(marker).first).to_be_visible()
+            # One refresh round at the new width (charts are drawn to fit it).
+            page.wait_for_timeout(2_500)
+            no_sideways_scroll(page, name)
+            shot(page, out, f"{name}-1024")
 
         print("a buyer's token: operators only")
         buyer_page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()

@@ -39,20 +39,27 @@ export function clearToken() {
 }
 
 /**
- * Take a one-time sign-in link's token (`/console#token=<jwt>`, printed by
- * `seatfence ctl console`) into sessionStorage and erase it from the address
- * bar and the history entry, so it is neither bookmarked nor shared by
- * copying the URL. Returns true when the fragment carried a token.
+ * Take a sign-in link's token into sessionStorage and erase it from the
+ * address bar and the history entry, so it is neither bookmarked nor shared
+ * by copying the URL. The fragment holds the token alone, as
+ * `seatfence ctl console` prints it (`/console#token=<jwt>`), or a page
+ * route and the token joined by `&`, in either order:
+ * `/console#/events&token=<jwt>`, `/console#token=<jwt>&/moves/12`
+ * (`#events&token=<jwt>`, without the slash, works too). The route stays
+ * in the address bar (`#/events`); a link without one is rewritten to
+ * `defaultRoute`. Returns true when the fragment carried a token.
  */
-export function takeTokenFromFragment() {
-  const hash = window.location.hash;
-  if (!hash.startsWith("#token=")) return false;
-  const raw = hash.slice("#token=".length);
+export function takeTokenFromFragment(defaultRoute = "#/cluster") {
+  const parts = window.location.hash.replace(/^#/, "").split("&");
+  const tokenPart = parts.find((p) => p.startsWith("token="));
+  if (tokenPart === undefined) return false;
+  const route = parts.find((p) => p && !p.startsWith("token="));
+  const hash = route ? "#/" + route.replace(/^\/+/, "") : defaultRoute;
   // Erase first: even a malformed link must not stay in the address bar.
-  history.replaceState(null, "", window.location.pathname + window.location.search + "#/cluster");
+  history.replaceState(null, "", window.location.pathname + window.location.search + hash);
   let token;
   try {
-    token = decodeURIComponent(raw).trim();
+    token = decodeURIComponent(tokenPart.slice("token=".length)).trim();
   } catch {
     return false; // malformed percent-encoding: not a token
   }
@@ -127,11 +134,13 @@ export function onAuthFailure(kind, fn) {
 /**
  * One request to the edge. Resolves `{status, body, headers}` for a 2xx
  * (body: parsed JSON, or text for non-JSON answers); rejects with an
- * ApiError otherwise.
+ * ApiError otherwise. `opts`: body (sent as JSON), idempotencyKey,
+ * timeoutMs, auth (send the token; default true), accept (the Accept
+ * header; default application/json).
  */
 export async function request(method, path, opts = {}) {
-  const { body, idempotencyKey, timeoutMs = READ_TIMEOUT_MS, auth = true } = opts;
-  const headers = { Accept: "application/json" };
+  const { body, idempotencyKey, timeoutMs = READ_TIMEOUT_MS, auth = true, accept = "application/json" } = opts;
+  const headers = { Accept: accept };
   if (auth) {
     const token = getToken();
     if (token) headers.Authorization = "Bearer " + token;
@@ -226,9 +235,19 @@ export async function eventPayments(id) {
   return (await request("GET", `/v1/admin/events/${enc(id)}/payments`)).body;
 }
 
-/** GET /metrics: this edge's process, Prometheus text (no token needed). */
+/**
+ * GET /v1/admin/fleet/metrics: every node's /metrics merged by the edge,
+ * Prometheus text; each sample carries `node="<id>",region="<region>"`
+ * first, and `seatfence_fleet_node_up{node,region}` says which nodes
+ * answered (1) or not (0). Operator token, like every admin route.
+ */
+export async function fleetMetricsText() {
+  return (await request("GET", "/v1/admin/fleet/metrics", { accept: "text/plain" })).body;
+}
+
+/** GET /metrics: this edge's own process, Prometheus text (no token needed). */
 export async function metricsText() {
-  return (await request("GET", "/metrics", { auth: false })).body;
+  return (await request("GET", "/metrics", { auth: false, accept: "text/plain" })).body;
 }
 
 // ---------------------------------------------------------------- actions

@@ -1,18 +1,28 @@
 // seatfence console: the entry module. Sign-in, the hash router, and the
 // one poll loop that refreshes the page every 2 s.
 //
-//   #token=<jwt>   one-time sign-in link (taken into sessionStorage, erased)
 //   #/cluster  #/events  #/moves[/<move id>]  #/nodes  #/audit  #/alerts
+//   #token=<jwt>             sign-in link (`seatfence ctl console`): the
+//                            token is taken into sessionStorage and erased,
+//                            the page opens on #/cluster
+//   #/events&token=<jwt>     the same, opening that page (any route; the
+//                            token part may come first too)
 //
 // Each view module exports {id, title, needsCluster, mount(root, ctx),
-// refresh(ctx), unmount()}. The loop fetches what is shared (this edge's
-// /metrics, and the cluster when the view needs it), then lets the view
+// refresh(ctx), unmount()}. The loop fetches what is shared (the fleet's
+// metrics, and the cluster when the view needs it), then lets the view
 // fetch the rest and update itself. A request never overlaps the previous
 // round: the next round is scheduled 2 s after the last one finished, and
 // nothing is polled while the tab is hidden.
+//
+// Metrics come from GET /v1/admin/fleet/metrics (every node's, labelled
+// with its node; see metrics.js). When the edge answers that with an error
+// (an older edge: 404), the round reads this edge's own GET /metrics
+// instead and the page says "this node only"; after a 404 or 405 the fleet
+// route is asked again only every FLEET_RETRY_MS.
 
 import * as api from "./api.js";
-import { h, render, setStatus, utc } from "./ui.js";
+import { counted, h, render, setStatus, utc } from "./ui.js";
 import { ElectionTracker, parsePrometheus, Sampler } from "./metrics.js";
 import clusterView from "./view-cluster.js";
 import eventsView from "./view-events.js";
@@ -22,6 +32,8 @@ import auditView from "./view-audit.js";
 import alertsView from "./view-alerts.js";
 
 const POLL_MS = 2000;
+/** After the edge said it has no fleet route (404/405), read /metrics alone this long before asking again. */
+const FLEET_RETRY_MS = 5 * 60 * 1000;
 
 const VIEWS = [clusterView, eventsView, movesView, nodesView, auditView, alertsView];
 const DEFAULT_ROUTE = "#/cluster";
@@ -37,7 +49,11 @@ const ctx = {
   cluster: null,
   clusterAt: null,
   clusterError: null,
+  /** The last metrics failure (the round got no sample), or null; metricsPath: the route that failed. */
   metricsError: null,
+  metricsPath: null,
+  /** Why the last sample is this node's only (the fleet route's error), or null. */
+  fleetError: null,
   /** The route's argument (`#/moves/12` → "12"), or null. */
   arg: null,
   /** Refresh now (after an action), instead of at the next tick. */
@@ -53,6 +69,8 @@ let forbidden = false;
 let timer = null;
 let running = false;
 let again = false;
+/** Before this time (ms) the fleet route is not asked (it answered 404/405). */
+let fleetRetryAt = 0;
 
 // ---------------------------------------------------------------- screens
 
@@ -125,6 +143,8 @@ async function verifyAndEnter() {
 
 function enterConsole() {
   show("console");
+  // The hash is a route by now: a sign-in link's token part was taken out
+  // (api.takeTokenFromFragment), keeping the route it named.
   if (!window.location.hash.startsWith("#/")) history.replaceState(null, "", DEFAULT_ROUTE);
   route();
 }
@@ -213,12 +233,37 @@ async function tick() {
   }
 }
 
+/**
+ * One sample for the sampler: the fleet's metrics, else (the edge answered
+ * the fleet route with an error, or has none) this edge's own /metrics.
+ */
 async function refreshMetrics() {
+  if (Date.now() >= fleetRetryAt) {
+    try {
+      const text = await api.fleetMetricsText();
+      ctx.sampler.push(parsePrometheus(text), Date.now(), "fleet");
+      ctx.fleetError = null;
+      ctx.metricsError = null;
+      return;
+    } catch (e) {
+      // 401 and 403 are the token's: the auth listeners sign out or show
+      // "operators only", and /metrics would not change that.
+      if (e.status === 401 || e.status === 403) {
+        ctx.metricsError = e;
+        ctx.metricsPath = "/v1/admin/fleet/metrics";
+        return;
+      }
+      ctx.fleetError = e;
+      // An edge without the route: do not ask it every round.
+      if (e.status === 404 || e.status === 405) fleetRetryAt = Date.now() + FLEET_RETRY_MS;
+    }
+  }
   try {
-    ctx.sampler.push(parsePrometheus(await api.metricsText()));
+    ctx.sampler.push(parsePrometheus(await api.metricsText()), Date.now(), "node");
     ctx.metricsError = null;
   } catch (e) {
     ctx.metricsError = e;
+    ctx.metricsPath = "/metrics";
   }
 }
 
@@ -233,15 +278,52 @@ async function refreshCluster() {
   }
 }
 
+/**
+ * The nav bar's metrics line (#fleet, on every page): "fleet: 9 of 9 nodes
+ * reporting", the nodes that did not answer by name, or "metrics: this
+ * node only" and why. `data-scope` is fleet | node, `data-level` ok |
+ * warn | crit.
+ */
+function showFleet() {
+  const el = $("fleet");
+  const s = ctx.sampler;
+  let text;
+  let level;
+  let scope = s.scope || "";
+  const fleet = s.fleet();
+  if (!s.latest) {
+    const e = ctx.metricsError;
+    text = e ? `metrics: no answer (${e.status || "no answer"} ${e.code})` : "metrics: loading…";
+    level = e ? "crit" : "info";
+  } else if (fleet) {
+    const total = fleet.up.length + fleet.down.length;
+    text = `fleet: ${fleet.up.length} of ${counted(total, "node")} reporting`;
+    if (fleet.down.length) {
+      text += ` · not answering: ${fleet.down.map((n) => `node ${n.node}${n.region ? ` (${n.region})` : ""}`).join(", ")}`;
+    }
+    level = fleet.down.length ? "crit" : "ok";
+  } else {
+    const e = ctx.fleetError;
+    text = "metrics: this node only" + (e ? ` (the edge's fleet view answered ${e.status || "no answer"} ${e.code})` : "");
+    level = "warn";
+    scope = "node";
+  }
+  if (el.textContent !== text) el.textContent = text;
+  el.dataset.scope = scope;
+  el.dataset.level = level;
+  el.className = `fleet ${level}`;
+}
+
 /** The footer: when the data is from, or what failed. */
 function reportRound() {
+  showFleet();
   const failures = [];
   if (current?.needsCluster && ctx.clusterError) {
     const e = ctx.clusterError;
     const from = ctx.clusterAt ? ` (showing the cluster as of ${utc(ctx.clusterAt)})` : "";
     failures.push(`cluster: ${e.status || "no answer"} ${e.code}${from}`);
   }
-  if (ctx.metricsError) failures.push(`/metrics: ${ctx.metricsError.status || "no answer"} ${ctx.metricsError.code}`);
+  if (ctx.metricsError) failures.push(`${ctx.metricsPath}: ${ctx.metricsError.status || "no answer"} ${ctx.metricsError.code}`);
   if (failures.length) setStatus(`Refresh at ${utc(Date.now())} failed for ${failures.join("; ")}.`, "crit");
   else setStatus(`Updated ${utc(Date.now())}.`);
 }
@@ -275,15 +357,16 @@ function boot() {
     show("signin");
   });
   window.addEventListener("hashchange", () => {
-    // A sign-in link opened in a tab that is already running the console.
-    if (api.takeTokenFromFragment()) verifyAndEnter();
+    // A sign-in link opened in a tab that is already running the console
+    // (or on its sign-in form): take the token, keep the route it names.
+    if (api.takeTokenFromFragment(DEFAULT_ROUTE)) verifyAndEnter();
     else route();
   });
   document.addEventListener("visibilitychange", () => {
     if (!document.hidden) kick();
   });
 
-  api.takeTokenFromFragment();
+  api.takeTokenFromFragment(DEFAULT_ROUTE);
   if (api.getToken()) verifyAndEnter();
   else show("signin");
 }

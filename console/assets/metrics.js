@@ -1,16 +1,35 @@
 // seatfence console: the numbers behind the live views.
 //
-//  - parsePrometheus: the edge's GET /metrics (Prometheus text format
-//    0.0.4: `name{label="v",...} value [timestamp]`, `#` comments).
+//  - parsePrometheus: Prometheus text format 0.0.4 (`name{label="v",...}
+//    value [timestamp]`, `#` comments), as the edge's
+//    GET /v1/admin/fleet/metrics or GET /metrics give it.
 //  - Sampler: keeps the last minutes of the series the console shows and
-//    turns counters into rates (counter resets handled as Prometheus does).
+//    turns counters into rates, series by series (counter resets handled
+//    as Prometheus does), then sums them.
 //  - ElectionTracker: leader elections seen across the whole cluster, from
 //    successive GET /v1/admin/cluster answers (term increases per group).
 //  - lineChart: an inline SVG line chart, built element by element.
 //
-// /metrics describes ONE process: the node behind this edge. Counters such
-// as holds created or reconciler alerts are that node's, not the fleet's
-// (README-console.md, "Gaps").
+// The fleet view. The console polls GET /v1/admin/fleet/metrics: the edge
+// asks every node for its own /metrics and merges them, each sample
+// labelled `node="<id>",region="<region>"` first, plus one
+// `seatfence_fleet_node_up{node,region}` per node (1 answered, 0 did not:
+// its samples are then absent). So every series here is one node's, keyed
+// by its full label set, node included, and
+//  - a counter's increase or rate is taken per series (a node's restart
+//    resets only its own series) and then summed over series and nodes;
+//  - a count gauge (backlog, unsettled, captured unbooked) is summed over
+//    the nodes (Sampler.gauge);
+//  - an age gauge (…_age_seconds, the last move's pause) is the largest
+//    over the nodes (Sampler.peak), with the node that has it.
+// A node that did not answer is left out of every figure, and the console
+// says so ("fleet: 8 of 9 nodes reporting", Sampler.fleet).
+//
+// An edge without the fleet route (an older one answers 404), or one whose
+// fleet answer failed, is read through its own GET /metrics instead: one
+// process, its series unlabelled, and the page says "this node only"
+// (Sampler.scope). Samples of the two kinds never share a series, so a
+// switch between them is a gap, never a false rate.
 
 import { h, svg } from "./ui.js";
 
@@ -21,8 +40,13 @@ export const WINDOW_MS = 10 * 60 * 1000;
  * was hidden, or the edge did not answer): the chart shows a gap. */
 const MAX_GAP_MS = 15000;
 
-/** The families the console reads; everything else in /metrics is skipped. */
+/** A chart point needs samples at least this far apart: two rounds run back
+ * to back (an action's refresh) would otherwise make a spike of one hold. */
+const MIN_RATE_SPAN_MS = 1000;
+
+/** The families the console reads; everything else in the scrape is skipped. */
 const KEPT = new Set([
+  "seatfence_fleet_node_up",
   "seatfence_holds_created_total",
   "seatfence_hold_conflicts_total",
   "seatfence_stale_epoch_rejections_total",
@@ -53,9 +77,18 @@ function parseNumber(s) {
   return Number(s); // "NaN" → NaN; garbage → NaN
 }
 
+/** A series' identity within its family: its labels, sorted, as one string. */
+function seriesKey(labels) {
+  return Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${JSON.stringify(labels[k])}`)
+    .join(",");
+}
+
 /**
- * Parse Prometheus text into `Map(name → [{labels, value}])`, keeping only
- * the families in KEPT. Label values are unescaped (`\\`, `\"`, `\n`).
+ * Parse Prometheus text into `Map(name → [{labels, key, value}])`, keeping
+ * only the families in KEPT; `key` identifies the series (seriesKey). Label
+ * values are unescaped (`\\`, `\"`, `\n`).
  */
 export function parsePrometheus(text) {
   const out = new Map();
@@ -94,7 +127,7 @@ export function parsePrometheus(text) {
     }
     const value = parseNumber(line.slice(i).trim().split(/\s+/)[0]);
     if (!out.has(name)) out.set(name, []);
-    out.get(name).push({ labels, value });
+    out.get(name).push({ labels, key: seriesKey(labels), value });
   }
   return out;
 }
@@ -109,27 +142,59 @@ function matches(labels, filter) {
   return Object.entries(filter).every(([k, v]) => labels[k] === v);
 }
 
+/** The series of `name` matching `filter` in one parsed scrape ([] when absent). */
+export function seriesOf(parsed, name, filter = {}) {
+  return (parsed?.get(name) || []).filter((s) => matches(s.labels, filter));
+}
+
 /** The sum of `name`'s series matching `filter` in one parsed scrape (null when absent). */
 export function sumOf(parsed, name, filter = {}) {
-  const series = parsed?.get(name);
-  if (!series) return null;
-  const hits = series.filter((s) => matches(s.labels, filter));
+  const hits = seriesOf(parsed, name, filter);
   return hits.length ? hits.reduce((a, s) => a + s.value, 0) : null;
+}
+
+/**
+ * How much a counter rose between two scrapes, summed over its series:
+ * each series (one node's, in the fleet view) is compared with itself
+ * only, and a series that dropped restarted from zero (its process did),
+ * so the new value is its increase. A series missing from either scrape
+ * (a node that did not answer, a label value seen for the first time)
+ * adds nothing. Null when no series is in both.
+ */
+function deltaOf(before, after, name, filter) {
+  const base = new Map(seriesOf(before, name, filter).map((s) => [s.key, s.value]));
+  let sum = 0;
+  let matched = false;
+  for (const s of seriesOf(after, name, filter)) {
+    const prev = base.get(s.key);
+    if (prev === undefined || !Number.isFinite(prev) || !Number.isFinite(s.value)) continue;
+    sum += s.value >= prev ? s.value - prev : s.value;
+    matched = true;
+  }
+  return matched ? sum : null;
+}
+
+/** "node 4 (us-east)" for a fleet series' labels, "this node" for an unlabelled one. */
+export function nodeName(labels) {
+  if (!labels || labels.node === undefined) return "this node";
+  return labels.region ? `node ${labels.node} (${labels.region})` : `node ${labels.node}`;
 }
 
 // ---------------------------------------------------------------- sampler
 
 /**
- * The last WINDOW_MS of scrapes of this edge's /metrics. Each sample is
- * `{t, parsed}`; `t` is this browser's clock at the answer.
+ * The last WINDOW_MS of metric scrapes. Each sample is `{t, parsed,
+ * scope}`: `t` is this browser's clock at the answer, `scope` is "fleet"
+ * (GET /v1/admin/fleet/metrics, every series labelled with its node) or
+ * "node" (this edge's own GET /metrics).
  */
 export class Sampler {
   constructor() {
     this.samples = [];
   }
 
-  push(parsed, t = Date.now()) {
-    this.samples.push({ t, parsed });
+  push(parsed, t = Date.now(), scope = "node") {
+    this.samples.push({ t, parsed, scope });
     while (this.samples.length && this.samples[0].t < t - WINDOW_MS) this.samples.shift();
   }
 
@@ -137,63 +202,104 @@ export class Sampler {
     return lastOf(this.samples)?.parsed ?? null;
   }
 
+  /** "fleet" or "node": what the latest sample covers (null before the first). */
+  get scope() {
+    return lastOf(this.samples)?.scope ?? null;
+  }
+
   /** When the retained history starts (ms), or null. */
   get since() {
     return this.samples[0]?.t ?? null;
   }
 
-  /** The latest value of a gauge (summed over matching series). */
+  /**
+   * The nodes of the latest fleet sample, from seatfence_fleet_node_up:
+   * `{up: [{node, region}], down: [{node, region}]}`, by node id; null for
+   * a sample of this node only.
+   */
+  fleet() {
+    if (this.scope !== "fleet") return null;
+    const nodes = seriesOf(this.latest, "seatfence_fleet_node_up")
+      .map((s) => ({ node: s.labels.node, region: s.labels.region ?? "", up: s.value > 0 }))
+      .sort((a, b) => Number(a.node) - Number(b.node) || String(a.node).localeCompare(String(b.node)));
+    return {
+      up: nodes.filter((n) => n.up).map(({ node, region }) => ({ node, region })),
+      down: nodes.filter((n) => !n.up).map(({ node, region }) => ({ node, region })),
+    };
+  }
+
+  /** The latest matching series of `name`: [{labels, key, value}]. */
+  series(name, filter = {}) {
+    return seriesOf(this.latest, name, filter);
+  }
+
+  /** The latest value of a count gauge, summed over matching series (over the nodes, in the fleet view). */
   gauge(name, filter = {}) {
     return sumOf(this.latest, name, filter);
   }
 
   /**
-   * The increase of a counter over the last `windowMs` (a drop between
-   * two samples is a restart: the new value counts from zero). Null when
-   * fewer than two samples cover the window.
+   * The largest latest value among the matching series, `{value, labels}`
+   * (labels name the node that has it), or null when absent. For ages: the
+   * fleet's oldest is the largest of the nodes' oldest.
    */
-  increase(name, filter = {}, windowMs = WINDOW_MS) {
-    const now = lastOf(this.samples)?.t;
-    if (now === undefined) return null;
-    const inWindow = this.samples.filter((s) => s.t >= now - windowMs);
-    if (inWindow.length < 2) return null;
-    let total = 0;
-    for (let i = 1; i < inWindow.length; i++) {
-      const a = sumOf(inWindow[i - 1].parsed, name, filter);
-      const b = sumOf(inWindow[i].parsed, name, filter);
-      if (a === null || b === null) continue;
-      total += b >= a ? b - a : b;
+  peak(name, filter = {}) {
+    let best = null;
+    for (const s of this.series(name, filter)) {
+      if (Number.isFinite(s.value) && (best === null || s.value > best.value)) best = { value: s.value, labels: s.labels };
     }
-    return total;
+    return best;
   }
 
-  /** Per-second rate of a counter over the last `windowMs`. */
-  rate(name, filter = {}, windowMs = 60000) {
+  /** The samples of the last `windowMs`, oldest first. */
+  windowOf(windowMs) {
     const now = lastOf(this.samples)?.t;
+    return now === undefined ? [] : this.samples.filter((s) => s.t >= now - windowMs);
+  }
+
+  /**
+   * The increase of a counter over the last `windowMs`, per series and
+   * summed (deltaOf). Null when fewer than two samples cover the window,
+   * or no two consecutive ones share a series.
+   */
+  increase(name, filter = {}, windowMs = WINDOW_MS) {
+    const inWindow = this.windowOf(windowMs);
+    if (inWindow.length < 2) return null;
+    let total = 0;
+    let seen = false;
+    for (let i = 1; i < inWindow.length; i++) {
+      const d = deltaOf(inWindow[i - 1].parsed, inWindow[i].parsed, name, filter);
+      if (d === null) continue;
+      total += d;
+      seen = true;
+    }
+    return seen ? total : null;
+  }
+
+  /** Per-second rate of a counter over the last `windowMs` (summed over series). */
+  rate(name, filter = {}, windowMs = 60000) {
+    const inWindow = this.windowOf(windowMs);
     const inc = this.increase(name, filter, windowMs);
     if (inc === null) return null;
-    const first = this.samples.find((s) => s.t >= now - windowMs);
-    const secs = (now - first.t) / 1000;
+    const secs = (lastOf(inWindow).t - inWindow[0].t) / 1000;
     return secs > 0 ? inc / secs : null;
   }
 
   /**
-   * Points `{t, v}` of a counter's per-second rate between consecutive
-   * samples; `v` is null across a gap (chart breaks the line there).
+   * Points `{t, v}` of a counter's per-second rate between successive
+   * samples at least MIN_RATE_SPAN_MS apart (summed over series); `v` is
+   * null across a gap (the chart breaks the line there).
    */
   rateSeries(name, filter = {}) {
     const points = [];
+    let prev = this.samples[0];
     for (let i = 1; i < this.samples.length; i++) {
-      const prev = this.samples[i - 1];
       const cur = this.samples[i];
-      const a = sumOf(prev.parsed, name, filter);
-      const b = sumOf(cur.parsed, name, filter);
-      const dt = (cur.t - prev.t) / 1000;
-      if (a === null || b === null || dt <= 0 || cur.t - prev.t > MAX_GAP_MS) {
-        points.push({ t: cur.t, v: null });
-        continue;
-      }
-      points.push({ t: cur.t, v: (b >= a ? b - a : b) / dt });
+      if (cur.t - prev.t < MIN_RATE_SPAN_MS) continue; // too close: measure from `prev` at the next one
+      const d = deltaOf(prev.parsed, cur.parsed, name, filter);
+      const span = cur.t - prev.t;
+      prev = cur;
+      points.push({ t: cur.t, v: d === null || span > MAX_GAP_MS ? null : d / (span / 1000) });
     }
     return points;
   }
@@ -268,14 +374,35 @@ function niceCeil(v) {
   return 10 * p;
 }
 
+/** The chart's drawing width when nothing better is known, and the least it is drawn at. */
+const DEFAULT_CHART_W = 760;
+const MIN_CHART_W = 320;
+/** The figure's horizontal padding and borders around the SVG (console.css `.chart-box`: 0.8rem + 1px each side). */
+const CHART_BOX_CHROME_PX = 28;
+
+/**
+ * How wide to draw a chart that goes into `container`, in CSS pixels: the
+ * width the chart already there is laid out at (the SVG is `width: 100%`
+ * of its card), else the container's width less the card's padding. A
+ * chart drawn at its real width fills the card at 1:1, so its text keeps
+ * its size on any screen (re-measured every refresh, so a resized window
+ * is followed within a round).
+ */
+export function chartWidth(container) {
+  const drawn = container?.querySelector("svg.chart");
+  const w = drawn ? drawn.getBoundingClientRect().width : (container?.clientWidth ?? 0) - CHART_BOX_CHROME_PX;
+  return w > 0 ? Math.max(MIN_CHART_W, Math.round(w)) : DEFAULT_CHART_W;
+}
+
 /**
  * An SVG line chart of `series` ([{label, cls, points: [{t, v}]}]) over the
- * last WINDOW_MS. Colours come from the classes (console.css `.series-*`);
- * the chart is labelled for screen readers and followed by a legend that
- * states the current values in text.
+ * last WINDOW_MS, `width` CSS pixels wide (chartWidth) and 200 high.
+ * Colours come from the classes (console.css `.series-*`); the chart is
+ * labelled for screen readers and followed by a legend that states the
+ * current values in text.
  */
-export function lineChart({ title, series, unit = "/s", now = Date.now() }) {
-  const W = 760;
+export function lineChart({ title, series, unit = "/s", now = Date.now(), width = DEFAULT_CHART_W }) {
+  const W = Math.max(MIN_CHART_W, Math.round(width));
   const H = 200;
   const m = { l: 52, r: 12, t: 12, b: 26 };
   const from = now - WINDOW_MS;

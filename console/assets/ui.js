@@ -111,9 +111,10 @@ export function num(v) {
   return Number(v).toLocaleString("en-US", { maximumFractionDigits: 2 });
 }
 
-/** A rate with one decimal. */
+/** A rate with one decimal (two significant digits below 0.1, so a slow trickle does not read 0.0). */
 export function rate(v) {
   if (v === null || v === undefined || !Number.isFinite(v)) return "–";
+  if (v > 0 && v < 0.1) return v.toPrecision(2);
   return v.toFixed(v >= 100 ? 0 : 1);
 }
 
@@ -134,6 +135,38 @@ export function utc(t) {
   const d = new Date(t);
   if (Number.isNaN(d.getTime())) return String(t);
   return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+/** A time with milliseconds, `YYYY-MM-DD HH:MM:SS.mmmZ` (steps of a move can be milliseconds apart). */
+export function utcMs(t) {
+  if (t === null || t === undefined || t === "") return "–";
+  const d = new Date(t);
+  if (Number.isNaN(d.getTime())) return String(t);
+  return d.toISOString().replace("T", " ");
+}
+
+/** Only the clock part of utcMs: `HH:MM:SS.mmm`. */
+export function clockMs(t) {
+  if (t === null || t === undefined || t === "") return "–";
+  const d = new Date(t);
+  if (Number.isNaN(d.getTime())) return String(t);
+  return d.toISOString().slice(11, 23);
+}
+
+/** An offset from a start, in ms: `+0 ms`, `+68 ms`, `+1,234 ms`, then `+12.5 s`, `+2 min 5 s`. */
+export function offsetMs(ms) {
+  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "–";
+  const v = Math.max(0, ms);
+  return v < 10000 ? `+${Math.round(v).toLocaleString("en-US")} ms` : `+${duration(v)}`;
+}
+
+/**
+ * A count with its noun, singular for exactly one: `counted(1, "group")` →
+ * "1 group", `counted(2, "group")` → "2 groups", `counted(3, "entry",
+ * "entries")` → "3 entries"; an unknown count reads "– groups".
+ */
+export function counted(n, one, many = `${one}s`) {
+  return `${num(n)} ${n === 1 ? one : many}`;
 }
 
 /** A list of ids as `1, 2, 3` (or an en dash). */

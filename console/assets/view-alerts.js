@@ -1,20 +1,25 @@
 // seatfence console: #/alerts. What needs an operator's attention, from
 // two sources:
-//   - GET /metrics of THIS edge's process (Prometheus text; the families are
-//     in api/src/metrics.rs and raft/src/metrics.rs). The payment families
-//     count only the event groups this node leads; the fencing and
-//     leadership families only this node. No endpoint gives the fleet's
-//     totals or the alerts' subjects (which hold, which event): those are
-//     in the nodes' ALERT log lines (README-console.md, "Gaps").
+//   - the metrics the console polls (console.js, metrics.js): normally
+//     GET /v1/admin/fleet/metrics, every node's /metrics labelled with its
+//     node (families in api/src/metrics.rs, raft/src/metrics.rs,
+//     payments/src/metrics.rs). Counters become rates per node and are
+//     summed; counts (backlog, unsettled, captured unbooked) are summed over
+//     the nodes; ages are the oldest on any node, named. The payment
+//     families count the event groups each node leads, so the sums cover
+//     every group whose leader answered. When the edge has no fleet view,
+//     this edge's own GET /metrics: one node, and the page says so. The
+//     alerts' subjects (which hold, which event) are only in the nodes'
+//     ALERT log lines (README-console.md, "Gaps").
 //   - GET /v1/admin/cluster (polled by console.js): unreachable or not-live
 //     nodes, leaderless and under-replicated groups, and the elections the
 //     console saw across the whole cluster (term increases between polls).
 //
 // Test hooks: each alert `[data-alert="<name>"]` with `data-level` =
-// ok | info | warn | crit.
+// ok | info | warn | crit; #alerts-scope says whose metrics they are.
 
-import { badge, duration, h, ids, num, rate, render, renderIfChanged } from "./ui.js";
-import { lineChart, WINDOW_MS } from "./metrics.js";
+import { badge, counted, duration, h, ids, num, rate, render, renderIfChanged } from "./ui.js";
+import { chartWidth, lineChart, nodeName, WINDOW_MS } from "./metrics.js";
 
 /** The reconciler gives up after 3 extensions of 2 min past the deadline (DESIGN §8). */
 const UNKNOWN_PAYMENT_CRIT_S = 6 * 60;
@@ -38,13 +43,46 @@ function inc(s, metric, filter = {}) {
   return s.increase(metric, filter, WINDOW_MS);
 }
 
+/** " at node 4 (us-east)" after an age, in the fleet view (where the oldest one is). */
+function at(peak, fleet) {
+  return peak && fleet ? ` at ${nodeName(peak.labels)}` : "";
+}
+
+/** The fleet's metrics: who answered (only when the console reads them). */
+function fleetAlert(ctx) {
+  const s = ctx.sampler;
+  const fleet = s.fleet();
+  if (fleet) {
+    const total = fleet.up.length + fleet.down.length;
+    const down = fleet.down.map((n) => nodeName(n)).join(", ");
+    return alert(
+      "fleet",
+      "Nodes reporting metrics",
+      fleet.down.length ? "crit" : "ok",
+      `${fleet.up.length} of ${counted(total, "node")} reporting` + (down ? ` · not answering: ${down}` : ""),
+      "GET /v1/admin/fleet/metrics: this edge asks every node for its /metrics (seatfence_fleet_node_up). A node that does not answer is left out of every figure below.",
+    );
+  }
+  const e = ctx.fleetError;
+  return alert(
+    "fleet",
+    "Nodes reporting metrics",
+    "warn",
+    "this node only" + (e ? ` (the fleet view answered ${e.status || "no answer"} ${e.code})` : ""),
+    "The edge gave no fleet view, so the figures below are those of the node behind this edge (its GET /metrics).",
+  );
+}
+
 function metricAlerts(ctx) {
   const s = ctx.sampler;
   if (!s.latest) {
     const e = ctx.metricsError;
-    return [alert("metrics", "This edge's /metrics", e ? "crit" : "info", e ? `${e.status || "no answer"} ${e.code}` : "loading…", "Every alert below except the cluster's needs it.")];
+    return [alert("metrics", "Metrics", e ? "crit" : "info", e ? `${e.status || "no answer"} ${e.code}` : "loading…", "Every alert below except the cluster's needs them.")];
   }
-  const out = [];
+  const fleet = s.scope === "fleet";
+  // Where a figure comes from, for the details: every node's, or one.
+  const of = fleet ? "summed over the nodes that answered" : "of this node only";
+  const out = [fleetAlert(ctx)];
   const since = `over the last ${duration(Math.min(WINDOW_MS, Date.now() - s.since))}`;
 
   const alertsNew = inc(s, "seatfence_reconciler_alerts_total");
@@ -54,20 +92,21 @@ function metricAlerts(ctx) {
       "reconciler-alerts",
       "Reconciler: extensions exhausted",
       alertsNew > 0 ? "crit" : alertsTotal > 0 ? "warn" : "ok",
-      `+${num(alertsNew)} ${since} · ${num(alertsTotal)} since the node started`,
-      "Holds whose payment stayed unknown after 3 extensions: the seats are kept until the gateway answers (ALERT log line each; seatfence_reconciler_alerts_total).",
+      `+${num(alertsNew)} ${since} · ${num(alertsTotal)} since ${fleet ? "each node" : "the node"} started`,
+      `Holds whose payment stayed unknown after 3 extensions: the seats are kept until the gateway answers (ALERT log line each; seatfence_reconciler_alerts_total, ${of}).`,
     ),
   );
 
-  const age = s.gauge("seatfence_unknown_payment_age_seconds");
+  const age = s.peak("seatfence_unknown_payment_age_seconds");
+  const ageS = age?.value ?? 0;
   const ext = inc(s, "seatfence_reconciler_extensions_total");
   out.push(
     alert(
       "payment-unknown",
       "Payment still unknown",
-      age >= UNKNOWN_PAYMENT_CRIT_S ? "crit" : age > 0 ? "warn" : "ok",
-      age > 0 ? `oldest ${duration(age * 1000)} past its deadline · ${num(ext)} extensions ${since}` : `none past its deadline · ${num(ext)} extensions ${since}`,
-      "seatfence_unknown_payment_age_seconds and seatfence_reconciler_extensions_total, at the last reconciler sweep of the groups this node leads.",
+      ageS >= UNKNOWN_PAYMENT_CRIT_S ? "crit" : ageS > 0 ? "warn" : "ok",
+      (ageS > 0 ? `oldest ${duration(ageS * 1000)} past its deadline${at(age, fleet)}` : "none past its deadline") + ` · ${counted(ext, "extension")} ${since}`,
+      `seatfence_unknown_payment_age_seconds (the oldest ${fleet ? "on any node" : "on this node"}) and seatfence_reconciler_extensions_total (${of}), at each node's last reconciler sweep of the groups it leads.`,
     ),
   );
 
@@ -79,25 +118,34 @@ function metricAlerts(ctx) {
       "Payments awaiting reconciliation",
       unsettled > 0 ? "warn" : "info",
       `${num(backlog)} due · ${num(unsettled)} released but unsettled`,
-      "seatfence_reconciliation_backlog and seatfence_payments_unsettled (the reconciler keeps asking the gateway).",
+      `seatfence_reconciliation_backlog and seatfence_payments_unsettled, ${of} (the reconciler keeps asking the gateway).`,
     ),
   );
 
   const unbooked = s.gauge("seatfence_money_captured_unbooked");
   const moneyNew = inc(s, "seatfence_money_alerts_total");
-  const refundAge = s.gauge("seatfence_refund_pending_age_seconds");
+  const refund = s.peak("seatfence_refund_pending_age_seconds");
+  const refundAge = refund?.value ?? 0;
   out.push(
     alert(
       "money",
       "Money captured, neither booked nor refunded",
       moneyNew > 0 || refundAge >= REFUND_CRIT_S ? "crit" : unbooked > 0 ? "warn" : "ok",
-      `${num(unbooked)} now · +${num(moneyNew)} money alerts ${since} · oldest undelivered refund ${refundAge ? duration(refundAge * 1000) : "none"}`,
-      "seatfence_money_captured_unbooked, seatfence_money_alerts_total, seatfence_refund_pending_age_seconds.",
+      `${num(unbooked)} now · +${counted(moneyNew, "money alert")} ${since} · oldest undelivered refund ${refundAge ? duration(refundAge * 1000) + at(refund, fleet) : "none"}`,
+      `seatfence_money_captured_unbooked and seatfence_money_alerts_total (${of}), seatfence_refund_pending_age_seconds (the oldest ${fleet ? "on any node" : "on this node"}).`,
     ),
   );
 
   const gw = s.rate("seatfence_gateway_errors_total", {}, 60000);
-  out.push(alert("gateway", "Gateway errors", gw > 0 ? "warn" : "ok", `${rate(gw === null ? null : gw * 60)}/min`, "seatfence_gateway_errors_total (failed or timed-out gateway calls from this node)."));
+  out.push(
+    alert(
+      "gateway",
+      "Gateway errors",
+      gw > 0 ? "warn" : "ok",
+      `${rate(gw === null ? null : gw * 60)}/min`,
+      `seatfence_gateway_errors_total: failed or timed-out gateway calls, ${of}.`,
+    ),
+  );
 
   const layers = ["edge", "propose", "apply"].map((layer) => ({
     layer,
@@ -111,7 +159,7 @@ function metricAlerts(ctx) {
       "Stale-epoch rejections",
       anyStale ? "warn" : "ok",
       layers.map((l) => `${l.layer} ${rate(l.perMin === null ? null : l.perMin * 60)}/min (+${num(l.window)})`).join(" · "),
-      "seatfence_stale_epoch_rejections_total{layer}: expected around a move; outside one, a sign of a stale route or a deposed leader. This node only.",
+      `seatfence_stale_epoch_rejections_total{layer}, ${of}: expected around a move; outside one, a sign of a stale route or a deposed leader.`,
     ),
   );
 
@@ -119,18 +167,34 @@ function metricAlerts(ctx) {
   out.push(
     alert(
       "leader-changes-node",
-      "Leaderships won by this node",
+      fleet ? "Leaderships won, all nodes" : "Leaderships won by this node",
       lc > 1 ? "warn" : "info",
       `${rate(lc === null ? null : lc * 60)}/min`,
-      "seatfence_leader_changes_total: times a group on this node became leader.",
+      `seatfence_leader_changes_total: times a group became leader on a node, ${of}.`,
     ),
   );
 
   const noLeader = inc(s, "seatfence_no_leader_total");
-  out.push(alert("no-leader", "Requests answered 503 no_leader", noLeader > 0 ? "warn" : "ok", `+${num(noLeader)} ${since}`, "seatfence_no_leader_total, on this edge."));
+  out.push(
+    alert(
+      "no-leader",
+      "Requests answered 503 no_leader",
+      noLeader > 0 ? "warn" : "ok",
+      `+${num(noLeader)} ${since}`,
+      `seatfence_no_leader_total: requests an edge could not route to a leader in time, ${of}.`,
+    ),
+  );
 
-  const full = s.gauge("seatfence_storage_full");
-  out.push(alert("storage", "Storage below its reserve", full > 0 ? "crit" : "ok", full > 0 ? "this node refuses writes (storage_full)" : "no", "seatfence_storage_full of this node."));
+  const full = s.series("seatfence_storage_full").filter((x) => x.value > 0);
+  out.push(
+    alert(
+      "storage",
+      "Storage below its reserve",
+      full.length ? "crit" : "ok",
+      full.length ? `${fleet ? full.map((x) => nodeName(x.labels)).join(", ") : "this node"} refuse${full.length === 1 ? "s" : ""} writes (storage_full)` : "no",
+      `seatfence_storage_full of ${fleet ? "every node that answered" : "this node"}.`,
+    ),
+  );
   return out;
 }
 
@@ -191,10 +255,19 @@ function draw(ctx) {
   const items = [...clusterAlerts(ctx), ...metricAlerts(ctx)].sort((a, b) => LEVEL_ORDER[a.level] - LEVEL_ORDER[b.level]);
   renderIfChanged(els.list, items, build);
   const s = ctx.sampler;
+  const fleet = s.fleet();
+  const scope = fleet ? "all nodes" : "this node";
+  const scopeText = !s.latest
+    ? ""
+    : fleet
+      ? `Payment, fencing and leadership figures are the whole fleet's: every node's metrics, ${fleet.up.length} of ${counted(fleet.up.length + fleet.down.length, "node")} reporting.`
+      : "Payment, fencing and leadership figures are those of the node behind this edge only (the edge gave no fleet view).";
+  if (els.scope.textContent !== scopeText) els.scope.textContent = scopeText;
   render(
     els.chart,
     lineChart({
-      title: "Stale-epoch rejections and leaderships won per second (this node)",
+      title: `Stale-epoch rejections and leaderships won per second, ${scope}`,
+      width: chartWidth(els.chart),
       series: [
         { label: "stale-epoch rejections/s", cls: "series-b", points: s.rateSeries("seatfence_stale_epoch_rejections_total") },
         { label: "leaderships won/s", cls: "series-a", points: s.rateSeries("seatfence_leader_changes_total") },
@@ -209,9 +282,9 @@ export default {
   needsCluster: true,
 
   mount(root, ctx) {
-    els = { list: h("div", {}), chart: h("div", {}) };
+    els = { list: h("div", {}), chart: h("div", {}), scope: h("span", { id: "alerts-scope" }) };
     root.append(
-      h("p", { class: "muted" }, "Most severe first. Payment, fencing and leadership counters are those of the node behind this edge only."),
+      h("p", { class: "muted" }, "Most severe first. ", els.scope),
       els.list,
       els.chart,
     );

@@ -10,7 +10,7 @@
 // Test hooks: #audit-operator, #audit-action, #audit-result, #audit-limit;
 // each entry `[data-seq="<seq>"]`.
 
-import { badge, h, num, render, renderIfChanged, table, utc } from "./ui.js";
+import { badge, counted, h, num, render, renderIfChanged, table, utc } from "./ui.js";
 
 /** The audited actions of api/src/routes.rs (more are added as they are seen). */
 const KNOWN_ACTIONS = [
@@ -67,7 +67,7 @@ function build(m) {
   return h(
     "div",
     {},
-    h("p", { class: "muted", text: `${num(m.rows.length)} of the newest ${num(m.total)} entries (fetched up to ${num(m.limit)}).` }),
+    h("p", { class: "muted", text: `${num(m.rows.length)} of the newest ${counted(m.total, "entry", "entries")} (fetched up to ${num(m.limit)}).` }),
     table(
       null,
       ["Seq", "At", "Operator", "Action", "Target", "Result"],

@@ -6,7 +6,7 @@
 // Test hooks: each region is `[data-region="<name>"]`, each node row
 // `[data-node="<id>"]`, each group row `[data-group="<id>"]`.
 
-import { badge, h, ids, num, render, renderIfChanged, table, yesNo } from "./ui.js";
+import { badge, counted, h, ids, num, render, renderIfChanged, table, yesNo } from "./ui.js";
 
 /** At most this many group rows are drawn (the filter narrows them down). */
 const MAX_GROUP_ROWS = 200;
@@ -25,11 +25,19 @@ function hostedByNode(cluster) {
   return hosted;
 }
 
-/** A list of group ids, the first few spelled out. */
+/** A list of group ids, the first few spelled out; group 0 is named "directory". */
 function groupList(list, max = 10) {
-  if (!list || !list.length) return "–";
-  const shown = list.slice(0, max).join(", ");
+  if (!list || !list.length) return "";
+  const shown = list
+    .slice(0, max)
+    .map((g) => (g === 0 ? "directory" : String(g)))
+    .join(", ");
   return list.length > max ? `${shown} … (+${list.length - max})` : shown;
+}
+
+/** "2 groups: directory, 5" (or "none"). */
+function countedGroups(list) {
+  return list.length ? `${counted(list.length, "group")}: ${groupList(list)}` : "none";
 }
 
 function stateBadge(state) {
@@ -79,6 +87,14 @@ function buildSummary(s) {
 
 // ---------------------------------------------------------------- regions
 
+// Per node, two sources that used to sit side by side unexplained: the
+// groups whose replicas the node's own Status reports (the directory's
+// group 0 among them), and the directory's count of the EVENT groups it
+// places there (`nodes[].replicas`: members, plus targets of running moves
+// and repairs). They differ while a replica is being created or an old
+// one waits out a move's grace period, and a node that does not answer
+// reports nothing; the cell shows the report and says when the directory
+// expects another number.
 function regionsModel(c) {
   const hosted = hostedByNode(c);
   const nodes = c.nodes || [];
@@ -95,7 +111,7 @@ function regionsModel(c) {
           state: n.state,
           reachable: n.reachable,
           drained: n.drained,
-          replicas: n.replicas,
+          placed: n.replicas ?? null,
           hosted: (hosted.get(n.node_id) || []).sort((a, b) => a - b),
           leads: (n.leader_of || []).slice().sort((a, b) => a - b),
         })),
@@ -112,12 +128,14 @@ function buildRegions(m) {
       return h(
         "li",
         { class: "region", data: { region: r.region } },
-        h("h3", {}, r.region, " ", h("span", { class: "muted", text: `${r.nodes.length} nodes · leads ${leads} groups` })),
+        h("h3", {}, r.region, " ", h("span", { class: "muted", text: `${counted(r.nodes.length, "node")} · leading ${counted(leads, "group")}` })),
         table(
           null,
-          ["Node", "Address (gRPC)", "State", "Reachable", "Drained", "Replicas", "Groups hosted", "Leads", "Groups led"],
-          r.nodes.map((n) =>
-            h(
+          ["Node", "Address (gRPC)", "State", "Reachable", "Drained", "Replicas hosted (as the node reports them)", "Leader of"],
+          r.nodes.map((n) => {
+            const events = n.hosted.filter((g) => g !== 0).length;
+            const differs = n.reachable && n.placed !== null && n.placed !== events;
+            return h(
               "tr",
               { data: { node: n.id } },
               h("th", { scope: "row", text: n.id }),
@@ -125,17 +143,27 @@ function buildRegions(m) {
               h("td", {}, stateBadge(n.state)),
               h("td", {}, yesNo(n.reachable)),
               h("td", {}, n.drained ? badge("drained", "warn") : badge("no", "muted")),
-              h("td", { class: "num", text: num(n.replicas) }),
-              h("td", { class: "mono", text: groupList(n.hosted) }),
               h(
                 "td",
-                { class: "num leads" },
-                h("meter", { min: 0, max: m.maxLeads, value: n.leads.length, "aria-label": `leads ${n.leads.length}` }),
-                ` ${n.leads.length}`,
+                { class: "hosted" },
+                n.reachable ? countedGroups(n.hosted) : h("span", { class: "muted", text: "no report (not answering)" }),
+                differs
+                  ? h(
+                      "div",
+                      { class: "small", title: "A replica being created, or an old one kept for the grace period after a move, makes the two differ for a while." },
+                      badge("differs", "warn"),
+                      ` the directory places ${counted(n.placed, "event group")} here`,
+                    )
+                  : null,
               ),
-              h("td", { class: "mono", text: groupList(n.leads) }),
-            ),
-          ),
+              h(
+                "td",
+                { class: "leads" },
+                h("meter", { min: 0, max: m.maxLeads, value: n.leads.length, "aria-label": `leader of ${counted(n.leads.length, "group")}` }),
+                ` ${countedGroups(n.leads)}`,
+              ),
+            );
+          }),
           { class: "grid nodes" },
         ),
       );
@@ -180,15 +208,20 @@ function groupsModel(c, filter) {
   };
 }
 
+/** One replica's line; its parts wrap as wholes ("committed 1,234"), never inside. */
 function replicaLine(r) {
   const lagKind = r.lag === null ? "muted" : r.lag === 0 ? "ok" : r.lag < 100 ? "warn" : "crit";
+  const part = (...children) => h("span", { class: "nowrap" }, children);
   return h(
     "li",
     {},
-    h("span", { class: "mono", text: `n${r.node} ` }),
-    badge(r.role, r.role === "leader" ? "ok" : r.role === "learner" ? "info" : "muted"),
-    ` term ${r.term} · committed ${r.committed === undefined ? "?" : num(r.committed)} · applied ${num(r.applied)} · lag `,
-    badge(r.lag === null ? "?" : num(r.lag), lagKind),
+    part(h("span", { class: "mono", text: `n${r.node} ` }), badge(r.role, r.role === "leader" ? "ok" : r.role === "learner" ? "info" : "muted"), ` term ${r.term}`),
+    " · ",
+    part(`committed ${r.committed === undefined ? "?" : num(r.committed)}`),
+    " · ",
+    part(`applied ${num(r.applied)}`),
+    " · ",
+    part("lag ", badge(r.lag === null ? "?" : num(r.lag), lagKind)),
   );
 }
 
@@ -196,20 +229,20 @@ function buildGroups(m) {
   const note =
     m.matching > m.rows.length
       ? `Showing ${m.rows.length} of ${m.matching} matching groups (${m.total} in all): narrow the filter.`
-      : `${m.matching} of ${m.total} groups.`;
+      : `${m.matching} of ${counted(m.total, "group")}.`;
   return h(
     "div",
     {},
     h("p", { class: "muted", text: note }),
     table(
       null,
-      ["Group", "Event", "Owner", "Epoch", "Route", "Leader", "Term", "Commit index", "Voters", "Learners", "Replicas (role, committed and applied index, lag behind the leader's log)", "Health"],
+      ["Group", "Event", "Owner", "Epoch", "Route", "Leader", "Term", "Commit index", "Voters", "Learners", "Replicas: role, committed and applied index, lag behind the leader's log", "Health"],
       m.rows.map((g) =>
         h(
           "tr",
           { data: { group: g.id } },
           h("th", { scope: "row", text: g.id }),
-          h("td", { text: g.event ?? "–" }),
+          h("td", { class: g.id === 0 ? null : "mono", text: g.event ?? "–" }),
           h("td", { text: g.owner ?? "–" }),
           h("td", { class: "num", text: g.epoch ?? "–" }),
           h("td", {}, g.state ? badge(g.state, g.state === "moving" ? "warn" : "muted") : "–"),

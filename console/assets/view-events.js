@@ -19,15 +19,23 @@
 //     `holds_applied` / `conflicts_applied` counters of each group's leader
 //     in the cluster answer (they restart with the leader: a drop or a new
 //     leader starts the window again);
-//   - the chart: this edge's /metrics counters
-//     (seatfence_holds_created_total, seatfence_hold_conflicts_total), so
-//     it covers the holds that came through THIS edge, all events together.
+//   - the chart and the totals above the table: the metrics the console
+//     polls (console.js; metrics.js), normally the whole fleet's: holds
+//     and conflicts per second summed over every node's edge
+//     (seatfence_holds_created_total, seatfence_hold_conflicts_total, all
+//     events together), payments due and unsettled summed over the nodes
+//     (each counts the groups it leads), the oldest unknown payment the
+//     oldest on any node. When the edge has no fleet view they are this
+//     node's only, and the page says so.
 //
-// Test hooks: each row `[data-event="<id>"]`, its owner region in `.owner`.
+// Test hooks: each row `[data-event="<id>"]`, its owner region in `.owner`,
+// its holds/s in `td.rate-holds`; the totals #holds-rate (holds granted a
+// second over the last minute), #holds-total (since each node started) and
+// #totals-scope (whose totals they are).
 
-import { badge, h, num, render, renderIfChanged, table, utc, duration } from "./ui.js";
+import { badge, counted, h, num, rate, render, renderIfChanged, table, utc, duration } from "./ui.js";
 import { setWaitingRoom } from "./api.js";
-import { lineChart } from "./metrics.js";
+import { chartWidth, lineChart, nodeName } from "./metrics.js";
 
 /** Settings change rarely: re-read them every this many rounds (2 s each). */
 const DETAIL_EVERY = 5;
@@ -191,33 +199,38 @@ function rateCell(r, key) {
   return h("td", { class: `num rate-${key}`, text: r[key].toFixed(1), title: `over the last ${Math.round(r.secs)} s, at the group's leader` });
 }
 
-/** The pending-payments cell: how many, and unsettled or refunds due when any. */
-function pendingCell(p) {
-  if (!p) return h("td", { class: "num muted", text: "–" });
+/** The pending payments: how many (and unsettled or refunds due when any), and how late the oldest is (the reconciler's to settle). */
+function paymentsCell(p) {
+  if (!p) return h("td", { class: "muted", text: "–" });
   const extra = [];
   if (p.unsettled) extra.push(`${num(p.unsettled)} unsettled`);
-  if (p.refunds_pending) extra.push(`${num(p.refunds_pending)} refunds due`);
-  return h("td", { class: "num", text: num(p.pending_payments) + (extra.length ? ` (${extra.join(", ")})` : "") });
-}
-
-/** The oldest pending payment: how long past its deadline (the reconciler's to settle). */
-function overdueCell(p) {
-  if (!p || !p.pending_payments) return h("td", {}, p ? badge("none", "ok") : "–");
-  if (!p.oldest_pending_overdue_secs) return h("td", { class: "small", text: `due ${utc(p.oldest_pending_deadline)}` });
-  return h("td", {}, badge(`${duration(p.oldest_pending_overdue_secs * 1000)} past deadline`, "warn"));
+  if (p.refunds_pending) extra.push(`${counted(p.refunds_pending, "refund")} due`);
+  let oldest = null;
+  if (p.pending_payments && p.oldest_pending_overdue_secs) {
+    oldest = h("div", { class: "small" }, badge("overdue", "warn"), ` oldest ${duration(p.oldest_pending_overdue_secs * 1000)} past its deadline`);
+  } else if (p.pending_payments) {
+    oldest = h("div", { class: "muted small", text: `oldest due ${utc(p.oldest_pending_deadline)}` });
+  }
+  return h(
+    "td",
+    { class: "payments" },
+    h("span", { class: "nowrap", text: `${num(p.pending_payments)} pending` }),
+    extra.length ? h("div", { class: "small", text: extra.join(", ") }) : null,
+    oldest,
+  );
 }
 
 /** Ask for a new admission rate and set it; the answer (or error) in an alert. */
 async function changeRate(id, room) {
   const text = window.prompt(`Buyers admitted a second for ${id} (now ${room.admit_per_sec})`, String(room.admit_per_sec));
   if (text === null) return;
-  const rate = Number(text);
-  if (!Number.isInteger(rate) || rate < 1) {
+  const perSec = Number(text);
+  if (!Number.isInteger(perSec) || perSec < 1) {
     window.alert("The rate is a whole number of buyers a second, at least 1.");
     return;
   }
   try {
-    await setWaitingRoom(id, { admit_per_sec: rate, ticket_ttl_secs: room.ticket_ttl_secs, enabled: room.enabled });
+    await setWaitingRoom(id, { admit_per_sec: perSec, ticket_ttl_secs: room.ticket_ttl_secs, enabled: room.enabled });
   } catch (e) {
     window.alert(`Not changed: ${e.status || "no answer"} ${e.code || ""} ${e.message || ""}`);
   }
@@ -237,23 +250,33 @@ function roomCell(r) {
   );
 }
 
+// Twelve columns that fit 1024 px: related facts share a cell (the name
+// under the id, the epoch under the owner, the route under the group, the
+// window and survival under open/closed), headers wrap, and long ids break
+// (console.css `table.events`).
 function buildTable(rows) {
   return table(
     null,
-    ["Event", "Name", "Owner", "Epoch", "Group", "Route", "Survival", "Sale window", "Sale", "Waiting room", "Available", "Held", "Sold", "Holds/s", "Conflicts/s", "Pending payments", "Oldest pending payment", ""],
+    ["Event", "Owner", "Group", "Sale", "Waiting room", "Available", "Held", "Sold", "Holds/s", "Conflicts/s", "Payments", ""],
     rows.map((r) =>
       h(
         "tr",
         { data: { event: r.id } },
-        h("th", { scope: "row", class: "mono", text: r.id }),
-        h("td", { text: r.name ?? "–" }),
-        h("td", { class: "owner", text: r.owner ?? "–" }),
-        h("td", { class: "num", text: r.epoch ?? "–", title: r.dirEpoch !== r.epoch ? `directory says ${r.dirEpoch}` : null }),
-        h("td", { class: "num", text: r.group }),
-        h("td", {}, badge(r.route || "?", r.route === "moving" ? "warn" : "muted"), r.move ? ` ${r.move}` : null),
-        h("td", { text: r.survival ?? "–" }),
-        h("td", { class: "small", text: r.window }),
-        h("td", {}, r.open === null ? "–" : r.open ? badge("open", "ok") : badge("closed", "muted")),
+        h("th", { scope: "row" }, h("span", { class: "mono", text: r.id }), r.name ? h("div", { class: "muted small", text: r.name }) : null),
+        h(
+          "td",
+          { class: "owner" },
+          h("span", { class: "nowrap", text: r.owner ?? "–" }),
+          h("div", { class: "muted small", text: `epoch ${r.epoch ?? "–"}`, title: r.dirEpoch !== r.epoch ? `the directory says epoch ${r.dirEpoch}` : null }),
+        ),
+        h("td", {}, h("span", { class: "nowrap", text: `group ${r.group} ` }), badge(r.route || "?", r.route === "moving" ? "warn" : "muted"), r.move ? h("div", { class: "small", text: r.move }) : null),
+        h(
+          "td",
+          {},
+          r.open === null ? "–" : r.open ? badge("open", "ok") : badge("closed", "muted"),
+          h("div", { class: "muted small", text: r.window }),
+          r.survival ? h("div", { class: "muted small", text: `survives a ${r.survival} outage` }) : null,
+        ),
         roomCell(r),
         h(
           "td",
@@ -265,8 +288,7 @@ function buildTable(rows) {
         h("td", { class: "num", text: num(r.sold) }),
         rateCell(r.rates, "holds"),
         rateCell(r.rates, "conflicts"),
-        pendingCell(r.pay),
-        overdueCell(r.pay),
+        paymentsCell(r.pay),
         h("td", {}, r.error ? badge(r.error, "crit") : !r.polled ? badge("not polled", "muted") : null),
       ),
     ),
@@ -274,29 +296,60 @@ function buildTable(rows) {
   );
 }
 
-function nodeTotals(ctx) {
+/** Whose figures the chart and the totals show, in words. */
+function scopeWords(ctx) {
   const s = ctx.sampler;
-  const age = s.gauge("seatfence_unknown_payment_age_seconds");
+  const fleet = s.fleet();
+  if (fleet) {
+    const total = fleet.up.length + fleet.down.length;
+    return fleet.down.length ? `the fleet (${fleet.up.length} of ${counted(total, "node")} reporting)` : `the whole fleet (${counted(total, "node")})`;
+  }
+  return s.latest ? "this edge's node only" : "loading…";
+}
+
+function totalsModel(ctx) {
+  const s = ctx.sampler;
+  const age = s.peak("seatfence_unknown_payment_age_seconds");
   return {
+    scope: scopeWords(ctx),
+    fleet: s.scope === "fleet",
+    fleetError: s.scope === "node" && ctx.fleetError ? `${ctx.fleetError.status || "no answer"} ${ctx.fleetError.code}` : null,
+    holdsRate: s.rate("seatfence_holds_created_total", {}, 60000),
+    conflictsRate: s.rate("seatfence_hold_conflicts_total", {}, 60000),
+    holdsTotal: s.gauge("seatfence_holds_created_total"),
     backlog: s.gauge("seatfence_reconciliation_backlog"),
-    unknownAge: age,
+    unknownAge: age?.value ?? null,
+    unknownAgeAt: age && s.scope === "fleet" ? nodeName(age.labels) : null,
     unsettled: s.gauge("seatfence_payments_unsettled"),
   };
 }
 
 function buildTotals(t) {
-  return h(
-    "dl",
-    { class: "stats" },
-    h("div", { class: "stat" }, h("dt", { text: "Payments due for reconciliation (this node's groups)" }), h("dd", { text: num(t.backlog) })),
+  const stat = (label, dd) => h("div", { class: "stat" }, h("dt", { text: label }), dd);
+  const where = t.fleet ? "the nodes" : "this node";
+  return [
+    h("h2", { id: "totals-scope", text: `Totals: ${t.scope}` }),
     h(
-      "div",
-      { class: "stat" },
-      h("dt", { text: "Oldest unknown payment, past its deadline (this node's groups)" }),
-      h("dd", {}, t.unknownAge ? badge(duration(t.unknownAge * 1000), "warn") : badge("none", "ok")),
+      "dl",
+      { class: "stats" },
+      stat("Holds granted a second (last minute, all events)", h("dd", { id: "holds-rate", text: rate(t.holdsRate) })),
+      stat("Hold conflicts a second (last minute)", h("dd", { id: "conflicts-rate", text: rate(t.conflictsRate) })),
+      stat(`Holds granted since ${t.fleet ? "each node" : "the node"} started`, h("dd", { id: "holds-total", text: num(t.holdsTotal) })),
+      stat("Payments due for reconciliation", h("dd", { text: num(t.backlog) })),
+      stat(
+        "Oldest unknown payment, past its deadline",
+        h("dd", {}, t.unknownAge ? badge(duration(t.unknownAge * 1000), "warn") : badge("none", "ok"), t.unknownAgeAt ? ` at ${t.unknownAgeAt}` : null),
+      ),
+      stat("Released bookings unsettled", h("dd", { text: num(t.unsettled) })),
     ),
-    h("div", { class: "stat" }, h("dt", { text: "Released bookings unsettled (this node's groups)" }), h("dd", { text: num(t.unsettled) })),
-  );
+    h(
+      "p",
+      { class: "muted small" },
+      `Holds are counted by the edge that answered them; payments by the node that leads the event's group. Counts and rates are summed over ${where}` +
+        (t.fleet ? "; the oldest payment is the oldest on any node. A node that does not answer is left out (the line at the top says which)." : ".") +
+        (t.fleetError ? ` The edge gave no fleet view (${t.fleetError}): these are its own node's figures.` : ""),
+    ),
+  ];
 }
 
 function drawChart(ctx) {
@@ -304,7 +357,8 @@ function drawChart(ctx) {
   render(
     els.chart,
     lineChart({
-      title: "Holds and conflicts per second, through this edge (all events)",
+      title: `Holds and conflicts per second, ${scopeWords(ctx)}, all events`,
+      width: chartWidth(els.chart),
       series: [
         { label: "holds/s", cls: "series-a", points: s.rateSeries("seatfence_holds_created_total") },
         { label: "conflicts/s", cls: "series-b", points: s.rateSeries("seatfence_hold_conflicts_total") },
@@ -315,7 +369,7 @@ function drawChart(ctx) {
 
 function draw(ctx) {
   drawChart(ctx);
-  renderIfChanged(els.totals, nodeTotals(ctx), buildTotals);
+  renderIfChanged(els.totals, totalsModel(ctx), buildTotals);
   if (!ctx.cluster) {
     const e = ctx.clusterError;
     render(els.table, h("p", { class: e ? "error" : "muted", text: e ? `The event list comes from GET /v1/admin/cluster: ${errText(e)}` : "Loading…" }));
@@ -341,14 +395,13 @@ export default {
     round = 0;
     els = {
       chart: h("div", {}),
-      totals: h("section", { "aria-label": "Payment totals of this edge's node" }),
+      totals: h("section", { "aria-labelledby": "totals-scope" }),
       filter: h("input", { id: "event-filter", type: "search", placeholder: "event id or region", spellcheck: "false" }),
       table: h("div", { class: "scroll-x" }),
     };
     els.filter.addEventListener("input", () => draw(ctx));
     root.append(
       els.chart,
-      h("h2", { text: "Payments (this edge's node only)" }),
       els.totals,
       h("h2", { text: "Events" }),
       h("p", { class: "filter" }, h("label", { for: "event-filter", text: "Filter events " }), els.filter),
@@ -357,8 +410,7 @@ export default {
         "p",
         { class: "muted small" },
         "Counts come from each event's group (availability, at most 250 ms old at the edge); payments are read at the group's leader every 10 s. ",
-        "A payment pending past its deadline is the reconciler's to settle: it never releases the seats while the gateway's answer is unknown. ",
-        "The totals above are those of the groups led by the node behind this edge.",
+        "A payment pending past its deadline is the reconciler's to settle: it never releases the seats while the gateway's answer is unknown.",
       ),
     );
     draw(ctx);

@@ -11,12 +11,18 @@
 // retried with the same Idempotency-Key, so pressing "Start" again after a
 // lost answer finds the move it started instead of starting another.
 //
+// Step times are shown to the millisecond, with each step's offset from
+// the move's start ("+68 ms"): a whole move can take less than a second.
+//
 // Test hooks: #move-event, #move-target, #move-start, then the dialog's
 // #confirm; each listed move `[data-move="<id>"]` with its state in `.state`;
-// the watched move in #move-watch, its abort button #move-abort.
+// the watched move in #move-watch (each step `li.step[data-step]`, its
+// offset in `.step-at`), its abort button #move-abort, present only while
+// the move can be aborted (#move-abort-note says why not, while it runs).
 
-import { badge, confirmAction, duration, fillDatalist, h, ids, render, renderIfChanged, runAction, table, utc } from "./ui.js";
+import { badge, clockMs, confirmAction, counted, duration, fillDatalist, h, ids, offsetMs, render, renderIfChanged, runAction, table, utc, utcMs } from "./ui.js";
 import { newIdempotencyKey } from "./api.js";
+import { nodeName } from "./metrics.js";
 
 const LIST_LIMIT = 50;
 
@@ -50,8 +56,9 @@ function stateKind(state) {
   return { running: "warn", done: "ok", aborted: "muted", failed: "crit" }[state] || "info";
 }
 
+/** Whether the edge would still abort `m`: only while its learners catch up (DESIGN §6). */
 function abortable(m) {
-  return m && m.state === "running" && m.step === "add_learners";
+  return !!m && m.state === "running" && m.step === "add_learners";
 }
 
 /** The write pause: measured, running, or not started. */
@@ -59,7 +66,7 @@ function pauseText(m) {
   if (m.pause_ms !== null && m.pause_ms !== undefined) return duration(m.pause_ms);
   const entered = (m.history || []).find((e) => e.step === "transfer_leader");
   if (m.state === "running" && entered && ["transfer_leader", "bump_epoch"].includes(m.step)) {
-    return `in progress since ${utc(entered.at_ms)}`;
+    return `in progress since ${utcMs(entered.at_ms)}`;
   }
   return "–";
 }
@@ -91,13 +98,20 @@ async function onStart(ev, ctx) {
   formError("");
 
   const o = ownerOf(ctx, eventId);
-  const lastPause = ctx.sampler.gauge("seatfence_move_last_pause_seconds");
+  // Each node's coordinator records the pause of the last move it
+  // completed; across the fleet, the longest of those.
+  const lastPause = ctx.sampler.peak("seatfence_move_last_pause_seconds");
+  const pauseNote =
+    lastPause && lastPause.value > 0
+      ? ctx.sampler.scope === "fleet"
+        ? ` (the last moves the nodes completed paused up to ${duration(lastPause.value * 1000)}, at ${nodeName(lastPause.labels)}).`
+        : ` (the last move this node coordinated paused ${duration(lastPause.value * 1000)}).`
+      : ".";
   const ok = await confirmAction({
     title: `Move ${eventId} to ${target}?`,
     lines: [
       `Event ${eventId} is owned by ${o ? `${o.owner} at epoch ${o.epoch}` : "an unknown region"}; it will be owned by ${target} at the next epoch.`,
-      "Sales go on during the move, except for a write pause from the membership change to the epoch bump" +
-        (lastPause ? ` (the last move this node coordinated paused ${duration(lastPause * 1000)}).` : "."),
+      "Sales go on during the move, except for a write pause from the membership change to the epoch bump" + pauseNote,
       "The move can be aborted only while its learners catch up (the first step).",
     ],
     confirmLabel: "Start the move",
@@ -158,7 +172,7 @@ function buildWatch({ arg, m }) {
           h("span", { class: "step-name mono", text: step }),
           ` ${what} `,
           badge(status, { done: "ok", current: "warn", todo: "muted", skipped: "muted", failed: "crit" }[status] || "muted"),
-          at ? h("span", { class: "muted", text: ` entered ${utc(at)}` }) : null,
+          at ? h("span", { class: "muted step-at", title: utcMs(at), text: ` entered ${clockMs(at)} (${offsetMs(at - m.started_ms)})` }) : null,
         );
       }),
     ),
@@ -170,7 +184,7 @@ function buildWatch({ arg, m }) {
       stat("Epoch", `${m.from_epoch} → ${m.state === "done" ? m.from_epoch + 1 : "…"}`),
       stat("Voters", `${ids(m.from_members)} → ${ids(m.to_members)}`),
       stat("Group", String(m.group_id)),
-      stat("Started", `${utc(m.started_ms)} by ${m.actor}`),
+      stat("Started", `${utcMs(m.started_ms)} by ${m.actor}`),
       m.reason ? stat("Reason", m.reason) : null,
     ),
   );
@@ -210,8 +224,12 @@ function buildList(moves) {
       const details = h(
         "details",
         { open: openHistory.has(m.move_id), on: { toggle: (e) => (e.target.open ? openHistory.add(m.move_id) : openHistory.delete(m.move_id)) } },
-        h("summary", { text: `${(m.history || []).length} steps`, key: `hist-${m.move_id}` }),
-        h("ol", { class: "plain" }, (m.history || []).map((e) => h("li", {}, h("span", { class: "mono", text: e.step }), ` ${utc(e.at_ms)}`))),
+        h("summary", { text: counted((m.history || []).length, "step"), key: `hist-${m.move_id}` }),
+        h(
+          "ol",
+          { class: "plain" },
+          (m.history || []).map((e) => h("li", { title: utcMs(e.at_ms) }, h("span", { class: "mono", text: e.step }), ` ${offsetMs(e.at_ms - m.started_ms)}`)),
+        ),
       );
       return h(
         "tr",
@@ -243,9 +261,13 @@ function draw(ctx) {
   }
   if (ctx.arg !== null && watchError) render(els.watch, errorLine(watchError, `GET /v1/admin/moves/${ctx.arg}`));
   else renderIfChanged(els.watch, { arg: ctx.arg, m: ctx.arg === null ? null : watched }, buildWatch);
-  els.abort.hidden = !watched || ctx.arg === null;
-  els.abort.disabled = !abortable(watched);
-  els.abort.title = abortable(watched) ? "" : "A move can be aborted only while it is running at add_learners.";
+  // The abort button exists only while the edge would still abort the
+  // move; a running move past add_learners says why it has none.
+  const shown = ctx.arg !== null && abortable(watched);
+  els.abort.hidden = !shown;
+  const note = ctx.arg !== null && watched && watched.state === "running" && !shown ? `At ${watched.step}: past add_learners, the move can no longer be aborted.` : "";
+  els.abortNote.textContent = note;
+  els.abortNote.hidden = !note;
   if (listError) render(els.list, errorLine(listError, "GET /v1/admin/moves"));
   else if (list) renderIfChanged(els.list, list, buildList);
 }
@@ -269,6 +291,7 @@ export default {
       answer: h("div", { id: "move-answer", role: "status" }),
       watch: h("div", { id: "move-watch" }),
       abort: h("button", { type: "button", id: "move-abort", class: "danger", text: "Abort move…", hidden: true }),
+      abortNote: h("p", { id: "move-abort-note", class: "muted small", hidden: true }),
       list: h("div", { class: "scroll-x", id: "move-list" }),
     };
     const form = h(
@@ -293,6 +316,7 @@ export default {
       h("h2", { text: "Watched move" }),
       els.watch,
       els.abort,
+      els.abortNote,
       h("h2", { text: `Moves (newest ${LIST_LIMIT})` }),
       els.list,
     );

@@ -15,7 +15,7 @@
 // `#drain-<id>` or `#undrain-<id>`; the transfer form #transfer-group,
 // #transfer-to, #transfer-start; the dialog's #confirm; the answer #answer.
 
-import { badge, confirmAction, fillDatalist, h, ids, render, renderIfChanged, runAction, table, yesNo } from "./ui.js";
+import { badge, confirmAction, counted, fillDatalist, h, ids, render, renderIfChanged, runAction, table, yesNo } from "./ui.js";
 
 const WHOLE = /^\d{1,19}$/;
 
@@ -44,7 +44,7 @@ function nodesModel(c) {
 function buildNodes(nodes) {
   return table(
     null,
-    ["Node", "Region", "Address (gRPC)", "State", "Reachable", "Drained", "Leads", "Groups led", "Action"],
+    ["Node", "Region", "Address (gRPC)", "State", "Reachable", "Drained", "Leader of", "Action"],
     nodes.map((n) => {
       const action = n.drained ? "undrain" : "drain";
       return h(
@@ -56,8 +56,7 @@ function buildNodes(nodes) {
         h("td", {}, badge(n.state || "?", n.state === "live" ? "ok" : "warn")),
         h("td", {}, yesNo(n.reachable)),
         h("td", {}, n.drained ? badge("drained", "warn") : badge("no", "muted")),
-        h("td", { class: "num", text: n.leads.length }),
-        h("td", { class: "mono", text: ids(n.leads) }),
+        h("td", { class: "leads", text: n.leads.length ? `${counted(n.leads.length, "group")}: ${n.leads.map((g) => (g === 0 ? "directory" : g)).join(", ")}` : "none" }),
         h(
           "td",
           {},
@@ -103,7 +102,7 @@ async function onNodeAction(ev) {
       lines: [
         `Node ${id} (${node.region}, ${node.grpc_addr}) is marked drained in the directory: from then on it hands off any leadership an election gives it.`,
         node.leader_of?.length
-          ? `It leads ${node.leader_of.length} group(s) now (${ids(node.leader_of)}): each goes to a caught-up voter on another node, ${node.region} first. Writes of each group pause briefly during its hand-over.`
+          ? `It leads ${counted(node.leader_of.length, "group")} now (${ids(node.leader_of)}): each goes to a caught-up voter on another node, ${node.region} first. Writes of each group pause briefly during its hand-over.`
           : "It leads no group now.",
         "The edge answers when every leadership has moved, or with what remains after three rounds.",
       ],

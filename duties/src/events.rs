@@ -418,6 +418,10 @@ impl EventDuties {
             }
             Done::Emails(lane, report) => {
                 slot.emails = Some(lane);
+                // The backlog gauge is counted by the refunds lane; what
+                // this pass delivered is gone from it now, not at that
+                // lane's next pass.
+                slot.lane.backlog = slot.lane.backlog.saturating_sub(report.delivered);
                 let p = self.payments.as_ref().expect("a lane has payments");
                 slot.next[Duty::Emails.index()] = after(outbox::next_pass(p, report.busy));
                 Duty::Emails

@@ -76,6 +76,9 @@ pub struct LaneReport {
     pub refund_age_ms: u64,
     /// A full page delivered something: more may wait, pass again soon.
     pub busy: bool,
+    /// Items this pass delivered and recorded (emails lane only): the
+    /// backlog the refunds lane last counted is that much smaller now.
+    pub delivered: u64,
 }
 
 /// The pause before a group's next pass of a lane: `outbox_interval_ms`,
@@ -332,6 +335,7 @@ pub async fn emails(
     }
     LaneReport {
         busy: full && !r.recorded.is_empty(),
+        delivered: r.recorded.len() as u64,
         ..report
     }
 }

@@ -388,7 +388,18 @@ fn hold_refusal(o: Outcome, code: &'static str) -> ApiError {
             available,
         } => conflict(
             code,
-            "some requested seats are not available".into(),
+            if unavailable.is_empty() {
+                format!("not enough free seats: {available} left where asked")
+            } else {
+                // The group does not say whose holds they are (its recorded
+                // answers have no room for it yet): say what a buyer who
+                // asks again for their own seats needs to know.
+                format!(
+                    "held or sold: {} (a seat in a hold of yours counts too: holding it again \
+                     does not extend your hold)",
+                    unavailable.join(", ")
+                )
+            },
             json!({"unavailable": unavailable, "available": available}),
         ),
         Outcome::StaleEpoch { current, owner } => conflict(

@@ -25,10 +25,11 @@ use super::{MAX_MESSAGE_BYTES, SNAPSHOT_CHUNK_BYTES};
 use crate::codec;
 use crate::types::{Snapshot, TypeConfig, Vote};
 
-/// A vote answered NOT_FOUND (the peer has not opened the group yet) is
-/// sent again this many times, this far apart, before it fails.
-const NEW_GROUP_VOTE_RETRIES: u32 = 4;
-const NEW_GROUP_VOTE_PAUSE: Duration = Duration::from_millis(50);
+/// A vote or an append answered NOT_FOUND (the peer has not opened the
+/// group yet) is sent again this many times, this far apart, before it
+/// fails.
+const NEW_REPLICA_RETRIES: u32 = 4;
+const NEW_REPLICA_PAUSE: Duration = Duration::from_millis(50);
 
 /// The shortest deadline a Raft RPC gets on the wire.
 const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(1);
@@ -205,17 +206,23 @@ impl PeerPool {
                 .await
             {
                 // A new group's first member campaigns as soon as its own
-                // directory replica places the group; a peer whose replica
-                // has not applied that yet answers NOT_FOUND. Failing the
-                // vote would cost a whole election timeout: ask again a
-                // few times first (the peer opens it once it knows).
+                // directory replica places the group, and a move's leader
+                // replicates to its new learners as soon as it adds them;
+                // a peer whose replica has not applied that placement yet
+                // answers NOT_FOUND. Failing the vote would cost a whole
+                // election timeout, and failing the append a WARN from
+                // openraft on every move: ask again a few times first (the
+                // peer opens the group once it knows).
                 Err(s)
                     if s.code() == tonic::Code::NotFound
-                        && matches!(kind, RaftKind::Vote | RaftKind::PreVote)
-                        && tries < NEW_GROUP_VOTE_RETRIES =>
+                        && matches!(
+                            kind,
+                            RaftKind::Vote | RaftKind::PreVote | RaftKind::AppendEntries
+                        )
+                        && tries < NEW_REPLICA_RETRIES =>
                 {
                     tries += 1;
-                    tokio::time::sleep(NEW_GROUP_VOTE_PAUSE).await;
+                    tokio::time::sleep(NEW_REPLICA_PAUSE).await;
                 }
                 r => break r.map_err(status_to_rpc)?,
             }

@@ -13,6 +13,7 @@
 //!         ─▶ final.json ─▶ checkers ─▶ summary.json, report.html, timeline.svg; exit 0/1/2
 //! ```
 
+mod faults;
 mod nemesis;
 mod net_setup;
 mod runner;

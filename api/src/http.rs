@@ -40,7 +40,7 @@ pub(crate) async fn handle(
             Body::Text(t, content_type) => (reply.status, t, content_type, reply.headers),
         },
         Err(e) => {
-            e.log();
+            e.log(request_id.to_str().unwrap_or_default());
             (e.status(), e.body().to_string(), JSON, e.headers())
         }
     };
@@ -62,8 +62,9 @@ pub(crate) async fn handle(
 const JSON: &str = "application/json";
 
 /// The answer's `X-Request-Id`: the caller's own (1–128 of `A-Za-z0-9._:-`,
-/// so a log line or a support ticket can name the request), else a new
-/// random one.
+/// so a log line or a support ticket can name the request: the edge logs it
+/// with every 5xx, and at debug level with every other refusal), else a
+/// new random one.
 fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
     let ok = |v: &&HeaderValue| {
         let b = v.as_bytes();

@@ -469,8 +469,13 @@ impl Audited {
                         other => other.to_string(),
                     };
                     // A body is up to 1 MiB: the audit trail keeps a bounded
-                    // excerpt of what it names.
-                    v.chars().take(MAX_TARGET_VALUE).collect()
+                    // excerpt of what it names, with no control characters
+                    // (a newline or a terminal escape in a refund's reason
+                    // must not forge or hide lines of `ctl audit`).
+                    v.chars()
+                        .take(MAX_TARGET_VALUE)
+                        .map(|c| if c.is_control() { ' ' } else { c })
+                        .collect()
                 }
                 None => names
                     .iter()
@@ -567,6 +572,17 @@ mod tests {
         let long = format!(r#"{{"event_id":"{}"}}"#, "x".repeat(5000));
         let target = a.target(d, &p, long.as_bytes());
         assert_eq!(target.len(), "event ".len() + MAX_TARGET_VALUE, "bounded");
+        // A refund's reason is in its target, control characters blanked.
+        let path = "/v1/admin/bookings/b1-2/refund";
+        let Matched::Route(d) = find(&Method::POST, path) else {
+            panic!("refund is a route")
+        };
+        let p = params(d, path);
+        let a = d.audit.expect("audited");
+        assert_eq!(
+            a.target(d, &p, "{\"reason\":\"sold\\n\\u001b[2Kok\"}".as_bytes()),
+            "booking b1-2, reason sold  [2Kok"
+        );
         assert!(ROUTES
             .iter()
             .filter(|d| d.audit.is_some())

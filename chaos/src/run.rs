@@ -30,6 +30,10 @@ pub struct RunInfo {
     /// schedule alone).
     #[serde(default)]
     pub fault_kinds: Vec<String>,
+    /// The kinds this binary or partition mechanism could not inject, and
+    /// why (left out of `fault_kinds` and of the schedule).
+    #[serde(default)]
+    pub cannot_inject: Vec<(String, String)>,
     /// The partition mechanism used, and those that were not available.
     pub partition_mechanism: String,
     #[serde(default)]

@@ -98,12 +98,18 @@ impl Fault {
     }
 
     /// Whether it runs alongside the next fault (gateway switches, clock
-    /// and timer skews, a full disk) rather than before a calm.
+    /// and timer skews) rather than before a calm. A full disk does not:
+    /// its leader flushes nothing while full, so an `fsync-fail` landing on
+    /// it next would have no effect to see.
     fn side(&self) -> bool {
         !self.needs_network()
             && !matches!(
                 self,
-                Fault::KillMinority | Fault::PauseLeader | Fault::LoseNode | Fault::FsyncFail
+                Fault::KillMinority
+                    | Fault::PauseLeader
+                    | Fault::LoseNode
+                    | Fault::FsyncFail
+                    | Fault::DiskFull
             )
     }
 

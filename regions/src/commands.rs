@@ -202,7 +202,15 @@ impl Commands {
                 term: out.term,
             };
             match self.routes.check_fence(&cmd.event_id, fence) {
-                FenceCheck::Fresh => return Ok((reply, fence)),
+                FenceCheck::Fresh => {
+                    // After an attempt whose outcome is unknown, a replayed
+                    // answer may be that attempt's own: never say this
+                    // request did nothing new (`Idempotent-Replayed`, the
+                    // audit's replay) when it may have done it.
+                    let mut reply = reply;
+                    reply.replayed &= !unknown;
+                    return Ok((reply, fence));
+                }
                 FenceCheck::Stale { seen } => {
                     self.stale_epoch.increment(1);
                     self.client.forget_leader(route.group);

@@ -249,18 +249,28 @@ fn fnv1a_128(bytes: &[u8]) -> u128 {
 }
 
 /// The Idempotency-Key of a refund given none: `ctl-refund-` and the 32
-/// hex digits of [`fnv1a_128`] of `BOOKING\nREASON`. The same booking and
-/// reason give the same key, so running the command again is a replay of
-/// the first refund (its answer), never a second one or a conflict.
-pub(super) fn refund_key(booking: &str, reason: &str) -> String {
-    let hash = fnv1a_128(format!("{booking}\n{reason}").as_bytes());
+/// hex digits of [`fnv1a_128`] of `BOOKING\nREASON\nrelease-seats` (or
+/// `keep-seats`). The same command gives the same key, so running it
+/// again is a replay of the first refund (its answer), never a second one;
+/// the whole body is in the key, so another `--release-seats` is another
+/// request, not a 422.
+pub(super) fn refund_key(booking: &str, reason: &str, release_seats: bool) -> String {
+    let seats = if release_seats {
+        "release-seats"
+    } else {
+        "keep-seats"
+    };
+    let hash = fnv1a_128(format!("{booking}\n{reason}\n{seats}").as_bytes());
     format!("ctl-refund-{hash:032x}")
 }
 
 /// `refund`: refund a confirmed booking under an Idempotency-Key
 /// (`--idempotency-key`, else [`refund_key`]).
 pub(super) async fn refund(edge: &Edge, r: Refund, as_json: bool) -> anyhow::Result<()> {
-    let key = r.key.unwrap_or_else(|| refund_key(&r.booking, &r.reason));
+    let derived = r.key.is_none();
+    let key = r
+        .key
+        .unwrap_or_else(|| refund_key(&r.booking, &r.reason, r.release_seats));
     let path = format!("/v1/admin/bookings/{}/refund", r.booking);
     let body = json!({"reason": r.reason, "release_seats": r.release_seats});
     let post = Req::Post {
@@ -269,8 +279,21 @@ pub(super) async fn refund(edge: &Edge, r: Refund, as_json: bool) -> anyhow::Res
     };
     let a = edge.send(&path, post).await?;
     if !a.status.is_success() {
-        let note = Some(format!("Idempotency-Key {key}"));
-        return Err(HttpError { answer: a, note }.into());
+        let mut note = format!("Idempotency-Key {key}");
+        if derived && a.status.is_client_error() {
+            // The group keeps a refusal under its key like an answer: the
+            // same command answers the same until the key is forgotten.
+            note.push_str(
+                "; this key's answer is kept with the event (24 h unless it keeps records \
+                 longer): to try again once the booking can be refunded, pass a new \
+                 --idempotency-key",
+            );
+        }
+        return Err(HttpError {
+            answer: a,
+            note: Some(note),
+        }
+        .into());
     }
     if as_json {
         println!("{}", a.body);
@@ -332,12 +355,16 @@ mod tests {
         assert_eq!(fnv1a_128(b""), 0x6c62272e07bb014262b821756295c58d);
         assert_eq!(fnv1a_128(b"a"), 0xd228cb696f1a8caf78912b704e4a8964);
         assert_eq!(
-            refund_key("b1-1", "show cancelled"),
-            "ctl-refund-13b2bcd201270d7e6165ebddd413f276"
+            refund_key("b1-1", "show cancelled", true),
+            "ctl-refund-ef1038fa4f7be0881426a10affbe0682"
         );
         assert_ne!(
-            refund_key("b1-1", "show cancelled"),
-            refund_key("b1-1", "goodwill")
+            refund_key("b1-1", "show cancelled", true),
+            refund_key("b1-1", "goodwill", true)
+        );
+        assert_ne!(
+            refund_key("b1-1", "show cancelled", true),
+            refund_key("b1-1", "show cancelled", false)
         );
     }
 }

@@ -120,6 +120,13 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
                 if let Some(answer) = e.downcast_ref::<HttpError>() {
                     exit_with(answer, as_json);
                 }
+                if as_json {
+                    // No edge answer to print (none answered, a bad flag,
+                    // no demo.json): a JSON line all the same, so a script
+                    // reading stdout never parses prose.
+                    let body = serde_json::json!({"error": {"code": "ctl_failed", "message": format!("{e:#}")}});
+                    println!("{body}");
+                }
             }
             outcome
         }

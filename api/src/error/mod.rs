@@ -351,13 +351,13 @@ impl ApiError {
     }
 
     /// Server-side failures are logged once, here; client errors are not.
-    pub fn log(&self) {
+    pub fn log(&self, request_id: &str) {
         match self.unfenced() {
-            ApiError::Internal(m) => tracing::error!(code = self.code(), "{m}"),
+            ApiError::Internal(m) => tracing::error!(code = self.code(), request_id, "{m}"),
             ApiError::Unavailable { message, .. } => {
-                tracing::warn!(code = self.code(), "{message}")
+                tracing::warn!(code = self.code(), request_id, "{message}")
             }
-            _ => {}
+            other => tracing::debug!(code = other.code(), request_id, "refused"),
         }
     }
 }

@@ -143,7 +143,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
             } else {
                 format!(" ({} more had no effect)", no_effect.len())
             },
-            kinds_line(claimed.len(), &missing),
+            kinds_line(claimed.len(), &missing, &input.run.cannot_inject),
             changed.len(),
             overlapping.len()
         ),
@@ -151,15 +151,24 @@ pub fn check(input: &Input<'_>) -> Verdict {
     )
 }
 
-/// "18/19 kinds covered (not reached: disk-full)", or a note that the run
-/// recorded no kinds to cover (runs from before they were kept).
-fn kinds_line(claimed: usize, missing: &[&str]) -> String {
+/// "17/18 kinds covered (not reached: disk-full; cannot inject here:
+/// fsync-fail)", or a note that the run recorded no kinds to cover (runs
+/// from before they were kept).
+fn kinds_line(claimed: usize, missing: &[&str], cannot: &[(String, String)]) -> String {
     if claimed == 0 {
         return "no kinds of fault recorded to cover".into();
     }
     let mut s = format!("{}/{claimed} kinds covered", claimed - missing.len());
+    let mut notes = Vec::new();
     if !missing.is_empty() {
-        s.push_str(&format!(" (not reached: {})", missing.join(", ")));
+        notes.push(format!("not reached: {}", missing.join(", ")));
+    }
+    if !cannot.is_empty() {
+        let kinds: Vec<&str> = cannot.iter().map(|(k, _)| k.as_str()).collect();
+        notes.push(format!("cannot inject here: {}", kinds.join(", ")));
+    }
+    if !notes.is_empty() {
+        s.push_str(&format!(" ({})", notes.join("; ")));
     }
     s
 }

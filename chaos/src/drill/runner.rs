@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::faults::{fault_kinds, plan_faults, say_mechanism};
+use super::faults::{check_fault_names, fault_kinds, plan_faults, say_mechanism};
 use crate::check::Status;
 use crate::history::Recorder;
 use crate::net::{NetnsNet, Partitioner};
@@ -64,8 +64,8 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
     }
     let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
     say_mechanism(&*net, &unavailable);
-    let kinds = fault_kinds(&args, soak.as_ref(), &*net, planned.len())?;
-    let schedule = plan_faults(seed, &args, soak.as_ref(), &kinds);
+    let cover = fault_kinds(&args, soak.as_ref(), &*net, planned.len())?;
+    let schedule = plan_faults(seed, &args, soak.as_ref(), &cover);
     let nodes = node_infos(&configs);
     let cluster = launch_cluster(bin, configs, mech).await?;
     let secret = cluster.jwt_secret().context("nodes have no edge")?;
@@ -78,7 +78,8 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         &nodes,
         soak.as_ref(),
     );
-    run_info.fault_kinds = kinds.iter().map(Fault::kind).collect();
+    run_info.fault_kinds = cover.claimed.iter().map(Fault::kind).collect();
+    run_info.cannot_inject = cover.cannot.clone();
     write_json(&out.join("schedule.json"), &schedule)?;
 
     let (tx_stop, world) = new_world(&out, &nodes, &gateway, secret, cluster.dialer())?;
@@ -113,6 +114,7 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
 /// Check the flags; the bug to plant, if any.
 fn check_args(args: &DrillArgs) -> anyhow::Result<Option<PlantedBug>> {
     anyhow::ensure!(args.duration >= 20, "--duration must be at least 20 s");
+    check_fault_names(&args.faults)?;
     anyhow::ensure!(
         args.nodes_per_region >= 3,
         "--nodes-per-region must be at least 3 (an event's group has 3 voters in its region)"
@@ -296,6 +298,7 @@ fn new_run_info(
         events: Vec::new(),
         schedule: schedule.to_vec(),
         fault_kinds: Vec::new(),
+        cannot_inject: Vec::new(),
         partition_mechanism: net.name().to_string(),
         unavailable_mechanisms: unavailable,
         planted_bug: args.plant_bug.clone(),

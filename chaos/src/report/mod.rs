@@ -161,6 +161,9 @@ pub fn summarize(
                 injected = injected.saturating_sub(1);
                 if let Some(n) = by_kind.get_mut(kind.as_str()) {
                     *n -= 1;
+                    if *n == 0 {
+                        by_kind.remove(kind.as_str());
+                    }
                 }
             }
             _ => {}

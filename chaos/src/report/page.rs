@@ -89,10 +89,11 @@ summary{{cursor:pointer;padding:4px 0}}h1 span{{color:{verdict_color}}}</style><
 <h1>Chaos drill: <span>{verdict:?}</span></h1>
 <p>seed <b>{seed}</b>, {dur} s, partitions by <b>{mech}</b>{unavail}{bug}.
 {ops} ops ({ok} ok, {refused} refused by design, {fail} failed, {info} unknown), {inj}/{sched} faults injected, {lc} leader changes, {md}/{ms} moves done; {settled}.
-Replay: <code>seatfence chaos drill --seed {seed} --duration {dur} --out DIR</code>; re-check: <code>seatfence chaos check DIR</code>.</p>"##,
+Replay: <code>seatfence chaos drill --seed {seed} --duration {dur}{faults} --out DIR</code>; re-check: <code>seatfence chaos check DIR</code>.</p>"##,
         seed = run.seed,
         verdict = summary.verdict,
         dur = run.duration_s,
+        faults = replay_faults(run),
         mech = esc(&run.partition_mechanism),
         unavail = run
             .unavailable_mechanisms
@@ -199,6 +200,25 @@ fn violation_rows(ops: &[Op], verdicts: &[Verdict]) -> String {
 
 /// The fault schedule: a row per planned fault, with when it was injected
 /// and on what (or that it never was).
+/// ` --faults a,b` when the run covered a chosen set of kinds (every kind
+/// a binary can inject, less what this one could not, means none were
+/// chosen).
+fn replay_faults(run: &RunInfo) -> String {
+    let every = crate::schedule::all_kinds(true, true).len()
+        + usize::from(
+            run.schedule
+                .iter()
+                .any(|f| f.fault == crate::schedule::Fault::LoseNode),
+        );
+    if run.soak.is_some()
+        || run.fault_kinds.is_empty()
+        || run.fault_kinds.len() + run.cannot_inject.len() >= every
+    {
+        return String::new();
+    }
+    format!(" --faults {}", esc(&run.fault_kinds.join(",")))
+}
+
 fn schedule_rows(run: &RunInfo, injected: &Injected) -> String {
     let mut schedule = String::new();
     for f in &run.schedule {

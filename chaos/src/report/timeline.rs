@@ -70,6 +70,13 @@ pub(super) fn injected_faults(history: &History) -> (Injected, BTreeMap<u32, u64
             Entry::Heal { t, id } => {
                 heals.insert(*id, *t);
             }
+            // Injected, but nothing came of it: say so wherever the fault
+            // is shown (coverage counts it as not injected).
+            Entry::NoEffect { id, reason, .. } => {
+                if let Some((_, _, detail)) = fault_at.get_mut(id) {
+                    detail.push_str(&format!(" (NO EFFECT: {reason})"));
+                }
+            }
             _ => {}
         }
     }

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 /// Product crates, bottom first: a crate may depend only on crates of a
 /// lower layer.
 const LAYERS: &[&[&str]] = &[
-    &["seatfence-core", "seatfence-proto"],
+    // seatfence-client speaks only the HTTP contract: it depends on no
+    // seatfence crate.
+    &["seatfence-core", "seatfence-proto", "seatfence-client"],
     &["seatfence-raft"],
     &["seatfence-regions"],
     &["seatfence-payments", "seatfence-console"],

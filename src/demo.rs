@@ -17,6 +17,10 @@ use seatfence_testkit::{GatewayProc, LocalCluster};
 pub struct DemoFile {
     /// Region → HTTP edge URL.
     pub edges: std::collections::BTreeMap<String, String>,
+    /// Every node's edge (the client library follows leader hints to
+    /// these: `seatfence_client::Client::from_demo`).
+    #[serde(default)]
+    pub node_edges: Vec<NodeEdge>,
     /// The mock payment gateway.
     pub gateway: Option<String>,
     /// `operator`, `alice`, `bob` → bearer token.
@@ -30,6 +34,14 @@ pub struct DemoFile {
     /// status`): the cluster CA, certificate and key.
     #[serde(default)]
     pub tls: Option<seatfence_raft::network::tls::TlsConfig>,
+}
+
+/// One node's HTTP edge.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeEdge {
+    pub node: u64,
+    pub region: String,
+    pub url: String,
 }
 
 /// The sample event's id.
@@ -75,8 +87,14 @@ pub async fn run(
     let edges = cluster.edges();
     let us = edges.get("us-east").context("no us-east edge")?.clone();
     let group = create_sample_event(&us, &tokens["operator"]).await?;
+    let node_edges = cluster
+        .all_edges()
+        .into_iter()
+        .map(|(node, region, url)| NodeEdge { node, region, url })
+        .collect();
     let demo = DemoFile {
         edges,
+        node_edges,
         gateway: Some(gateway.url.clone()),
         tokens,
         events: vec![DEMO_EVENT.into()],

@@ -65,6 +65,13 @@ pub struct EdgeConfig {
     /// `max_connections` and limit per client there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_ip: Option<usize>,
+    /// How buyers' clients reach this edge (an http(s) URL). Answers about
+    /// an event name the edge of its group's leader in
+    /// `X-Seatfence-Leader-Edge`, so clients can go there directly.
+    /// Default: `[payments] public_url`, else `http://` and the address
+    /// the edge is bound to (set it when binding a wildcard address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
 }
 
 fn default_header_timeout() -> u64 {
@@ -124,6 +131,14 @@ impl EdgeConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.http_addr.parse::<SocketAddr>().is_err() {
             return Err(format!("http_addr {:?} is not ip:port", self.http_addr));
+        }
+        if let Some(u) = &self.public_url {
+            let rest = u
+                .strip_prefix("http://")
+                .or_else(|| u.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.is_empty() || r.chars().any(|c| c.is_whitespace())) {
+                return Err(format!("public_url {u:?} is not an http(s) URL"));
+            }
         }
         if self.jwt_secret.len() < 16 {
             return Err("jwt_secret must be at least 16 bytes".into());

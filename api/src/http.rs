@@ -30,9 +30,9 @@ pub(crate) async fn handle(
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();
     let request_id = request_id(req.headers().get("x-request-id"));
-    let result = match read_request(&edge, req).await {
-        Ok(r) => dispatch(&edge, matched, r, peer).await,
-        Err(e) => Err(e),
+    let (result, group) = match read_request(&edge, req).await {
+        Ok(r) => seatfence_regions::hint::scope(dispatch(&edge, matched, r, peer)).await,
+        Err(e) => (Err(e), None),
     };
     let (status, body, content_type, headers) = match result {
         Ok(reply) => match reply.body {
@@ -54,12 +54,22 @@ pub(crate) async fn handle(
         }
     }
     resp.headers_mut().insert("x-request-id", request_id);
+    // The request was about an event group: name the edge on the node
+    // leading it, for clients that go there directly (a hint, DESIGN §7).
+    if let Some(url) = group.and_then(|g| edge.commands.client.leader_edge(g)) {
+        if let Ok(v) = HeaderValue::from_str(&url) {
+            resp.headers_mut().insert(LEADER_EDGE, v);
+        }
+    }
     edge.metrics
         .observe(label, status.as_u16(), start.elapsed());
     resp
 }
 
 const JSON: &str = "application/json";
+
+/// The header naming the edge of the event group's leader.
+pub const LEADER_EDGE: &str = "x-seatfence-leader-edge";
 
 /// The answer's `X-Request-Id`: the caller's own (1–128 of `A-Za-z0-9._:-`,
 /// so a log line or a support ticket can name the request: the edge logs it

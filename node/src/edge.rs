@@ -62,7 +62,14 @@ pub(crate) async fn start_edge(
     tracing::info!(%addr, region = %config.region, "edge serving");
     let deadline = Duration::from_millis(edge_config.request_timeout_ms);
     let commands = start_commands(tasks, config, registry, proposer, rx_stop, deadline);
-    let public_url = format!("http://{}", edge_config.http_addr);
+    // How buyers and the gateway reach this edge; answers led here name it
+    // (the leader hint, `X-Seatfence-Leader-Edge`).
+    let public_url = edge_config
+        .public_url
+        .clone()
+        .or_else(|| config.payments.as_ref().and_then(|p| p.public_url.clone()))
+        .unwrap_or_else(|| format!("http://{addr}"));
+    proposer.set_edge_url(&public_url);
     let mut edge = Edge::new(edge_config, commands.clone(), clock.clone());
     edge = edge.with_catch_up_slack(config.moves.catch_up_slack);
     let (leader_registry, leader_clock) = (registry.clone(), clock.clone());

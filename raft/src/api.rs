@@ -37,6 +37,14 @@ pub struct NodeApi {
 pub type Exposition = Arc<std::sync::OnceLock<Arc<dyn Fn() -> String + Send + Sync>>>;
 
 impl NodeApi {
+    /// This node's edge URL for an answer (empty when it has none).
+    fn edge_url(&self) -> String {
+        self.proposer
+            .edge_url()
+            .map(|u| u.to_string())
+            .unwrap_or_default()
+    }
+
     /// Serving every caller ([`Gate::open`]) until [`NodeApi::with_gate`].
     pub fn new(proposer: Arc<Proposer>, region: String) -> NodeApi {
         NodeApi {
@@ -178,6 +186,7 @@ impl NodeService for NodeApi {
                 response: encode(&c.response)?,
                 log_index: c.log_index,
                 term: c.term,
+                edge_url: self.edge_url(),
             }),
             Err(e) => write_reply::Result::NotLeader(not_leader_or_status(e)?),
         };
@@ -219,6 +228,7 @@ impl NodeService for NodeApi {
                 responses: c.responses.iter().map(encode).collect::<Result<_, _>>()?,
                 log_index: c.log_index,
                 term: c.term,
+                edge_url: self.edge_url(),
             }),
             Err(e) => write_batch_reply::Result::NotLeader(not_leader_or_status(e)?),
         };
@@ -261,6 +271,7 @@ impl NodeService for NodeApi {
                 result: encode(&a.result)?,
                 applied_index: a.applied_index,
                 term: a.term,
+                edge_url: self.edge_url(),
             }),
             Err(e) => query_reply::Result::NotLeader(not_leader_or_status(e)?),
         };

@@ -54,6 +54,7 @@ impl NodeService for FakeNode {
                     responses: vec![written; n],
                     log_index: 7,
                     term: 3,
+                    edge_url: String::new(),
                 })
             }
             Answer::OutcomeUnknown => {

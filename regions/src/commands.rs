@@ -80,6 +80,12 @@ pub struct Commands {
     stale_epoch: Counter,
     /// `seatfence_no_leader_total`.
     no_leader: Counter,
+    /// `seatfence_commands_total{hop="local"}`: commands run on a group
+    /// this node leads (proposed in-process).
+    hops_local: Counter,
+    /// `seatfence_commands_total{hop="forwarded"}`: commands sent on to
+    /// another node's leader (one more gRPC hop).
+    hops_forwarded: Counter,
 }
 
 impl Commands {
@@ -93,16 +99,20 @@ impl Commands {
             registry,
             stale_epoch: metrics::counter!("seatfence_stale_epoch_rejections_total", "layer" => "edge"),
             no_leader: metrics::counter!("seatfence_no_leader_total"),
+            hops_local: metrics::counter!("seatfence_commands_total", "hop" => "local"),
+            hops_forwarded: metrics::counter!("seatfence_commands_total", "hop" => "forwarded"),
         }
     }
 
     /// The route of `event`.
     pub async fn route(&self, event: &EventId) -> Result<EventRoute, CommandError> {
-        self.routes.resolve(event).await.map_err(|e| match e {
+        let route = self.routes.resolve(event).await.map_err(|e| match e {
             RouteError::NotFound(id) => CommandError::EventNotFound(id),
             RouteError::Directory(e) => self.client_error(e),
             RouteError::BadAnswer => CommandError::Internal("directory answered oddly".into()),
-        })
+        })?;
+        crate::hint::touch(route.group);
+        Ok(route)
     }
 
     /// A failed cluster call as an error (a missing leader is counted).
@@ -155,6 +165,12 @@ impl Commands {
         mut cmd: EventCommand,
     ) -> Result<(EventReply, Fence), CommandError> {
         let mut route = route.clone();
+        crate::hint::touch(route.group);
+        if self.client.leads(route.group) {
+            self.hops_local.increment(1);
+        } else {
+            self.hops_forwarded.increment(1);
+        }
         let mut last = String::new();
         // An earlier attempt may have committed (its outcome unknown, or
         // its reply discarded as stale): a later refusal is then no "no".
@@ -238,6 +254,7 @@ impl Commands {
     /// Whether the directory knows `group`: this node's replica first, the
     /// directory's leader when the replica has not seen it (it may lag).
     pub async fn group_exists(&self, group: GroupId) -> Result<bool, CommandError> {
+        crate::hint::touch(group);
         if self.directory(|d| d.groups.contains_key(&group)) == Some(true) {
             return Ok(true);
         }

@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 pub mod commands;
 pub mod config;
+pub mod hint;
 pub mod ops;
 pub mod placement;
 pub mod routes;

@@ -60,6 +60,7 @@ impl NodeService for FakeLeader {
                 responses,
                 log_index: call,
                 term,
+                edge_url: String::new(),
             })),
         }))
     }

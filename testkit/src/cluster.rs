@@ -308,6 +308,14 @@ impl LocalCluster {
         out
     }
 
+    /// Every node's edge, running or not: (node id, region, URL).
+    pub fn all_edges(&self) -> Vec<(u64, String, String)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| Some((n.config.node_id, n.config.region.clone(), n.edge_url()?)))
+            .collect()
+    }
+
     /// The secret the edges verify tokens with.
     pub fn jwt_secret(&self) -> Option<String> {
         self.nodes

@@ -178,6 +178,7 @@ pub(crate) fn layout(
                 idle_timeout_ms: 60_000,
                 max_connections: 10_000,
                 max_connections_per_ip: None,
+                public_url: None,
             }),
             payments: payments.clone(),
             chaos: None,

@@ -27,6 +27,8 @@ pub(super) struct Inner {
     pub(super) dialer: crate::network::Dialer,
     pub(super) channels: Mutex<HashMap<String, Channel>>,
     pub(super) leaders: Mutex<HashMap<GroupId, String>>,
+    /// The HTTP edge URL each node (by gRPC address) named in its answers.
+    pub(super) edges: Mutex<HashMap<String, Arc<str>>>,
     /// `not_leader` answers followed (for the edge's metrics).
     pub(super) redirects: AtomicU64,
     /// Rotates the first node asked when no leader is known, across calls,
@@ -150,6 +152,7 @@ impl Inner {
             dialer,
             channels: Default::default(),
             leaders: Default::default(),
+            edges: Default::default(),
             redirects: AtomicU64::new(0),
             rotation: Default::default(),
         }
@@ -205,6 +208,27 @@ impl Inner {
         }
     }
 
+    /// The node at `addr` answered naming its edge `url` ("" for none).
+    pub(super) fn note_edge(&self, addr: &str, url: &str) {
+        if url.is_empty() {
+            return;
+        }
+        let mut edges = self.edges.lock().expect("edge lock poisoned");
+        if edges.get(addr).is_none_or(|u| &**u != url) {
+            edges.insert(addr.to_string(), Arc::from(url));
+        }
+    }
+
+    /// The edge URL of the node that last answered for `group` as its leader.
+    pub(super) fn leader_edge(&self, group: GroupId) -> Option<Arc<str>> {
+        let addr = self.leader(group)?;
+        self.edges
+            .lock()
+            .expect("edge lock poisoned")
+            .get(&addr)
+            .cloned()
+    }
+
     pub(super) fn leader(&self, group: GroupId) -> Option<String> {
         self.leaders
             .lock()
@@ -248,6 +272,7 @@ impl Inner {
                                 c.responses.len()
                             )));
                         }
+                        self.note_edge(&addr, &c.edge_url);
                         let outcomes = c
                             .responses
                             .iter()

@@ -217,6 +217,22 @@ impl ClusterClient {
         self.inner.redirects.load(Ordering::Relaxed)
     }
 
+    /// The public URL of the HTTP edge on the node leading `group`, as far
+    /// as this client knows: its own node's when it leads the group here,
+    /// else the one the leader named in its last answer to this client
+    /// (`None`: no leader known, or it named none). A hint, never proof.
+    pub fn leader_edge(&self, group: GroupId) -> Option<Arc<str>> {
+        match self.local_leader(group) {
+            Some(p) => p.edge_url().cloned(),
+            None => self.inner.leader_edge(group),
+        }
+    }
+
+    /// Whether this node leads `group` (its commands are proposed in-process).
+    pub fn leads(&self, group: GroupId) -> bool {
+        self.local_leader(group).is_some()
+    }
+
     /// Forget the cached leader of `group` (after a reply that looked stale).
     pub fn forget_leader(&self, group: GroupId) {
         self.inner.set_leader(group, None);
@@ -266,6 +282,7 @@ impl ClusterClient {
                         Ok(Some(query_reply::Result::Answer(a))) => {
                             let r = codec::decode(&a.result)
                                 .map_err(|e| ClientError::BadReply(e.to_string()))?;
+                            inner.note_edge(&addr, &a.edge_url);
                             Attempt::Done((r, a.term))
                         }
                         Ok(Some(query_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),

@@ -160,6 +160,9 @@ pub struct Proposer {
     /// Chaos drills only: a bug planted on purpose (see [`PlantedBug`]).
     #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
     planted: Option<PlantedBug>,
+    /// The public URL of this node's HTTP edge, once it serves (see
+    /// [`Proposer::edge_url`]).
+    edge_url: std::sync::OnceLock<Arc<str>>,
 }
 
 impl Proposer {
@@ -169,7 +172,21 @@ impl Proposer {
             registry,
             clock,
             planted: None,
+            edge_url: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Say where this node's HTTP edge is reached (its public URL), once:
+    /// answers led here name it, so edges can send their buyers' clients
+    /// straight to the leader's edge.
+    pub fn set_edge_url(&self, url: &str) {
+        let _ = self.edge_url.set(Arc::from(url.trim_end_matches('/')));
+    }
+
+    /// The public URL of this node's HTTP edge (`None`: it has none, or
+    /// it does not serve yet).
+    pub fn edge_url(&self) -> Option<&Arc<str>> {
+        self.edge_url.get()
     }
 
     /// Plant `bug` (drills prove they catch it; never in production). A

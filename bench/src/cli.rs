@@ -27,6 +27,10 @@ pub enum FlushArg {
 pub enum ViaArg {
     Http,
     Grpc,
+    /// The `seatfence-client` library, following leader hints.
+    Client,
+    /// The library with hints off.
+    ClientNoHints,
 }
 
 #[derive(Subcommand)]
@@ -258,6 +262,8 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 via: match via {
                     ViaArg::Http => Via::Http,
                     ViaArg::Grpc => Via::Grpc,
+                    ViaArg::Client => Via::Client,
+                    ViaArg::ClientNoHints => Via::ClientNoHints,
                 },
                 duration: Duration::from_secs(duration),
                 seats,

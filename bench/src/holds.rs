@@ -28,8 +28,15 @@ use seatfence_testkit::http_client::HttpClient;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Via {
+    /// Raw HTTP/1.1, each user to one edge (in turn): two of three holds
+    /// take the extra hop to the leader.
     Http,
     Grpc,
+    /// `seatfence-client`, following the leader hint.
+    Client,
+    /// `seatfence-client` with hints off (each user to one edge, in turn).
+    #[serde(rename = "client-no-hints")]
+    ClientNoHints,
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +78,13 @@ pub struct HoldsBenchReport {
     pub nodes: usize,
     /// Events the load was spread over.
     pub events: u32,
+    /// Of the commands the edges ran during the load, the share sent on
+    /// to another node's leader (one more gRPC hop), from the nodes'
+    /// `seatfence_commands_total{hop}`; `None` over gRPC.
+    pub extra_hop_share: Option<f64>,
+    /// The node processes' CPU (the edges and the group, not the load
+    /// generator) per granted hold, in µs.
+    pub node_cpu_us_per_granted: f64,
 }
 
 impl std::fmt::Display for HoldsBenchReport {
@@ -81,7 +95,16 @@ impl std::fmt::Display for HoldsBenchReport {
             "bench holds via {:?} over {} event(s): {:.0} holds/s until sold out ({:.0} requests/s overall), p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms; capacity {}, granted {}, sold_or_held {}, oversold {}, counters_match {}, conflicts {}, errors {}, sold out after {:?} s, {} in flight, {:.1} s",
             r.via, r.events, r.holds_per_sec, r.requests_per_sec, r.p50_ms, r.p99_ms, r.p999_ms, r.capacity, r.granted,
             r.sold_or_held, r.oversold, r.counters_match, r.conflicts, r.errors, r.sold_out_after_secs, r.inflight, r.duration_secs
-        )
+        )?;
+        write!(
+            f,
+            "; nodes' CPU {:.0} µs per granted hold",
+            r.node_cpu_us_per_granted
+        )?;
+        if let Some(share) = r.extra_hop_share {
+            write!(f, "; {:.1}% of commands took the extra hop", share * 100.0)?;
+        }
+        Ok(())
     }
 }
 
@@ -143,6 +166,8 @@ pub async fn run_holds_bench(
 ) -> anyhow::Result<HoldsBenchReport> {
     let (_guard, dir) = bench_dir()?;
     let s = setup(bin, &dir, args.seats, args.events.max(1)).await?;
+    let hops_before = hops(&s).await;
+    let cpu_before = crate::raft::nodes_cpu_secs(&s.cluster);
     let load = Arc::new(Shared::new(&s, args));
     let _progress = Ticker::start("bench holds", args.duration.as_secs(), {
         let load = load.clone();
@@ -156,7 +181,15 @@ pub async fn run_holds_bench(
         hist.add(t.await?)?;
     }
     let elapsed = load.start.elapsed().as_secs_f64();
-    build_report(&s, &load, &hist, elapsed, args).await
+    let node_cpu = crate::raft::nodes_cpu_secs(&s.cluster) - cpu_before;
+    let mut report = build_report(&s, &load, &hist, elapsed, args).await?;
+    report.node_cpu_us_per_granted = 1e6 * node_cpu / (report.granted.max(1) as f64);
+    if args.via != Via::Grpc {
+        let (local, forwarded) = hops(&s).await;
+        let (local, forwarded) = (local - hops_before.0, forwarded - hops_before.1);
+        report.extra_hop_share = Some(forwarded / (local + forwarded).max(1.0));
+    }
+    Ok(report)
 }
 
 /// The benchmark's cluster, ready, with its event created and led.
@@ -239,6 +272,8 @@ struct Shared {
     http: HttpClient,
     /// For holds over gRPC.
     client: ClusterClient,
+    /// For holds through `seatfence-client`: one per user.
+    clients: Vec<seatfence_client::Client>,
     edges: Vec<String>,
     /// The events' ids and groups (holds over gRPC go to a group's leader).
     events: Vec<(String, GroupId)>,
@@ -263,11 +298,35 @@ impl Shared {
             .map(|u| seatfence_api::auth::mint(&s.secret, &format!("buyer{u}"), false, 3600))
             .collect();
         let client = s.cluster.client();
+        // A client per edge to start from (users in turn, like raw HTTP),
+        // copied per user: hints are shared by a starting edge's users.
+        let bases: Vec<seatfence_client::Client> = (0..s.edges.len())
+            .map(|i| {
+                let mut list: Vec<(String, String)> = s
+                    .edges
+                    .iter()
+                    .map(|u| ("us-east".to_string(), u.clone()))
+                    .collect();
+                list.rotate_left(i);
+                let edges = seatfence_client::edges::Edges::new("us-east", list);
+                seatfence_client::Client::with_edges(edges, "")
+                    .follow_hints(args.via == Via::Client)
+            })
+            .collect();
+        let clients = match args.via {
+            Via::Client | Via::ClientNoHints => tokens
+                .iter()
+                .enumerate()
+                .map(|(u, t)| bases[u % bases.len()].as_user(t))
+                .collect(),
+            Via::Http | Via::Grpc => Vec::new(),
+        };
         let start = Instant::now();
         Shared {
             via: args.via,
             http: s.http.clone(),
             client,
+            clients,
             edges: s.edges.clone(),
             events: s.events.clone(),
             tokens,
@@ -298,6 +357,7 @@ async fn hold_worker(load: Arc<Shared>, t: usize) -> Histogram<u64> {
         let granted = match load.via {
             Via::Http => hold_http(&load, user, &event.0, &key).await,
             Via::Grpc => hold_grpc(&load, user, event, key).await,
+            Via::Client | Via::ClientNoHints => hold_client(&load, user, &event.0, &key).await,
         };
         let us = t0.elapsed().as_micros() as u64;
         match granted {
@@ -340,6 +400,38 @@ async fn hold_http(load: &Shared, user: usize, event: &str, key: &str) -> Option
         Ok(a) if a.status.as_u16() == 409 => Some(false),
         _ => None,
     }
+}
+
+/// [`hold_http`] through `seatfence-client` (its retries included).
+async fn hold_client(load: &Shared, user: usize, event: &str, key: &str) -> Option<bool> {
+    use seatfence_client::{ClientError, HoldRequest};
+    let req = HoldRequest::quantity(event, None, 1).with_key(key);
+    match load.clients[user].hold(&req).await {
+        Ok(a) if a.status == 201 => Some(true),
+        Err(ClientError::Api { status: 409, .. }) => Some(false),
+        _ => None,
+    }
+}
+
+/// The edges' commands so far, summed over the nodes: (run on a group led
+/// there, sent on to another node's leader).
+async fn hops(s: &Setup) -> (f64, f64) {
+    let (mut local, mut forwarded) = (0.0, 0.0);
+    for edge in &s.edges {
+        let Ok(m) = s.http.get(&format!("{edge}/metrics"), None).await else {
+            continue;
+        };
+        let text = m.body.as_str().unwrap_or_default();
+        for line in text.lines() {
+            let value = |prefix: &str| {
+                line.strip_prefix(prefix)
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            };
+            local += value("seatfence_commands_total{hop=\"local\"}").unwrap_or(0.0);
+            forwarded += value("seatfence_commands_total{hop=\"forwarded\"}").unwrap_or(0.0);
+        }
+    }
+    (local, forwarded)
 }
 
 /// One single-seat hold for `user` in `(event, group)` proposed straight
@@ -422,5 +514,7 @@ async fn build_report(
         users: args.users,
         nodes: s.cluster.nodes.len(),
         events: s.events.len() as u32,
+        extra_hop_share: None,
+        node_cpu_us_per_granted: 0.0,
     })
 }

@@ -264,6 +264,17 @@ pub(crate) async fn idle_usage(cluster: &LocalCluster, over: Duration) -> (Vec<f
     (cpu, rss)
 }
 
+/// The nodes' CPU so far (utime + stime of every node process), in
+/// seconds (USER_HZ 100); nodes whose /proc cannot be read count 0.
+pub(crate) fn nodes_cpu_secs(cluster: &LocalCluster) -> f64 {
+    let ticks: u64 = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| cpu_ticks(n.pid()?))
+        .sum();
+    ticks as f64 / 100.0
+}
+
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -136,18 +136,37 @@ impl Client {
 
     /// `DELETE /v1/holds/{id}`: the hold `released` (or `expired`).
     pub async fn cancel_hold(&self, hold_id: &str) -> Result<Answer, ClientError> {
+        self.cancel_hold_keyed(hold_id, None).await
+    }
+
+    /// [`Client::cancel_hold`] under `key` (one is made when `None`).
+    pub async fn cancel_hold_keyed(
+        &self,
+        hold_id: &str,
+        key: Option<&str>,
+    ) -> Result<Answer, ClientError> {
         let call = Call::new(Method::DELETE, format!("/v1/holds/{hold_id}"))
             .of_id(hold_id)
-            .keyed(None);
+            .keyed(key);
         self.run(call).await
     }
 
     /// `POST /v1/bookings`: 201 with the booking (`pending`, `approve_url`).
     pub async fn book(&self, hold_id: &str) -> Result<Answer, ClientError> {
+        self.book_keyed(hold_id, None).await
+    }
+
+    /// [`Client::book`] under `key` (one is made when `None`; a hold has
+    /// one booking whatever the key, so a repeat answers it).
+    pub async fn book_keyed(
+        &self,
+        hold_id: &str,
+        key: Option<&str>,
+    ) -> Result<Answer, ClientError> {
         let call = Call::new(Method::POST, "/v1/bookings".into())
             .of_id(hold_id)
             .body(json!({"hold_id": hold_id}))
-            .keyed(None);
+            .keyed(key);
         self.run(call).await
     }
 

@@ -45,6 +45,7 @@ pub mod retry;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use reqwest::Method;
@@ -104,14 +105,18 @@ pub struct Stats {
 }
 
 /// A client of the edges of one deployment, as one user (its bearer token).
+///
+/// Cheap to copy for another user ([`Client::as_user`]): the copies share
+/// connections, edges, leader hints, fences and counts.
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
-    edges: Edges,
+    edges: Arc<Edges>,
     token: String,
     policy: RetryPolicy,
-    fences: fence::Fences,
+    fences: Arc<fence::Fences>,
     follow_hints: bool,
-    stats: Stats,
+    stats: Arc<Stats>,
 }
 
 /// One logical call.
@@ -181,12 +186,21 @@ impl Client {
     pub fn with_edges(edges: Edges, token: &str) -> Client {
         Client {
             http: reqwest::Client::new(),
-            edges,
+            edges: Arc::new(edges),
             token: token.to_string(),
             policy: RetryPolicy::default(),
-            fences: fence::Fences::default(),
+            fences: Arc::default(),
             follow_hints: true,
-            stats: Stats::default(),
+            stats: Arc::default(),
+        }
+    }
+
+    /// The same client calling as another user (`token`): a backend
+    /// serving many buyers makes one client and a copy per buyer.
+    pub fn as_user(&self, token: &str) -> Client {
+        Client {
+            token: token.to_string(),
+            ..self.clone()
         }
     }
 

@@ -37,13 +37,18 @@ pub fn seat_name(seat: u32) -> String {
     format!("S{}", seat + 1)
 }
 
-/// Seatfence through the regional HTTP API, one bearer token per buyer.
+/// Seatfence through the regional HTTP API, one bearer token per buyer:
+/// raw HTTP/1.1 to the buyer's edge, or through `seatfence-client`.
+#[derive(Clone)]
 pub struct HttpBackend {
     pub http: HttpClient,
     pub edges: Arc<Vec<String>>,
     pub secret: String,
     pub operator: String,
     pub event: String,
+    /// Holds through the library (given every edge, following leader
+    /// hints), copied per buyer; `None`: raw HTTP.
+    pub client: Option<seatfence_client::Client>,
 }
 
 /// Seatfence straight to the group's leader with the cluster client.
@@ -70,14 +75,42 @@ impl HttpBackend {
         seatfence_api::auth::mint(&self.secret, &format!("buyer{buyer}"), false, 3600)
     }
 
+    /// The same backend holding through `seatfence-client`.
+    pub fn through_library(&self) -> HttpBackend {
+        let list = self.edges.iter().map(|u| (String::new(), u.clone()));
+        let edges = seatfence_client::edges::Edges::new("", list);
+        HttpBackend {
+            client: Some(seatfence_client::Client::with_edges(edges, "")),
+            ..self.clone()
+        }
+    }
+
     async fn hold(&self, buyer: u64, attempt: u32, seats: &[u32]) -> HoldAnswer {
         let names: Vec<String> = seats.iter().map(|&s| seat_name(s)).collect();
+        let key = format!("fs{buyer}-{attempt}");
+        if let Some(c) = &self.client {
+            use seatfence_client::{ClientError, HoldRequest};
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let req = HoldRequest::seats(&self.event, &names).with_key(&key);
+            return match c.as_user(&self.token(buyer)).hold(&req).await {
+                Ok(a) => match a.body["hold_id"].as_str() {
+                    Some(id) => HoldAnswer::Granted(id.to_string()),
+                    None => HoldAnswer::Error("no_hold_id".into()),
+                },
+                Err(ClientError::Api { code, .. }) => match code.as_str() {
+                    "seats_unavailable" => HoldAnswer::Conflict,
+                    other => HoldAnswer::Error(other.to_string()),
+                },
+                Err(ClientError::Deadline { .. }) => HoldAnswer::Error("deadline".into()),
+                Err(_) => HoldAnswer::Error("transport".into()),
+            };
+        }
         let answer = self
             .http
             .post(
                 &format!("{}/v1/holds", self.edge(buyer)),
                 Some(&self.token(buyer)),
-                Some(&format!("fs{buyer}-{attempt}")),
+                Some(&key),
                 &json!({"event_id": self.event, "seats": names}),
             )
             .await;
@@ -123,6 +156,7 @@ impl GrpcBackend {
 impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
+            Backend::Http(b) if b.client.is_some() => "seatfence-client",
             Backend::Http(_) => "seatfence-http",
             Backend::Grpc(_) => "seatfence-grpc",
             Backend::Postgres(_) => "postgresql",

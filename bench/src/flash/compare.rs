@@ -61,6 +61,9 @@ pub struct CompareReport {
     /// seatfence (HTTP) holds/s over each other system's.
     pub ratio_vs_etcd: Option<f64>,
     pub ratio_vs_postgres: Option<f64>,
+    /// The same through `seatfence-client` (following leader hints).
+    pub client_ratio_vs_etcd: Option<f64>,
+    pub client_ratio_vs_postgres: Option<f64>,
     /// Systems not run, and why.
     pub skipped: Vec<(String, String)>,
     pub capacity: u32,
@@ -110,26 +113,36 @@ fn holds_only(w: &Workload) -> Workload {
     }
 }
 
+/// How a seatfence row reaches the cluster.
+#[derive(Clone, Copy)]
+enum Via {
+    Http,
+    Library,
+    Grpc,
+}
+
 pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<CompareReport> {
     let w = holds_only(&args.workload);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let mut vias = vec![false];
+    // Raw HTTP to each buyer's edge, the client library following leader
+    // hints, and (asked) straight to the leader over gRPC.
+    let mut vias = vec![Via::Http, Via::Library];
     if args.grpc {
-        vias.push(true);
+        vias.push(Via::Grpc);
     }
-    for grpc in vias {
+    for via in vias {
         // A fresh cluster per run, stopped before the next system runs.
         let (_guard, dir) = crate::raft::bench_dir()?;
         let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, false).await?;
-        let backend = if grpc {
-            Backend::Grpc(Box::new(GrpcBackend {
+        let backend = match via {
+            Via::Grpc => Backend::Grpc(Box::new(GrpcBackend {
                 client: sf.cluster.client(),
                 group: sf.group,
                 event: EVENT.to_string(),
-            }))
-        } else {
-            Backend::Http(Box::new(clone_http(&sf)))
+            })),
+            Via::Http => Backend::Http(Box::new((*sf.http).clone())),
+            Via::Library => Backend::Http(Box::new(sf.http.through_library())),
         };
         eprintln!("compare: {} …", backend.name());
         let stats = run_workload(Arc::new(backend), None, w.clone()).await;
@@ -151,17 +164,16 @@ pub async fn run_compare(bin: &Path, args: &CompareArgs) -> anyhow::Result<Compa
     } else {
         run_etcd(args, &w, &mut rows, &mut skipped).await?;
     }
-    let http = rows
-        .iter()
-        .find(|r| r.system == "seatfence-http")
-        .map(|r| r.holds_per_sec);
-    let ratio = |name: &str| {
+    let ratio = |ours: &str, name: &str| {
+        let ours = rows.iter().find(|r| r.system == ours)?.holds_per_sec;
         let other = rows.iter().find(|r| r.system == name)?.holds_per_sec;
-        Some(http? / other.max(f64::MIN_POSITIVE))
+        Some(ours / other.max(f64::MIN_POSITIVE))
     };
     Ok(CompareReport {
-        ratio_vs_etcd: ratio("etcd"),
-        ratio_vs_postgres: ratio("postgresql"),
+        ratio_vs_etcd: ratio("seatfence-http", "etcd"),
+        ratio_vs_postgres: ratio("seatfence-http", "postgresql"),
+        client_ratio_vs_etcd: ratio("seatfence-client", "etcd"),
+        client_ratio_vs_postgres: ratio("seatfence-client", "postgresql"),
         rows,
         skipped,
         capacity: w.capacity,
@@ -202,17 +214,6 @@ async fn run_etcd(
     Ok(())
 }
 
-fn clone_http(sf: &Seatfence) -> super::backend::HttpBackend {
-    let b = &sf.http;
-    super::backend::HttpBackend {
-        http: b.http.clone(),
-        edges: b.edges.clone(),
-        secret: b.secret.clone(),
-        operator: b.operator.clone(),
-        event: b.event.clone(),
-    }
-}
-
 impl CompareReport {
     /// The side-by-side table, as Markdown.
     fn table(&self) -> String {
@@ -240,12 +241,14 @@ impl CompareReport {
                 if r.counters_match { "yes" } else { "NO" },
             ));
         }
-        for (name, v) in [
-            ("etcd", self.ratio_vs_etcd),
-            ("PostgreSQL", self.ratio_vs_postgres),
+        for (ours, name, v) in [
+            ("HTTP", "etcd", self.ratio_vs_etcd),
+            ("HTTP", "PostgreSQL", self.ratio_vs_postgres),
+            ("client", "etcd", self.client_ratio_vs_etcd),
+            ("client", "PostgreSQL", self.client_ratio_vs_postgres),
         ] {
             if let Some(v) = v {
-                s.push_str(&format!("\nseatfence (HTTP) / {name}: {v:.2}×"));
+                s.push_str(&format!("\nseatfence ({ours}) / {name}: {v:.2}×"));
             }
         }
         for (name, why) in &self.skipped {

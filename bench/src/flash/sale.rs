@@ -74,6 +74,7 @@ impl Seatfence {
                 secret,
                 operator,
                 event: EVENT.to_string(),
+                client: None,
             }),
             group,
             capacity,
@@ -82,14 +83,7 @@ impl Seatfence {
     }
 
     fn backend(&self) -> Backend {
-        let b = &self.http;
-        Backend::Http(Box::new(HttpBackend {
-            http: b.http.clone(),
-            edges: b.edges.clone(),
-            secret: b.secret.clone(),
-            operator: b.operator.clone(),
-            event: b.event.clone(),
-        }))
+        Backend::Http(Box::new((*self.http).clone()))
     }
 
     /// Books and pays as the buyer who holds the hold, at the buyer's edge.

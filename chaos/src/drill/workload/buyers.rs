@@ -3,6 +3,7 @@
 //! browser's callback), and now and then reads a booking back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::drill::World;
 use crate::history::{Call, Reply};
@@ -11,12 +12,18 @@ use hyper::Method;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use seatfence_client::edges::Edges;
+use seatfence_client::{Client, ClientError, HoldRequest, RetryPolicy};
+use seatfence_testkit::http_client::HttpAnswer;
 use serde_json::{json, Value};
 
 use super::{code_of, send, strings, Answer};
 
-/// One buyer: `c{i}`, user `buyer{i}`, always through the same edge (so a
-/// cut edge keeps its clients).
+/// One buyer: `c{i}`, user `buyer{i}`. Even buyers always go through the
+/// same edge (so a cut edge keeps its clients) with the drill's own
+/// retries; odd ones through `seatfence-client`, given every edge with
+/// their node's first: its retries (one key per operation), failover and
+/// leader hints are then under the drill's checkers like any buyer's.
 pub async fn buyer(w: Arc<World>, i: usize, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ (0x5EA7_F3BC_u64.wrapping_mul(i as u64 + 1)));
     let process = format!("c{i}");
@@ -25,12 +32,14 @@ pub async fn buyer(w: Arc<World>, i: usize, seed: u64) {
     let node = nodes[i % nodes.len()];
     let edge = w.edges[&node].clone();
     let mut bookings: Vec<(String, String, String, Vec<String>)> = Vec::new();
+    let client = (i % 2 == 1).then(|| library_client(&w, node, &token));
     let b = Buyer {
         w: &w,
         process: &process,
         token: &token,
         edge: &edge,
         node,
+        client,
     };
     while !w.stopped() {
         if !bookings.is_empty() && rng.gen_bool(0.1) {
@@ -97,6 +106,50 @@ struct Buyer<'a> {
     token: &'a str,
     edge: &'a str,
     node: u64,
+    /// The library client, for the buyers that use it.
+    client: Option<Client>,
+}
+
+/// A `seatfence-client` for a buyer at `node`: every edge, that node's
+/// first, its region preferred; a call's retries within 10 s.
+fn library_client(w: &World, node: u64, token: &str) -> Client {
+    let mut list: Vec<(String, String)> = w
+        .edges
+        .iter()
+        .map(|(n, url)| (w.regions.get(n).cloned().unwrap_or_default(), url.clone()))
+        .collect();
+    let own = w.edges.keys().position(|n| *n == node).unwrap_or(0);
+    list.rotate_left(own);
+    let home = w.regions.get(&node).cloned().unwrap_or_default();
+    let policy = RetryPolicy {
+        deadline: Duration::from_secs(10),
+        attempt_timeout: Duration::from_secs(5),
+        ..RetryPolicy::default()
+    };
+    Client::with_edges(Edges::new(&home, list), token).with_policy(policy)
+}
+
+/// The library's outcome as the drill's: an answer (a success or a
+/// refusal that decided something), or unknown (no answer settled it).
+fn settled(r: Result<seatfence_client::Answer, ClientError>) -> Answer {
+    let answer = |status: u16, body: Value, epoch: Option<u64>| {
+        Answer::Http(HttpAnswer {
+            status: hyper::StatusCode::from_u16(status)
+                .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+            retry_after: None,
+            epoch,
+            cache_control: None,
+            headers: Default::default(),
+        })
+    };
+    match r {
+        Ok(a) => answer(a.status, a.body, a.epoch),
+        Err(ClientError::Api { status, body, .. }) if status < 500 && status != 429 => {
+            answer(status, body, None)
+        }
+        Err(e) => Answer::Unknown(e.to_string().chars().take(160).collect()),
+    }
 }
 
 impl Buyer<'_> {
@@ -106,6 +159,11 @@ impl Buyer<'_> {
         let key = format!("{}-{op}", self.process);
         let url = format!("{}{path}", self.edge);
         send(self.w, method, &url, Some(self.token), Some(&key), body, 3).await
+    }
+
+    /// The key of operation `op`.
+    fn key(&self, op: u64) -> String {
+        format!("{}-{op}", self.process)
     }
 
     /// Record an answer that is not the op's success: a definite refusal
@@ -128,11 +186,19 @@ impl Buyer<'_> {
             edge: format!("n{}", self.node),
         };
         let op = w.rec.invoke(self.process, call);
-        let body = json!({"event_id": ev.event_id, "seats": seats});
-        match self
-            .mutate(Method::POST, "/v1/holds", op, Some(&body))
-            .await
-        {
+        let answer = match &self.client {
+            Some(c) => {
+                let seats: Vec<&str> = seats.iter().map(String::as_str).collect();
+                let req = HoldRequest::seats(&ev.event_id, &seats).with_key(&self.key(op));
+                settled(c.hold(&req).await)
+            }
+            None => {
+                let body = json!({"event_id": ev.event_id, "seats": seats});
+                self.mutate(Method::POST, "/v1/holds", op, Some(&body))
+                    .await
+            }
+        };
+        match answer {
             Answer::Http(a) if a.status.as_u16() == 201 => {
                 let hold = a.body["hold_id"].as_str().unwrap_or_default().to_string();
                 let got = strings(&a.body["seats"]);
@@ -165,8 +231,14 @@ impl Buyer<'_> {
                 seats: seats.to_vec(),
             },
         );
-        let path = format!("/v1/holds/{hold}");
-        match self.mutate(Method::DELETE, &path, op, None).await {
+        let answer = match &self.client {
+            Some(c) => settled(c.cancel_hold_keyed(hold, Some(&self.key(op))).await),
+            None => {
+                let path = format!("/v1/holds/{hold}");
+                self.mutate(Method::DELETE, &path, op, None).await
+            }
+        };
+        match answer {
             Answer::Http(a) if a.status.is_success() => w.rec.ok(
                 self.process,
                 op,
@@ -190,11 +262,15 @@ impl Buyer<'_> {
                 seats: seats.to_vec(),
             },
         );
-        let body = json!({"hold_id": hold});
-        match self
-            .mutate(Method::POST, "/v1/bookings", op, Some(&body))
-            .await
-        {
+        let answer = match &self.client {
+            Some(c) => settled(c.book_keyed(hold, Some(&self.key(op))).await),
+            None => {
+                let body = json!({"hold_id": hold});
+                self.mutate(Method::POST, "/v1/bookings", op, Some(&body))
+                    .await
+            }
+        };
+        match answer {
             Answer::Http(a) if a.status.as_u16() == 201 => {
                 let booking = a.body["booking_id"]
                     .as_str()
@@ -261,7 +337,11 @@ impl Buyer<'_> {
             w.rec.fail(self.process, op, "approve_failed", vec![]);
             return;
         };
-        match send(w, Method::GET, &redirect, None, None, None, 3).await {
+        let answer = match &self.client {
+            Some(c) => settled(c.payment_callback(&redirect).await),
+            None => send(w, Method::GET, &redirect, None, None, None, 3).await,
+        };
+        match answer {
             Answer::Http(a) if a.status.is_success() => w.rec.ok(
                 self.process,
                 op,
@@ -284,8 +364,14 @@ impl Buyer<'_> {
                 seats: seats.to_vec(),
             },
         );
-        let url = format!("{}/v1/bookings/{booking}", self.edge);
-        match send(w, Method::GET, &url, Some(self.token), None, None, 2).await {
+        let answer = match &self.client {
+            Some(c) => settled(c.booking(booking).await),
+            None => {
+                let url = format!("{}/v1/bookings/{booking}", self.edge);
+                send(w, Method::GET, &url, Some(self.token), None, None, 2).await
+            }
+        };
+        match answer {
             Answer::Http(a) if a.status.is_success() => w.rec.ok(
                 self.process,
                 op,

@@ -54,6 +54,9 @@ pub enum BenchCmd {
         inflight: usize,
         #[arg(long, default_value_t = 20_000)]
         seats: u32,
+        /// Buyers through `seatfence-client` (leader hints followed).
+        #[arg(long)]
+        client: bool,
         #[arg(long)]
         json: bool,
     },
@@ -314,12 +317,14 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             duration,
             inflight,
             seats,
+            client,
             json,
         } => {
             let args = PaymentsBenchArgs {
                 duration: Duration::from_secs(duration),
                 inflight,
                 seats,
+                client,
             };
             let r = run_payments_bench(bin, &args).await?;
             let broken = (r.oversold || !r.counters_match)

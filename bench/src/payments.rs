@@ -27,6 +27,9 @@ pub struct PaymentsBenchArgs {
     pub duration: Duration,
     pub inflight: usize,
     pub seats: u32,
+    /// Buyers go through `seatfence-client` (every edge, leader hints
+    /// followed) instead of raw HTTP to one edge each.
+    pub client: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,6 +59,8 @@ pub struct PaymentsBenchReport {
     /// Confirmation emails in the nodes' mail dirs when the run ended (the
     /// outbox's work done within the run; `confirmed - emails` is its lag).
     pub emails: u64,
+    /// Whether the buyers went through `seatfence-client`.
+    pub client: bool,
 }
 
 impl std::fmt::Display for PaymentsBenchReport {
@@ -140,6 +145,49 @@ pub async fn pay(
     Ok((book, t2.elapsed()))
 }
 
+/// [`buy`] through `seatfence-client`: the hold, the booking and the
+/// callback each where the leader hint points.
+async fn buy_with_client(
+    http: &HttpClient,
+    client: &seatfence_client::Client,
+    h: &mut Hists,
+) -> anyhow::Result<bool> {
+    use seatfence_client::{ClientError, ErrorCode, HoldRequest};
+    let t0 = Instant::now();
+    let hold = match client.hold(&HoldRequest::quantity(EVENT, None, 1)).await {
+        Ok(a) => a,
+        Err(ClientError::Api {
+            code: ErrorCode::SeatsUnavailable,
+            ..
+        }) => return Ok(false),
+        Err(e) => bail!("hold: {e}"),
+    };
+    h.hold.saturating_record(t0.elapsed().as_micros() as u64);
+    let hold_id = hold.body["hold_id"].as_str().context("hold_id")?;
+    let t1 = Instant::now();
+    // The client retries `gateway_unavailable` (the fleet's first gateway
+    // token still being granted) within its deadline.
+    let booking = client.book(hold_id).await.context("booking")?;
+    h.book.saturating_record(t1.elapsed().as_micros() as u64);
+    let approve = booking.body["approve_url"]
+        .as_str()
+        .context("approve_url")?;
+    let r = http.post(approve, None, None, &json!({})).await?;
+    let redirect = r.body["redirect"].as_str().context("redirect")?;
+    let t2 = Instant::now();
+    let cb = client
+        .payment_callback(redirect)
+        .await
+        .context("callback")?;
+    if cb.body["status"] != "confirmed" {
+        bail!("callback: {} {}", cb.status, cb.body);
+    }
+    h.callback
+        .saturating_record(t2.elapsed().as_micros() as u64);
+    h.total.saturating_record(t0.elapsed().as_micros() as u64);
+    Ok(true)
+}
+
 /// One buyer's purchase; `Ok(false)` when the event is sold out.
 async fn buy(http: &HttpClient, edge: &str, token: &str, h: &mut Hists) -> anyhow::Result<bool> {
     let t0 = Instant::now();
@@ -207,6 +255,13 @@ pub async fn run_payments_bench(
         move || format!("confirmed {}", counts.confirmed.load(Ordering::Relaxed))
     });
     let start = Instant::now();
+    let client = args.client.then(|| {
+        let list = edges.iter().map(|u| ("us-east".to_string(), u.clone()));
+        seatfence_client::Client::with_edges(
+            seatfence_client::edges::Edges::new("us-east", list),
+            "",
+        )
+    });
     let tasks = spawn_buyers(
         &http,
         &edges,
@@ -214,6 +269,7 @@ pub async fn run_payments_bench(
         args.inflight.max(1),
         start + args.duration,
         &counts,
+        client.as_ref(),
     );
     let mut h = Hists::new();
     for t in tasks {
@@ -252,13 +308,14 @@ fn spawn_buyers(
     inflight: usize,
     deadline: Instant,
     counts: &Arc<Counts>,
+    client: Option<&seatfence_client::Client>,
 ) -> Vec<JoinHandle<Hists>> {
     (0..inflight)
         .map(|t| {
             tokio::spawn(buy_until(
                 http.clone(),
                 edges[t % edges.len()].clone(),
-                secret.to_owned(),
+                (secret.to_owned(), client.cloned()),
                 t,
                 deadline,
                 counts.clone(),
@@ -272,7 +329,7 @@ fn spawn_buyers(
 async fn buy_until(
     http: HttpClient,
     edge: String,
-    secret: String,
+    (secret, client): (String, Option<seatfence_client::Client>),
     t: usize,
     deadline: Instant,
     counts: Arc<Counts>,
@@ -283,7 +340,11 @@ async fn buy_until(
         // A new buyer each time (one buyer is rate-limited per second).
         n += 1;
         let token = seatfence_api::auth::mint(&secret, &format!("buyer{t}-{n}"), false, 3600);
-        match buy(&http, &edge, &token, &mut h).await {
+        let bought = match &client {
+            Some(c) => buy_with_client(&http, &c.as_user(&token), &mut h).await,
+            None => buy(&http, &edge, &token, &mut h).await,
+        };
+        match bought {
             Ok(true) => {
                 counts.confirmed.fetch_add(1, Ordering::Relaxed);
             }
@@ -364,6 +425,7 @@ fn report(
         duration_secs: elapsed,
         inflight: args.inflight,
         emails,
+        client: args.client,
     }
 }
 

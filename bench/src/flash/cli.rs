@@ -65,6 +65,10 @@ pub struct FlashSaleCli {
     /// and report its lag (Debian's postgresql package needed).
     #[arg(long)]
     pub export: bool,
+    /// Buyers through `seatfence-client` (every edge, leader hints
+    /// followed) instead of raw HTTP to one edge each.
+    #[arg(long)]
+    pub client: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -120,7 +124,7 @@ fn write_plot(path: &Path, svg: String) -> anyhow::Result<()> {
 pub async fn flash_sale(bin: &Path, cli: FlashSaleCli) -> anyhow::Result<()> {
     let a = &cli.workload;
     let w = a.workload(cli.book_share, cli.late_rate, cli.hold_ttl);
-    let r = run_flash_sale(bin, w, cli.export).await?;
+    let r = run_flash_sale(bin, w, cli.export, cli.client).await?;
     if let Some(p) = &a.plot {
         write_plot(
             p,

@@ -82,23 +82,48 @@ impl Seatfence {
         })
     }
 
-    fn backend(&self) -> Backend {
-        Backend::Http(Box::new((*self.http).clone()))
+    /// Raw HTTP to each buyer's edge, or through `seatfence-client`.
+    fn backend(&self, client: bool) -> HttpBackend {
+        match client {
+            true => self.http.through_library(),
+            false => (*self.http).clone(),
+        }
     }
 
-    /// Books and pays as the buyer who holds the hold, at the buyer's edge.
-    fn payer(&self) -> Payer {
-        let b = self.http.clone();
+    /// Books and pays as the buyer who holds the hold: at the buyer's
+    /// edge, or through the backend's client (where the hint points).
+    fn payer(b: &HttpBackend) -> Payer {
+        let b = Arc::new(b.clone());
         Arc::new(move |buyer, hold_id| {
             let b = b.clone();
             Box::pin(async move {
                 let token = b.token(buyer);
-                crate::payments::pay(&b.http, b.edge(buyer), &token, &hold_id)
-                    .await
-                    .map(|_| ())
+                match &b.client {
+                    Some(c) => pay_with_client(&b, &c.as_user(&token), &hold_id).await,
+                    None => crate::payments::pay(&b.http, b.edge(buyer), &token, &hold_id)
+                        .await
+                        .map(|_| ()),
+                }
             })
         })
     }
+}
+
+/// Book `hold_id` and pay as the gateway's buyer would, through `client`.
+async fn pay_with_client(
+    b: &HttpBackend,
+    client: &seatfence_client::Client,
+    hold_id: &str,
+) -> anyhow::Result<()> {
+    let booking = client.book(hold_id).await?;
+    let approve = booking.body["approve_url"]
+        .as_str()
+        .context("approve_url")?;
+    let r = b.http.post(approve, None, None, &json!({})).await?;
+    let redirect = r.body["redirect"].as_str().context("redirect")?;
+    let cb = client.payment_callback(redirect).await?;
+    anyhow::ensure!(cb.body["status"] == "confirmed", "callback: {}", cb.body);
+    Ok(())
 }
 
 #[derive(Debug, Serialize)]
@@ -184,6 +209,7 @@ pub async fn run_flash_sale(
     bin: &Path,
     w: Workload,
     export: bool,
+    client: bool,
 ) -> anyhow::Result<FlashSaleReport> {
     let (_guard, dir) = crate::raft::bench_dir()?;
     let sf = Seatfence::start(bin, &dir, w.capacity, w.hold_ttl, true).await?;
@@ -195,7 +221,9 @@ pub async fn run_flash_sale(
         true => Some(Exporter::start(&dir, &sf).await?),
         false => None,
     };
-    let stats = run_workload(Arc::new(sf.backend()), Some(sf.payer()), w).await;
+    let backend = sf.backend(client);
+    let payer = Seatfence::payer(&backend);
+    let stats = run_workload(Arc::new(Backend::Http(Box::new(backend))), Some(payer), w).await;
     let export = match exporter {
         Some(e) => Some(e.finish().await?),
         None => None,

@@ -60,6 +60,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         "Requests answered 503 because no leader was found in time.",
     ),
     (
+        Kind::Counter,
+        "seatfence_commands_total",
+        "Event commands this node's edge and workers ran, by hop: local (the group is led on this node) or forwarded (sent on to the leader's node).",
+    ),
+    (
         Kind::Gauge,
         "seatfence_http_connections",
         "HTTP connections open on this edge.",

@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 /// How long an edge that failed is passed over.
 pub const DOWN_FOR: Duration = Duration::from_secs(5);
 
+/// Leader hints kept at most; past it the cache starts over (a backend
+/// selling many events relearns each from its next answer).
+pub const MAX_HINTS: usize = 100_000;
+
 /// One edge: its region and URL (no trailing `/`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Edge {
@@ -133,8 +137,13 @@ impl Edges {
             return false;
         };
         let mut hints = self.hints.lock().expect("hints lock poisoned");
+        if hints.len() + scopes.len() > MAX_HINTS {
+            hints.clear();
+        }
         for s in scopes {
-            hints.insert(s.clone(), e.url.clone());
+            if hints.get(s) != Some(&e.url) {
+                hints.insert(s.clone(), e.url.clone());
+            }
         }
         true
     }

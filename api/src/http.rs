@@ -31,7 +31,11 @@ pub(crate) async fn handle(
     let label = matched.label();
     let request_id = request_id(req.headers().get("x-request-id"));
     let (result, group) = match read_request(&edge, req).await {
-        Ok(r) => seatfence_regions::hint::scope(dispatch(&edge, matched, r, peer)).await,
+        Ok(r) => {
+            // Boxed: the handler's future is large (every route's state),
+            // and each move of it showed as memmove in the profile.
+            seatfence_regions::hint::scope(Box::pin(dispatch(&edge, matched, r, peer))).await
+        }
         Err(e) => (Err(e), None),
     };
     let (status, body, content_type, headers) = match result {

@@ -69,10 +69,19 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
     assert!(err.message().contains("unknown_group"), "{err}");
 
     tracing::info!("--- a malformed payload for a real group");
-    for call in 0..3 {
+    // Garbage in a format this build reads, and a payload naming a newer
+    // format than it knows (a peer running a newer release whose format
+    // the cluster never activated): refused, and the newer one says so.
+    for (call, payload) in (0..3).flat_map(|c| {
+        [
+            (c, b"\x01\xff\xff\xff not a value".to_vec()),
+            (c, b"\xff\xff\xff\xff from the future".to_vec()),
+        ]
+    }) {
+        let newer = payload[0] == 0xff;
         let req = RaftRequest {
             group_id: g.0,
-            payload: b"\xff\xff\xff\xff not bincode".to_vec(),
+            payload,
         };
         let err = match call {
             0 => raft.append_entries(req).await,
@@ -81,6 +90,12 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         }
         .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        let says = if newer {
+            "data format v255 is newer than this binary reads"
+        } else {
+            "malformed v1 value"
+        };
+        assert!(err.message().contains(says), "{err}");
     }
 
     tracing::info!("--- one batch: two real groups, an unknown group, garbage, an unknown kind");
@@ -99,7 +114,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
             .unwrap(),
         };
         let mut garbage = pre_vote(g);
-        garbage.payload = b"\xff\xff not bincode".to_vec();
+        garbage.payload = b"\x01\xff\xff not a value".to_vec();
         let mut odd_kind = pre_vote(g);
         odd_kind.kind = 77;
         let mut unknown = pre_vote(g);
@@ -168,7 +183,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
-    let cmd = bincode_cmd(&Command::Put {
+    let cmd = encoded_cmd(&Command::Put {
         key: "x".into(),
         value: vec![],
     });
@@ -186,7 +201,7 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         .write_batch(WriteBatchRequest {
             group_id: g.0,
             commands: vec![
-                bincode_cmd(&Command::Put {
+                encoded_cmd(&Command::Put {
                     key: "half".into(),
                     value: vec![1],
                 }),
@@ -225,6 +240,6 @@ async fn t50_garbage_and_unknown_groups_are_refused_and_change_nothing() {
         .unwrap();
 }
 
-fn bincode_cmd(c: &Command) -> Vec<u8> {
+fn encoded_cmd(c: &Command) -> Vec<u8> {
     seatfence_raft::codec::encode(c).unwrap()
 }

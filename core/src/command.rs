@@ -248,7 +248,7 @@ where
     });
     let _leave = Leave;
     if depth >= MAX_BATCH_DEPTH {
-        return Err(serde::de::Error::custom(
+        return Err(crate::format::refuse(
             "batches nest at most two deep (a batch of batches)",
         ));
     }

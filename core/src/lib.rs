@@ -21,6 +21,8 @@
 //!   [`audit`]: the operators' audit trail in the directory.
 //! - [`lifecycle`]: node states, repairs and rejoins as the directory
 //!   records them; `rejoin`: a node back on an empty data dir.
+//! - [`format`]: the versioned bytes of every value a node stores or sends
+//!   (a version byte, then postcard), and the version this process writes.
 //! - [`record_key`]: the names of stored records, by which every `apply`
 //!   reports what it changed.
 //!
@@ -32,6 +34,7 @@ pub mod answers;
 pub mod audit;
 pub mod command;
 pub mod directory;
+pub mod format;
 pub mod ids;
 pub mod inventory;
 pub mod lifecycle;

@@ -1,7 +1,8 @@
-//! The one binary codec: bincode for values that cross a process boundary
-//! (commands, responses, queries and openraft messages inside the gRPC
-//! payloads), and bincode + LZ4 for the big values written to sled on the
-//! hot path (log entries, state machine deltas).
+//! The one binary codec: [`seatfence_core::format`]'s versioned envelope
+//! (a format version byte, then postcard) for values that cross a process
+//! boundary (commands, responses, queries and openraft messages inside the
+//! gRPC payloads), and the same + LZ4 for the big values written to sled on
+//! the hot path (log entries, state machine deltas).
 //!
 //! Inside one process nothing is encoded: the propose path passes typed
 //! values ([`crate::propose`]). Only the gRPC adapters, the cluster client
@@ -9,17 +10,24 @@
 
 use std::io;
 
-/// Encode `v` with bincode.
+use seatfence_core::format::{self, FormatError};
+
+fn invalid(e: FormatError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Encode `v` in the process's active format.
 pub fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
-    bincode::serialize(v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    format::encode(v).map_err(invalid)
 }
 
-/// Decode a value [`encode`] wrote; garbage is an `InvalidData` error.
+/// Decode a value [`encode`] wrote (any format this binary knows);
+/// garbage, or a newer format, is an `InvalidData` error saying which.
 pub fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
-    bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    format::decode(b).map_err(invalid)
 }
 
-/// Bincode, then LZ4: for the big values written on the hot path (log
+/// The envelope, then LZ4: for the big values written on the hot path (log
 /// entries, state machine deltas). They repeat much (ids, key prefixes);
 /// compressed, sled copies, checksums and rewrites (when it consolidates a
 /// page) about half the bytes. Measured in docs/PERFORMANCE.md.
@@ -51,35 +59,36 @@ mod tests {
         assert!(decode_compressed::<u64>(&[0xff; 9]).is_err());
     }
 
-    /// ~2.4 MB of batches nested 200,000 deep: decoding refuses it at the
+    /// 400 KB of batches nested 200,000 deep: decoding refuses it at the
     /// third level instead of overflowing the stack. Two levels (the
     /// batcher's entry holding a WriteBatch's batch) decode.
     #[test]
     fn nested_batches_are_refused_not_a_stack_overflow() {
         use seatfence_core::Command;
+        // Postcard: the variant's index, then the item count, as varints.
         let batch_of_one = |inner: &[u8]| {
-            let mut b = 3u32.to_le_bytes().to_vec(); // Command::Batch
-            b.extend(1u64.to_le_bytes()); // one item
+            let mut b = vec![3u8, 1]; // Command::Batch, one item
             b.extend(inner);
             b
         };
-        let put = encode(&Command::Delete { key: "k".into() }).unwrap();
+        let enveloped = |body: &[u8]| [&[format::V1][..], body].concat();
+        let put = &encode(&Command::Delete { key: "k".into() }).unwrap()[1..];
         assert!(matches!(
-            decode::<Command>(&batch_of_one(&batch_of_one(&put))).unwrap(),
+            decode::<Command>(&enveloped(&batch_of_one(&batch_of_one(put)))).unwrap(),
             Command::Batch(v) if matches!(&v[..], [Command::Batch(w)] if w.len() == 1)
         ));
-        let mut deep = Vec::with_capacity(12 * 200_000);
+        let mut deep = Vec::with_capacity(2 * 200_000 + 8);
+        deep.push(format::V1);
         for _ in 0..200_000 {
-            deep.extend(3u32.to_le_bytes());
-            deep.extend(1u64.to_le_bytes());
+            deep.extend([3u8, 1]);
         }
-        deep.extend(&put);
+        deep.extend(put);
         let e = decode::<Command>(&deep).unwrap_err();
         assert!(
             e.to_string().contains("batches nest at most two deep"),
             "{e}"
         );
         // The guard is left as it was: the next decode works.
-        assert!(decode::<Command>(&batch_of_one(&put)).is_ok());
+        assert!(decode::<Command>(&enveloped(&batch_of_one(put))).is_ok());
     }
 }

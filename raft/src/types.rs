@@ -23,7 +23,7 @@ openraft::declare_raft_types!(
         AsyncRuntime = crate::timer::TimerRuntime,
 );
 
-/// What a snapshot travels as: the bincode-encoded state.
+/// What a snapshot travels as: the encoded state (a format envelope).
 pub type SnapshotData = Cursor<Vec<u8>>;
 
 /// One group's openraft instance, with its state machine store.

@@ -11,8 +11,7 @@ use super::{
 /// FNV-1a of the request part of a command (not its epoch or time): equal
 /// for a retry of the same request, different for another payload.
 pub fn request_hash(action: &EventAction) -> u64 {
-    let bytes = bincode::serialize(action).expect("actions always serialize");
-    fnv(&bytes)
+    fnv(&crate::format::canonical(action))
 }
 
 /// FNV-1a: a stable 64-bit hash (the same on every replica and version).
@@ -26,7 +25,7 @@ pub fn fnv(bytes: &[u8]) -> u64 {
 }
 
 fn spec_hash(spec: &EventSpec) -> u64 {
-    fnv(&bincode::serialize(spec).expect("specs always serialize"))
+    fnv(&crate::format::canonical(spec))
 }
 
 impl Inventory {

@@ -81,11 +81,11 @@ impl State {
 }
 
 fn enc<T: Serialize>(v: &T) -> Vec<u8> {
-    bincode::serialize(v).expect("in-memory records always serialize")
+    crate::format::encode(v).expect("in-memory records always serialize")
 }
 
 fn dec<T: for<'de> Deserialize<'de>>(v: &[u8]) -> Result<T, String> {
-    bincode::deserialize(v).map_err(|e| e.to_string())
+    crate::format::decode(v).map_err(|e| e.to_string())
 }
 
 impl DirectoryState {

@@ -5,7 +5,8 @@
 //!      ──the peer's Coalescer: one Batch RPC carries many groups' messages──▶
 //!      RaftService::batch on the target ──registry.get(g)──▶ that group's Raft
 //! ```
-//! Openraft's request/reply types travel as bincode inside the proto
+//! Openraft's request/reply types travel in `seatfence_core::format`'s
+//! versioned envelope inside the proto
 //! messages; snapshots travel as a stream of chunks on their own RPC.
 
 mod coalesce;

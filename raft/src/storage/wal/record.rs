@@ -4,10 +4,10 @@
 //!  wal/00000000000000000007.seg:  record record record …
 //!  record: len u32 LE | crc32 u32 LE (of the body) | body (len bytes)
 //!  body:   kind u8 | group u64 LE | index u64 LE | payload
-//!    Entry    (1): index = the entry's, payload = the entry (bincode + LZ4)
+//!    Entry    (1): index = the entry's, payload = the entry (format envelope + LZ4)
 //!    Truncate (2): every entry of the group at index or above is gone
 //!    Purge    (3): every entry at index or below is gone; payload = the
-//!                  purged log id (bincode)
+//!                  purged log id (format envelope)
 //!    Drop     (4): the group's log is gone
 //! ```
 //! A scan stops at the first record that is incomplete or fails its

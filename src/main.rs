@@ -81,6 +81,27 @@ enum Cmd {
     },
     /// Operator commands against a running cluster.
     Ctl(Box<seatfence::ctl::CtlArgs>),
+    /// This binary's release and data formats, and the cluster's (through
+    /// an edge: --edge and --token, else demo.json's): its active data
+    /// format and the newest each node reads. `--activate N` raises the
+    /// cluster's format once every live node reads it (README "Upgrading").
+    Version {
+        /// Raise the cluster's data format to N (never lowered).
+        #[arg(long, value_name = "N")]
+        activate: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// demo.json with the edges and the operator token.
+        #[arg(long)]
+        demo: Option<PathBuf>,
+        /// An edge's URL.
+        #[arg(long)]
+        edge: Option<String>,
+        /// An operator's bearer token.
+        #[arg(long)]
+        token: Option<String>,
+    },
     /// The mock payment gateway (DESIGN.md §8): a real HTTP server with
     /// fault switches, for the demo, tests, drills and benchmarks.
     Gateway(seatfence_testkit::mock_gateway::GatewayArgs),
@@ -176,6 +197,45 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
         Cmd::Gateway(args) => args.run(terminated()).await,
         Cmd::Ctl(args) => seatfence::ctl::run(*args).await,
+        Cmd::Version {
+            activate,
+            json,
+            demo,
+            edge,
+            token,
+        } => {
+            let demo = seatfence::demo::file_path(demo);
+            if activate.is_none() && edge.is_none() && !demo.exists() {
+                // No cluster to ask: this binary alone.
+                if json {
+                    let f = seatfence_core::format::newest();
+                    let release = env!("CARGO_PKG_VERSION");
+                    println!(
+                        "{}",
+                        serde_json::json!({"binary": {"release": release, "format_newest": f}})
+                    );
+                } else {
+                    println!("{}", seatfence::ctl::binary_line());
+                    println!("cluster: not asked (pass --edge URL and --token, or start the demo)");
+                }
+                return Ok(());
+            }
+            seatfence::ctl::run(seatfence::ctl::CtlArgs {
+                addr: None,
+                demo: Some(demo),
+                edge,
+                token,
+                tls_ca: None,
+                tls_cert: None,
+                tls_key: None,
+                insecure: false,
+                cmd: seatfence::ctl::CtlCmd::Events(seatfence::ctl::EventCmd::Version {
+                    activate,
+                    json,
+                }),
+            })
+            .await
+        }
         Cmd::Cert { cmd } => seatfence::cert::run(cmd),
         Cmd::Export(args) => {
             init_tracing();

@@ -125,6 +125,7 @@ async fn t53_strangers_are_refused_and_write_nothing() {
                 region: RegionId("us-east".into()),
                 grpc_addr: "127.0.0.1:1".into(),
                 incarnation: 0,
+                format_max: seatfence_core::format::newest(),
             }))
             .unwrap(),
             expected_term: None,

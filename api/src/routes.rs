@@ -65,6 +65,10 @@ pub enum Route {
     FleetMetrics,
     /// `GET /v1/admin/audit`: the operators' audit trail, newest first.
     Audit,
+    /// `GET /v1/admin/version`: this binary's and the cluster's data formats.
+    Version,
+    /// `POST /v1/admin/version`: raise the cluster's active data format.
+    SetFormat,
     /// `POST /v1/admin/groups/{group_id}/transfer-leader`: move a group's leadership.
     TransferLeader,
     /// `POST /v1/admin/nodes/{node_id}/drain`: move every leadership off the node.
@@ -247,6 +251,12 @@ pub const ROUTES: &[RouteDef] = &[
         "admin",
     ),
     row(Route::Audit, Method::GET, "/v1/admin/audit", "admin"),
+    row(Route::Version, Method::GET, "/v1/admin/version", "admin"),
+    audited(
+        row(Route::SetFormat, Method::POST, "/v1/admin/version", "admin"),
+        "set-format",
+        "format v{body.format}",
+    ),
     audited(
         row(
             Route::TransferLeader,

@@ -41,6 +41,13 @@ pub enum Command {
     Batch(#[serde(deserialize_with = "two_levels")] Vec<Command>),
     /// Directory: add or update a node (id, region, gRPC address).
     RegisterNode(NodeInfo),
+    /// Directory: raise the cluster's active data format to `version`
+    /// (see [`crate::format`]); refused unless every live node reads it.
+    /// The format never goes down.
+    SetFormat {
+        /// The format every node writes from now on.
+        version: crate::format::Version,
+    },
     /// Directory: create a group placed by `placement`. `group_id: None`
     /// allocates the next free id. Creating an id that exists returns it.
     CreateGroup {
@@ -163,6 +170,18 @@ pub enum Response {
         known: u64,
         /// The incarnation the node sent.
         claimed: u64,
+    },
+    /// A `RegisterNode` from a binary that does not read the cluster's
+    /// active format, or a `SetFormat` some live node cannot read: nothing
+    /// changed.
+    FormatRefused {
+        /// Why, for the operator.
+        reason: String,
+    },
+    /// `SetFormat`: the cluster's active format now (never lowered).
+    FormatSet {
+        /// The active format.
+        version: crate::format::Version,
     },
     /// A `RegisterNode` naming another region than the directory records
     /// for that node: a node keeps its region for life (placement and
@@ -330,6 +349,7 @@ impl fmt::Display for Command {
             Command::RememberAnswer { owner, key, .. } => write!(f, "remember {owner}/{key}"),
             Command::ForgetAnswer { owner, key, .. } => write!(f, "forget {owner}/{key}"),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
+            Command::SetFormat { version } => write!(f, "set data format v{version}"),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),
             Command::Audit(a) => write!(f, "audit {} {}", a.action, a.target),

@@ -25,6 +25,10 @@ pub struct NodeInfo {
     /// forgot its log must never vote or acknowledge again under its old
     /// id. 0: not known (a record from before store identities).
     pub incarnation: u64,
+    /// The newest data format the node's binary reads
+    /// ([`crate::format::newest`]), sent at each start: the cluster's
+    /// format is raised only when every node reads the new one.
+    pub format_max: crate::format::Version,
 }
 
 /// Where a new group's voters go.
@@ -77,6 +81,10 @@ pub struct Directory {
     pub repairs: BTreeMap<GroupId, crate::lifecycle::Repair>,
     /// Nodes that came back on an empty data dir (`--rejoin-empty`).
     pub rejoins: BTreeMap<NodeId, crate::lifecycle::Rejoin>,
+    /// The cluster's active data format: what every node writes (see
+    /// [`crate::format`]); 0 in a directory that never set it, read as
+    /// [`crate::format::V1`] ([`Directory::format`]).
+    pub active_format: crate::format::Version,
 }
 
 /// Whether an event is being moved between regions.
@@ -135,6 +143,32 @@ impl EventRoute {
 }
 
 impl Directory {
+    /// The cluster's active data format (see [`crate::format`]).
+    pub fn format(&self) -> crate::format::Version {
+        self.active_format.max(crate::format::V1)
+    }
+
+    /// Why the cluster's format cannot be raised to `v`: a live node
+    /// whose binary does not read it (retired nodes do not count), or a
+    /// version no node knows. `None`: it can.
+    pub fn format_blocker(&self, v: crate::format::Version) -> Option<String> {
+        if v < crate::format::V1 {
+            return Some(format!("data format v{v} does not exist"));
+        }
+        let behind: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| !self.node_state(n.id).is_retired() && n.format_max < v)
+            .map(|n| format!("node {} reads v{} at most", n.id.0, n.format_max))
+            .collect();
+        (!behind.is_empty()).then(|| {
+            format!(
+                "data format v{v} is not read by every live node ({}): upgrade them first",
+                behind.join(", ")
+            )
+        })
+    }
+
     /// The groups `node` is a member of.
     pub fn groups_of(&self, node: NodeId) -> impl Iterator<Item = &GroupInfo> {
         self.groups
@@ -259,6 +293,7 @@ mod tests {
                     region: RegionId::from(*region),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
                     incarnation: 0,
+                    format_max: crate::format::newest(),
                 },
             );
         }

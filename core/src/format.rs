@@ -5,15 +5,17 @@
 //! ```text
 //!   envelope v1:  version u8 = 1 | postcard(value)
 //!   envelope v2:  version u8 = 2 | postcard(value) | crc32 u32 LE of the value's bytes
-//!                 (known only to builds with the `format-next` feature: the
-//!                  next format, which the rolling-upgrade test moves to)
+//!                 (the next format, which the rolling-upgrade test moves to:
+//!                  known only to a build with the `format-next` feature run
+//!                  with SEATFENCE_FORMAT_NEXT=1, so one test build can play
+//!                  both the old release and the new one)
 //! ```
 //!
 //! Postcard is a serde format with a documented, stable wire specification
 //! (varints, length-prefixed sequences, enum variants by index); it
 //! replaced bincode 1, which is unmaintained (RUSTSEC-2025-0141).
 //!
-//! A binary reads every version up to [`NEWEST`] and refuses newer ones
+//! A binary reads every version up to [`newest`] and refuses newer ones
 //! with [`FormatError::TooNew`], naming both. It *writes* the cluster's
 //! active version ([`active`]), which starts at [`V1`] and is raised only
 //! when the directory says so: the operator raises the cluster's version
@@ -32,8 +34,20 @@ pub type Version = u8;
 /// The first versioned format: postcard behind a version byte.
 pub const V1: Version = 1;
 
-/// The newest format this binary reads and may write.
-pub const NEWEST: Version = if cfg!(feature = "format-next") { 2 } else { 1 };
+/// The newest format this binary reads and may write: [`V1`], or 2 in a
+/// `format-next` build whose process has SEATFENCE_FORMAT_NEXT=1.
+pub fn newest() -> Version {
+    #[cfg(feature = "format-next")]
+    {
+        static NEXT: std::sync::OnceLock<Version> = std::sync::OnceLock::new();
+        *NEXT.get_or_init(|| match std::env::var("SEATFENCE_FORMAT_NEXT").as_deref() {
+            Ok("1") => 2,
+            _ => V1,
+        })
+    }
+    #[cfg(not(feature = "format-next"))]
+    V1
+}
 
 /// The version this process writes (see the module doc).
 static ACTIVE: AtomicU8 = AtomicU8::new(V1);
@@ -55,9 +69,9 @@ pub fn activate(v: Version) -> Result<(), FormatError> {
 pub fn check(v: Version) -> Result<(), FormatError> {
     match v {
         0 => Err(FormatError::Unknown(0)),
-        v if v > NEWEST => Err(FormatError::TooNew {
+        v if v > newest() => Err(FormatError::TooNew {
             found: v,
-            newest: NEWEST,
+            newest: newest(),
         }),
         _ => Ok(()),
     }
@@ -179,7 +193,7 @@ mod tests {
         let b = encode_at(V1, &v).unwrap();
         assert_eq!(b[0], V1);
         assert_eq!(decode::<(u64, String, Vec<u8>)>(&b).unwrap(), v);
-        if NEWEST >= 2 {
+        if newest() >= 2 {
             let b2 = encode_at(2, &v).unwrap();
             assert_eq!((b2[0], b2.len()), (2, b.len() + 4));
             assert_eq!(decode::<(u64, String, Vec<u8>)>(&b2).unwrap(), v);
@@ -195,13 +209,13 @@ mod tests {
     #[test]
     fn newer_unknown_empty_and_trailing_bytes_are_refused() {
         let mut b = encode_at(V1, &5u32).unwrap();
-        b[0] = NEWEST + 1;
+        b[0] = newest() + 1;
         let e = decode::<u32>(&b).unwrap_err();
         assert_eq!(
             e,
             FormatError::TooNew {
-                found: NEWEST + 1,
-                newest: NEWEST
+                found: newest() + 1,
+                newest: newest()
             }
         );
         assert!(
@@ -217,7 +231,7 @@ mod tests {
             decode::<u32>(&long),
             Err(FormatError::Malformed { version: 1, .. })
         ));
-        assert!(activate(NEWEST + 1).is_err());
-        assert!(encode_at(NEWEST + 1, &5u32).is_err());
+        assert!(activate(newest() + 1).is_err());
+        assert!(encode_at(newest() + 1, &5u32).is_err());
     }
 }

@@ -54,6 +54,8 @@ pub enum RecordKey {
     Room,
     /// Event group: a buyer's place in the waiting room.
     Place(UserId),
+    /// Directory: the cluster's active data format.
+    Format,
 }
 
 impl RecordKey {
@@ -81,6 +83,7 @@ impl RecordKey {
             RecordKey::Rejoin(n) => [b"j/".as_slice(), &n.0.to_be_bytes()].concat(),
             RecordKey::Change(c) => [b"c/".as_slice(), &c.to_be_bytes()].concat(),
             RecordKey::Room => b"m/room".to_vec(),
+            RecordKey::Format => b"m/format".to_vec(),
             RecordKey::Place(u) => [b"w/".as_slice(), u.0.as_bytes()].concat(),
             RecordKey::Op(owner, key) => owner_key(b"o/", &owner.0, key),
             RecordKey::Answer(owner, key) => owner_key(b"q/", owner, key),
@@ -98,6 +101,7 @@ impl RecordKey {
             (b"m/", b"event") => Some(RecordKey::Event),
             (b"m/", b"next_move_id") => Some(RecordKey::NextMoveId),
             (b"m/", b"room") => Some(RecordKey::Room),
+            (b"m/", b"format") => Some(RecordKey::Format),
             (b"w/", u) => String::from_utf8(u.to_vec())
                 .ok()
                 .map(|u| RecordKey::Place(UserId(u))),

@@ -17,6 +17,7 @@ fn command() -> impl Strategy<Value = Command> {
             region: RegionId(["us-east", "eu-west", "ap-south"][r].into()),
             grpc_addr: format!("127.0.0.1:{}", 7000 + id),
             incarnation: 0,
+            format_max: seatfence_core::format::newest(),
         })),
         (prop::option::of(0u64..8), 1u8..4).prop_map(|(g, replicas)| Command::CreateGroup {
             group_id: g.map(GroupId),

@@ -24,6 +24,7 @@ fn cluster(extra: u64) -> State {
                 region: RegionId::from(region),
                 grpc_addr: format!("127.0.0.1:{}", 7000 + id),
                 incarnation: 0,
+                format_max: seatfence_core::format::newest(),
             }),
         );
     }
@@ -283,6 +284,7 @@ fn a_rejoin_keeps_each_group_waiting_until_the_node_is_put_back() {
             region: RegionId::from("a"),
             grpc_addr: "127.0.0.1:7002".into(),
             incarnation: inc,
+            format_max: seatfence_core::format::newest(),
         })
     };
     let ok = s.apply(DIR, &register(77)).response;

@@ -116,6 +116,7 @@ pub(crate) fn registration(config: &NodeConfig, incarnation: u64) -> Command {
         region: RegionId(config.region.clone()),
         grpc_addr: config.grpc_addr.clone(),
         incarnation,
+        format_max: seatfence_core::format::newest(),
     })
 }
 
@@ -250,6 +251,9 @@ async fn register(
                     ident,
                     &format!("the directory knows this node id under incarnation {known:#x}"),
                 ))
+            }
+            Response::FormatRefused { reason } => {
+                anyhow::bail!("node {} refuses to start: {reason}", config.node_id)
             }
             other => tracing::warn!(node = config.node_id, "registration: {other:?}"),
         },

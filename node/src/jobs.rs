@@ -50,6 +50,12 @@ pub(crate) async fn register_self(
                     tx_fatal.send_replace(Some(why));
                     return;
                 }
+                if let Response::FormatRefused { reason } = c.response {
+                    let why = format!("node {} must stop: {reason}", config.node_id);
+                    tracing::error!(node = config.node_id, "{why}");
+                    tx_fatal.send_replace(Some(why));
+                    return;
+                }
                 if let Response::RegionMismatch { known, claimed, .. } = c.response {
                     let why = format!(
                         "node {} must stop: the directory has it in region {known}, its config \
@@ -102,6 +108,50 @@ pub(crate) async fn follow_retired(registry: Arc<Registry>, mut rx_stop: watch::
             biased;
             _ = rx_stop.wait_for(|s| *s) => return,
             changed = rx_applied.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Write the cluster's active data format (see `seatfence_core::format`)
+/// once this node's directory replica names a newer one than the process
+/// writes: the data dir's identity is raised first (flushed), so a binary
+/// that cannot read the new format refuses to start on this data dir
+/// rather than trip over one of its records. A failure to raise is
+/// retried; the node keeps writing the old format meanwhile, which every
+/// node reads.
+pub(crate) async fn follow_format(
+    registry: Arc<Registry>,
+    mut ident: seatfence_raft::storage::StoreIdent,
+    mut rx_stop: watch::Receiver<bool>,
+) {
+    let Some(dir) = registry.get(GroupId::DIRECTORY) else {
+        return;
+    };
+    let mut rx_applied = dir.subscribe_applied();
+    loop {
+        let want = dir.read(|s| s.state.directory().format());
+        if want > seatfence_core::format::active() {
+            match registry.db().raise_format(ident, want).await {
+                Ok(raised) => {
+                    ident = raised;
+                    tracing::warn!(
+                        node = registry.node_id(),
+                        format = want,
+                        "the cluster's data format was raised: this node writes it from now on"
+                    );
+                }
+                Err(e) => tracing::error!(
+                    node = registry.node_id(),
+                    format = want,
+                    "cannot raise this data dir's format (retrying): {e}"
+                ),
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = rx_stop.wait_for(|s| *s) => return,
+            changed = rx_applied.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

@@ -15,7 +15,7 @@ use seatfence_raft::network::tls::{node_server_name, Principal, Tls};
 use seatfence_raft::network::Dialer;
 use seatfence_raft::network::{PeerPool, RaftGrpc};
 use seatfence_raft::registry::Registry;
-use seatfence_raft::storage::NodeDb;
+use seatfence_raft::storage::{NodeDb, StoreIdent};
 use seatfence_raft::{ClusterClient, Proposer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -181,7 +181,7 @@ impl Node {
             &registry,
             &proposer,
             &clock,
-            (ident.incarnation, tx_fatal),
+            (ident, tx_fatal),
             &rx_stop,
         );
         let (edge, http_addr) =
@@ -377,17 +377,19 @@ fn load_tls(config: &NodeConfig) -> anyhow::Result<Option<Tls>> {
 /// `rx_stop`: registration (`registered`: this data dir's incarnation, and
 /// where a refusal goes), sleep and liveness, placement, the directory
 /// leader's learners and duties (moves, lifecycle, balance), hold expiry,
-/// a drained node's hand-off, and a drill's skew file.
+/// a drained node's hand-off, the cluster's data format, and a drill's
+/// skew file.
 fn spawn_jobs(
     tasks: &mut JoinSet<()>,
     config: &NodeConfig,
     registry: &Arc<Registry>,
     proposer: &Arc<Proposer>,
     clock: &Arc<SystemClock>,
-    registered: (u64, watch::Sender<Option<String>>),
+    registered: (StoreIdent, watch::Sender<Option<String>>),
     rx_stop: &watch::Receiver<bool>,
 ) {
-    let (incarnation, tx_fatal) = registered;
+    let (ident, tx_fatal) = registered;
+    let incarnation = ident.incarnation;
     let sleep_after_ms = config.raft.sleep_after_ms;
     tasks.spawn(jobs::register_self(
         config.clone(),
@@ -419,6 +421,11 @@ fn spawn_jobs(
         rx_stop.clone(),
     ));
     tasks.spawn(jobs::follow_retired(registry.clone(), rx_stop.clone()));
+    tasks.spawn(jobs::follow_format(
+        registry.clone(),
+        ident,
+        rx_stop.clone(),
+    ));
     tasks.spawn(seatfence_regions::transfer::hand_off_when_drained(
         registry.clone(),
         config.moves.catch_up_slack,

@@ -253,6 +253,18 @@ pub enum EventCmd {
         #[arg(long)]
         json: bool,
     },
+    /// This binary's release and data formats, the cluster's active
+    /// format and the newest each node reads; `--activate N` raises the
+    /// cluster's format once every live node reads it (operator; README
+    /// "Upgrading").
+    Version {
+        /// Raise the cluster's data format to N (never lowered).
+        #[arg(long, value_name = "N")]
+        activate: Option<u64>,
+        /// Print the edge's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// The operators' audit trail, newest first (operator).
     Audit {
         /// How many entries.
@@ -284,6 +296,7 @@ impl EventCmd {
             | EventCmd::AbortMove { json, .. }
             | EventCmd::Refund { json, .. }
             | EventCmd::WaitingRoom { json, .. }
+            | EventCmd::Version { json, .. }
             | EventCmd::Audit { json, .. } => *json,
         }
     }
@@ -473,6 +486,10 @@ async fn cluster_command(edge: &Edge, cmd: EventCmd) -> anyhow::Result<()> {
             limit,
             json: as_json,
         } => audit(edge, limit, as_json).await,
+        EventCmd::Version {
+            activate,
+            json: as_json,
+        } => super::version::version(edge, activate, as_json).await,
         // `token` and `console` are answered before any edge is reached
         // (`run`); the event commands by `event_command`.
         _ => anyhow::bail!("not a cluster command"),

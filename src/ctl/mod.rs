@@ -17,9 +17,11 @@ mod events;
 mod node;
 mod show;
 mod target;
+mod version;
 
 use edge::HttpError;
 pub use events::{EdgeTarget, EventCmd};
+pub use version::binary_line;
 
 /// `seatfence ctl`'s flags (global to its subcommands) and subcommand.
 #[derive(Args)]

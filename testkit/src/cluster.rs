@@ -23,6 +23,8 @@ pub struct NodeProc {
     child: Option<Child>,
     /// The network namespace it runs in (`ip netns exec`), if any.
     netns: Option<String>,
+    /// Environment variables set for its next starts ([`LocalCluster::set_env`]).
+    env: Vec<(String, String)>,
 }
 
 impl NodeProc {
@@ -90,6 +92,7 @@ impl LocalCluster {
                 config_path: node_dir.join("node.toml"),
                 log_path: node_dir.join("node.log"),
                 child: None,
+                env: Vec::new(),
             })
             .collect::<Vec<_>>();
         // The harness speaks to the nodes as the lowest node (it holds the
@@ -146,6 +149,7 @@ impl LocalCluster {
             .arg("--config")
             .arg(&n.config_path)
             .args(extra)
+            .envs(n.env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 std::env::var("SEATFENCE_NODE_LOG").unwrap_or_else(|_| "info".into()),
@@ -266,6 +270,18 @@ impl LocalCluster {
             .status()?;
         if !status.success() {
             bail!("kill {sig} {} failed", c.id());
+        }
+        Ok(())
+    }
+
+    /// Set (`Some`) or unset an environment variable for node `id`'s next
+    /// starts (SEATFENCE_FORMAT_NEXT=1: the next data format's release).
+    pub fn set_env(&mut self, id: u64, key: &str, value: Option<&str>) -> anyhow::Result<()> {
+        let i = self.index(id)?;
+        let env = &mut self.nodes[i].env;
+        env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            env.push((key.to_string(), v.to_string()));
         }
         Ok(())
     }

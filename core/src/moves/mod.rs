@@ -281,6 +281,7 @@ mod tests {
                     region: RegionId::from(region),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
                     incarnation: 0,
+                    format_max: crate::format::newest(),
                 },
             );
         }

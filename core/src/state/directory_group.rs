@@ -47,6 +47,7 @@ impl DirectoryState {
                 put(&mut self.kv, key, value, changed)
             }
             Command::RegisterNode(node) => self.register_node(node, changed),
+            Command::SetFormat { version } => self.set_format(*version, changed),
             Command::CreateGroup {
                 group_id,
                 placement,
@@ -115,9 +116,39 @@ impl DirectoryState {
                 };
             }
         }
+        let active = self.directory.format();
+        if node.format_max < active {
+            return Response::FormatRefused {
+                reason: format!(
+                    "the cluster writes data format v{active} and node {}'s binary reads v{} \
+                     at most: run a release that reads v{active}",
+                    node.id.0, node.format_max
+                ),
+            };
+        }
         changed.push(RecordKey::Node(node.id));
         self.directory.nodes.insert(node.id, node.clone());
         Response::NodeRegistered { node_id: node.id }
+    }
+
+    /// `SetFormat`: raise the active data format once every live node
+    /// reads it; asking for the current one (or an older one) answers the
+    /// current one and changes nothing.
+    fn set_format(
+        &mut self,
+        version: crate::format::Version,
+        changed: &mut Vec<RecordKey>,
+    ) -> Response {
+        let active = self.directory.format();
+        if version <= active {
+            return Response::FormatSet { version: active };
+        }
+        if let Some(reason) = self.directory.format_blocker(version) {
+            return Response::FormatRefused { reason };
+        }
+        changed.push(RecordKey::Format);
+        self.directory.active_format = version;
+        Response::FormatSet { version }
     }
 
     /// `CreateGroup`: place a group and record it. An id that exists answers

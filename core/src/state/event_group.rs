@@ -32,6 +32,7 @@ impl EventState {
             Command::PutShared { .. }
             | Command::PutSharedIf { .. }
             | Command::RegisterNode(_)
+            | Command::SetFormat { .. }
             | Command::CreateGroup { .. }
             | Command::RegisterEvent { .. }
             | Command::SetDrained { .. }

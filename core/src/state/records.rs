@@ -102,6 +102,7 @@ impl DirectoryState {
             RecordKey::Drained(n) => d.drained.contains(n).then(|| enc(&true)),
             RecordKey::Move(m) => d.moves.get(m).map(enc),
             RecordKey::NextMoveId => Some(enc(&d.next_move_id)),
+            RecordKey::Format => Some(enc(&d.active_format)),
             RecordKey::Answer(o, k) => self.answers.get(&(o.clone(), k.clone())).map(enc),
             RecordKey::NodeState(n) => d.node_states.get(n).map(enc),
             RecordKey::Repair(g) => d.repairs.get(g).map(enc),
@@ -137,6 +138,7 @@ impl DirectoryState {
                 d.moves.insert(m, dec(value)?);
             }
             RecordKey::NextMoveId => d.next_move_id = dec(value)?,
+            RecordKey::Format => d.active_format = dec(value)?,
             RecordKey::Answer(o, k) => {
                 self.answers.insert((o, k), dec(value)?);
             }
@@ -181,6 +183,7 @@ impl DirectoryState {
                 d.moves.remove(&m);
             }
             RecordKey::NextMoveId => d.next_move_id = 0,
+            RecordKey::Format => d.active_format = 0,
             RecordKey::Answer(o, k) => {
                 self.answers.remove(&(o, k));
             }
@@ -212,6 +215,7 @@ impl DirectoryState {
             .chain(d.drained.iter().map(|n| RecordKey::Drained(*n)))
             .chain(d.moves.keys().map(|m| RecordKey::Move(*m)))
             .chain(std::iter::once(RecordKey::NextMoveId))
+            .chain(std::iter::once(RecordKey::Format))
             .chain(
                 self.answers
                     .keys()

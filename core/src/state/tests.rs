@@ -90,6 +90,7 @@ fn records_round_trip_through_storage_encoding() {
                 region: format!("r{id}").as_str().into(),
                 grpc_addr: "127.0.0.1:1".into(),
                 incarnation: 0,
+                format_max: crate::format::newest(),
             }),
         );
     }
@@ -147,6 +148,7 @@ fn a_batch_answers_each_command_as_if_applied_alone() {
                 region: "r".into(),
                 grpc_addr: "x".into(),
                 incarnation: 0,
+                format_max: crate::format::newest(),
             }),
             Command::Delete { key: "a".into() },
         ]),
@@ -174,6 +176,7 @@ fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
             region: "a".into(),
             grpc_addr: addr.into(),
             incarnation,
+            format_max: crate::format::newest(),
         })
     };
     // A record from before store identities (0) takes the first one.
@@ -204,6 +207,7 @@ fn a_node_known_under_another_incarnation_is_refused_and_nothing_changes() {
             region: "b".into(),
             grpc_addr: "y".into(),
             incarnation: 77,
+            format_max: crate::format::newest(),
         }),
     );
     assert_eq!(
@@ -229,6 +233,7 @@ fn create_group_is_idempotent_by_id() {
             region: "a".into(),
             grpc_addr: "x".into(),
             incarnation: 0,
+            format_max: crate::format::newest(),
         }),
     );
     let create = Command::CreateGroup {
@@ -371,4 +376,77 @@ fn each_kind_of_group_holds_only_its_own_records() {
     let kv = RecordKey::Kv("k".into()).encode();
     s.load_record(&kv, b"v").unwrap();
     assert_eq!(s.kv().get("k"), Some(&b"v".to_vec()));
+}
+
+/// The cluster's data format rises only when every live node reads it,
+/// is stored like any record, never goes down, and a node whose binary
+/// cannot read it is refused registration.
+#[test]
+fn the_data_format_rises_only_when_every_live_node_reads_it() {
+    let g0 = GroupId::DIRECTORY;
+    let mut s = State::new(g0);
+    let node = |id: u64, format_max: u8| {
+        Command::RegisterNode(NodeInfo {
+            id: NodeId(id),
+            region: "r".into(),
+            grpc_addr: "127.0.0.1:1".into(),
+            incarnation: id,
+            format_max,
+        })
+    };
+    for id in 1..=3 {
+        s.apply(g0, &node(id, 1));
+    }
+    assert_eq!(s.directory().format(), 1, "a new directory writes v1");
+    let refused = s.apply(g0, &Command::SetFormat { version: 2 });
+    let Response::FormatRefused { reason } = refused.response else {
+        panic!("{:?}", refused.response)
+    };
+    assert!(reason.contains("node 1 reads v1 at most"), "{reason}");
+    assert!(refused.changed.is_empty());
+
+    // Two nodes upgraded: still refused, naming the one left.
+    s.apply(g0, &node(1, 2));
+    s.apply(g0, &node(2, 2));
+    let Response::FormatRefused { reason } =
+        s.apply(g0, &Command::SetFormat { version: 2 }).response
+    else {
+        panic!("raised with node 3 behind")
+    };
+    assert!(
+        reason.contains("node 3") && !reason.contains("node 1"),
+        "{reason}"
+    );
+
+    // A retired node would not hold it back.
+    let mut d = s.directory().clone();
+    d.node_states
+        .insert(NodeId(3), crate::lifecycle::NodeState::Decommissioned);
+    assert_eq!(d.format_blocker(2), None);
+
+    s.apply(g0, &node(3, 2));
+    let raised = s.apply(g0, &Command::SetFormat { version: 2 });
+    assert_eq!(raised.response, Response::FormatSet { version: 2 });
+    assert_eq!(raised.changed, vec![RecordKey::Format]);
+    assert_eq!(s.directory().format(), 2);
+
+    // Never lowered; asking again changes nothing.
+    let lower = s.apply(g0, &Command::SetFormat { version: 1 });
+    assert_eq!(lower.response, Response::FormatSet { version: 2 });
+    assert!(lower.changed.is_empty());
+
+    // A binary that reads v1 only may not register any more.
+    let old = s.apply(g0, &node(4, 1));
+    let Response::FormatRefused { reason } = old.response else {
+        panic!("{:?}", old.response)
+    };
+    assert!(reason.contains("writes data format v2"), "{reason}");
+    assert!(!s.directory().nodes.contains_key(&NodeId(4)));
+
+    // Stored and loaded like every record.
+    let mut loaded = State::new(g0);
+    for (k, v) in s.records() {
+        loaded.load_record(&k, &v).unwrap();
+    }
+    assert_eq!(loaded.directory().format(), 2);
 }

@@ -76,6 +76,7 @@ mod tests {
                     region: RegionId::from("a"),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
                     incarnation: 0,
+                    format_max: seatfence_core::format::newest(),
                 },
             );
         }

@@ -14,7 +14,6 @@ use super::ident::{self, IdentState, StoreIdent};
 use super::io_err;
 use super::space::{group_of, Space};
 use super::wal::Wal;
-use super::{decode, encode};
 
 /// How log appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -179,11 +178,18 @@ impl NodeDb {
     /// The data dir's identity for node `node_id` (see [`super::ident`]):
     /// written and flushed now if absent. A data dir with data but no
     /// identity (written before identities existed) is adopted as known;
-    /// one naming another node is an error.
+    /// one naming another node, or written in a format this binary does
+    /// not read, is an error that says so. The process then writes the
+    /// data dir's format (it is the cluster's, or older).
     pub async fn ident(&self, node_id: u64) -> io::Result<IdentState> {
         let db = &self.inner.db;
         if let Some(raw) = db.get(ident::KEY).map_err(io_err)? {
-            let found: StoreIdent = decode(&raw)?;
+            let found: StoreIdent = seatfence_core::format::decode(&raw).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("this data dir's store identity cannot be read: {e}"),
+                )
+            })?;
             if found.node_id != node_id {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -193,6 +199,12 @@ impl NodeDb {
                     ),
                 ));
             }
+            seatfence_core::format::activate(found.format).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("this data dir holds {e}"),
+                )
+            })?;
             return Ok(match found.admitted {
                 true => IdentState::Known(found),
                 false => IdentState::Fresh(found),
@@ -204,9 +216,9 @@ impl NodeDb {
             node_id,
             incarnation: ident::new_incarnation(),
             admitted: !empty,
+            format: seatfence_core::format::active(),
         };
-        db.insert(ident::KEY, encode(&made)?).map_err(io_err)?;
-        self.flush().await?;
+        self.write_ident(&made).await?;
         Ok(match made.admitted {
             true => {
                 tracing::warn!(
@@ -223,14 +235,35 @@ impl NodeDb {
     /// Record that this data dir's node may vote (its id was new to the
     /// cluster, or the cluster was new), flushed.
     pub async fn admit(&self, ident: StoreIdent) -> io::Result<()> {
-        let admitted = StoreIdent {
+        self.write_ident(&StoreIdent {
             admitted: true,
             ..ident
+        })
+        .await
+    }
+
+    /// Write data format `v` from now on: the identity names it first
+    /// (flushed), then the process writes it. Never lowers the format.
+    pub async fn raise_format(
+        &self,
+        ident: StoreIdent,
+        v: seatfence_core::format::Version,
+    ) -> io::Result<StoreIdent> {
+        let raised = StoreIdent {
+            format: ident.format.max(v),
+            ..ident
         };
-        self.inner
-            .db
-            .insert(ident::KEY, encode(&admitted)?)
-            .map_err(io_err)?;
+        self.write_ident(&raised).await?;
+        seatfence_core::format::activate(raised.format)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        Ok(raised)
+    }
+
+    /// The identity, in its own format, flushed.
+    async fn write_ident(&self, ident: &StoreIdent) -> io::Result<()> {
+        let bytes = seatfence_core::format::encode_at(ident.format, ident)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.inner.db.insert(ident::KEY, bytes).map_err(io_err)?;
         self.flush().await
     }
 

@@ -17,6 +17,12 @@
 //! crashes between writing its identity and being admitted asks again.
 //! An identity naming another node id is refused at open: a data dir
 //! copied from another node is that node's, not this one's.
+//!
+//! The identity also names the newest data format the data dir may hold
+//! (`format`, see `seatfence_core::format`), and is itself written in that
+//! format: a binary that does not read it refuses to start on the data
+//! dir, before it reads anything else, and says which format it found. A
+//! node raises it (flushed) before it writes anything in a new format.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +36,8 @@ pub struct StoreIdent {
     /// The node learned that its id was new to the cluster (or that it
     /// had data from before identities existed): it may vote.
     pub admitted: bool,
+    /// The newest data format written in this data dir (or about to be).
+    pub format: seatfence_core::format::Version,
 }
 
 /// What opening the identity found.

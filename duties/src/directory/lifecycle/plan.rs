@@ -303,6 +303,7 @@ mod tests {
                     region: RegionId::from("a"),
                     grpc_addr: format!("127.0.0.1:{}", 7000 + id),
                     incarnation: 0,
+                    format_max: seatfence_core::format::newest(),
                 },
             );
         }
@@ -473,6 +474,7 @@ mod tests {
                 region: RegionId::from("b"),
                 grpc_addr: "127.0.0.1:7005".into(),
                 incarnation: 0,
+                format_max: seatfence_core::format::newest(),
             },
         );
         d.node_states

@@ -4,6 +4,8 @@
 //! - [`demo`]: `seatfence demo` and its `demo.json`.
 //! - [`ctl`]: `seatfence ctl` (node commands over gRPC, event and operator
 //!   commands through an edge).
+//! - [`backup`]: `seatfence backup` (and `backup verify`) and `seatfence
+//!   restore`.
 //! - [`cert`]: `seatfence cert` (the cluster CA and its certificates).
 //! - [`export`]: `seatfence export`'s arguments (the exporter itself is
 //!   `seatfence-export`).
@@ -12,6 +14,7 @@
 //! `seatfence bench` is `seatfence-bench`, `seatfence chaos` is
 //! `seatfence-chaos`, `seatfence gateway` is the mock in `seatfence-testkit`.
 
+pub mod backup;
 pub mod cert;
 pub mod ctl;
 pub mod demo;

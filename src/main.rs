@@ -102,6 +102,13 @@ enum Cmd {
         #[arg(long)]
         token: Option<String>,
     },
+    /// A consistent copy of the directory and every event group, taken
+    /// while the cluster sells (`--to DIR`); `backup verify DIR` checks one
+    /// (README "Backup and restore").
+    Backup(seatfence::backup::BackupArgs),
+    /// Load a backup into a new, empty cluster (README "Backup and
+    /// restore").
+    Restore(seatfence::backup::RestoreArgs),
     /// The mock payment gateway (DESIGN.md §8): a real HTTP server with
     /// fault switches, for the demo, tests, drills and benchmarks.
     Gateway(seatfence_testkit::mock_gateway::GatewayArgs),
@@ -197,6 +204,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
         Cmd::Gateway(args) => args.run(terminated()).await,
         Cmd::Ctl(args) => seatfence::ctl::run(*args).await,
+        Cmd::Backup(args) => args.run().await,
+        Cmd::Restore(args) => args.run().await,
         Cmd::Version {
             activate,
             json,

@@ -41,6 +41,9 @@ pub enum Command {
     Batch(#[serde(deserialize_with = "two_levels")] Vec<Command>),
     /// Directory: add or update a node (id, region, gRPC address).
     RegisterNode(NodeInfo),
+    /// A step of restoring a backup into a new cluster (see
+    /// [`crate::restore`]): the directory's or an event group's.
+    Restore(crate::restore::RestoreOp),
     /// Directory: raise the cluster's active data format to `version`
     /// (see [`crate::format`]); refused unless every live node reads it.
     /// The format never goes down.
@@ -178,6 +181,8 @@ pub enum Response {
         /// Why, for the operator.
         reason: String,
     },
+    /// A restore step's outcome; `Err` changed nothing.
+    Restore(Result<crate::restore::RestoreDone, String>),
     /// `SetFormat`: the cluster's active format now (never lowered).
     FormatSet {
         /// The active format.
@@ -350,6 +355,7 @@ impl fmt::Display for Command {
             Command::ForgetAnswer { owner, key, .. } => write!(f, "forget {owner}/{key}"),
             Command::RegisterNode(n) => write!(f, "register {} in {}", n.id, n.region),
             Command::SetFormat { version } => write!(f, "set data format v{version}"),
+            Command::Restore(op) => write!(f, "restore step of backup {}", op.backup()),
             Command::CreateGroup { group_id, .. } => write!(f, "create group {group_id:?}"),
             Command::RegisterEvent { event_id, .. } => write!(f, "register event {event_id}"),
             Command::Audit(a) => write!(f, "audit {} {}", a.action, a.target),

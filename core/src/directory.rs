@@ -31,6 +31,10 @@ pub struct NodeInfo {
     pub format_max: crate::format::Version,
 }
 
+/// The directory's shared key holding the cluster's id (random, written
+/// once by the first node registered; a restored cluster has its own).
+pub const CLUSTER_ID_KEY: &str = "cluster_id";
+
 /// Where a new group's voters go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {

@@ -23,6 +23,7 @@
 //!   records them; `rejoin`: a node back on an empty data dir.
 //! - [`format`]: the versioned bytes of every value a node stores or sends
 //!   (a version byte, then postcard), and the version this process writes.
+//! - [`restore`]: the steps that load a backup into a new cluster.
 //! - [`record_key`]: the names of stored records, by which every `apply`
 //!   reports what it changed.
 //!
@@ -42,6 +43,7 @@ pub mod moves;
 pub mod query;
 pub mod record_key;
 mod rejoin;
+pub mod restore;
 pub mod state;
 
 pub use answers::KeyedAnswer;

@@ -56,6 +56,8 @@ pub enum RecordKey {
     Place(UserId),
     /// Directory: the cluster's active data format.
     Format,
+    /// The restore that loaded the group (directory: the cluster).
+    Restore,
 }
 
 impl RecordKey {
@@ -84,6 +86,7 @@ impl RecordKey {
             RecordKey::Change(c) => [b"c/".as_slice(), &c.to_be_bytes()].concat(),
             RecordKey::Room => b"m/room".to_vec(),
             RecordKey::Format => b"m/format".to_vec(),
+            RecordKey::Restore => b"m/restore".to_vec(),
             RecordKey::Place(u) => [b"w/".as_slice(), u.0.as_bytes()].concat(),
             RecordKey::Op(owner, key) => owner_key(b"o/", &owner.0, key),
             RecordKey::Answer(owner, key) => owner_key(b"q/", owner, key),
@@ -102,6 +105,7 @@ impl RecordKey {
             (b"m/", b"next_move_id") => Some(RecordKey::NextMoveId),
             (b"m/", b"room") => Some(RecordKey::Room),
             (b"m/", b"format") => Some(RecordKey::Format),
+            (b"m/", b"restore") => Some(RecordKey::Restore),
             (b"w/", u) => String::from_utf8(u.to_vec())
                 .ok()
                 .map(|u| RecordKey::Place(UserId(u))),

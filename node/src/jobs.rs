@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seatfence_core::{GroupId, Response};
+use seatfence_core::{Command, GroupId, Response};
 use seatfence_raft::clock::SystemClock;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::ClusterClient;
@@ -68,6 +68,7 @@ pub(crate) async fn register_self(
                     return;
                 }
                 tracing::info!(node = config.node_id, "registered in directory");
+                name_cluster(&client).await;
                 return;
             }
             Err(e) => tracing::debug!(node = config.node_id, "register: {e}"),
@@ -77,6 +78,19 @@ pub(crate) async fn register_self(
             _ = rx_stop.wait_for(|s| *s) => return,
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
+    }
+}
+
+/// Give the cluster its id if it has none yet (compare-and-set: the first
+/// node to ask names it). A failure is left to the next start.
+async fn name_cluster(client: &ClusterClient) {
+    let cmd = Command::PutSharedIf {
+        key: seatfence_core::directory::CLUSTER_ID_KEY.into(),
+        expected: None,
+        value: format!("c-{:016x}", rand::random::<u64>()).into_bytes(),
+    };
+    if let Err(e) = client.write(GroupId::DIRECTORY, &cmd).await {
+        tracing::debug!("naming the cluster: {e}");
     }
 }
 

@@ -52,6 +52,7 @@ pub mod client;
 pub mod clock;
 pub mod codec;
 pub mod config;
+pub mod dump;
 pub mod heap;
 pub mod joining;
 pub mod membership;

@@ -96,6 +96,15 @@ impl NodeService for FakeNode {
     ) -> Result<TonicResponse<MembershipReply>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    type DumpStream = seatfence_raft::dump::DumpStream;
+
+    async fn dump(
+        &self,
+        _: Request<seatfence_proto::v1::DumpRequest>,
+    ) -> Result<TonicResponse<Self::DumpStream>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 /// Serve a fake node on a free port; its address.

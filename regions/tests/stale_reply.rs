@@ -93,6 +93,15 @@ impl NodeService for FakeLeader {
     ) -> Result<TonicResponse<seatfence_proto::v1::MembershipReply>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    type DumpStream = seatfence_raft::dump::DumpStream;
+
+    async fn dump(
+        &self,
+        _: Request<seatfence_proto::v1::DumpRequest>,
+    ) -> Result<TonicResponse<Self::DumpStream>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 #[tokio::test]

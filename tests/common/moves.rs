@@ -40,6 +40,8 @@ pub struct Acked {
     pub hold_id: String,
     pub seat: String,
     pub token: String,
+    /// The buyer (the token's subject).
+    pub user: String,
 }
 
 /// Buyers holding one seat at a time through edges of every region. A
@@ -63,7 +65,8 @@ impl Traffic {
         for w in 0..3 * workers_per_region {
             let (stop, acked, unknown) = (stop.clone(), acked.clone(), unknown.clone());
             let edges = edges.clone();
-            let tok = token(cluster, &format!("{event}-buyer{w}"), false);
+            let user = format!("{event}-buyer{w}");
+            let tok = token(cluster, &user, false);
             let event = event.to_string();
             tasks.push(tokio::spawn(async move {
                 let http = HttpClient::default();
@@ -82,6 +85,7 @@ impl Traffic {
                                     hold_id: a.body["hold_id"].as_str().unwrap().to_string(),
                                     seat: a.body["seats"][0].as_str().unwrap().to_string(),
                                     token: tok.clone(),
+                                    user: user.clone(),
                                 });
                                 tokio::time::sleep(Duration::from_millis(60)).await;
                                 continue 'holds;
@@ -113,6 +117,11 @@ impl Traffic {
 
     pub fn acked_count(&self) -> usize {
         self.acked.lock().unwrap().len()
+    }
+
+    /// The holds acknowledged so far.
+    pub fn acked_now(&self) -> Vec<Acked> {
+        self.acked.lock().unwrap().clone()
     }
 
     pub async fn finish(self) -> (Vec<Acked>, u64) {

@@ -23,6 +23,8 @@ pub struct DirectoryState {
     pub audit: imbl::OrdMap<u64, AuditEntry>,
     /// First answers to keyed requests, by `(owner, key)`.
     pub answers: imbl::OrdMap<(String, String), crate::answers::KeyedAnswer>,
+    /// The restore of a backup into this cluster, if one began.
+    pub restore: Option<crate::restore::RestoreMark>,
 }
 
 impl DirectoryState {
@@ -48,6 +50,7 @@ impl DirectoryState {
             }
             Command::RegisterNode(node) => self.register_node(node, changed),
             Command::SetFormat { version } => self.set_format(*version, changed),
+            Command::Restore(op) => self.restore_step(op, changed),
             Command::CreateGroup {
                 group_id,
                 placement,
@@ -154,7 +157,7 @@ impl DirectoryState {
     /// `CreateGroup`: place a group and record it. An id that exists answers
     /// the existing group; `None` allocates the next free id (never 0, the
     /// directory's).
-    fn create_group(
+    pub(crate) fn create_group(
         &mut self,
         group_id: Option<GroupId>,
         placement: &Placement,
@@ -283,7 +286,11 @@ impl DirectoryState {
 
     /// `Audit`: append an entry with the next `seq` (the one given is
     /// ignored), then drop the oldest beyond [`AUDIT_KEEP`].
-    fn append_audit(&mut self, entry: &AuditEntry, changed: &mut Vec<RecordKey>) -> Response {
+    pub(crate) fn append_audit(
+        &mut self,
+        entry: &AuditEntry,
+        changed: &mut Vec<RecordKey>,
+    ) -> Response {
         if !entry.id.is_empty() {
             let seen = self
                 .audit

@@ -14,6 +14,8 @@ pub struct EventState {
     pub kv: imbl::OrdMap<String, Vec<u8>>,
     /// The event's seat inventory.
     pub inventory: Inventory,
+    /// The restore that loaded this group, if one did.
+    pub restore: Option<crate::restore::RestoreMark>,
 }
 
 impl EventState {
@@ -29,6 +31,7 @@ impl EventState {
                 }
             }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
+            Command::Restore(op) => self.restore_step(op, changed),
             Command::PutShared { .. }
             | Command::PutSharedIf { .. }
             | Command::RegisterNode(_)

@@ -103,6 +103,7 @@ impl DirectoryState {
             RecordKey::Move(m) => d.moves.get(m).map(enc),
             RecordKey::NextMoveId => Some(enc(&d.next_move_id)),
             RecordKey::Format => Some(enc(&d.active_format)),
+            RecordKey::Restore => self.restore.as_ref().map(enc),
             RecordKey::Answer(o, k) => self.answers.get(&(o.clone(), k.clone())).map(enc),
             RecordKey::NodeState(n) => d.node_states.get(n).map(enc),
             RecordKey::Repair(g) => d.repairs.get(g).map(enc),
@@ -139,6 +140,7 @@ impl DirectoryState {
             }
             RecordKey::NextMoveId => d.next_move_id = dec(value)?,
             RecordKey::Format => d.active_format = dec(value)?,
+            RecordKey::Restore => self.restore = Some(dec(value)?),
             RecordKey::Answer(o, k) => {
                 self.answers.insert((o, k), dec(value)?);
             }
@@ -184,6 +186,7 @@ impl DirectoryState {
             }
             RecordKey::NextMoveId => d.next_move_id = 0,
             RecordKey::Format => d.active_format = 0,
+            RecordKey::Restore => self.restore = None,
             RecordKey::Answer(o, k) => {
                 self.answers.remove(&(o, k));
             }
@@ -216,6 +219,7 @@ impl DirectoryState {
             .chain(d.moves.keys().map(|m| RecordKey::Move(*m)))
             .chain(std::iter::once(RecordKey::NextMoveId))
             .chain(std::iter::once(RecordKey::Format))
+            .chain(std::iter::once(RecordKey::Restore))
             .chain(
                 self.answers
                     .keys()
@@ -243,6 +247,7 @@ impl EventState {
             RecordKey::Change(c) => inv.changes.get(c).map(enc),
             RecordKey::Room => inv.room.as_ref().map(enc),
             RecordKey::Place(u) => inv.places.get(u).map(enc),
+            RecordKey::Restore => self.restore.as_ref().map(enc),
             _ => None,
         }
     }
@@ -280,6 +285,7 @@ impl EventState {
             RecordKey::Place(u) => {
                 inv.places.insert(u, dec(value)?);
             }
+            RecordKey::Restore => self.restore = Some(dec(value)?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -318,6 +324,7 @@ impl EventState {
             RecordKey::Place(u) => {
                 inv.places.remove(&u);
             }
+            RecordKey::Restore => self.restore = None,
             _ => return None,
         }
         Some(())
@@ -343,5 +350,6 @@ impl EventState {
             .chain(inv.changes.keys().map(|c| RecordKey::Change(*c)))
             .chain(std::iter::once(RecordKey::Room))
             .chain(inv.places.keys().map(|u| RecordKey::Place(u.clone())))
+            .chain(std::iter::once(RecordKey::Restore))
     }
 }

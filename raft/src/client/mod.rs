@@ -15,7 +15,8 @@ use std::sync::atomic::Ordering;
 use seatfence_core::{Command, GroupId, Query, QueryResult};
 use seatfence_proto::v1::node_service_client::NodeServiceClient;
 use seatfence_proto::v1::{
-    query_reply, QueryRequest, ReadReply, ReadRequest, StatusReply, StatusRequest,
+    dump_chunk, query_reply, DumpChunk, DumpHeader, DumpRequest, QueryRequest, ReadReply,
+    ReadRequest, StatusReply, StatusRequest,
 };
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
@@ -290,6 +291,42 @@ impl ClusterClient {
                         Err(s) => Attempt::Failed(from_status(group, &s)),
                     })
                 }
+            })
+            .await
+    }
+
+    /// Start a dump of `group` at its leader (`NodeService.Dump`, for a
+    /// backup): its header, and the stream of the chunks that follow (the
+    /// records, then the trailer).
+    pub async fn dump(
+        &self,
+        group: GroupId,
+    ) -> Result<(DumpHeader, tonic::Streaming<DumpChunk>), ClientError> {
+        let inner = &self.inner;
+        inner
+            .at_leader(group, self.deadline, |addr| async move {
+                let reply = inner
+                    .node(&addr)?
+                    .dump(DumpRequest { group_id: group.0 })
+                    .await;
+                let mut stream = match reply {
+                    Ok(r) => r.into_inner(),
+                    Err(s) => return Ok(Attempt::Failed(from_status(group, &s))),
+                };
+                Ok(match stream.message().await {
+                    Ok(Some(DumpChunk {
+                        part: Some(dump_chunk::Part::Header(h)),
+                    })) => Attempt::Done((h, stream)),
+                    Ok(Some(DumpChunk {
+                        part: Some(dump_chunk::Part::NotLeader(nl)),
+                    })) => Attempt::NotLeader(nl),
+                    Ok(other) => {
+                        return Err(ClientError::BadReply(format!(
+                            "a dump began with {other:?}"
+                        )))
+                    }
+                    Err(s) => Attempt::Failed(from_status(group, &s)),
+                })
             })
             .await
     }

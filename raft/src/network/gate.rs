@@ -40,6 +40,8 @@ pub enum Need {
     Read,
     /// The node's status: what an operator may call.
     Operate,
+    /// A group's every record, for a backup: members and operators.
+    Dump,
 }
 
 /// Who is calling, as far as the gate is concerned.
@@ -51,7 +53,8 @@ pub enum Caller {
     Joining(u64),
     /// A member node.
     Member(u64),
-    /// An operator, by the name its certificate carries: it may only read the node's status.
+    /// An operator, by the name its certificate carries: it may read the
+    /// node's status, dump a group (a backup) and restore a backup.
     Operator(String),
 }
 
@@ -116,7 +119,7 @@ impl Gate {
             (Caller::Joining(_), Need::Ping) => true,
             (Caller::Joining(_), Need::Raft(g)) => g == GroupId::DIRECTORY,
             (Caller::Joining(_), _) => false,
-            (Caller::Operator(_), need) => need == Need::Operate,
+            (Caller::Operator(_), need) => matches!(need, Need::Operate | Need::Dump),
         };
         if ok {
             return Ok(());
@@ -124,7 +127,10 @@ impl Gate {
         Err(match caller {
             Caller::Operator(name) => denied(
                 "node_certificate_required",
-                format!("operator {name:?} may read a node's status; {need:?} needs a node"),
+                format!(
+                    "operator {name:?} may read a node's status, dump a group for a backup \
+                     and restore one; {need:?} needs a node"
+                ),
             ),
             Caller::Joining(id) => denied(
                 "not_a_member",

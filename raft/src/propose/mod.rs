@@ -19,7 +19,7 @@ use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::impls::ProgressResponder;
 use openraft::{LinearizerOption, ReadPolicy};
 use seatfence_core::inventory::{EventAction, EventReply, Outcome};
-use seatfence_core::{Command, GroupId, Query, Response};
+use seatfence_core::{Command, GroupId, Query, Response, State};
 
 use crate::clock::Clock;
 use crate::membership::{self, MembershipError, MembershipOp, MembershipStatus};
@@ -368,6 +368,24 @@ impl Proposer {
             result: s.state.query(q),
             applied_index: s.last_applied.map(|l| l.index).unwrap_or(0),
             term,
+        }))
+    }
+
+    /// A copy of `group`'s state at its leader, read after a read-index
+    /// round, with the applied index and the term (a backup's dump). The
+    /// copy shares the state's persistent maps: it costs little memory and
+    /// never holds up applies while it is read.
+    pub async fn dump(&self, group: GroupId) -> Result<(State, u64, u64), ProposeError> {
+        let g = self.group(group).await?;
+        if removed_leader(&g) {
+            return Err(removed(group));
+        }
+        g.wake_for_use().await;
+        confirm_leadership(&g.raft, group, Read::ReadIndex).await?;
+        let term = g.term();
+        Ok(g.sm.read(|s| {
+            let applied = s.last_applied.map(|l| l.index).unwrap_or(0);
+            (s.state.clone(), applied, term)
         }))
     }
 

@@ -119,6 +119,25 @@ pub enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// N events of S seats on a local one-region cluster, holds running:
+    /// `seatfence backup` while they run, then `seatfence restore` into a
+    /// new cluster. Backup and restore time and bytes, and the holds' p99
+    /// before and during the backup.
+    Backup {
+        #[arg(long, default_value_t = 1_000)]
+        events: usize,
+        /// Seats of each event (rows of 100).
+        #[arg(long, default_value_t = 20_000)]
+        seats: u32,
+        /// Holds in flight throughout.
+        #[arg(long, default_value_t = 32)]
+        inflight: usize,
+        /// Seconds of holds measured before the backup.
+        #[arg(long, default_value_t = 5)]
+        before_secs: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Events created per second through `POST /v1/events` on a local
     /// one-region cluster (3 nodes, every node an edge), `inflight` at once.
     CreateEvents {
@@ -389,6 +408,23 @@ async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             let r = run_failover_bench(bin, &args).await?;
             let broken = (r.not_resumed > 0)
                 .then(|| format!("{} groups did not resume after the kill", r.not_resumed));
+            finish(&r, json, broken)
+        }
+        BenchCmd::Backup {
+            events,
+            seats,
+            inflight,
+            before_secs,
+            json,
+        } => {
+            let args = crate::backup::BackupBenchArgs {
+                events,
+                seats,
+                inflight,
+                before_secs,
+            };
+            let r = crate::backup::run_backup_bench(bin, &args).await?;
+            let broken = (r.holds_failed > 0).then(|| format!("{} holds failed", r.holds_failed));
             finish(&r, json, broken)
         }
         BenchCmd::Repair {

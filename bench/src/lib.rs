@@ -15,9 +15,12 @@
 //! - [`dormant`]: `bench dormant`, dormant followers' memory and wake-up.
 //! - [`flash`]: `bench flash-sale` and `bench compare` (PostgreSQL, etcd;
 //!   `bench/compare.sh` starts those servers).
+//! - [`backup`]: `bench backup`, backup and restore time and bytes, and
+//!   the holds' p99 during a backup.
 //! - [`cli`]: the subcommands' flags; each report renders itself (`Display`).
 //! - [`world`]: a benchmark's cluster, started and ready.
 
+pub mod backup;
 pub mod cli;
 pub mod create;
 pub mod dormant;

@@ -77,6 +77,7 @@ impl DemoFile {
 /// write `demo.json`, print a walk-through, and serve until `shutdown`.
 pub async fn run(
     data_dir: Option<PathBuf>,
+    empty: bool,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let dir = prepare_dir(data_dir)?;
@@ -86,7 +87,10 @@ pub async fn run(
     let tokens = mint_tokens(&secret);
     let edges = cluster.edges();
     let us = edges.get("us-east").context("no us-east edge")?.clone();
-    let group = create_sample_event(&us, &tokens["operator"]).await?;
+    let group = match empty {
+        true => Value::Null,
+        false => create_sample_event(&us, &tokens["operator"]).await?,
+    };
     let node_edges = cluster
         .all_edges()
         .into_iter()
@@ -97,7 +101,10 @@ pub async fn run(
         node_edges,
         gateway: Some(gateway.url.clone()),
         tokens,
-        events: vec![DEMO_EVENT.into()],
+        events: match empty {
+            true => Vec::new(),
+            false => vec![DEMO_EVENT.into()],
+        },
         jwt_secret: secret,
         nodes: cluster.addrs(),
         tls: cluster.certs_dir().map(|d| {
@@ -109,6 +116,18 @@ pub async fn run(
     };
     let demo_path = dir.join("demo.json");
     std::fs::write(&demo_path, serde_json::to_string_pretty(&demo)?)?;
+    if empty {
+        print_nodes(&cluster, &gateway, &demo_path, None);
+        println!(
+            "An empty cluster (no sample event), to restore a backup into:\n  \
+             {} restore --from DIR --demo {}\n",
+            bin.display(),
+            demo_path.display()
+        );
+        println!("Ctrl-C (or SIGTERM) stops the cluster.");
+        shutdown.await;
+        return stop(cluster, gateway, &dir);
+    }
 
     // A restarted demo's event may have moved since it was created.
     let owner = match owner_region(&us, &demo.tokens["operator"]).await {
@@ -120,7 +139,7 @@ pub async fn run(
             "us-east".to_string()
         }
     };
-    print_nodes(&cluster, &gateway, &demo_path, &owner);
+    print_nodes(&cluster, &gateway, &demo_path, Some(&owner));
     let group = group
         .as_u64()
         .context("the sample event's answer has no group_id")?;
@@ -131,6 +150,11 @@ pub async fn run(
     print_cli_hints(&bin, &demo_path);
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
+    stop(cluster, gateway, &dir)
+}
+
+/// Stop the demo's nodes (SIGTERM, waiting for each) and its gateway.
+fn stop(cluster: LocalCluster, gateway: GatewayProc, dir: &Path) -> anyhow::Result<()> {
     println!("\nseatfence demo: stopping the 9 nodes and the gateway ...");
     // SIGTERM every node and wait: each flushes and stops its replicas (a
     // drop would SIGKILL them).
@@ -246,7 +270,12 @@ async fn create_sample_event(us: &str, operator: &str) -> anyhow::Result<Value> 
 }
 
 /// The nodes, the gateway, where `demo.json` is and the sample event.
-fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path, owner: &str) {
+fn print_nodes(
+    cluster: &LocalCluster,
+    gateway: &GatewayProc,
+    demo_path: &Path,
+    owner: Option<&str>,
+) {
     println!("\nNodes:");
     for n in &cluster.nodes {
         println!(
@@ -262,9 +291,11 @@ fn print_nodes(cluster: &LocalCluster, gateway: &GatewayProc, demo_path: &Path, 
         "\nWrote {} (edges, gateway, tokens, events).",
         demo_path.display()
     );
-    println!(
-        "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by {owner}.\n"
-    );
+    if let Some(owner) = owner {
+        println!(
+            "Sample event {DEMO_EVENT}: 250 seats (A-1-1 .. A-10-20, B-1-1 .. B-5-10), owned by {owner}.\n"
+        );
+    }
 }
 
 /// What the walk-through names: the edges, tokens and gateway, the sample

@@ -72,6 +72,10 @@ enum Cmd {
         /// gets a fresh demo.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Start the cluster without the sample event (to restore a backup
+        /// into: README "Backup and restore").
+        #[arg(long)]
+        empty: bool,
     },
     /// Create the cluster CA and node and operator certificates (mutual TLS
     /// on every node's gRPC port).
@@ -201,7 +205,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
             }
         }
-        Cmd::Demo { data_dir } => seatfence::demo::run(data_dir, terminated()).await,
+        Cmd::Demo { data_dir, empty } => seatfence::demo::run(data_dir, empty, terminated()).await,
         Cmd::Gateway(args) => args.run(terminated()).await,
         Cmd::Ctl(args) => seatfence::ctl::run(*args).await,
         Cmd::Backup(args) => args.run().await,

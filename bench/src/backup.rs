@@ -1,7 +1,8 @@
 //! `seatfence bench backup`: N events of S seats on a local one-region
 //! cluster (3 nodes), holds running at `inflight` throughout; then
 //! `seatfence backup` (the real command, with the operator certificate)
-//! while they run, and `seatfence restore` into a second, new cluster.
+//! while they run, and `seatfence restore` into a second, new cluster
+//! (started once the first is stopped).
 //! Reports the backup's and the restore's time and bytes, and the holds'
 //! p99 and rate before and during the backup.
 
@@ -157,6 +158,11 @@ pub async fn run_backup_bench(
     let holds_failed = load.stop().await;
     let backup_bytes = taken["bytes"].as_u64().unwrap_or(0);
 
+    // The old cluster is gone before the new one starts (as on the day a
+    // restore is needed; and two clusters of a big sale do not fit in
+    // one machine's memory).
+    let mut world = world;
+    world.cluster.stop_all()?;
     let new = World::start(
         LocalCluster::builder(&dir.join("new")).regions(1, 3),
         bin,

@@ -136,8 +136,28 @@ async fn t44_a_backup_taken_during_a_sale_restores_into_a_new_cluster() {
         summary["groups"], 3,
         "the directory and two events: {summary}"
     );
+    // Holds after the backup: the old cluster's changefeed runs past it.
+    let after_backup = traffic.acked_count() + 3;
+    eventually("holds after the backup", || async {
+        (traffic.acked_count() >= after_backup).then_some(())
+    })
+    .await;
     let (acked, _) = traffic.finish().await;
     assert!(acked.len() >= before.len());
+    let mut late = cursor.clone();
+    loop {
+        let page = get(
+            &old_edge,
+            &format!("/v1/admin/changes?after={late}&limit=5000"),
+            &op_old,
+        )
+        .await;
+        let next = page["next_cursor"].as_str().unwrap().to_string();
+        if page["changes"].as_array().unwrap().is_empty() {
+            break;
+        }
+        late = next;
+    }
     // The old cluster is gone (the operator's worst day); its gateway stays.
     env.cluster.stop_all().unwrap();
 
@@ -317,6 +337,24 @@ async fn t44_a_backup_taken_during_a_sale_restores_into_a_new_cluster() {
         sale_holds >= before.len(),
         "{sale_holds} holds of the sale in {changes}"
     );
+
+    tracing::info!("--- a cursor past the backup (the old cluster's later changes) is 410");
+    let gone = HttpClient::default()
+        .get(&format!("{edge}/v1/admin/changes?after={late}"), Some(&op))
+        .await
+        .unwrap();
+    assert_eq!(gone.status.as_u16(), 410, "{}", gone.body);
+    assert_eq!(gone.code(), Some("cursor_expired"));
+    assert!(
+        gone.body["error"]["events"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("sale")),
+        "{}",
+        gone.body
+    );
+    let resume = gone.body["error"]["oldest_cursor"].as_str().unwrap();
+    get(&edge, &format!("/v1/admin/changes?after={resume}"), &op).await;
 
     tracing::info!("--- a second restore is refused");
     let (ok, _, err) = operator_cli(&new, &["restore", "--from", backup.to_str().unwrap()]);

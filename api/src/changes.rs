@@ -54,6 +54,10 @@ pub enum Pos {
     After(u64),
     /// Nothing read yet: from the oldest change the event keeps (`G-o`).
     Oldest,
+    /// Read up to this change of an event this cluster restored from a
+    /// backup (`G-Sr`): written by a cluster that restored it, so a
+    /// position past the backed-up changes is one of its own.
+    Restored(u64),
 }
 
 /// Where a reader is: per event group, its [`Pos`].
@@ -71,15 +75,25 @@ impl Cursor {
             let g: u64 = g.parse().ok()?;
             let pos = match seq {
                 "o" => Pos::Oldest,
-                n => Pos::After(n.parse().ok()?),
+                n => match n.strip_suffix('r') {
+                    Some(n) => Pos::Restored(n.parse().ok()?),
+                    None => Pos::After(n.parse().ok()?),
+                },
             };
             // A group named twice stands at the earlier position: reading
             // again is safe, skipping is not. A number beats `o`: it says
             // where the reader stood, and keeps the 410 if that is gone.
             let at = map.entry(g).or_insert(pos);
+            // One of them not written after a restore: the reader's
+            // position is not known to be this cluster's.
             *at = match (*at, pos) {
-                (Pos::After(a), Pos::After(b)) => Pos::After(a.min(b)),
+                (Pos::After(a), Pos::After(b) | Pos::Restored(b))
+                | (Pos::Restored(a), Pos::After(b)) => Pos::After(a.min(b)),
+                (Pos::Restored(a), Pos::Restored(b)) => Pos::Restored(a.min(b)),
                 (Pos::After(a), Pos::Oldest) | (Pos::Oldest, Pos::After(a)) => Pos::After(a),
+                (Pos::Restored(a), Pos::Oldest) | (Pos::Oldest, Pos::Restored(a)) => {
+                    Pos::Restored(a)
+                }
                 (Pos::Oldest, Pos::Oldest) => Pos::Oldest,
             };
         }
@@ -90,7 +104,7 @@ impl Cursor {
     /// oldest kept).
     pub fn after(&self, group: GroupId) -> u64 {
         match self.0.get(&group.0) {
-            Some(Pos::After(s)) => *s,
+            Some(Pos::After(s) | Pos::Restored(s)) => *s,
             Some(Pos::Oldest) | None => 0,
         }
     }
@@ -102,6 +116,7 @@ impl std::fmt::Display for Cursor {
         for (g, pos) in &self.0 {
             match pos {
                 Pos::After(s) => write!(f, ".{g}-{s}")?,
+                Pos::Restored(s) => write!(f, ".{g}-{s}r")?,
                 Pos::Oldest => write!(f, ".{g}-o")?,
             }
         }
@@ -219,6 +234,7 @@ fn advance(
 ) -> Result<(Vec<Value>, Vec<String>), ApiError> {
     let start = cursor.clone();
     let (mut out, mut unavailable, mut expired) = (Vec::new(), Vec::new(), Vec::new());
+    let mut diverged = Vec::new();
     for (event, group, page) in answers {
         let page = match page {
             Some(p) if p.event_id.as_ref() == Some(&event) => p,
@@ -231,15 +247,30 @@ fn advance(
                 continue;
             }
         };
+        // A restored event: positions this cluster writes say so.
+        let here = |s: u64| match page.restored_through {
+            Some(_) => Pos::Restored(s),
+            None => Pos::After(s),
+        };
+        let pos = cursor.0.get(&group.0).copied();
+        // Past the backed-up changes, in a cursor this cluster did not
+        // write: the reader read the old cluster's later changes, and this
+        // cluster numbers its own from there.
+        if let (Some(through), Some(Pos::After(s))) = (page.restored_through, pos) {
+            if s > through {
+                diverged.push((event.0.clone(), group, Pos::Restored(through)));
+                continue;
+            }
+        }
         // From the start: the oldest kept change. Else the next one must
         // still be kept.
-        let from = match cursor.0.get(&group.0) {
-            Some(Pos::After(s)) => *s,
+        let from = match pos {
+            Some(Pos::After(s) | Pos::Restored(s)) => s,
             None if strict => 0,
             Some(Pos::Oldest) | None => page.oldest_seq.saturating_sub(1),
         };
         if from.saturating_add(1) < page.oldest_seq {
-            expired.push((event.0.clone(), group, page.oldest_seq - 1));
+            expired.push((event.0.clone(), group, here(page.oldest_seq - 1)));
             continue;
         }
         let room = limit.saturating_sub(out.len());
@@ -248,22 +279,42 @@ fn advance(
             out.push(change_json(&event, group, c));
             last = c.seq;
         }
-        cursor.0.insert(group.0, Pos::After(last));
+        cursor.0.insert(group.0, here(last));
     }
-    if !expired.is_empty() {
+    if !expired.is_empty() || !diverged.is_empty() {
         // From where the reader stood: what this answer read is not sent.
         let mut oldest = start;
-        for (_, group, at) in &expired {
-            oldest.0.insert(group.0, Pos::After(*at));
+        for (_, group, at) in expired.iter().chain(&diverged) {
+            oldest.0.insert(group.0, *at);
         }
-        let names: Vec<&str> = expired.iter().map(|(e, _, _)| e.as_str()).collect();
+        let names = |v: &[(String, GroupId, Pos)]| -> Vec<String> {
+            v.iter().map(|(e, _, _)| e.clone()).collect()
+        };
+        let mut why = Vec::new();
+        if !expired.is_empty() {
+            why.push(format!(
+                "changes after this cursor are no longer kept for {}",
+                names(&expired).join(", ")
+            ));
+        }
+        if !diverged.is_empty() {
+            why.push(format!(
+                "{} were restored from a backup that ends before this cursor (the changes after \
+                 the backup were made by the old cluster and are not here)",
+                names(&diverged).join(", ")
+            ));
+        }
+        let all: Vec<String> = names(&expired)
+            .into_iter()
+            .chain(names(&diverged))
+            .collect();
         return Err(ApiError::Gone {
             code: "cursor_expired",
             message: format!(
-                "changes after this cursor are no longer kept for {}: resume from oldest_cursor (what was between is lost to this reader)",
-                names.join(", ")
+                "{}: resume from oldest_cursor (what was between is lost to this reader)",
+                why.join("; ")
             ),
-            extra: json!({"oldest_cursor": oldest.to_string(), "events": names}),
+            extra: json!({"oldest_cursor": oldest.to_string(), "events": all}),
         });
     }
     Ok((out, unavailable))
@@ -396,8 +447,57 @@ mod tests {
             oldest_seq: oldest,
             next_seq: next,
             changes: (oldest.max(after + 1)..next).map(change).collect(),
+            restored_through: None,
         };
         (EventId(format!("e{g}")), GroupId(g), Some(Box::new(page)))
+    }
+
+    /// [`page`] of an event restored from a backup that ended at `through`.
+    fn restored(
+        g: u64,
+        through: u64,
+        next: u64,
+        after: u64,
+    ) -> (EventId, GroupId, Option<Box<ChangePage>>) {
+        let (e, g, mut p) = page(g, 1, next, after);
+        p.as_mut().unwrap().restored_through = Some(through);
+        (e, g, p)
+    }
+
+    /// A restored event (its backup ended at change 5; this cluster wrote
+    /// 6 and 7 since): a cursor of the old cluster at or before 5 reads on
+    /// and comes back marked `r`; one past 5 (the old cluster's own 6..)
+    /// is 410 naming where to resume; a marked one past 5 reads on.
+    #[test]
+    fn a_cursor_past_a_restored_backup_is_gone_unless_this_cluster_wrote_it() {
+        let mut at_backup = Cursor::parse("c.1-4").unwrap();
+        let (out, _) = advance(&mut at_backup, true, vec![restored(1, 5, 8, 4)], 500).unwrap();
+        assert_eq!(
+            seqs(&out),
+            [("e1".into(), 5), ("e1".into(), 6), ("e1".into(), 7)]
+        );
+        assert_eq!(at_backup.to_string(), "c.1-7r");
+
+        let mut ahead = Cursor::parse("c.1-6").unwrap();
+        let Err(ApiError::Gone {
+            code,
+            message,
+            extra,
+        }) = advance(&mut ahead, true, vec![restored(1, 5, 8, 6)], 500)
+        else {
+            panic!("a cursor of the old cluster past the backup was not refused");
+        };
+        assert_eq!(code, "cursor_expired");
+        assert!(message.contains("restored from a backup"), "{message}");
+        assert_eq!(extra["oldest_cursor"], "c.1-5r");
+
+        let mut ours = Cursor::parse("c.1-6r").unwrap();
+        let (out, _) = advance(&mut ours, true, vec![restored(1, 5, 8, 6)], 500).unwrap();
+        assert_eq!(seqs(&out), [("e1".into(), 7)]);
+        assert_eq!(ours.to_string(), "c.1-7r");
+        // Parsed twice with and without the mark: the unmarked position wins.
+        assert_eq!(Cursor::parse("c.1-6r.1-9").unwrap().to_string(), "c.1-6");
+        assert_eq!(Cursor::parse("c.1-o.1-6r").unwrap().to_string(), "c.1-6r");
     }
 
     fn silent(g: u64) -> (EventId, GroupId, Option<Box<ChangePage>>) {

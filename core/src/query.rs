@@ -212,7 +212,15 @@ impl State {
             Query::Outbox { limit } => outbox_answer(inv, *limit),
             Query::Inbox(id) => QueryResult::Inbox(inv.inbox.contains_key(id)),
             Query::Changes { after, limit } => {
-                QueryResult::Changes(Box::new(inv.change_page(*after, *limit as usize)))
+                let mut page = inv.change_page(*after, *limit as usize);
+                if let State::Event(e) = self {
+                    page.restored_through = e
+                        .restore
+                        .as_ref()
+                        .filter(|m| m.done)
+                        .map(|m| m.changes_through);
+                }
+                QueryResult::Changes(Box::new(page))
             }
             Query::Answer { owner, key } => {
                 QueryResult::Answer(self.answers().get(&(owner.clone(), key.clone())).cloned())

@@ -201,6 +201,11 @@ pub struct ChangePage {
     pub next_seq: u64,
     /// Changes after the asked-for `after`, in order, at most the limit.
     pub changes: Vec<Change>,
+    /// The event was restored from a backup (`seatfence restore`) whose
+    /// changefeed ended at this change: a reader past it whose cursor this
+    /// cluster did not write read the old cluster's later changes, which
+    /// are not here (set by `State::query`).
+    pub restored_through: Option<u64>,
 }
 
 impl Inventory {
@@ -348,6 +353,7 @@ impl Inventory {
                 .take(limit)
                 .map(|(_, c)| c.clone())
                 .collect(),
+            restored_through: None,
         }
     }
 }

@@ -1,9 +1,8 @@
 //! The edge's routes, written once. [`ROUTES`] drives dispatch (`http.rs`
 //! matches a request against it and calls the handler its [`Route`] names),
-//! admission (`admitted` routes take a per-user rate token and an in-flight
-//! slot before the handler runs), the audit trail (`audit`), the latency
-//! metric's label (`label`) and the OpenAPI test (every row is documented
-//! in docs/openapi.json, and nothing else is).
+//! admission (`admitted` routes take a rate token and an in-flight slot
+//! first), the audit trail (`audit`), the latency label (`label`) and the
+//! OpenAPI test (every row is in docs/openapi.json, and nothing else is).
 
 use std::sync::LazyLock;
 

@@ -37,6 +37,20 @@ pub enum CertCmd {
         #[arg(long, default_value_t = certs::LEAF_DAYS)]
         days: i64,
     },
+    /// An edge's HTTPS certificate (`[edge.tls]`): DIR/edge-NAME.pem and
+    /// DIR/edge-NAME.key, for the addresses and names clients dial.
+    Edge {
+        #[arg(long)]
+        dir: PathBuf,
+        /// A name for the file (the host's, A-Z a-z 0-9 - _ .).
+        #[arg(long)]
+        name: String,
+        /// An IP address or DNS name the certificate is for (repeat).
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+        #[arg(long, default_value_t = certs::LEAF_DAYS)]
+        days: i64,
+    },
 }
 
 pub fn run(cmd: CertCmd) -> anyhow::Result<()> {
@@ -44,6 +58,12 @@ pub fn run(cmd: CertCmd) -> anyhow::Result<()> {
         CertCmd::Ca { dir } => vec![certs::make_ca(&dir)?, dir.join("ca.key")],
         CertCmd::Node { dir, id, days } => files(certs::make_node(&dir, id, days)?),
         CertCmd::Operator { dir, name, days } => files(certs::make_operator(&dir, &name, days)?),
+        CertCmd::Edge {
+            dir,
+            name,
+            hosts,
+            days,
+        } => files(certs::make_edge(&dir, &name, &hosts, days)?),
     };
     for f in written {
         println!("{}", f.display());

@@ -72,6 +72,22 @@ pub struct EdgeConfig {
     /// the edge is bound to (set it when binding a wildcard address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
+    /// `[edge.tls]`: serve HTTPS only, with this certificate and key (the
+    /// default `public_url` is then `https://`, and a `public_url` must be
+    /// one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EdgeTls>,
+}
+
+/// `[edge.tls]`: the edge's certificate (PEM, the chain from the leaf up)
+/// and private key (PEM), read at start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeTls {
+    /// The certificate chain's file.
+    pub cert: std::path::PathBuf,
+    /// The private key's file (keep it owner-only).
+    pub key: std::path::PathBuf,
 }
 
 fn default_header_timeout() -> u64 {
@@ -138,6 +154,11 @@ impl EdgeConfig {
                 .or_else(|| u.strip_prefix("https://"));
             if rest.is_none_or(|r| r.is_empty() || r.chars().any(|c| c.is_whitespace())) {
                 return Err(format!("public_url {u:?} is not an http(s) URL"));
+            }
+            if self.tls.is_some() && !u.starts_with("https://") {
+                return Err(format!(
+                    "public_url {u:?} must be https:// when [edge.tls] is set (the edge serves only HTTPS)"
+                ));
             }
         }
         if self.jwt_secret.len() < 16 {

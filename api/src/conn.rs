@@ -1,7 +1,8 @@
 //! The edge's connections: accepting within `max_connections` and
 //! `max_connections_per_ip` ([`Peers`]), and cutting slow or idle clients
-//! off (header, body and idle timeouts), each counted in the metrics.
-//! Requests are answered by [`crate::http`].
+//! off (header, body and idle timeouts), each counted in the metrics; with
+//! `[edge.tls]`, the TLS handshake first (`crate::tls`). Requests are
+//! answered by [`crate::http`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -13,6 +14,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::http::handle;
 use crate::Edge;
@@ -22,8 +24,15 @@ use crate::Edge;
 /// `body_timeout_ms` (408; an oversized one's drain too, 413), an idle
 /// keep-alive connection after `idle_timeout_ms`; at most
 /// `max_connections` are open, at most `max_connections_per_ip` from one
-/// address (more are closed on accept). Each has a metric.
-pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::Receiver<bool>) {
+/// address (more are closed on accept). Each has a metric. With `tls`,
+/// every connection is HTTPS: its handshake must finish within
+/// `header_timeout_ms`, and anything else (plain HTTP) is closed.
+pub async fn serve(
+    edge: Arc<Edge>,
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    mut rx_stop: watch::Receiver<bool>,
+) {
     let slots = Arc::new(tokio::sync::Semaphore::new(edge.config.max_connections));
     let peers = Arc::new(Peers::new(edge.config.connections_per_ip()));
     loop {
@@ -55,6 +64,7 @@ pub async fn serve(edge: Arc<Edge>, listener: TcpListener, mut rx_stop: watch::R
             stream,
             Peer::of(addr.ip()),
             (slot, peer_slot),
+            tls.clone(),
             rx_stop.clone(),
         ));
     }
@@ -210,12 +220,49 @@ async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: Peer,
     _slots: (tokio::sync::OwnedSemaphorePermit, PeerSlot),
-    mut rx_stop: watch::Receiver<bool>,
+    tls: Option<TlsAcceptor>,
+    rx_stop: watch::Receiver<bool>,
 ) {
-    use std::sync::atomic::Ordering::Relaxed;
     edge.metrics.connections.increment(1.0);
     let opened = Instant::now();
     let activity = Arc::new(Activity::default());
+    let tracked = Tracked {
+        inner: stream,
+        activity: activity.clone(),
+        opened,
+    };
+    match tls {
+        None => drive(&edge, tracked, peer, false, activity, opened, rx_stop).await,
+        Some(acceptor) => {
+            let within = Duration::from_millis(edge.config.header_timeout_ms);
+            match tokio::time::timeout(within, acceptor.accept(tracked)).await {
+                Ok(Ok(stream)) => drive(&edge, stream, peer, true, activity, opened, rx_stop).await,
+                Ok(Err(e)) => {
+                    edge.metrics.inc(|m| &m.tls_handshake_failures);
+                    tracing::debug!("edge TLS handshake: {e}");
+                }
+                Err(_) => edge.metrics.inc(|m| &m.tls_handshake_failures),
+            }
+        }
+    }
+    edge.metrics.connections.decrement(1.0);
+}
+
+/// Serve one connection's requests (`https`: its answers carry
+/// `Strict-Transport-Security`) until it closes, times out or the edge
+/// stops.
+async fn drive<S>(
+    edge: &Arc<Edge>,
+    stream: S,
+    peer: Peer,
+    https: bool,
+    activity: Arc<Activity>,
+    opened: Instant,
+    mut rx_stop: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use std::sync::atomic::Ordering::Relaxed;
     let idle = Duration::from_millis(edge.config.idle_timeout_ms);
     let svc = {
         let (edge, activity) = (edge.clone(), activity.clone());
@@ -223,7 +270,13 @@ async fn serve_connection(
             let (edge, activity) = (edge.clone(), activity.clone());
             async move {
                 activity.inflight.fetch_add(1, Relaxed);
-                let resp = handle(edge, req, peer).await;
+                let mut resp = handle(edge, req, peer).await;
+                if https {
+                    resp.headers_mut().insert(
+                        hyper::header::STRICT_TRANSPORT_SECURITY,
+                        hyper::header::HeaderValue::from_static(crate::tls::HSTS),
+                    );
+                }
                 activity.inflight.fetch_sub(1, Relaxed);
                 activity
                     .last_ms
@@ -236,14 +289,7 @@ async fn serve_connection(
         .keep_alive(true)
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_millis(edge.config.header_timeout_ms))
-        .serve_connection(
-            TokioIo::new(Tracked {
-                inner: stream,
-                activity: activity.clone(),
-                opened,
-            }),
-            svc,
-        );
+        .serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
     let mut closing = false;
     loop {
@@ -279,7 +325,6 @@ async fn serve_connection(
             _ = tokio::time::sleep(CLOSE_GRACE), if closing => break,
         }
     }
-    edge.metrics.connections.decrement(1.0);
 }
 
 /// How long a closing connection may take to finish its answer.

@@ -62,6 +62,7 @@ pub mod moves;
 pub mod payments;
 pub mod room;
 pub mod routes;
+pub mod tls;
 pub mod version;
 mod whole;
 

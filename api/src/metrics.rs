@@ -81,6 +81,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Counter,
+        "seatfence_http_tls_handshake_failures_total",
+        "HTTPS connections closed because the TLS handshake failed or took longer than header_timeout_ms (plain HTTP to an HTTPS edge, a client that does not trust the certificate).",
+    ),
+    (
+        Kind::Counter,
         "seatfence_http_timeouts_total",
         "HTTP connections closed for slowness, by kind (header, body, idle).",
     ),
@@ -132,6 +137,8 @@ pub struct EdgeMetrics {
     pub connections_refused: Counter,
     /// Connections closed on accept at `max_connections_per_ip` for their address.
     pub connections_refused_per_ip: Counter,
+    /// HTTPS connections whose TLS handshake failed or timed out.
+    pub tls_handshake_failures: Counter,
     /// Connections closed because a request's headers came too slowly.
     pub header_timeouts: Counter,
     /// Requests whose body did not arrive within `body_timeout_ms` (408 or
@@ -172,6 +179,7 @@ impl Default for EdgeMetrics {
             connections: gauge!("seatfence_http_connections"),
             connections_refused: counter!("seatfence_http_connections_refused_total"),
             connections_refused_per_ip: counter!("seatfence_http_connections_refused_per_ip_total"),
+            tls_handshake_failures: counter!("seatfence_http_tls_handshake_failures_total"),
             header_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "header"),
             body_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "body"),
             idle_timeouts: counter!("seatfence_http_timeouts_total", "kind" => "idle"),

@@ -60,17 +60,56 @@ pub fn make_node(dir: &Path, id: u64, days: i64) -> anyhow::Result<TlsConfig> {
 
 /// Create `dir/operator-<name>.pem` and `.key`, signed by the CA in `dir`.
 pub fn make_operator(dir: &Path, operator: &str, days: i64) -> anyhow::Result<TlsConfig> {
-    let ok = !operator.is_empty()
-        && operator.len() <= 64
-        && operator
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if !ok {
-        bail!("operator names are 1 to 64 of A-Z a-z 0-9 - _ . (got {operator:?})");
-    }
+    check_name("operator", operator)?;
     let mut params = leaf(&Principal::Operator(operator.into()), days)?;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     sign(dir, &format!("operator-{operator}"), params)
+}
+
+/// Create `dir/edge-<name>.pem` and `.key`: an HTTPS server certificate
+/// for an edge (`[edge.tls]`), for `hosts` (IP addresses or DNS names, as
+/// clients dial it), signed by the CA in `dir`. It names no principal, so
+/// a node's gRPC port refuses it as a client.
+pub fn make_edge(dir: &Path, edge: &str, hosts: &[String], days: i64) -> anyhow::Result<TlsConfig> {
+    check_name("edge", edge)?;
+    if hosts.is_empty() {
+        bail!("an edge certificate needs at least one --host (the address or name clients dial)");
+    }
+    if !(1..=CA_DAYS).contains(&days) {
+        bail!("--days must be 1 to {CA_DAYS} (got {days})");
+    }
+    let mut params = CertificateParams::default();
+    params.distinguished_name = name(&format!("seatfence edge {edge}"));
+    for h in hosts {
+        params.subject_alt_names.push(match h.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(
+                h.as_str()
+                    .try_into()
+                    .with_context(|| format!("{h:?} is neither an IP address nor a DNS name"))?,
+            ),
+        });
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    valid_for(&mut params, days);
+    sign(dir, &format!("edge-{edge}"), params)
+}
+
+fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if !ok {
+        bail!("{what} names are 1 to 64 of A-Z a-z 0-9 - _ . (got {name:?})");
+    }
+    Ok(())
 }
 
 /// A CA in `dir` (made unless there is one) and a certificate for each

@@ -59,7 +59,12 @@ pub(crate) async fn start_edge(
         .await
         .with_context(|| format!("bind HTTP edge on {}", edge_config.http_addr))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, region = %config.region, "edge serving");
+    let tls = match &edge_config.tls {
+        Some(t) => Some(seatfence_api::tls::acceptor(t)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, region = %config.region, scheme, "edge serving");
     let deadline = Duration::from_millis(edge_config.request_timeout_ms);
     let commands = start_commands(tasks, config, registry, proposer, rx_stop, deadline);
     // How buyers and the gateway reach this edge; answers led here name it
@@ -68,7 +73,7 @@ pub(crate) async fn start_edge(
         .public_url
         .clone()
         .or_else(|| config.payments.as_ref().and_then(|p| p.public_url.clone()))
-        .unwrap_or_else(|| format!("http://{addr}"));
+        .unwrap_or_else(|| format!("{scheme}://{addr}"));
     proposer.set_edge_url(&public_url);
     let mut edge = Edge::new(edge_config, commands.clone(), clock.clone());
     edge = edge.with_catch_up_slack(config.moves.catch_up_slack);
@@ -89,6 +94,7 @@ pub(crate) async fn start_edge(
     tasks.spawn(seatfence_api::serve(
         edge.clone(),
         listener,
+        tls,
         rx_stop.clone(),
     ));
     Ok(Some((edge, addr)))

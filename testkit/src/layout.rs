@@ -179,6 +179,7 @@ pub(crate) fn layout(
                 max_connections: 10_000,
                 max_connections_per_ip: None,
                 public_url: None,
+                tls: None,
             }),
             payments: payments.clone(),
             chaos: None,

@@ -7,6 +7,8 @@
 //! - [`backup`]: `seatfence backup` (and `backup verify`) and `seatfence
 //!   restore`.
 //! - [`cert`]: `seatfence cert` (the cluster CA and its certificates).
+//! - [`cluster`]: `seatfence cluster init` (a cluster's files from a
+//!   topology file).
 //! - [`export`]: `seatfence export`'s arguments (the exporter itself is
 //!   `seatfence-export`).
 //!
@@ -16,6 +18,7 @@
 
 pub mod backup;
 pub mod cert;
+pub mod cluster;
 pub mod ctl;
 pub mod demo;
 pub mod export;

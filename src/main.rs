@@ -83,6 +83,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: seatfence::cert::CertCmd,
     },
+    /// Lay a cluster out on hosts: `cluster init --topology FILE --out DIR`
+    /// (README "Deploying on hosts").
+    Cluster {
+        #[command(subcommand)]
+        cmd: seatfence::cluster::ClusterCmd,
+    },
     /// Operator commands against a running cluster.
     Ctl(Box<seatfence::ctl::CtlArgs>),
     /// This binary's release and data formats, and the cluster's (through
@@ -250,6 +256,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
         }
         Cmd::Cert { cmd } => seatfence::cert::run(cmd),
+        Cmd::Cluster { cmd } => seatfence::cluster::run(cmd),
         Cmd::Export(args) => {
             init_tracing();
             args.run(terminated()).await

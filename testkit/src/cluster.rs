@@ -46,12 +46,13 @@ impl NodeProc {
         self.child.as_ref().map(|c| c.id())
     }
 
-    /// `http://host:port` of the node's HTTP edge.
+    /// `http://host:port` of the node's HTTP edge (`https://` with
+    /// `[edge.tls]`).
     pub fn edge_url(&self) -> Option<String> {
-        self.config
-            .edge
-            .as_ref()
-            .map(|e| format!("http://{}", e.http_addr))
+        self.config.edge.as_ref().map(|e| {
+            let scheme = if e.tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{}", e.http_addr)
+        })
     }
 }
 
@@ -428,9 +429,21 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()?;
+        let mut http = reqwest::Client::builder().timeout(Duration::from_secs(2));
+        // HTTPS edges (`[edge.tls]`) carry certificates of the cluster's CA.
+        let ca = self
+            .nodes
+            .iter()
+            .find_map(|n| n.config.tls.as_ref()?.ca.clone());
+        if let Some(ca) = ca.filter(|_| {
+            self.nodes
+                .iter()
+                .any(|n| n.config.edge.as_ref().is_some_and(|e| e.tls.is_some()))
+        }) {
+            let pem = std::fs::read(&ca).with_context(|| format!("read {}", ca.display()))?;
+            http = http.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+        }
+        let http = http.build()?;
         loop {
             let mut down = Vec::new();
             for n in self.nodes.iter().filter(|n| n.is_running()) {

@@ -25,6 +25,8 @@ pub struct GatewayProc {
     grants_per_hour: u32,
     bin: PathBuf,
     log_path: PathBuf,
+    /// A CA the mock trusts for HTTPS webhooks (`SSL_CERT_FILE`).
+    trust: Option<PathBuf>,
 }
 
 impl GatewayProc {
@@ -42,6 +44,18 @@ impl GatewayProc {
         dir: &Path,
         grants_per_hour: u32,
         host: &str,
+    ) -> anyhow::Result<GatewayProc> {
+        Self::start_trusting(bin, dir, grants_per_hour, host, None)
+    }
+
+    /// Like [`start_on`](Self::start_on), the mock trusting the CA
+    /// certificate in `ca` for its webhooks to HTTPS edges (`[edge.tls]`).
+    pub fn start_trusting(
+        bin: &Path,
+        dir: &Path,
+        grants_per_hour: u32,
+        host: &str,
+        ca: Option<PathBuf>,
     ) -> anyhow::Result<GatewayProc> {
         fs::create_dir_all(dir)?;
         let saved = dir.join("gateway.json");
@@ -68,6 +82,7 @@ impl GatewayProc {
             grants_per_hour,
             bin: bin.to_path_buf(),
             log_path: dir.join("gateway.log"),
+            trust: ca,
         };
         g.spawn()?;
         Ok(g)
@@ -79,7 +94,11 @@ impl GatewayProc {
             .append(true)
             .open(&self.log_path)
             .with_context(|| format!("open {}", self.log_path.display()))?;
-        let child = Command::new(&self.bin)
+        let mut cmd = Command::new(&self.bin);
+        if let Some(ca) = &self.trust {
+            cmd.env("SSL_CERT_FILE", ca);
+        }
+        let child = cmd
             .args([
                 "gateway",
                 "--listen",

@@ -1,6 +1,8 @@
 //! [`HttpClient`]: a small JSON client for the edge's API, used by
 //! `seatfence ctl`, the benchmarks and the integration tests. Keeps
-//! connections alive (one pool per client).
+//! connections alive (one pool per client). Speaks HTTPS to `https://`
+//! URLs, trusting the system's roots, or the file `SSL_CERT_FILE` names
+//! (a cluster CA: `SSL_CERT_FILE=ca.pem seatfence ctl …`).
 
 use std::time::Duration;
 
@@ -8,10 +10,12 @@ use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use tokio_rustls::rustls;
 
 /// An answer: status, a few headers, and the body as JSON (`Value::Null`
 /// when empty, a string when not JSON).
@@ -28,21 +32,67 @@ pub struct HttpAnswer {
 
 #[derive(Clone)]
 pub struct HttpClient {
-    inner: Client<HttpConnector, Full<Bytes>>,
+    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
 }
 
 impl Default for HttpClient {
     fn default() -> Self {
+        HttpClient::with_roots(native_roots())
+    }
+}
+
+impl HttpClient {
+    /// A client that also trusts the CA certificate(s) in the PEM file
+    /// `ca` for HTTPS (a cluster CA that issued the edges' certificates).
+    pub fn trusting(ca: &std::path::Path) -> anyhow::Result<HttpClient> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = native_roots();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+            .with_context(|| format!("read {}", ca.display()))?
+        {
+            roots
+                .add(cert.with_context(|| format!("{}: not PEM certificates", ca.display()))?)
+                .with_context(|| format!("{}: not a CA certificate", ca.display()))?;
+        }
+        Ok(HttpClient::with_roots(roots))
+    }
+
+    fn with_roots(roots: rustls::RootCertStore) -> HttpClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        connector.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_client(roots))
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         HttpClient {
             inner: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(512)
-                .build(connector),
+                .build(https),
             timeout: Duration::from_secs(30),
         }
     }
+}
+
+/// The system's roots (or `SSL_CERT_FILE`'s); none found, none trusted.
+fn native_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+}
+
+/// TLS for `https://` URLs, trusting `roots`.
+fn tls_client(roots: rustls::RootCertStore) -> rustls::ClientConfig {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 impl HttpClient {

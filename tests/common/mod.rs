@@ -148,7 +148,16 @@ pub async fn create_event(
     edge: &str,
     body: serde_json::Value,
 ) -> serde_json::Value {
-    let http = seatfence_testkit::http_client::HttpClient::default();
+    // HTTPS edges carry certificates of the cluster's CA.
+    let http = match cluster.nodes[0]
+        .config
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca.as_ref())
+    {
+        Some(ca) => seatfence_testkit::http_client::HttpClient::trusting(ca).expect("the CA"),
+        None => seatfence_testkit::http_client::HttpClient::default(),
+    };
     let op = token(cluster, "ops", true);
     let a = http
         .post(&format!("{edge}/v1/events"), Some(&op), None, &body)

@@ -37,7 +37,12 @@ impl Env {
         nodes: impl FnOnce(&mut Vec<(std::path::PathBuf, seatfence_node::NodeConfig)>),
     ) -> Env {
         let bin = Path::new(env!("CARGO_BIN_EXE_seatfence"));
-        let gateway = GatewayProc::start(bin, &dir.join("gateway"), 50).expect("start gateway");
+        // A CA made before the cluster (HTTPS edges) is the gateway's to trust.
+        let ca = dir.join("certs/ca.pem");
+        let trust = ca.exists().then(|| ca.clone());
+        let gateway =
+            GatewayProc::start_trusting(bin, &dir.join("gateway"), 50, "127.0.0.1", trust)
+                .expect("start gateway");
         let mut p = gateway.payments_config();
         p.call_timeout_ms = 1_000;
         p.reconcile_interval_ms = 300;
@@ -58,8 +63,8 @@ impl Env {
         Env {
             cluster,
             gateway,
-            http: HttpClient::default(),
-            raw: reqwest::Client::new(),
+            http: HttpClient::trusting(&ca).expect("trust the cluster CA"),
+            raw: trusting(&ca),
         }
     }
 
@@ -349,6 +354,15 @@ impl Env {
 }
 
 /// The string in `v`.
+/// A reqwest client trusting the cluster CA `ca` (HTTPS edges).
+fn trusting(ca: &Path) -> reqwest::Client {
+    let pem = std::fs::read(ca).expect("the cluster CA");
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("a PEM CA"))
+        .build()
+        .expect("a client")
+}
+
 pub fn s(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }

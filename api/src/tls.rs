@@ -23,8 +23,12 @@ pub const HSTS: &str = "max-age=31536000";
 /// (PEM files, read at start; an error names the file).
 pub fn acceptor(tls: &EdgeTls) -> anyhow::Result<TlsAcceptor> {
     let chain = read_chain(&tls.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&tls.key)
-        .with_context(|| format!("[edge.tls] key {}: not a PEM private key", tls.key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key).with_context(|| {
+        format!(
+            "[edge.tls] key {}: not a PEM private key",
+            tls.key.display()
+        )
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

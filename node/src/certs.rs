@@ -81,14 +81,16 @@ pub fn make_edge(dir: &Path, edge: &str, hosts: &[String], days: i64) -> anyhow:
     let mut params = CertificateParams::default();
     params.distinguished_name = name(&format!("seatfence edge {edge}"));
     for h in hosts {
-        params.subject_alt_names.push(match h.parse::<std::net::IpAddr>() {
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName(
-                h.as_str()
-                    .try_into()
-                    .with_context(|| format!("{h:?} is neither an IP address nor a DNS name"))?,
-            ),
-        });
+        params
+            .subject_alt_names
+            .push(match h.parse::<std::net::IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => {
+                    SanType::DnsName(h.as_str().try_into().with_context(|| {
+                        format!("{h:?} is neither an IP address nor a DNS name")
+                    })?)
+                }
+            });
     }
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,

@@ -23,6 +23,8 @@ if [ "$(id -u)" = 0 ]; then
     command -v iptables >/dev/null || need+=(iptables)
 fi
 command -v python3 >/dev/null || need+=(python3 python3-venv)
+command -v curl >/dev/null || need+=(curl)
+if [ "$(id -u)" = 0 ]; then command -v jq >/dev/null || need+=(jq); fi
 if [ ${#need[@]} -gt 0 ]; then
     echo "test.sh: installing ${need[*]} (apt-get)"
     "${SUDO[@]}" apt-get update -qq

@@ -26,6 +26,8 @@ pub enum FlushArg {
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ViaArg {
     Http,
+    /// HTTP/1.1 over TLS: every edge with `[edge.tls]`.
+    Https,
     Grpc,
     /// The `seatfence-client` library, following leader hints.
     Client,
@@ -283,6 +285,7 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             let args = HoldsBenchArgs {
                 via: match via {
                     ViaArg::Http => Via::Http,
+                    ViaArg::Https => Via::Https,
                     ViaArg::Grpc => Via::Grpc,
                     ViaArg::Client => Via::Client,
                     ViaArg::ClientNoHints => Via::ClientNoHints,

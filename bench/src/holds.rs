@@ -31,6 +31,9 @@ pub enum Via {
     /// Raw HTTP/1.1, each user to one edge (in turn): two of three holds
     /// take the extra hop to the leader.
     Http,
+    /// [`Via::Http`] to edges serving HTTPS (`[edge.tls]`, certificates
+    /// of the cluster's CA), each connection kept alive.
+    Https,
     Grpc,
     /// `seatfence-client`, following the leader hint.
     Client,
@@ -165,7 +168,14 @@ pub async fn run_holds_bench(
     args: &HoldsBenchArgs,
 ) -> anyhow::Result<HoldsBenchReport> {
     let (_guard, dir) = bench_dir()?;
-    let s = setup(bin, &dir, args.seats, args.events.max(1)).await?;
+    let s = setup(
+        bin,
+        &dir,
+        args.seats,
+        args.events.max(1),
+        args.via == Via::Https,
+    )
+    .await?;
     let hops_before = hops(&s).await;
     let cpu_before = crate::raft::nodes_cpu_secs(&s.cluster);
     let load = Arc::new(Shared::new(&s, args));
@@ -209,10 +219,16 @@ struct Setup {
 
 /// Start the cluster in `dir` and create `events` events sharing `seats`
 /// seats evenly (at least one each).
-async fn setup(bin: &Path, dir: &Path, seats: u32, events: u32) -> anyhow::Result<Setup> {
+async fn setup(
+    bin: &Path,
+    dir: &Path,
+    seats: u32,
+    events: u32,
+    https: bool,
+) -> anyhow::Result<Setup> {
     // One region of three nodes: the event's group has its 3 voters there,
-    // and every node is an edge.
-    let builder = LocalCluster::builder(dir).regions(1, 3);
+    // and every node is an edge (serving HTTPS when asked).
+    let builder = LocalCluster::builder(dir).regions(1, 3).edge_tls(https);
     let World {
         cluster,
         secret,
@@ -319,7 +335,7 @@ impl Shared {
                 .enumerate()
                 .map(|(u, t)| bases[u % bases.len()].as_user(t))
                 .collect(),
-            Via::Http | Via::Grpc => Vec::new(),
+            Via::Http | Via::Https | Via::Grpc => Vec::new(),
         };
         let start = Instant::now();
         Shared {
@@ -355,7 +371,7 @@ async fn hold_worker(load: Arc<Shared>, t: usize) -> Histogram<u64> {
         n += 1;
         let t0 = Instant::now();
         let granted = match load.via {
-            Via::Http => hold_http(&load, user, &event.0, &key).await,
+            Via::Http | Via::Https => hold_http(&load, user, &event.0, &key).await,
             Via::Grpc => hold_grpc(&load, user, event, key).await,
             Via::Client | Via::ClientNoHints => hold_client(&load, user, &event.0, &key).await,
         };

@@ -32,11 +32,16 @@ impl World {
         let secret = cluster.jwt_secret().context("no edge secret")?;
         let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
         let op = seatfence_api::auth::mint(&secret, "bench-operator", true, 3600);
+        // HTTPS edges carry certificates of the cluster's CA.
+        let http = match cluster.edge_ca() {
+            Some(ca) => HttpClient::trusting(&ca)?,
+            None => HttpClient::default(),
+        };
         Ok(World {
             cluster,
             secret,
             edges,
-            http: HttpClient::default(),
+            http,
             op,
         })
     }

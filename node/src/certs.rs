@@ -102,7 +102,9 @@ pub fn make_edge(dir: &Path, edge: &str, hosts: &[String], days: i64) -> anyhow:
     sign(dir, &format!("edge-{edge}"), params)
 }
 
-fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
+/// `name` is 1 to 64 of `A-Z a-z 0-9 - _ .` (what certificate file names
+/// and host names may be), else an error naming `what`.
+pub fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

@@ -261,16 +261,8 @@ fn check(text: &str, t: Topology) -> Result<Checked, TopologyError> {
     for h in &t.hosts {
         let spec = h.get_ref();
         let name = spec.name.get_ref().clone();
-        let valid = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-        if !valid {
-            return Err(at(
-                spec.name.span(),
-                format!("host name {name:?}: 1 to 64 of A-Z a-z 0-9 - _ ."),
-            ));
+        if let Err(e) = seatfence_node::certs::check_name("host", &name) {
+            return Err(at(spec.name.span(), e.to_string()));
         }
         if let Some(first) = names.insert(name.clone(), line_of(text, spec.name.span().start)) {
             return Err(at(

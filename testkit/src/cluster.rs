@@ -430,16 +430,7 @@ impl LocalCluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let mut http = reqwest::Client::builder().timeout(Duration::from_secs(2));
-        // HTTPS edges (`[edge.tls]`) carry certificates of the cluster's CA.
-        let ca = self
-            .nodes
-            .iter()
-            .find_map(|n| n.config.tls.as_ref()?.ca.clone());
-        if let Some(ca) = ca.filter(|_| {
-            self.nodes
-                .iter()
-                .any(|n| n.config.edge.as_ref().is_some_and(|e| e.tls.is_some()))
-        }) {
+        if let Some(ca) = self.edge_ca() {
             let pem = std::fs::read(&ca).with_context(|| format!("read {}", ca.display()))?;
             http = http.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
         }
@@ -477,6 +468,22 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The cluster CA's certificate when an edge serves HTTPS
+    /// (`[edge.tls]`, certificates of that CA): what a client trusts.
+    pub fn edge_ca(&self) -> Option<PathBuf> {
+        let https = self
+            .nodes
+            .iter()
+            .any(|n| n.config.edge.as_ref().is_some_and(|e| e.tls.is_some()));
+        https
+            .then(|| {
+                self.nodes
+                    .iter()
+                    .find_map(|n| n.config.tls.as_ref()?.ca.clone())
+            })
+            .flatten()
     }
 
     /// The last lines of a node's log, for failure messages.

@@ -32,13 +32,25 @@ pub struct HttpAnswer {
 
 #[derive(Clone)]
 pub struct HttpClient {
-    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// `http://` URLs: the TCP connector alone, no TLS layer on the path.
+    plain: Client<HttpConnector, Full<Bytes>>,
+    /// `https://` URLs, made at the first one (loading the roots then).
+    tls: std::sync::Arc<std::sync::OnceLock<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>>,
+    /// CA certificates trusted beyond the system's ([`HttpClient::trusting`]).
+    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     timeout: Duration,
 }
 
 impl Default for HttpClient {
     fn default() -> Self {
-        HttpClient::with_roots(native_roots())
+        HttpClient {
+            plain: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(512)
+                .build(tcp()),
+            tls: Default::default(),
+            extra_roots: Vec::new(),
+            timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -47,33 +59,50 @@ impl HttpClient {
     /// `ca` for HTTPS (a cluster CA that issued the edges' certificates).
     pub fn trusting(ca: &std::path::Path) -> anyhow::Result<HttpClient> {
         use rustls::pki_types::pem::PemObject;
-        let mut roots = native_roots();
+        let mut extra = Vec::new();
         for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
             .with_context(|| format!("read {}", ca.display()))?
         {
+            extra.push(cert.with_context(|| format!("{}: not PEM certificates", ca.display()))?);
+        }
+        // Checked now, so a bad file is an error here, not at a request.
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in &extra {
             roots
-                .add(cert.with_context(|| format!("{}: not PEM certificates", ca.display()))?)
+                .add(cert.clone())
                 .with_context(|| format!("{}: not a CA certificate", ca.display()))?;
         }
-        Ok(HttpClient::with_roots(roots))
+        Ok(HttpClient {
+            extra_roots: extra,
+            ..HttpClient::default()
+        })
     }
 
-    fn with_roots(roots: rustls::RootCertStore) -> HttpClient {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_client(roots))
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
-        HttpClient {
-            inner: Client::builder(TokioExecutor::new())
+    /// The client for `https://` URLs: the system's roots and ours.
+    fn tls(&self) -> &Client<HttpsConnector<HttpConnector>, Full<Bytes>> {
+        self.tls.get_or_init(|| {
+            let mut roots = native_roots();
+            for cert in &self.extra_roots {
+                let _ = roots.add(cert.clone());
+            }
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls_client(roots))
+                .https_only()
+                .enable_http1()
+                .wrap_connector(tcp());
+            Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(512)
-                .build(https),
-            timeout: Duration::from_secs(30),
-        }
+                .build(https)
+        })
     }
+}
+
+/// The TCP connector under both clients.
+fn tcp() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.enforce_http(false);
+    connector
 }
 
 /// The system's roots (or `SSL_CERT_FILE`'s); none found, none trusted.
@@ -165,10 +194,16 @@ impl HttpClient {
             b = b.header("content-type", "application/json");
         }
         let req = b.body(Full::new(body)).context("build request")?;
-        let resp = tokio::time::timeout(self.timeout, self.inner.request(req))
-            .await
-            .with_context(|| format!("{url}: no answer within {:?}", self.timeout))?
-            .with_context(|| format!("send to {url}"))?;
+        let resp = tokio::time::timeout(self.timeout, async {
+            if req.uri().scheme_str() == Some("https") {
+                self.tls().request(req).await
+            } else {
+                self.plain.request(req).await
+            }
+        })
+        .await
+        .with_context(|| format!("{url}: no answer within {:?}", self.timeout))?
+        .with_context(|| format!("send to {url}"))?;
         let status = resp.status();
         let h = |name: &str| {
             resp.headers()

@@ -35,9 +35,17 @@ pub struct ClusterBuilder {
     tuning: RaftTuning,
     payments: Option<PaymentsConfig>,
     moves: MovesConfig,
+    edge_tls: bool,
 }
 
 impl ClusterBuilder {
+    /// Every edge serves HTTPS (`[edge.tls]`) with a certificate of the
+    /// cluster's CA for 127.0.0.1 ([`LocalCluster::edge_ca`] to trust).
+    pub fn edge_tls(mut self, on: bool) -> ClusterBuilder {
+        self.edge_tls = on;
+        self
+    }
+
     /// `regions` regions (the first of [`REGIONS`]) with `per_region` nodes
     /// each, ids round-robin over the regions (node `i` is in region
     /// `(i-1) % regions`); the first node of each region is its directory
@@ -83,14 +91,30 @@ impl ClusterBuilder {
                 REGIONS.len()
             );
         }
-        layout(
+        let mut configs = layout(
             &self.dir,
             self.voters,
             self.nodes,
             self.tuning.clone(),
             self.payments.clone(),
             self.moves.clone(),
-        )
+        )?;
+        if self.edge_tls {
+            let certs = self.dir.join("certs");
+            for (_, c) in &mut configs {
+                let made = seatfence_node::certs::make_edge(
+                    &certs,
+                    &format!("n{}", c.node_id),
+                    &["127.0.0.1".to_string()],
+                    seatfence_node::certs::LEAF_DAYS,
+                )?;
+                if let (Some(edge), Some(cert), Some(key)) = (c.edge.as_mut(), made.cert, made.key)
+                {
+                    edge.tls = Some(seatfence_api::config::EdgeTls { cert, key });
+                }
+            }
+        }
+        Ok(configs)
     }
 
     /// Write the configs and start the nodes with the binary `bin`. If the
@@ -121,6 +145,7 @@ impl LocalCluster {
                 rebalance_parallel: 0,
                 ..MovesConfig::default()
             },
+            edge_tls: false,
         }
     }
 }

@@ -149,13 +149,8 @@ pub async fn create_event(
     body: serde_json::Value,
 ) -> serde_json::Value {
     // HTTPS edges carry certificates of the cluster's CA.
-    let http = match cluster.nodes[0]
-        .config
-        .tls
-        .as_ref()
-        .and_then(|t| t.ca.as_ref())
-    {
-        Some(ca) => seatfence_testkit::http_client::HttpClient::trusting(ca).expect("the CA"),
+    let http = match cluster.edge_ca() {
+        Some(ca) => seatfence_testkit::http_client::HttpClient::trusting(&ca).expect("the CA"),
         None => seatfence_testkit::http_client::HttpClient::default(),
     };
     let op = token(cluster, "ops", true);

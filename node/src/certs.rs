@@ -78,6 +78,16 @@ pub fn make_edge(dir: &Path, edge: &str, hosts: &[String], days: i64) -> anyhow:
     if !(1..=CA_DAYS).contains(&days) {
         bail!("--days must be 1 to {CA_DAYS} (got {days})");
     }
+    // A node's server name on an edge certificate would let whoever holds
+    // the edge's key answer as a node to node-plane clients.
+    if let Some(h) = hosts.iter().find(|h| {
+        h.contains('*')
+            || h.to_ascii_lowercase()
+                .trim_end_matches('.')
+                .ends_with(NODE_SERVER_NAME)
+    }) {
+        bail!("{h:?} cannot be on an edge certificate: wildcards and the node plane's server names are refused");
+    }
     let mut params = CertificateParams::default();
     params.distinguished_name = name(&format!("seatfence edge {edge}"));
     for h in hosts {
@@ -105,13 +115,15 @@ pub fn make_edge(dir: &Path, edge: &str, hosts: &[String], days: i64) -> anyhow:
 /// `name` is 1 to 64 of `A-Z a-z 0-9 - _ .` (what certificate file names
 /// and host names may be), else an error naming `what`.
 pub fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
+    // Never `.` or `..` (a file or directory name): not starting with a dot.
     let ok = !name.is_empty()
+        && !name.starts_with('.')
         && name.len() <= 64
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
     if !ok {
-        bail!("{what} names are 1 to 64 of A-Z a-z 0-9 - _ . (got {name:?})");
+        bail!("{what} names are 1 to 64 of A-Z a-z 0-9 - _ . not starting with . (got {name:?})");
     }
     Ok(())
 }

@@ -460,6 +460,20 @@ mod tests {
     }
 
     #[test]
+    fn a_host_named_dot_dot_and_a_node_server_name_on_an_edge_are_refused() {
+        let e = refused(&nine(
+            "[[host]]\nname = \"..\"\naddress = \"10.0.9.9\"\nregion = \"us-east\"\n",
+        ));
+        assert!(e.reason.contains("not starting with ."), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        seatfence_node::certs::make_ca(dir.path()).unwrap();
+        for name in ["seatfence-node", "node-3.seatfence-node", "*.example.com"] {
+            let r = seatfence_node::certs::make_edge(dir.path(), "x", &[name.to_string()], 1);
+            assert!(r.is_err(), "{name} on an edge certificate");
+        }
+    }
+
+    #[test]
     fn fewer_than_three_regions_are_refused() {
         let e = refused("[[region]]\nname = \"us-east\"\n[[region]]\nname = \"eu-west\"\n");
         assert!(

@@ -26,7 +26,9 @@ Usage (root): guide.py README.md PACKAGE.deb [WORKDIR]
 
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,15 +167,25 @@ class World:
         self.operator.stdin.write(body + f"\necho {done}\n")
         self.operator.stdin.flush()
         deadline = time.monotonic() + STEP_TIMEOUT
+        # Raw reads with a deadline: a command that hangs silently (a
+        # request that never answers) still ends the step at its time.
+        fd, buf = self.operator.stdout.fileno(), ""
         while True:
-            line = self.operator.stdout.readline()
-            if line == "":
-                sys.exit("guide: an operator command failed (above)")
-            if line.strip() == done:
-                return
-            print("    " + line, end="")
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 sys.exit("guide: an operator step ran past its time")
+            ready, _, _ = select.select([fd], [], [], min(left, 5.0))
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                sys.exit("guide: an operator command failed (above)")
+            buf += chunk.decode(errors="replace")
+            while "\n" in buf:
+                line, buf = buf.split("\n", 1)
+                if line.strip() == done:
+                    return
+                print("    " + line)
 
     def run_on(self, name, body):
         h = self.host(name, self.address_of(name))
@@ -225,6 +237,8 @@ def main():
     readme, deb = sys.argv[1], os.path.abspath(sys.argv[2])
     work = sys.argv[3] if len(sys.argv) > 3 else tempfile.mkdtemp(prefix="seatfence-guide-")
     world = World(work, deb)
+    # A CI run stopped with SIGTERM still removes the hosts (finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("guide: terminated"))
     ok = False
     try:
         world.network()

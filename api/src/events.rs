@@ -255,20 +255,20 @@ fn event_exists(id: &EventId) -> ApiError {
 pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.caller(edge)?;
     let event_id = parse_event_id(id)?;
+    let bound = crate::reads::max_stale(req)?;
     let route = edge.commands.route(&event_id).await?;
     let room_query = Query::Room {
         buyer: None,
         now_ms: edge.clock.now_ms(),
     };
     let (answer, room) = tokio::join!(
-        edge.commands
-            .client
-            .query(route.group, &Query::Event, false),
-        edge.commands.client.query(route.group, &room_query, false),
+        crate::reads::ask(edge, &route, &Query::Event, bound),
+        crate::reads::ask(edge, &route, &room_query, bound),
     );
-    let (answer, term) = answer.map_err(|e| edge.commands.client_error(e))?;
-    let room = match room {
-        Ok((QueryResult::Room { room: Some(r), .. }, _)) => json!({
+    let answer = answer?;
+    let (term, stale, served) = (answer.term, answer.stale, answer.served);
+    let room = match room.map(|a| a.result) {
+        Ok(QueryResult::Room { room: Some(r), .. }) => json!({
             "enabled": r.settings.enabled,
             "admit_per_sec": r.settings.admit_per_sec,
             "ticket_ttl_secs": r.settings.ticket_ttl_ms / 1000,
@@ -280,7 +280,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
         }),
         _ => Value::Null,
     };
-    let QueryResult::Event(Some(ev)) = answer else {
+    let QueryResult::Event(Some(ev)) = answer.result else {
         return Err(ApiError::NotFound {
             code: "event_not_found",
             what: format!("event {event_id}"),
@@ -315,6 +315,8 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "retention_secs": ev.retention_ms / 1000,
             "changes_retention_secs": ev.changes_retention_ms / 1000,
             "waiting_room": room,
+            "served_by": served.as_str(),
+            "stale_ms": stale.map_or(0, |s| s.as_millis() as u64),
         }),
     ))
 }
@@ -359,35 +361,33 @@ pub async fn payments(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiErro
     ))
 }
 
-/// `GET /v1/events/{id}/availability[?limit=N]`: counts and free seats as
-/// the leader had them at most `AVAILABILITY_CACHE` ago (`stale_ms` says
-/// how long). Never permission to sell: holds decide at the leader.
+/// `GET /v1/events/{id}/availability[?limit=N][&max_stale_ms=M]`: counts
+/// and free seats at most `max_stale_ms` old (`stale_ms` says how old at
+/// most): from a replica in this edge's region when one can prove it,
+/// else as the leader had them (reused for up to `AVAILABILITY_CACHE`).
+/// Never permission to sell: holds decide at the leader.
 pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     req.caller(edge)?;
     let event_id = parse_event_id(id)?;
     // 0 asks for the counts only.
     let limit = req.limit_in(1000, 0..=MAX_CAPACITY as u32)?;
-    let cached = edge.availability.get(&event_id, limit);
+    let bound = crate::reads::max_stale(req)?;
+    let cached = edge
+        .availability
+        .get(&event_id, limit)
+        .filter(|(_, at)| at.elapsed() <= bound);
     let (mut body, at) = match cached {
         Some(hit) => hit,
         None => {
             let route = edge.commands.route(&event_id).await?;
-            let (answer, _) = edge
-                .commands
-                .client
-                .query(
-                    route.group,
-                    &Query::Availability {
-                        max_seats: limit.max(crate::AVAILABILITY_FETCH),
-                    },
-                    false,
-                )
-                .await
-                .map_err(|e| edge.commands.client_error(e))?;
+            let fetch = limit.max(crate::AVAILABILITY_FETCH);
+            let q = Query::Availability { max_seats: fetch };
+            let answer = crate::reads::ask(edge, &route, &q, bound).await?;
+            let (stale, served) = (answer.stale, answer.served);
             let QueryResult::Availability {
                 event: Some(ev),
                 free_seats,
-            } = answer
+            } = answer.result
             else {
                 return Err(ApiError::NotFound {
                     code: "event_not_found",
@@ -404,14 +404,18 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                 "available_seats_truncated": (free_seats.len() as u64) < ev.available,
                 "owner_region": ev.owner.0,
                 "epoch": ev.epoch.0,
-                "limit": limit.max(crate::AVAILABILITY_FETCH),
+                "limit": fetch,
+                "served_by": served.as_str(),
             });
-            let at = Instant::now();
+            // A replica's answer is as old as the point that proves it.
+            let now = Instant::now();
+            let at = stale.and_then(|s| now.checked_sub(s)).unwrap_or(now);
             edge.availability.store(&event_id, at, body.clone());
             (crate::availability::cut(&body, limit), at)
         }
     };
     body["stale_ms"] = json!(at.elapsed().as_millis() as u64);
+    body["max_stale_ms"] = json!(bound.as_millis() as u64);
     Ok(Reply::json(StatusCode::OK, body))
 }
 

@@ -60,6 +60,7 @@ pub mod message;
 pub mod metrics;
 pub mod moves;
 pub mod payments;
+pub mod reads;
 pub mod room;
 pub mod routes;
 pub mod tls;

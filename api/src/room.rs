@@ -190,7 +190,8 @@ pub async fn me(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     let caller = req.caller(edge)?;
     let event_id = parse_event_id(id)?;
     let now = edge.clock.now_ms();
-    let (view, standing) = read(edge, &event_id, Some(&caller.user), now).await?;
+    let bound = crate::reads::max_stale(req)?;
+    let (view, standing) = read(edge, &event_id, Some(&caller.user), now, bound).await?;
     let standing = standing.ok_or_else(|| ApiError::NotFound {
         code: "not_in_queue",
         what: format!("a place of yours in the queue of event {event_id}"),
@@ -202,24 +203,36 @@ pub async fn me(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
     .header("cache-control", "no-store"))
 }
 
-/// The event's room at the leader (lease read: a hold checks again).
+/// The event's room, from a replica in this region within `bound` (see
+/// `crate::reads`), else at the leader (lease read): a hold checks again.
 async fn read(
     edge: &Edge,
     event_id: &EventId,
     buyer: Option<&UserId>,
     now: u64,
+    bound: std::time::Duration,
 ) -> Result<(RoomView, Option<Standing>), ApiError> {
     let route = edge.commands.route(event_id).await?;
     let q = Query::Room {
         buyer: buyer.cloned(),
         now_ms: now,
     };
-    let (answer, _) = edge
-        .commands
-        .client
-        .query_with(route.group, &q, Read::Lease)
+    // A buyer not in the replica's queue may have joined a moment ago:
+    // only the leader can say they are not in it.
+    let local = crate::reads::local_only(edge, &route, &q, bound)
         .await
-        .map_err(|e| edge.commands.client_error(e))?;
+        .filter(|a| buyer.is_none() || matches!(a, QueryResult::Room { standing: Some(_), .. }));
+    let answer = match local {
+        Some(a) => a,
+        None => {
+            edge.commands
+                .client
+                .query_with(route.group, &q, Read::Lease)
+                .await
+                .map_err(|e| edge.commands.client_error(e))?
+                .0
+        }
+    };
     let QueryResult::Room {
         event_id: found,
         room,

@@ -53,6 +53,10 @@ pub struct RunInfo {
     /// `retention_secs`, in ms); 0 in runs recorded before events had one.
     #[serde(default)]
     pub retention_ms: u64,
+    /// The regions' latency matrix of a `--global` drill (`Geo::to_json`);
+    /// none when the regions shared one loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geo: Option<serde_json::Value>,
 }
 
 /// What a soak recorded besides a drill's: how often it killed, moved and

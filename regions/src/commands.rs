@@ -75,6 +75,8 @@ pub struct Commands {
     pub client: ClusterClient,
     /// Events' routes, cached from the directory.
     pub routes: Arc<RouteCache>,
+    /// Reads answered by a replica in this node's region.
+    pub local_reads: Arc<crate::local_reads::LocalReads>,
     registry: Arc<Registry>,
     /// `seatfence_stale_epoch_rejections_total{layer="edge"}`.
     stale_epoch: Counter,
@@ -95,6 +97,10 @@ impl Commands {
     pub fn new(client: ClusterClient, registry: Arc<Registry>) -> Commands {
         Commands {
             routes: Arc::new(RouteCache::new(client.clone())),
+            local_reads: Arc::new(crate::local_reads::LocalReads::new(
+                client.clone(),
+                registry.clone(),
+            )),
             client,
             registry,
             stale_epoch: metrics::counter!("seatfence_stale_epoch_rejections_total", "layer" => "edge"),

@@ -38,6 +38,7 @@
 pub mod commands;
 pub mod config;
 pub mod hint;
+pub mod local_reads;
 pub mod ops;
 pub mod placement;
 pub mod routes;

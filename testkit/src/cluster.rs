@@ -62,6 +62,9 @@ pub struct LocalCluster {
     pub nodes: Vec<NodeProc>,
     /// The identity the harness speaks to its nodes with (node 1's).
     harness: Option<Tls>,
+    /// The link proxies between the nodes, when the regions are far apart
+    /// ([`crate::ClusterBuilder::geo`]); dropped with the cluster.
+    pub links: Option<std::sync::Arc<crate::links::LinkNet>>,
 }
 
 impl LocalCluster {
@@ -111,6 +114,7 @@ impl LocalCluster {
             bin: bin.to_path_buf(),
             nodes,
             harness,
+            links: None,
         };
         for i in 0..n {
             cluster.spawn(i)?;

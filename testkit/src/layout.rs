@@ -2,6 +2,7 @@
 //! (ports, data directory, edge, payments, moves), its certificates, and
 //! the configs of an earlier start in the same directory.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,8 @@ use seatfence_raft::RaftTuning;
 use seatfence_regions::config::MovesConfig;
 
 use crate::cluster::LocalCluster;
+use crate::geo::Geo;
+use crate::links::{LinkEnd, LinkNet};
 use crate::procs::free_ports;
 
 /// The operator certificate every local cluster gets
@@ -36,9 +39,24 @@ pub struct ClusterBuilder {
     payments: Option<PaymentsConfig>,
     moves: MovesConfig,
     edge_tls: bool,
+    geo: Option<Geo>,
 }
 
 impl ClusterBuilder {
+    /// Put the regions as far apart as `geo` says (`None`: together): every
+    /// node dials its peers through a link proxy with the latency of the
+    /// two regions, and the Raft timings stretch to match
+    /// ([`Geo::tuning`]). The proxies live as long as the cluster.
+    pub fn geo(mut self, geo: Option<Geo>) -> ClusterBuilder {
+        self.geo = geo;
+        self
+    }
+
+    /// The geography this builder lays out, if any.
+    pub fn geography(&self) -> Option<&Geo> {
+        self.geo.as_ref()
+    }
+
     /// Every edge serves HTTPS (`[edge.tls]`) with a certificate of the
     /// cluster's CA for 127.0.0.1 ([`LocalCluster::edge_ca`] to trust).
     pub fn edge_tls(mut self, on: bool) -> ClusterBuilder {
@@ -95,7 +113,10 @@ impl ClusterBuilder {
             &self.dir,
             self.voters,
             self.nodes,
-            self.tuning.clone(),
+            match &self.geo {
+                Some(g) => g.tuning(self.tuning.clone()),
+                None => self.tuning.clone(),
+            },
             self.payments.clone(),
             self.moves.clone(),
         )?;
@@ -121,10 +142,21 @@ impl ClusterBuilder {
     /// directory holds the configs of an earlier start, they are reused
     /// (same ports, same data).
     pub fn start(&self, bin: &Path) -> anyhow::Result<LocalCluster> {
-        if let Some(existing) = existing_configs(&self.dir, self.nodes)? {
-            return LocalCluster::from_configs(bin, existing, |_| None);
-        }
-        LocalCluster::launch(bin, self.layout()?, |_| None)
+        let (mut configs, fresh) = match existing_configs(&self.dir, self.nodes)? {
+            Some(existing) => (existing, false),
+            None => (self.layout()?, true),
+        };
+        let links = match &self.geo {
+            Some(geo) => Some(start_links(&mut configs, Some(geo))?),
+            None => None,
+        };
+        let mut cluster = if fresh || links.is_some() {
+            LocalCluster::launch(bin, configs, |_| None)?
+        } else {
+            LocalCluster::from_configs(bin, configs, |_| None)?
+        };
+        cluster.links = links.map(std::sync::Arc::new);
+        Ok(cluster)
     }
 }
 
@@ -146,8 +178,47 @@ impl LocalCluster {
                 ..MovesConfig::default()
             },
             edge_tls: false,
+            geo: None,
         }
     }
+}
+
+/// A link proxy for every directed link between the nodes of `configs`
+/// (as far apart as `geo` says), on ports no node was given; each node's
+/// config dials its peers through them (`[chaos] via`).
+pub fn start_links(
+    configs: &mut [(PathBuf, NodeConfig)],
+    geo: Option<&Geo>,
+) -> anyhow::Result<LinkNet> {
+    let ends: BTreeMap<u64, LinkEnd> = configs
+        .iter()
+        .map(|(_, c)| {
+            (
+                c.node_id,
+                LinkEnd {
+                    region: c.region.clone(),
+                    addr: c.grpc_addr.clone(),
+                },
+            )
+        })
+        .collect();
+    let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+    let avoid: BTreeSet<u16> = configs
+        .iter()
+        .flat_map(|(_, c)| {
+            [
+                Some(c.grpc_addr.as_str()),
+                c.edge.as_ref().map(|e| e.http_addr.as_str()),
+            ]
+        })
+        .flatten()
+        .filter_map(port)
+        .collect();
+    let links = LinkNet::start(&ends, &avoid, geo)?;
+    for (_, c) in configs.iter_mut() {
+        c.chaos.get_or_insert_with(Default::default).via = links.via_for(c.node_id);
+    }
+    Ok(links)
 }
 
 pub(crate) fn layout(

@@ -105,6 +105,11 @@ pub struct DrillArgs {
     /// Keep the nodes' data directories (logs are always kept).
     #[arg(long)]
     pub keep_data: bool,
+    /// The regions far apart (`--global`, `--rtt`, `--jitter`): the link
+    /// proxies carry each link's latency, so `--net` must be `proxy` or
+    /// `auto` (which then takes the proxies).
+    #[command(flatten)]
+    pub geo: seatfence_testkit::GeoArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

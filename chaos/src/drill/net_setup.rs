@@ -2,11 +2,11 @@
 //! starting it (namespaces, loopback iptables rules or link proxies), with
 //! the node configs changed to match.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::net::{IptablesNet, NetnsNet, Partitioner, ProxyNet};
+use crate::net::{IptablesNet, NetnsNet, Partitioner};
+use seatfence_testkit::Geo;
 use seatfence_node::NodeConfig;
 
 use super::NetChoice;
@@ -16,9 +16,21 @@ use super::NetChoice;
 /// Also why each of the others was passed over (recorded in the run).
 pub(super) fn choose_mechanism(
     choice: NetChoice,
+    global: bool,
 ) -> anyhow::Result<(NetChoice, Vec<(String, String)>)> {
     let mut unavailable = Vec::new();
     let mech = match choice {
+        // Only the proxies can put distance between the regions.
+        NetChoice::Auto if global => {
+            unavailable.push((
+                "netns".to_string(),
+                "not chosen (--global needs the link proxies' latency)".to_string(),
+            ));
+            NetChoice::Proxy
+        }
+        NetChoice::Netns | NetChoice::Iptables if global => {
+            anyhow::bail!("--global needs --net proxy or auto: only the link proxies add latency")
+        }
         NetChoice::Proxy => NetChoice::Proxy,
         NetChoice::Netns => {
             NetnsNet::probe().map_err(|why| anyhow::anyhow!("--net netns: {why}"))?;
@@ -61,12 +73,13 @@ pub(super) fn choose_mechanism(
 /// The partition mechanism, running: the namespaces (already started, as
 /// `netns`), loopback iptables rules over the nodes `ids`, or a proxy per
 /// link. The configs change to match: each node on its own address, or
-/// dialing through the proxies.
+/// dialing through the proxies (as far apart as `geo` says).
 pub(super) async fn start_partitioner(
     configs: &mut [(PathBuf, NodeConfig)],
     mech: NetChoice,
     netns: Option<Arc<NetnsNet>>,
     ids: &[u64],
+    geo: Option<&Geo>,
 ) -> anyhow::Result<Arc<dyn Partitioner>> {
     let net: Arc<dyn Partitioner> = if let Some(ns) = netns {
         for (_, c) in configs.iter_mut() {
@@ -79,37 +92,9 @@ pub(super) async fn start_partitioner(
         }
         Arc::new(IptablesNet::start(ids)?)
     } else {
-        Arc::new(start_proxies(configs).await?)
+        Arc::new(seatfence_testkit::start_links(configs, geo)?)
     };
     Ok(net)
-}
-
-/// A proxy per link, on ports no node was given; each node dials its peers
-/// through them.
-async fn start_proxies(configs: &mut [(PathBuf, NodeConfig)]) -> anyhow::Result<ProxyNet> {
-    let addrs: BTreeMap<u64, String> = configs
-        .iter()
-        .map(|(_, c)| (c.node_id, c.grpc_addr.clone()))
-        .collect();
-    let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
-    let avoid: BTreeSet<u16> = configs
-        .iter()
-        .flat_map(|(_, c)| {
-            [
-                Some(c.grpc_addr.as_str()),
-                c.edge.as_ref().map(|e| e.http_addr.as_str()),
-            ]
-        })
-        .flatten()
-        .filter_map(port)
-        .collect();
-    let proxy = ProxyNet::start(&addrs, &avoid).await?;
-    for (_, c) in configs.iter_mut() {
-        if let Some(h) = c.chaos.as_mut() {
-            h.via = proxy.via_for(c.node_id);
-        }
-    }
-    Ok(proxy)
 }
 
 /// Node `id` listens (gRPC and HTTP) on its own address `ip_of(id)` (and

@@ -51,18 +51,28 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
     let planted = check_args(&args)?;
     let out = args.out.clone();
     create_out_dir(&out, seed, args.duration)?;
-    let (mech, unavailable) = choose_mechanism(args.net)?;
+    let geo = args.geo.geo()?;
+    let (mech, unavailable) = choose_mechanism(args.net, geo.is_some())?;
     // Namespaces first: the gateway listens on the host's end of their
     // bridge. The layout numbers nodes 1..=n.
     let planned: Vec<u64> = (1..=3 * args.nodes_per_region as u64).collect();
     let netns = start_netns(mech, &planned)?;
     let gateway = start_gateway(bin, &out, netns.is_some())?;
-    let mut configs = lay_out_cluster(&out, args.nodes_per_region, &gateway, &planned)?;
+    let mut configs = lay_out_cluster(
+        &out,
+        args.nodes_per_region,
+        &gateway,
+        &planned,
+        geo.as_ref(),
+    )?;
     let skew_files = add_chaos_hooks(&mut configs, planted)?;
     if soak.is_some() {
         bound_soak_caches(&mut configs);
     }
-    let net = start_partitioner(&mut configs, mech, netns, &planned).await?;
+    let net = start_partitioner(&mut configs, mech, netns, &planned, geo.as_ref()).await?;
+    if let Some(g) = &geo {
+        eprintln!("chaos drill: regions far apart: {g}");
+    }
     say_mechanism(&*net, &unavailable);
     let cover = fault_kinds(&args, soak.as_ref(), &*net, planned.len())?;
     let schedule = plan_faults(seed, &args, soak.as_ref(), &cover);
@@ -79,6 +89,7 @@ pub async fn run(bin: &Path, args: DrillArgs, soak: Option<SoakInfo>) -> anyhow:
         soak.as_ref(),
     );
     run_info.fault_kinds = cover.claimed.iter().map(Fault::kind).collect();
+    run_info.geo = geo.as_ref().map(|g| g.to_json());
     run_info.cannot_inject = cover.cannot.clone();
     write_json(&out.join("schedule.json"), &schedule)?;
 
@@ -174,13 +185,15 @@ fn start_gateway(bin: &Path, out: &Path, netns: bool) -> anyhow::Result<GatewayP
 
 /// The nodes' configs: 3 regions of `nodes_per_region` nodes, paying
 /// through `gateway` with short timeouts and intervals (so payments resolve
-/// within a drill), retiring a moved event's old group after 10 s. The
-/// layout must number the nodes as `planned`.
+/// within a drill), retiring a moved event's old group after 10 s; with
+/// `geo`, Raft timings stretched for its slowest link. The layout must
+/// number the nodes as `planned`.
 fn lay_out_cluster(
     out: &Path,
     nodes_per_region: usize,
     gateway: &GatewayProc,
     planned: &[u64],
+    geo: Option<&seatfence_testkit::Geo>,
 ) -> anyhow::Result<Vec<(PathBuf, NodeConfig)>> {
     let mut payments = gateway.payments_config();
     payments.call_timeout_ms = 1_000;
@@ -204,6 +217,7 @@ fn lay_out_cluster(
         .regions(3, nodes_per_region)
         .payments(payments)
         .moves(moves)
+        .geo(geo.cloned())
         .layout()?;
     let ids: Vec<u64> = configs.iter().map(|(_, c)| c.node_id).collect();
     anyhow::ensure!(ids == planned, "node ids {ids:?}, expected {planned:?}");
@@ -306,6 +320,7 @@ fn new_run_info(
         soak: soak.cloned(),
         started_unix_ms: 0,
         retention_ms: RETENTION_SECS * 1_000,
+        geo: None,
     }
 }
 

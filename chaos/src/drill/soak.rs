@@ -87,6 +87,7 @@ impl SoakArgs {
             faults: Vec::new(),
             plant_bug: None,
             keep_data: self.keep_data,
+            geo: Default::default(),
         };
         (args, info)
     }

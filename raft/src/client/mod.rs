@@ -260,9 +260,23 @@ impl ClusterClient {
         q: &Query,
         read: Read,
     ) -> Result<(QueryResult, u64), ClientError> {
+        self.query_indexed(group, q, read)
+            .await
+            .map(|(r, term, _)| (r, term))
+    }
+
+    /// [`ClusterClient::query_with`], also returning the answering
+    /// leader's applied index: with [`Read::ReadIndex`] or [`Read::Lease`]
+    /// it covers every write acknowledged before the call began.
+    pub async fn query_indexed(
+        &self,
+        group: GroupId,
+        q: &Query,
+        read: Read,
+    ) -> Result<(QueryResult, u64, u64), ClientError> {
         if let Some(p) = self.local_leader(group) {
             if let Some(r) = self.local(group, p.query_with(group, q, read)).await {
-                return r.map(|a| (a.result, a.term));
+                return r.map(|a| (a.result, a.term, a.applied_index));
             }
         }
         let bytes = codec::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;
@@ -284,7 +298,7 @@ impl ClusterClient {
                             let r = codec::decode(&a.result)
                                 .map_err(|e| ClientError::BadReply(e.to_string()))?;
                             inner.note_edge(&addr, &a.edge_url);
-                            Attempt::Done((r, a.term))
+                            Attempt::Done((r, a.term, a.applied_index))
                         }
                         Ok(Some(query_reply::Result::NotLeader(nl))) => Attempt::NotLeader(nl),
                         Ok(None) => return Err(ClientError::BadReply("empty query reply".into())),
@@ -293,6 +307,52 @@ impl ClusterClient {
                 }
             })
             .await
+    }
+
+    /// Ask the replica of `group` on the node at `addr` (`None`: this
+    /// node's own, in-process), confirming nothing: its answer, term and
+    /// the index it has applied, however far behind that is. One attempt,
+    /// bounded by `timeout`.
+    pub async fn query_replica(
+        &self,
+        group: GroupId,
+        addr: Option<&str>,
+        q: &Query,
+        timeout: Duration,
+    ) -> Result<(QueryResult, u64, u64), ClientError> {
+        let Some(addr) = addr else {
+            let p = self
+                .local
+                .as_deref()
+                .ok_or_else(|| ClientError::BadReply("no replica on this node".into()))?;
+            let call = p.query_with(group, q, Read::Replica);
+            return match tokio::time::timeout(timeout, call).await {
+                Ok(Ok(a)) => Ok((a.result, a.term, a.applied_index)),
+                Ok(Err(e)) => Err(ClientError::Rejected(e)),
+                Err(_) => Err(ClientError::BadReply("this node's replica did not answer in time".into())),
+            };
+        };
+        let bytes = codec::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let mut req = tonic::Request::new(QueryRequest {
+            group_id: group.0,
+            query: bytes,
+            linearizable: false,
+            lease: false,
+        });
+        req.set_timeout(timeout);
+        let reply = self.inner.node(addr)?.query(req).await;
+        match reply.map(|r| r.into_inner().result) {
+            Ok(Some(query_reply::Result::Answer(a))) => {
+                let r =
+                    codec::decode(&a.result).map_err(|e| ClientError::BadReply(e.to_string()))?;
+                Ok((r, a.term, a.applied_index))
+            }
+            Ok(_) => Err(ClientError::BadReply(format!(
+                "node {addr} has no replica of group {}",
+                group.0
+            ))),
+            Err(s) => Err(ClientError::Rejected(from_status(group, &s))),
+        }
     }
 
     /// Start a dump of `group` at its leader (`NodeService.Dump`, for a

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use seatfence_testkit::http_client::HttpClient;
-use seatfence_testkit::{GatewayProc, LocalCluster};
+use seatfence_testkit::{GatewayProc, Geo, LocalCluster};
 
 /// What `demo.json` holds; `seatfence ctl` reads it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,11 +78,12 @@ impl DemoFile {
 pub async fn run(
     data_dir: Option<PathBuf>,
     empty: bool,
+    geo: Option<Geo>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let dir = prepare_dir(data_dir)?;
     let bin = std::env::current_exe().context("find own binary")?;
-    let (gateway, cluster) = start_cluster(&bin, &dir).await?;
+    let (gateway, cluster) = start_cluster(&bin, &dir, geo.as_ref()).await?;
     let secret = cluster.jwt_secret().context("cluster has no edges")?;
     let tokens = mint_tokens(&secret);
     let edges = cluster.edges();
@@ -91,6 +92,9 @@ pub async fn run(
         true => Value::Null,
         false => create_sample_event(&us, &tokens["operator"]).await?,
     };
+    if geo.is_some() && !empty {
+        create_world_event(&us, &tokens["operator"]).await?;
+    }
     let node_edges = cluster
         .all_edges()
         .into_iter()
@@ -147,6 +151,11 @@ pub async fn run(
     println!("Try it (paste into another shell):\n");
     print!("{}", walkthrough(&walk));
     println!();
+    if let Some(g) = &geo {
+        println!("The regions are far apart: {g}. From the far side:\n");
+        print!("{}", global_walkthrough(&walk));
+        println!();
+    }
     print_cli_hints(&bin, &demo_path);
     println!("\nCtrl-C (or SIGTERM) stops the cluster.");
     shutdown.await;
@@ -203,15 +212,23 @@ fn prepare_dir(data_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 /// Start the mock gateway and 9 nodes (3 regions × 3) of `bin` in `dir`,
 /// and wait until the cluster is ready.
-async fn start_cluster(bin: &Path, dir: &Path) -> anyhow::Result<(GatewayProc, LocalCluster)> {
+async fn start_cluster(
+    bin: &Path,
+    dir: &Path,
+    geo: Option<&Geo>,
+) -> anyhow::Result<(GatewayProc, LocalCluster)> {
     println!(
         "seatfence demo: starting the mock gateway and 9 nodes (3 regions × 3) in {} ...",
         dir.display()
     );
+    if let Some(g) = geo {
+        println!("  regions far apart: {g}");
+    }
     let gateway = GatewayProc::start(bin, &dir.join("gateway"), 5)?;
     let cluster = LocalCluster::builder(dir)
         .regions(3, 3)
         .payments(gateway.payments_config())
+        .geo(geo.cloned())
         .start(bin)?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
     Ok((gateway, cluster))
@@ -267,6 +284,37 @@ async fn create_sample_event(us: &str, operator: &str) -> anyhow::Result<Value> 
         created.body
     );
     Ok(created.body["group_id"].clone())
+}
+
+/// The event `demo --global` adds: 100 seats owned by us-east with a
+/// voter in every region (`survival: region`), so each region has a
+/// replica to read from.
+pub const WORLD_EVENT: &str = "demo-world-tour";
+
+/// Create [`WORLD_EVENT`] through the edge `us` as `operator`.
+async fn create_world_event(us: &str, operator: &str) -> anyhow::Result<()> {
+    let created = HttpClient::default()
+        .post(
+            &format!("{us}/v1/events"),
+            Some(operator),
+            None,
+            &json!({
+                "event_id": WORLD_EVENT,
+                "name": "World tour",
+                "home_region": "us-east",
+                "survival": "region",
+                "sections": [{"name": "A", "rows": 5, "seats_per_row": 20}],
+                "hold_ttl_secs": 600,
+            }),
+        )
+        .await?;
+    anyhow::ensure!(
+        created.status.as_u16() == 201 || created.status.as_u16() == 409,
+        "creating {WORLD_EVENT} failed: {} {}",
+        created.status,
+        created.body
+    );
+    Ok(())
 }
 
 /// The nodes, the gateway, where `demo.json` is and the sample event.
@@ -355,7 +403,7 @@ pub fn walkthrough(w: &Walk) -> String {
     line(format!("curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"seats\":[\"{a2}\"]}}'; echo"));
     line("# any 3 seats of section B".into());
     line(format!("curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"section\":\"B\",\"quantity\":3}}'; echo"));
-    line("# counts and the first free seats (up to 250 ms stale; says how stale)".into());
+    line("# counts and the first free seats (at most 1 s stale by default: stale_ms says how stale)".into());
     line(format!("curl -s \"$US/v1/events/{e}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo"));
     line(format!(
         "# alice's hold is {hold}: owner only, bob gets 404 for it"
@@ -396,6 +444,28 @@ pub fn walkthrough(w: &Walk) -> String {
     line("curl -s $EU/metrics | grep -E 'seatfence_(holds|hold_conflicts|stale_epoch)'".into());
     line("curl -s $US/metrics | grep -E 'seatfence_(bookings|payments_confirmed|outbox)'".into());
     out
+}
+
+/// What `demo --global` adds to the walk-through: the same requests timed
+/// from the far side of the world, and reads answered where the buyer is.
+/// README.md "Regions far apart" shows it verbatim (tested).
+pub fn global_walkthrough(w: &Walk) -> String {
+    let (e, world) = (DEMO_EVENT, WORLD_EVENT);
+    let t = "-o /dev/null -w '%{http_code} in %{time_total} s\\n'";
+    [
+        format!("# a hold from ap-south crosses the world to the leader in {}", w.owner),
+        format!("curl -s {t} -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"quantity\":1}}'"),
+        "# the same from the owner's region".into(),
+        format!("curl -s {t} -X POST $US/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"quantity\":1}}'"),
+        format!("# {world} has a replica in every region: ap-south reads its own (served_by, stale_ms)"),
+        format!("curl -s \"$AP/v1/events/{world}/availability?limit=0\" -H \"Authorization: Bearer $BOB\"; echo"),
+        format!("curl -s {t} \"$AP/v1/events/{world}/availability?limit=0\" -H \"Authorization: Bearer $BOB\""),
+        "# max_stale_ms=0 asks the leader instead".into(),
+        format!("curl -s {t} \"$AP/v1/events/{world}/availability?limit=0&max_stale_ms=0\" -H \"Authorization: Bearer $BOB\""),
+    ]
+    .iter()
+    .map(|l| format!("{l}\n"))
+    .collect()
 }
 
 /// The values of the walk-through for this demo: the next hold number and
@@ -466,7 +536,7 @@ mod tests {
     #[test]
     fn readme_shows_the_walkthrough_the_demo_prints() {
         let port = "http://127.0.0.1:PORT".to_string();
-        let shown = walkthrough(&Walk {
+        let walk = Walk {
             us: port.clone(),
             eu: port.clone(),
             ap: port.clone(),
@@ -478,11 +548,17 @@ mod tests {
             seats: ["A-1-1".into(), "A-1-2".into()],
             dir: "/tmp/seatfence-demo".into(),
             owner: "us-east".into(),
-        });
+        };
+        let shown = walkthrough(&walk);
         let readme = include_str!("../README.md");
         assert!(
             readme.contains(&shown),
             "README.md's walk-through differs from the demo's; it should read:\n{shown}"
+        );
+        let far = global_walkthrough(&walk);
+        assert!(
+            readme.contains(&far),
+            "README.md's global walk-through differs from the demo's; it should read:\n{far}"
         );
     }
 }

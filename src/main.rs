@@ -76,6 +76,9 @@ enum Cmd {
         /// into: README "Backup and restore").
         #[arg(long)]
         empty: bool,
+        /// The regions far apart on this machine (README "Regions far apart").
+        #[command(flatten)]
+        geo: seatfence_testkit::GeoArgs,
     },
     /// Create the cluster CA and node and operator certificates (mutual TLS
     /// on every node's gRPC port).
@@ -211,7 +214,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
             }
         }
-        Cmd::Demo { data_dir, empty } => seatfence::demo::run(data_dir, empty, terminated()).await,
+        Cmd::Demo {
+            data_dir,
+            empty,
+            geo,
+        } => match geo.geo() {
+            Ok(geo) => seatfence::demo::run(data_dir, empty, geo, terminated()).await,
+            Err(e) => Err(e),
+        },
         Cmd::Gateway(args) => args.run(terminated()).await,
         Cmd::Ctl(args) => seatfence::ctl::run(*args).await,
         Cmd::Backup(args) => args.run().await,

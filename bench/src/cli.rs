@@ -11,6 +11,7 @@ use seatfence_raft::RaftTuning;
 use crate::create::{run_create_bench, CreateBenchArgs};
 use crate::dormant::{run_dormant_bench, DormantBenchArgs};
 use crate::failover::{run_failover_bench, FailoverBenchArgs};
+use seatfence_testkit::GeoArgs;
 use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
 use crate::moves::{run_move_bench, MoveBenchArgs};
 use crate::payments::{run_payments_bench, PaymentsBenchArgs};
@@ -76,6 +77,12 @@ pub enum BenchCmd {
         before: u64,
         #[arg(long, default_value_t = 2)]
         after: u64,
+        /// The region the event moves to from us-east (eu-west is 80 ms
+        /// away under `--global`, ap-south 200 ms).
+        #[arg(long, default_value = "eu-west")]
+        to: String,
+        #[command(flatten)]
+        geo: GeoArgs,
         #[arg(long)]
         json: bool,
     },
@@ -103,6 +110,8 @@ pub enum BenchCmd {
         /// `raft.sleep_after_ms` of the nodes; 0: groups never sleep.
         #[arg(long, default_value_t = RaftTuning::default().sleep_after_ms)]
         sleep_after_ms: u64,
+        #[command(flatten)]
+        geo: GeoArgs,
         #[arg(long)]
         json: bool,
     },
@@ -237,6 +246,13 @@ pub enum BenchCmd {
         /// robin); `--seats` is split evenly between them.
         #[arg(long, default_value_t = 1)]
         events: u32,
+        /// Buyers in every region holding and reading events owned by
+        /// each region, the regions far apart (`--rtt`, `--jitter` adjust
+        /// the matrix): latency per buyer region and owner region, with
+        /// and without local reads. `--via`, `--users` and `--events` do
+        /// not apply.
+        #[command(flatten)]
+        geo: GeoArgs,
         #[arg(long)]
         json: bool,
     },
@@ -280,8 +296,21 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             users,
             inflight,
             events,
+            geo,
             json,
         } => {
+            if let Some(geo) = geo.geo()? {
+                let args = crate::global::GlobalArgs {
+                    duration: Duration::from_secs(duration),
+                    seats,
+                    inflight,
+                    geo,
+                };
+                let r = crate::global::run_global_bench(bin, &args).await?;
+                let broken = (r.oversold || !r.counters_match)
+                    .then(|| "sale did not stop exactly at capacity".to_string());
+                return finish(&r, json, broken);
+            }
             let args = HoldsBenchArgs {
                 via: match via {
                     ViaArg::Http => Via::Http,
@@ -322,6 +351,8 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
             inflight,
             before,
             after,
+            to,
+            geo,
             json,
         } => {
             let args = MoveBenchArgs {
@@ -329,6 +360,8 @@ pub async fn run(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
                 inflight,
                 before: Duration::from_secs(before),
                 after: Duration::from_secs(after),
+                to,
+                geo: geo.geo()?,
             };
             let r = run_move_bench(bin, &args).await?;
             let broken = (r.oversold || !r.counters_match || r.epoch_after != 2)
@@ -402,11 +435,13 @@ async fn run_raft(bin: &Path, cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Failover {
             groups,
             sleep_after_ms,
+            geo,
             json,
         } => {
             let args = FailoverBenchArgs {
                 groups,
                 sleep_after_ms,
+                geo: geo.geo()?,
             };
             let r = run_failover_bench(bin, &args).await?;
             let broken = (r.not_resumed > 0)

@@ -16,6 +16,8 @@ pub struct FailoverBenchArgs {
     pub groups: usize,
     /// `raft.sleep_after_ms` of the nodes (0: groups never sleep).
     pub sleep_after_ms: u64,
+    /// The regions far apart (`--global`; the 3 nodes are one per region).
+    pub geo: Option<seatfence_testkit::Geo>,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,7 +58,10 @@ pub async fn run_failover_bench(
         ..RaftTuning::default()
     };
     tuning.check().map_err(anyhow::Error::msg)?;
-    let mut cluster = LocalCluster::builder(&dir).tuning(tuning).start(bin)?;
+    let mut cluster = LocalCluster::builder(&dir)
+        .tuning(tuning)
+        .geo(args.geo.clone())
+        .start(bin)?;
     cluster.wait_ready(Duration::from_secs(30)).await?;
     let client = cluster.client().with_deadline(Duration::from_secs(10));
     let groups = create_groups(&client, args.groups.max(1)).await?;

@@ -26,6 +26,7 @@ pub mod create;
 pub mod dormant;
 pub mod failover;
 pub mod flash;
+pub mod global;
 pub mod holds;
 pub mod moves;
 pub mod payments;

@@ -28,6 +28,10 @@ pub struct MoveBenchArgs {
     /// Load before the move starts, and after it is done.
     pub before: Duration,
     pub after: Duration,
+    /// The region the event moves to (from us-east).
+    pub to: String,
+    /// The regions far apart (`--global`), or together.
+    pub geo: Option<seatfence_testkit::Geo>,
 }
 
 #[derive(Debug, Serialize)]
@@ -35,6 +39,9 @@ pub struct MoveBenchReport {
     pub seats: u64,
     pub from_region: String,
     pub to_region: String,
+    /// The latency matrix the cluster ran under (`--global`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub geo: Option<Value>,
     /// POST of the move to the first read that says `done` (client view).
     pub move_secs: f64,
     /// Start to done as the directory recorded it.
@@ -92,7 +99,7 @@ type Answer = (u64, u64);
 /// move under load, `args.after` more, then the report.
 pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<MoveBenchReport> {
     let (_guard, dir) = bench_dir()?;
-    let s = setup(bin, &dir, args.seats).await?;
+    let s = setup(bin, &dir, args.seats, args.geo.clone()).await?;
     let load = Arc::new(Load::new(s.http.clone(), s.edges.clone(), &s.secret));
     // The load runs before + the move + after; the bar counts the first two.
     let planned = (args.before + args.after).as_secs();
@@ -101,14 +108,14 @@ pub async fn run_move_bench(bin: &Path, args: &MoveBenchArgs) -> anyhow::Result<
         .map(|t| tokio::spawn(hold_worker(load.clone(), t)))
         .collect();
     tokio::time::sleep(args.before).await;
-    let moved = move_event(&s.http, &load, &s.op).await?;
+    let moved = move_event(&s.http, &load, &s.op, &args.to).await?;
     tokio::time::sleep(args.after).await;
     load.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await?;
     }
     let end = load.start.elapsed();
-    build_report(&s, &load, moved, end, args.inflight).await
+    build_report(&s, &load, moved, end, args).await
 }
 
 /// The benchmark's cluster (3 regions × 3 nodes), ready, with its event
@@ -127,8 +134,13 @@ struct Setup {
 
 /// Start the cluster in `dir` and create the event, owned by us-east: rows
 /// of 200 seats, at least one (`seats` rounded down to whole rows).
-async fn setup(bin: &Path, dir: &Path, seats: u32) -> anyhow::Result<Setup> {
-    let builder = LocalCluster::builder(dir).regions(3, 3);
+async fn setup(
+    bin: &Path,
+    dir: &Path,
+    seats: u32,
+    geo: Option<seatfence_testkit::Geo>,
+) -> anyhow::Result<Setup> {
+    let builder = LocalCluster::builder(dir).regions(3, 3).geo(geo);
     let World {
         cluster,
         secret,
@@ -259,10 +271,10 @@ struct Moved {
     done: Value,
 }
 
-/// Move the event to eu-west (asked through the third node's edge) and
+/// Move the event to `to` (asked through the third node's edge) and
 /// poll the move until it is no longer running (120 s at most). An error
 /// unless it ended done.
-async fn move_event(http: &HttpClient, load: &Load, op: &str) -> anyhow::Result<Moved> {
+async fn move_event(http: &HttpClient, load: &Load, op: &str, to: &str) -> anyhow::Result<Moved> {
     let (edges, start) = (&load.edges, load.start);
     let move_start = start.elapsed();
     let m = http
@@ -270,7 +282,7 @@ async fn move_event(http: &HttpClient, load: &Load, op: &str) -> anyhow::Result<
             &format!("{}/v1/admin/events/{EVENT}/move", edges[2]),
             Some(op),
             None,
-            &json!({"to_region": "eu-west"}),
+            &json!({"to_region": to}),
         )
         .await?;
     if m.status.as_u16() != 202 {
@@ -308,8 +320,9 @@ async fn build_report(
     load: &Load,
     moved: Moved,
     end: Duration,
-    inflight: usize,
+    args: &MoveBenchArgs,
 ) -> anyhow::Result<MoveBenchReport> {
+    let inflight = args.inflight;
     let mut answers = load.answers.lock().expect("lock").clone();
     answers.sort_unstable();
     let ms = moved.start.as_micros() as u64;
@@ -333,7 +346,8 @@ async fn build_report(
     Ok(MoveBenchReport {
         seats: capacity,
         from_region: "us-east".into(),
-        to_region: "eu-west".into(),
+        to_region: args.to.clone(),
+        geo: args.geo.as_ref().map(|g| g.to_json()),
         move_secs: (moved.end - moved.start).as_secs_f64(),
         move_recorded_ms: done["duration_ms"].as_u64().unwrap_or(0),
         coordinator_pause_ms: done["pause_ms"].as_u64(),

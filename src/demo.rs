@@ -403,7 +403,10 @@ pub fn walkthrough(w: &Walk) -> String {
     line(format!("curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"seats\":[\"{a2}\"]}}'; echo"));
     line("# any 3 seats of section B".into());
     line(format!("curl -s -X POST $AP/v1/holds -H \"Authorization: Bearer $BOB\" -d '{{\"event_id\":\"{e}\",\"section\":\"B\",\"quantity\":3}}'; echo"));
-    line("# counts and the first free seats (at most 1 s stale by default: stale_ms says how stale)".into());
+    line(
+        "# counts and the first free seats (at most 1 s stale by default: stale_ms says how stale)"
+            .into(),
+    );
     line(format!("curl -s \"$US/v1/events/{e}/availability?limit=5\" -H \"Authorization: Bearer $BOB\"; echo"));
     line(format!(
         "# alice's hold is {hold}: owner only, bob gets 404 for it"

@@ -223,3 +223,31 @@ fn a_fault_the_nodes_cannot_inject_fails_coverage() {
         "the report names the fault"
     );
 }
+
+/// A short drill with the regions far apart (`--global`: the link
+/// proxies carry the default latency matrix, the Raft timings stretched to
+/// match): every checker passes, the faults named all take effect, and the
+/// run records the matrix it ran under.
+#[test]
+fn global_drill_over_far_regions_passes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = RunDir::new();
+    let run = dir.path().join("run");
+    let faults = "isolate-leader,partition-region-leader-minority,kill-minority,slow-network";
+    let (code, summary) = drill(&run, 46, 60, &["--global", "--faults", faults]);
+    assert_eq!(summary["verdict"], "PASS", "{summary:#}");
+    assert_eq!(code, 0);
+    for c in summary["checkers"].as_array().expect("checkers") {
+        assert_eq!(c["verdict"], "PASS", "{c}");
+    }
+    assert_eq!(summary["faults_injected"], summary["faults_scheduled"]);
+    assert_eq!(summary["partition_mechanism"], "proxy", "{summary:#}");
+    assert!(summary["ops"]["ok"].as_u64().unwrap() > 50, "{summary}");
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        info["geo"]["rtt_ms"]["ap-south/us-east"], 200,
+        "{}",
+        info["geo"]
+    );
+}

@@ -316,7 +316,7 @@ pub async fn get(edge: &Edge, req: &Req, id: &str) -> Result<Reply, ApiError> {
             "changes_retention_secs": ev.changes_retention_ms / 1000,
             "waiting_room": room,
             "served_by": served.as_str(),
-            "stale_ms": stale.map_or(0, |s| s.as_millis() as u64),
+            "stale_ms": stale.as_millis() as u64,
         }),
     ))
 }
@@ -407,9 +407,10 @@ pub async fn availability(edge: &Edge, req: &Req, id: &str) -> Result<Reply, Api
                 "limit": fetch,
                 "served_by": served.as_str(),
             });
-            // A replica's answer is as old as the point that proves it.
+            // As old as the point that proves a replica's answer, or as
+            // the question the leader answered.
             let now = Instant::now();
-            let at = stale.and_then(|s| now.checked_sub(s)).unwrap_or(now);
+            let at = now.checked_sub(stale).unwrap_or(now);
             edge.availability.store(&event_id, at, body.clone());
             (crate::availability::cut(&body, limit), at)
         }

@@ -63,8 +63,10 @@ pub struct Answer {
     pub result: QueryResult,
     /// The answering replica's term.
     pub term: u64,
-    /// How stale it may be (`None`: the leader's applied state).
-    pub stale: Option<Duration>,
+    /// How stale it may be: for a replica, since the point that proves
+    /// it; for the leader, since the question was sent (its answer covers
+    /// every write it acknowledged before then, and crosses back after).
+    pub stale: Duration,
     /// Who answered.
     pub served: ServedBy,
 }
@@ -79,16 +81,17 @@ pub async fn ask(
 ) -> Result<Answer, ApiError> {
     let local = &edge.commands.local_reads;
     if !bound.is_zero() {
-        if let Some(a) = local.read(route.group, &route.owner_region, q, bound).await {
+        if let Some(a) = local.read(route.group, q, bound).await {
             return Ok(Answer {
                 result: a.result,
                 term: a.term,
-                stale: Some(a.stale),
+                stale: a.stale,
                 served: ServedBy::Replica,
             });
         }
         local.note_fallback();
     }
+    let sent = std::time::Instant::now();
     let (result, term) = edge
         .commands
         .client
@@ -98,7 +101,7 @@ pub async fn ask(
     Ok(Answer {
         result,
         term,
-        stale: None,
+        stale: sent.elapsed(),
         served: ServedBy::Leader,
     })
 }
@@ -115,7 +118,7 @@ pub async fn local_only(
     if bound.is_zero() {
         return None;
     }
-    match local.read(route.group, &route.owner_region, q, bound).await {
+    match local.read(route.group, q, bound).await {
         Some(a) => Some(a.result),
         None => {
             local.note_fallback();

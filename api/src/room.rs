@@ -221,7 +221,16 @@ async fn read(
     // only the leader can say they are not in it.
     let local = crate::reads::local_only(edge, &route, &q, bound)
         .await
-        .filter(|a| buyer.is_none() || matches!(a, QueryResult::Room { standing: Some(_), .. }));
+        .filter(|a| {
+            buyer.is_none()
+                || matches!(
+                    a,
+                    QueryResult::Room {
+                        standing: Some(_),
+                        ..
+                    }
+                )
+        });
     let answer = match local {
         Some(a) => a,
         None => {

@@ -11,12 +11,12 @@ use seatfence_raft::RaftTuning;
 use crate::create::{run_create_bench, CreateBenchArgs};
 use crate::dormant::{run_dormant_bench, DormantBenchArgs};
 use crate::failover::{run_failover_bench, FailoverBenchArgs};
-use seatfence_testkit::GeoArgs;
 use crate::holds::{run_holds_bench, HoldsBenchArgs, Via};
 use crate::moves::{run_move_bench, MoveBenchArgs};
 use crate::payments::{run_payments_bench, PaymentsBenchArgs};
 use crate::raft::{run_raft_bench, RaftBenchArgs};
 use crate::repair::{run_repair_bench, RepairBenchArgs};
+use seatfence_testkit::GeoArgs;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum FlushArg {

@@ -66,7 +66,8 @@ pub struct GlobalReport {
     pub duration_secs: f64,
     pub inflight: usize,
     pub cells: Vec<Cell>,
-    /// Where each region event's leader was (it may be far from its home).
+    /// Where each region event's leader was at the end (it may be far
+    /// from its home).
     pub region_event_leaders: BTreeMap<String, String>,
     pub granted: u64,
     pub capacity: u64,
@@ -143,7 +144,7 @@ pub async fn run_global_bench(bin: &Path, args: &GlobalArgs) -> anyhow::Result<G
         .regions(3, 3)
         .geo(Some(args.geo.clone()));
     let world = World::start(builder, bin, Duration::from_secs(90)).await?;
-    let (capacity, leaders) = create_events(&world, args.seats).await?;
+    let (capacity, spread) = create_events(&world, args.seats).await?;
     let mut edges = vec![Vec::new(); REGIONS.len()];
     for (_, region, url) in world.cluster.all_edges() {
         let i = REGIONS
@@ -191,6 +192,21 @@ pub async fn run_global_bench(bin: &Path, args: &GlobalArgs) -> anyhow::Result<G
         sold = sold.saturating_add(s);
     }
     let granted = load.granted.load(Ordering::Relaxed);
+    let mut leaders = BTreeMap::new();
+    for (event, group) in spread {
+        let leader = world
+            .cluster
+            .wait_leader(group, Duration::from_secs(30))
+            .await?;
+        let at = world
+            .cluster
+            .nodes
+            .iter()
+            .find(|n| n.id() == leader)
+            .map(|n| n.config.region.clone())
+            .unwrap_or_default();
+        leaders.insert(event, at);
+    }
     Ok(GlobalReport {
         geo: args.geo.to_json(),
         duration_secs: elapsed,
@@ -209,14 +225,14 @@ fn hist() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds")
 }
 
-/// Both events of every region: `(zone events' seats, each region event's
-/// leader region)`.
+/// Both events of every region: `(zone events' seats, each region event
+/// and its group)`.
 async fn create_events(
     world: &World,
     seats: u32,
-) -> anyhow::Result<(u64, BTreeMap<String, String>)> {
+) -> anyhow::Result<(u64, Vec<(String, seatfence_core::GroupId)>)> {
     let mut capacity = 0;
-    let mut leaders = BTreeMap::new();
+    let mut spread_groups = Vec::new();
     let rows = (seats / 100).max(1);
     for (owner, region) in REGIONS.iter().enumerate() {
         let edge = &world.edges[owner];
@@ -232,20 +248,9 @@ async fn create_events(
                             "hold_ttl_secs": 3600});
         let (_, group) =
             create_event(&world.cluster, &world.http, edge, &world.op, &spread).await?;
-        let leader = world
-            .cluster
-            .wait_leader(group, Duration::from_secs(30))
-            .await?;
-        let at = world
-            .cluster
-            .nodes
-            .iter()
-            .find(|n| n.id() == leader)
-            .map(|n| n.config.region.clone())
-            .unwrap_or_default();
-        leaders.insert(region_event(owner), at);
+        spread_groups.push((region_event(owner), group));
     }
-    Ok((capacity, leaders))
+    Ok((capacity, spread_groups))
 }
 
 /// Worker `t`: a buyer in region `t % 3`, through that region's edges in

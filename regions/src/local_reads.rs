@@ -4,8 +4,8 @@
 //! crossing the world to the leader, within a staleness bound it can
 //! prove with its own clock alone:
 //!
-//! - Now and then (at most every half bound, only for groups read here)
-//!   the edge asks the leader for its applied index after a read-index
+//! - Every quarter bound, for as long as reads of a group keep coming here
+//!   (and [`LINGER`] after the last), the edge asks the leader for its applied index after a read-index
 //!   round, noting when it *sent* the question: every write acknowledged
 //!   before that instant is at or below that index (a write is
 //!   acknowledged after it commits, and the read index covers every
@@ -14,7 +14,8 @@
 //!   and takes the newest noted point whose index is at most `A`: the
 //!   answer includes every write acknowledged before that point was sent,
 //!   so `stale_ms` is the time since then. A replica too far behind, or
-//!   no point within the bound, and the read goes to the leader as before.
+//!   no point within the bound (the first read of a quiet group), and the
+//!   read goes to the leader as before.
 //!
 //! Never for decisions: holds, bookings and anything that checks an epoch
 //! go to the leader.
@@ -24,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seatfence_core::query::{Query, QueryResult};
-use seatfence_core::{GroupId, NodeId, RegionId};
+use seatfence_core::{GroupId, NodeId};
 use seatfence_raft::registry::Registry;
 use seatfence_raft::{ClusterClient, Read};
 use tokio::time::Instant;
@@ -38,12 +39,22 @@ const REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 const POINTS_KEPT: usize = 16;
 
 /// A group's freshness points: (when the question was sent, the leader's
-/// applied index it answered), oldest first; and whether a refresh runs.
+/// applied index it answered), oldest first.
 #[derive(Default)]
 struct Points {
     seen: VecDeque<(Instant, u64)>,
+    /// A refresher runs for the group.
     refreshing: bool,
+    /// When a read last asked for the group.
+    read_at: Option<Instant>,
 }
+
+/// A refresher stops once no read asked for its group for this long.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// The refreshers' pace bounds (a quarter of the bound, within these).
+const REFRESH_MIN: Duration = Duration::from_millis(50);
+const REFRESH_MAX: Duration = Duration::from_secs(5);
 
 /// A read answered in the region.
 #[derive(Debug, Clone)]
@@ -86,9 +97,9 @@ impl LocalReads {
 
     /// The replica of `group` to read in this node's region: this node's
     /// own (`None` address) or a same-region member's, unless this node
-    /// leads it (the leader's own read is local already) or `owner` is
-    /// this region (its leader is a neighbour). `None`: no replica here.
-    fn replica_here(&self, group: GroupId, owner: &RegionId) -> Option<(NodeId, Option<String>)> {
+    /// leads it (the leader's own read is local already). `None`: no
+    /// replica here.
+    fn replica_here(&self, group: GroupId) -> Option<(NodeId, Option<String>)> {
         let me = NodeId(self.registry.node_id());
         if self.client.leads(group) {
             return None;
@@ -97,9 +108,6 @@ impl LocalReads {
         dir.read(|s| {
             let d = s.state.directory();
             let region = &d.nodes.get(&me)?.region;
-            if region == owner {
-                return None;
-            }
             let members = &d.groups.get(&group)?.members;
             if members.contains(&me) && self.registry.get(group).is_some() {
                 return Some((me, None));
@@ -118,12 +126,11 @@ impl LocalReads {
     pub async fn read(
         self: &Arc<Self>,
         group: GroupId,
-        owner: &RegionId,
         q: &Query,
         bound: Duration,
     ) -> Option<LocalAnswer> {
-        let (node, addr) = self.replica_here(group, owner)?;
-        if !self.fresh_within(group, bound).await {
+        let (node, addr) = self.replica_here(group)?;
+        if !self.fresh_within(group, bound) {
             return None;
         }
         let (result, term, applied) = self
@@ -158,54 +165,58 @@ impl LocalReads {
             .map(|(at, _)| *at)
     }
 
-    /// Make sure `group` has a point younger than `bound`: refresh in the
-    /// background once the newest is older than half of it, and wait for
-    /// the refresh when none is young enough. False when none could be had.
-    async fn fresh_within(self: &Arc<Self>, group: GroupId, bound: Duration) -> bool {
-        let (newest, start) = {
+    /// Whether `group` has a point younger than `bound`. The first read
+    /// of a group (or one after a quiet spell) starts a refresher that asks
+    /// the leader every quarter bound for as long as reads keep coming (and
+    /// [`LINGER`] after); until
+    /// its first answer the reads go to the leader, so a local read never
+    /// costs more than the leader's.
+    fn fresh_within(self: &Arc<Self>, group: GroupId, bound: Duration) -> bool {
+        let (fresh, start) = {
             let mut points = self.points.lock().expect("local reads lock poisoned");
             let p = points.entry(group).or_default();
-            let newest = p.seen.back().map(|(at, _)| at.elapsed());
-            let stale_soon = newest.is_none_or(|age| age > bound / 2);
-            let start = stale_soon && !p.refreshing;
-            if start {
-                p.refreshing = true;
-            }
-            (newest, start)
+            p.read_at = Some(Instant::now());
+            let fresh = p.seen.back().is_some_and(|(at, _)| at.elapsed() <= bound);
+            let start = !p.refreshing;
+            p.refreshing = true;
+            (fresh, start)
         };
         if start {
-            let me = self.clone();
-            let refresh = tokio::spawn(async move { me.refresh(group).await });
-            if newest.is_none_or(|age| age > bound) {
-                return refresh.await.unwrap_or(false);
-            }
-            return true;
+            let every = (bound / 4).clamp(REFRESH_MIN, REFRESH_MAX);
+            tokio::spawn(self.clone().keep_fresh(group, every));
         }
-        match newest {
-            Some(age) if age <= bound => true,
-            // Another read's refresh runs: wait for it a little.
-            _ => {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                self.point_at(group, u64::MAX)
-                    .is_some_and(|at| at.elapsed() <= bound)
+        fresh
+    }
+
+    /// Refresh `group`'s points every `every` until no read asked for it
+    /// for [`LINGER`].
+    async fn keep_fresh(self: Arc<Self>, group: GroupId, every: Duration) {
+        loop {
+            self.refresh(group).await;
+            tokio::time::sleep(every).await;
+            let mut points = self.points.lock().expect("local reads lock poisoned");
+            let p = points.entry(group).or_default();
+            if p.read_at.is_none_or(|at| at.elapsed() > LINGER) {
+                p.refreshing = false;
+                return;
             }
         }
     }
 
-    /// Ask the leader of `group` for its applied index after a read-index
-    /// round; note it with when the question was sent.
-    async fn refresh(&self, group: GroupId) -> bool {
+    /// Ask the leader of `group` for its applied index once it confirmed
+    /// its leadership (lease or read index); note it with when the
+    /// question was sent.
+    async fn refresh(&self, group: GroupId) {
         let sent = Instant::now();
         let answer = self
             .client
-            .query_indexed(group, &Query::Event, Read::ReadIndex)
+            .query_indexed(group, &Query::Event, Read::Lease)
             .await;
+        let Ok((_, _, index)) = answer else {
+            return;
+        };
         let mut points = self.points.lock().expect("local reads lock poisoned");
         let p = points.entry(group).or_default();
-        p.refreshing = false;
-        let Ok((_, _, index)) = answer else {
-            return false;
-        };
         // Answers may come back out of order; keep the points sorted by
         // sending time (and so by index).
         if p.seen.back().is_none_or(|(at, _)| *at < sent) {
@@ -214,6 +225,5 @@ impl LocalReads {
                 p.seen.pop_front();
             }
         }
-        true
     }
 }

@@ -74,18 +74,25 @@ impl Geo {
     /// at least every half of it, elections no sooner than five round
     /// trips (a candidate needs one, a leader's heartbeat half of one),
     /// and the longest election timeout (which bounds the leader's read
-    /// lease) twice the shortest. A timing `base` already sets longer is
-    /// kept.
+    /// lease) twice the shortest; groups sleep no sooner than that (a
+    /// sleeping group must outlast an election). A timing `base` already
+    /// sets longer is kept.
     pub fn tuning(&self, base: RaftTuning) -> RaftTuning {
         let rtt = self.worst_rtt();
         let heartbeat_ms = base.heartbeat_ms.max(rtt / 2);
         let election_timeout_min_ms = base.election_timeout_min_ms.max(5 * rtt);
+        let election_timeout_max_ms = base
+            .election_timeout_max_ms
+            .max(2 * election_timeout_min_ms);
+        let sleep_after_ms = match base.sleep_after_ms {
+            0 => 0,
+            s => s.max(election_timeout_max_ms),
+        };
         RaftTuning {
             heartbeat_ms,
             election_timeout_min_ms,
-            election_timeout_max_ms: base
-                .election_timeout_max_ms
-                .max(2 * election_timeout_min_ms),
+            election_timeout_max_ms,
+            sleep_after_ms,
             ..base
         }
     }
@@ -103,7 +110,9 @@ impl Geo {
             .parse()
             .map_err(|_| format!("{text:?}: {ms:?} is not a number of milliseconds"))?;
         if ms > 5_000 {
-            return Err(format!("{text:?}: a round trip over 5000 ms is not a planet"));
+            return Err(format!(
+                "{text:?}: a round trip over 5000 ms is not a planet"
+            ));
         }
         let (a, b) = (a.trim(), b.trim());
         if a.is_empty() || b.is_empty() || a == b {
@@ -194,6 +203,8 @@ mod tests {
         assert_eq!(t.heartbeat_ms, 105);
         assert_eq!(t.election_timeout_min_ms, 1050);
         assert_eq!(t.election_timeout_max_ms, 2100);
+        assert_eq!(t.sleep_after_ms, 2100);
+        t.check().unwrap();
         // A slower base is kept.
         let slow = RaftTuning {
             election_timeout_min_ms: 3000,

@@ -33,8 +33,8 @@ mod procs;
 pub mod progress;
 
 pub use cluster::{reap_all, ClusterBuilder, LocalCluster, NodeProc, REGIONS};
-pub use layout::start_links;
 pub use gateway_proc::GatewayProc;
 pub use geo::{Geo, GeoArgs};
 pub use http_client::HttpClient;
+pub use layout::start_links;
 pub use pg_proc::PgProc;

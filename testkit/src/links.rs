@@ -358,10 +358,8 @@ mod tests {
     fn a_far_link_delays_each_trip_and_keeps_pipelining() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let nodes = two_nodes(&rt);
-        let geo = Geo {
-            jitter_ms: 0,
-            ..Geo::default()
-        };
+        let mut geo = Geo::default();
+        geo.jitter_ms = 0;
         let net = LinkNet::start(&nodes, &Default::default(), Some(&geo)).unwrap();
         let to2 = net.via_for(1)[&nodes[&2].addr].clone();
         rt.block_on(async {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::net::{IptablesNet, NetnsNet, Partitioner};
-use seatfence_testkit::Geo;
 use seatfence_node::NodeConfig;
+use seatfence_testkit::Geo;
 
 use super::NetChoice;
 

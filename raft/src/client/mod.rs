@@ -329,7 +329,9 @@ impl ClusterClient {
             return match tokio::time::timeout(timeout, call).await {
                 Ok(Ok(a)) => Ok((a.result, a.term, a.applied_index)),
                 Ok(Err(e)) => Err(ClientError::Rejected(e)),
-                Err(_) => Err(ClientError::BadReply("this node's replica did not answer in time".into())),
+                Err(_) => Err(ClientError::BadReply(
+                    "this node's replica did not answer in time".into(),
+                )),
             };
         };
         let bytes = codec::encode(q).map_err(|e| ClientError::BadReply(e.to_string()))?;

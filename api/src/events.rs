@@ -57,6 +57,10 @@ struct CreateBody {
     #[serde(default, deserialize_with = "crate::whole::opt")]
     changes_retention_secs: Option<u64>,
     waiting_room: Option<crate::room::RoomBody>,
+    /// Move the event to the region whose buyers send most of its holds
+    /// (`seatfence_regions::follow`).
+    #[serde(default)]
+    follow_buyers: bool,
 }
 
 /// A field that may be absent (`#[serde(default)]`) but not `null`.
@@ -168,7 +172,9 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
 }
 
 async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
-    let spec = spec_from(req.json()?)?;
+    let body: CreateBody = req.json()?;
+    let follow_buyers = body.follow_buyers;
+    let spec = spec_from(body)?;
     if !edge.commands.region_exists(&spec.home_region).await? {
         return Err(ApiError::bad(
             "unknown_region",
@@ -220,6 +226,9 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
             other => break other?,
         }
     };
+    if matches!(reply.outcome, Outcome::Created { .. }) && follow_buyers {
+        crate::moves::set_follow_buyers(edge, &route, true).await?;
+    }
     match reply.outcome {
         Outcome::Created { capacity } => Ok(Reply::json(
             StatusCode::CREATED,
@@ -230,6 +239,7 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
                 "home_region": route.home_region.0,
                 "epoch": reply.epoch.0,
                 "capacity": capacity,
+                "follow_buyers": follow_buyers,
             }),
         )
         .header("x-seatfence-epoch", reply.epoch.0)

@@ -210,3 +210,47 @@ pub fn progress_metrics(edge: &Edge) -> String {
     }
     out
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FollowBody {
+    enabled: bool,
+}
+
+/// Turn `event`'s `follow_buyers` policy on or off: written to the event
+/// group's key-value table (`seatfence_regions::follow::POLICY_KEY`), read
+/// by the duty of whichever node leads the group.
+pub async fn set_follow_buyers(
+    edge: &Edge,
+    route: &seatfence_core::EventRoute,
+    enabled: bool,
+) -> Result<(), ApiError> {
+    use seatfence_regions::follow::{ON, POLICY_KEY};
+    let value = if enabled { ON.to_vec() } else { b"0".to_vec() };
+    edge.commands
+        .client
+        .write(
+            route.group,
+            &seatfence_core::Command::Put {
+                key: POLICY_KEY.to_string(),
+                value,
+            },
+        )
+        .await
+        .map_err(|e| edge.commands.client_error(e))?;
+    Ok(())
+}
+
+/// `POST /v1/admin/events/{id}/follow-buyers {"enabled"}` → 200
+/// `{event_id, follow_buyers}`.
+pub async fn follow_buyers(edge: &Edge, req: &Req, event: &str) -> Result<Reply, ApiError> {
+    req.operator(edge)?;
+    let event_id = crate::events::parse_event_id(event)?;
+    let body: FollowBody = req.json()?;
+    let route = edge.commands.route(&event_id).await?;
+    set_follow_buyers(edge, &route, body.enabled).await?;
+    Ok(Reply::json(
+        StatusCode::OK,
+        json!({"event_id": event_id.0, "follow_buyers": body.enabled}),
+    ))
+}

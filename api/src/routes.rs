@@ -88,6 +88,9 @@ pub enum Route {
     GetMove,
     /// `POST /v1/admin/moves/{move_id}/abort`: abort a move before its membership change.
     AbortMove,
+    /// `POST /v1/admin/events/{event_id}/follow-buyers`: turn the event's
+    /// `follow_buyers` policy on or off.
+    FollowBuyers,
 }
 
 /// An operator action recorded in the audit trail: its name and its
@@ -325,6 +328,16 @@ pub const ROUTES: &[RouteDef] = &[
         ),
         "move",
         "event {event_id} to {body.to_region}",
+    ),
+    audited(
+        row(
+            Route::FollowBuyers,
+            Method::POST,
+            "/v1/admin/events/{event_id}/follow-buyers",
+            "admin",
+        ),
+        "follow-buyers",
+        "event {event_id}: {body.enabled}",
     ),
     row(Route::ListMoves, Method::GET, "/v1/admin/moves", "admin"),
     row(

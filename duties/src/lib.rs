@@ -8,6 +8,9 @@
 //!   leader balance), moves and repairs driven through one skeleton
 //!   (`directory::Drives`), each deciding through pure `plan` functions
 //!   (tested on their own) and carrying the actions out.
+//! - [`follow`]: ownership that follows the buyers (`follow_buyers`):
+//!   the holds per buyer region of the events this node leads, and the
+//!   move when one region's buyers lead clearly.
 //! - [`rooms`]: the waiting rooms' gauges of the events this node leads.
 //!
 //! A duty never decides an outcome: it proposes commands the group's state
@@ -17,6 +20,7 @@
 #![warn(missing_docs)]
 pub mod directory;
 pub mod events;
+pub mod follow;
 pub mod rooms;
 pub mod tick;
 

@@ -448,6 +448,20 @@ fn spawn_jobs(
             rx_stop.clone(),
         ));
     }
+    if config.moves.follow_window_ms > 0 {
+        tasks.spawn(seatfence_duties::follow::run(
+            registry.clone(),
+            proposer.clone(),
+            node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),
+            clock.clone(),
+            Duration::from_millis(config.moves.follow_window_ms),
+            seatfence_regions::follow::Rule {
+                min_holds: config.moves.follow_min_holds,
+                ..Default::default()
+            },
+            rx_stop.clone(),
+        ));
+    }
     let directory = seatfence_duties::directory::Context {
         registry: registry.clone(),
         client: node_client(config, registry, proposer).with_deadline(Duration::from_secs(5)),

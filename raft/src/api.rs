@@ -180,10 +180,14 @@ impl NodeService for NodeApi {
             std::slice::from_ref(&cmd),
         )?;
         let group = GroupId(req.group_id);
+        let holds = crate::propose::origins::holds_in(std::slice::from_ref(&cmd));
         let mut outcome = self.proposer.write(group, cmd, req.expected_term).await;
         if self.after_election(group, &mut outcome).await {
             let cmd = decode("malformed_command", &req.command)?;
             outcome = self.proposer.write(group, cmd, req.expected_term).await;
+        }
+        if let (Ok(_), Caller::Member(node)) = (&outcome, &caller) {
+            self.proposer.origins().note(group, *node, holds);
         }
         let result = match outcome {
             Ok(c) => write_reply::Result::Committed(Committed {
@@ -212,6 +216,7 @@ impl NodeService for NodeApi {
             .collect::<Result<Vec<_>, _>>()?;
         may_write(&self.gate, &caller, req.group_id, &cmds)?;
         let group = GroupId(req.group_id);
+        let holds = crate::propose::origins::holds_in(&cmds);
         let mut outcome = self
             .proposer
             .write_batch(group, cmds, req.expected_term)
@@ -226,6 +231,9 @@ impl NodeService for NodeApi {
                 .proposer
                 .write_batch(group, cmds, req.expected_term)
                 .await;
+        }
+        if let (Ok(_), Caller::Member(node)) = (&outcome, &caller) {
+            self.proposer.origins().note(group, *node, holds);
         }
         let result = match outcome {
             Ok(c) => write_batch_reply::Result::Committed(BatchCommitted {

@@ -32,6 +32,12 @@ pub struct MovesConfig {
     /// At most this many replicas moved at once to even out a region's
     /// nodes (a node added to a region); 0: never.
     pub rebalance_parallel: usize,
+    /// The window (ms) over which an event with `follow_buyers` on counts
+    /// its holds per buyer region (`seatfence_regions::follow`); 0: the
+    /// policy is never acted on by this node.
+    pub follow_window_ms: u64,
+    /// A window with fewer holds than this moves nothing.
+    pub follow_min_holds: u64,
 }
 
 impl Default for MovesConfig {
@@ -46,6 +52,8 @@ impl Default for MovesConfig {
             dead_after_ms: 300_000,
             repair_parallel: 8,
             rebalance_parallel: 1,
+            follow_window_ms: 60_000,
+            follow_min_holds: 20,
         }
     }
 }

@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 pub mod commands;
 pub mod config;
+pub mod follow;
 pub mod hint;
 pub mod local_reads;
 pub mod ops;

@@ -164,6 +164,10 @@ impl ClusterClient {
     pub async fn write(&self, group: GroupId, cmd: &Command) -> Result<Committed, ClientError> {
         if let Some(p) = self.local_leader(group) {
             if let Some(r) = self.local(group, p.write(group, cmd.clone(), None)).await {
+                if r.is_ok() {
+                    let holds = crate::propose::origins::holds_in(std::slice::from_ref(cmd));
+                    p.origins().note(group, p.node_id(), holds);
+                }
                 return r;
             }
         }

@@ -28,6 +28,7 @@ use crate::registry::{GroupHandle, HandOverError, Registry};
 use crate::types::{Raft, TypeConfig};
 
 mod answer;
+pub mod origins;
 pub use answer::{Answer, Committed, CommittedBatch, LeaderHint, ProposeError};
 
 /// How fresh a query's answer must be.
@@ -163,6 +164,8 @@ pub struct Proposer {
     /// The public URL of this node's HTTP edge, once it serves (see
     /// [`Proposer::edge_url`]).
     edge_url: std::sync::OnceLock<Arc<str>>,
+    /// Where the holds this node's leaders took came from.
+    origins: origins::Origins,
 }
 
 impl Proposer {
@@ -173,7 +176,19 @@ impl Proposer {
             clock,
             planted: None,
             edge_url: std::sync::OnceLock::new(),
+            origins: Default::default(),
         }
+    }
+
+    /// Where the holds this node's leaders took came from (see
+    /// [`origins`]).
+    pub fn origins(&self) -> &origins::Origins {
+        &self.origins
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.registry.node_id()
     }
 
     /// Say where this node's HTTP edge is reached (its public URL), once:

@@ -384,7 +384,11 @@ async fn t44_the_first_formats_data_dirs_and_messages_read_back_and_serve() {
     }
     let moves = get("/v1/admin/moves".into(), op.clone()).await;
     assert_eq!(moves["moves"][0]["state"], "done", "{moves}");
-    let av = get("/v1/events/fx/availability".into(), op.clone()).await;
+    let av = get(
+        "/v1/events/fx/availability?max_stale_ms=0".into(),
+        op.clone(),
+    )
+    .await;
     let n = |k: &str| av[k].as_u64().unwrap();
     assert_eq!((n("capacity"), n("sold")), (6, 1), "{av}");
 

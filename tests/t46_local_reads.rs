@@ -40,6 +40,25 @@ async fn far_region_reads_answer_locally_within_their_bound() {
         .await
         .unwrap();
     assert_eq!(created.status.as_u16(), 201, "{}", created.body);
+    // Its leader in us-east (node 1), far from the reader in ap-south.
+    let group = created.body["group_id"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let moved = http
+            .post(
+                &format!("{us}/v1/admin/groups/{group}/transfer-leader"),
+                Some(&op),
+                None,
+                &json!({"to": 1}),
+            )
+            .await
+            .unwrap();
+        if moved.status.is_success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "transfer: {}", moved.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // A buyer in us-east holds seats one at a time (their acknowledgement
     // times kept) while a reader in ap-south reads the free seats.

@@ -383,7 +383,7 @@ async fn t90_a_drain_moves_every_leader_off_while_buyers_hold_seats() {
     tokio::time::sleep(seatfence_api::AVAILABILITY_CACHE).await;
     let av = http
         .get(
-            &format!("{edge}/v1/events/adm/availability?limit=0"),
+            &format!("{edge}/v1/events/adm/availability?limit=0&max_stale_ms=0"),
             Some(op),
         )
         .await

@@ -1,7 +1,8 @@
 //! [`LocalReads`]: reads where the buyer is. An edge whose region holds a
 //! replica of an event's group (this node's own, or a neighbour's in the
-//! same region) answers availability and event reads from it instead of
-//! crossing the world to the leader, within a staleness bound it can
+//! same region) while its leader is in another region answers
+//! availability, event and queue reads from it instead of crossing the
+//! world to the leader, within a staleness bound it can
 //! prove with its own clock alone:
 //!
 //! - Every quarter bound, for as long as reads of a group keep coming here
@@ -96,18 +97,25 @@ impl LocalReads {
     }
 
     /// The replica of `group` to read in this node's region: this node's
-    /// own (`None` address) or a same-region member's, unless this node
-    /// leads it (the leader's own read is local already). `None`: no
-    /// replica here.
+    /// own (`None` address) or a same-region member's, when the group's
+    /// leader is known to be in another region. `None` when this node or a
+    /// neighbour leads it (the leader is as near as a replica, and exact),
+    /// when its leader is not known yet (the leader answers, and this
+    /// client learns where it is), or when no member is in this region.
     fn replica_here(&self, group: GroupId) -> Option<(NodeId, Option<String>)> {
         let me = NodeId(self.registry.node_id());
         if self.client.leads(group) {
             return None;
         }
+        let leader = self.client.known_leader(group)?;
         let dir = self.registry.get(GroupId::DIRECTORY)?;
         dir.read(|s| {
             let d = s.state.directory();
             let region = &d.nodes.get(&me)?.region;
+            let near = |n: &&seatfence_core::NodeInfo| &n.region == region;
+            if d.nodes.values().filter(near).any(|n| n.grpc_addr == leader) {
+                return None;
+            }
             let members = &d.groups.get(&group)?.members;
             if members.contains(&me) && self.registry.get(group).is_some() {
                 return Some((me, None));
@@ -115,7 +123,7 @@ impl LocalReads {
             members
                 .iter()
                 .filter_map(|id| d.nodes.get(id))
-                .find(|n| &n.region == region && d.node_state(n.id).takes_replicas())
+                .find(|n| near(n) && d.node_state(n.id).takes_replicas())
                 .map(|n| (n.id, Some(n.grpc_addr.clone())))
         })
     }

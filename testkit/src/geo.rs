@@ -70,17 +70,20 @@ impl Geo {
         self.rtt_ms.values().max().copied().unwrap_or(0) + 2 * self.jitter_ms
     }
 
-    /// `base` with its timings stretched for the slowest link: heartbeats
-    /// at least every half of it, elections no sooner than five round
-    /// trips (a candidate needs one, a leader's heartbeat half of one),
-    /// and the longest election timeout (which bounds the leader's read
-    /// lease) twice the shortest; groups sleep no sooner than that (a
-    /// sleeping group must outlast an election). A timing `base` already
-    /// sets longer is kept.
+    /// `base` with its timings stretched for the slowest link. openraft
+    /// gives every heartbeat and append RPC `heartbeat_ms` to answer, so
+    /// a heartbeat interval under a round trip makes every far heartbeat
+    /// time out and leaders lose their quorum (found by `bench failover
+    /// --global`: groups that never resumed). So heartbeats every two worst
+    /// round trips, elections no sooner than four heartbeats, the longest
+    /// election timeout (which bounds the leader's read lease) twice the
+    /// shortest, and groups sleep no sooner than that (a sleeping group
+    /// must outlast an election). A timing `base` already sets longer is
+    /// kept.
     pub fn tuning(&self, base: RaftTuning) -> RaftTuning {
         let rtt = self.worst_rtt();
-        let heartbeat_ms = base.heartbeat_ms.max(rtt / 2);
-        let election_timeout_min_ms = base.election_timeout_min_ms.max(5 * rtt);
+        let heartbeat_ms = base.heartbeat_ms.max(2 * rtt);
+        let election_timeout_min_ms = base.election_timeout_min_ms.max(4 * heartbeat_ms);
         let election_timeout_max_ms = base
             .election_timeout_max_ms
             .max(2 * election_timeout_min_ms);
@@ -200,10 +203,10 @@ mod tests {
         assert_eq!(g.rtt("eu-west", "eu-west"), 0);
         assert_eq!(g.one_way("eu-west", "ap-south"), 75);
         let t = g.tuning(RaftTuning::default());
-        assert_eq!(t.heartbeat_ms, 105);
-        assert_eq!(t.election_timeout_min_ms, 1050);
-        assert_eq!(t.election_timeout_max_ms, 2100);
-        assert_eq!(t.sleep_after_ms, 2100);
+        assert_eq!(t.heartbeat_ms, 420);
+        assert_eq!(t.election_timeout_min_ms, 1680);
+        assert_eq!(t.election_timeout_max_ms, 3360);
+        assert_eq!(t.sleep_after_ms, 3360);
         t.check().unwrap();
         // A slower base is kept.
         let slow = RaftTuning {

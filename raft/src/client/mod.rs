@@ -238,6 +238,12 @@ impl ClusterClient {
         self.local_leader(group).is_some()
     }
 
+    /// The gRPC address of `group`'s leader as this client last learned it
+    /// (`None`: not known yet, or this node leads it). A hint, never proof.
+    pub fn known_leader(&self, group: GroupId) -> Option<String> {
+        self.inner.leader(group)
+    }
+
     /// Forget the cached leader of `group` (after a reply that looked stale).
     pub fn forget_leader(&self, group: GroupId) {
         self.inner.set_leader(group, None);

@@ -30,6 +30,10 @@ use seatfence_regions::transfer::{self, TransferError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// How long one catch-up check watches a lagging learner for it to reach
+/// the leader's last index as of the check's start.
+const KEEP_PACE_WAIT: Duration = Duration::from_secs(2);
+
 use super::{Context, Driven, Drives, Next};
 
 mod plan;
@@ -181,13 +185,27 @@ impl Coordinator {
         let st = self
             .membership(group, MembershipOp::AddLearners(learners))
             .await?;
-        let lagging: Vec<u64> = ids
+        let slack = self.config.catch_up_slack;
+        let mut lagging: Vec<u64> = ids
             .into_iter()
-            .filter(|id| !st.caught_up(*id, self.config.catch_up_slack))
+            .filter(|id| !st.caught_up(*id, slack))
             .collect();
+        // Under steady writes a far learner is always a round trip's worth
+        // of entries behind the leader's last index, which can exceed any
+        // fixed slack (200 ms at 1,000 holds/s is 200 entries): it also
+        // counts once it holds everything the leader had when this check
+        // began, which shows it keeps pace.
+        let target = st.last_log_index;
+        let deadline = Instant::now() + KEEP_PACE_WAIT;
+        while !lagging.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let st = self.membership(group, MembershipOp::Status).await?;
+            lagging.retain(|id| {
+                !st.caught_up(*id, slack) && st.matched.get(id).is_none_or(|m| *m < target)
+            });
+        }
         if !lagging.is_empty() {
             tracing::debug!(move_id = m.move_id, ?lagging, "learners catching up");
-            tokio::time::sleep(Duration::from_millis(100)).await;
             return Ok(false);
         }
         Ok(true)

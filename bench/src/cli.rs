@@ -246,10 +246,10 @@ pub enum BenchCmd {
         /// robin); `--seats` is split evenly between them.
         #[arg(long, default_value_t = 1)]
         events: u32,
-        /// Buyers in every region holding and reading events owned by
-        /// each region, the regions far apart (`--rtt`, `--jitter` adjust
-        /// the matrix): latency per buyer region and owner region, with
-        /// and without local reads. `--via`, `--users` and `--events` do
+        /// Buyers in every region holding, booking and reading events
+        /// owned by each region, the regions far apart (`--rtt`,
+        /// `--jitter` adjust the matrix): latency per buyer region and
+        /// owner region, reads with and without local replicas. `--via`, `--users` and `--events` do
         /// not apply.
         #[command(flatten)]
         geo: GeoArgs,

@@ -3,11 +3,13 @@
 //! proxies' latency matrix; in each region one event it owns (`zone`: its
 //! three voters there) and one with a voter in every region (`region`).
 //! Buyers in every region, through their own region's edges, hold seats
-//! of each zone event and read availability of both; the report gives
-//! p50/p99 per buyer region and owner region for holds, for reads of the
-//! zone events (answered by the owner), and for reads of the region events
-//! answered locally (the default staleness bound) and at the leader
-//! (`max_stale_ms=0`).
+//! of each zone event, book held seats (the mock gateway beside the
+//! cluster) and read availability of both; the report gives p50/p99 per
+//! buyer region and owner region for holds, for bookings (`POST
+//! /v1/bookings` of a fresh hold: the payment created at the gateway, the
+//! booking pending), for reads of the zone events (answered by the owner),
+//! and for reads of the region events answered locally (the default
+//! staleness bound) and at the leader (`max_stale_ms=0`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,7 +27,7 @@ use crate::raft::bench_dir;
 use crate::world::World;
 use seatfence_testkit::http_client::HttpClient;
 use seatfence_testkit::progress::Ticker;
-use seatfence_testkit::{Geo, LocalCluster, REGIONS};
+use seatfence_testkit::{GatewayProc, Geo, LocalCluster, REGIONS};
 
 #[derive(Debug, Clone)]
 pub struct GlobalArgs {
@@ -43,7 +45,8 @@ pub struct GlobalArgs {
 pub struct Cell {
     pub buyer_region: String,
     pub owner_region: String,
-    /// `hold` (zone event), `read_owner` (zone event: no replica in other
+    /// `hold` (zone event), `book` (a booking of a hold just taken in the
+    /// zone event; the booking's latency only), `read_owner` (zone event: no replica in other
     /// regions), `read_local` (region event, default bound),
     /// `read_leader` (region event, `max_stale_ms=0`).
     pub kind: &'static str,
@@ -72,7 +75,8 @@ pub struct GlobalReport {
     pub granted: u64,
     pub capacity: u64,
     pub oversold: bool,
-    /// available + held + sold == capacity, held + sold == granted.
+    /// available + held + sold == capacity, and held + sold at most
+    /// granted (a booking left unpaid may be released by the reconciler).
     pub counters_match: bool,
     pub errors: u64,
 }
@@ -114,7 +118,7 @@ impl std::fmt::Display for GlobalReport {
 }
 
 /// The kinds of request, in the order a worker takes them.
-const KINDS: [&str; 4] = ["hold", "read_owner", "read_local", "read_leader"];
+const KINDS: [&str; 5] = ["hold", "book", "read_owner", "read_local", "read_leader"];
 
 /// Per (buyer region, owner region, kind): latencies (µs), replica answers,
 /// the largest `stale_ms`.
@@ -140,8 +144,10 @@ fn region_event(owner: usize) -> String {
 
 pub async fn run_global_bench(bin: &Path, args: &GlobalArgs) -> anyhow::Result<GlobalReport> {
     let (_guard, dir) = bench_dir()?;
+    let gateway = GatewayProc::start(bin, &dir.join("gateway"), 5)?;
     let builder = LocalCluster::builder(&dir)
         .regions(3, 3)
+        .payments(gateway.payments_config())
         .geo(Some(args.geo.clone()));
     let world = World::start(builder, bin, Duration::from_secs(90)).await?;
     let (capacity, spread) = create_events(&world, args.seats).await?;
@@ -216,7 +222,7 @@ pub async fn run_global_bench(bin: &Path, args: &GlobalArgs) -> anyhow::Result<G
         granted,
         capacity,
         oversold: held + sold > capacity || granted > capacity,
-        counters_match: available + held + sold == capacity && held + sold == granted,
+        counters_match: available + held + sold == capacity && held + sold <= granted,
         errors: load.errors.load(Ordering::Relaxed),
     })
 }
@@ -266,15 +272,21 @@ async fn worker(load: Arc<Load>, t: usize) -> Tally {
         let edge = &edges[(n / 12) % edges.len()];
         let token = &load.tokens[(t * 31 + n) % load.tokens.len()];
         n += 1;
-        let t0 = Instant::now();
+        let mut t0 = Instant::now();
         let answer = match KINDS[kind] {
-            "hold" => {
-                let key = format!("g{t}-{n}");
-                let body = json!({"event_id": zone_event(owner), "quantity": 1});
-                load.http
-                    .post(&format!("{edge}/v1/holds"), Some(token), Some(&key), &body)
-                    .await
-            }
+            "hold" => hold(&load, edge, token, owner, &format!("g{t}-{n}")).await,
+            "book" => match hold(&load, edge, token, owner, &format!("b{t}-{n}")).await {
+                Ok(h) if h.status.as_u16() == 201 => {
+                    load.granted.fetch_add(1, Ordering::Relaxed);
+                    t0 = Instant::now();
+                    let body = json!({"hold_id": h.body["hold_id"]});
+                    load.http
+                        .post(&format!("{edge}/v1/bookings"), Some(token), None, &body)
+                        .await
+                }
+                // Sold out, or a refusal: nothing to book.
+                other => other,
+            },
             k => {
                 let (event, bound) = match k {
                     "read_owner" => (zone_event(owner), ""),
@@ -291,7 +303,7 @@ async fn worker(load: Arc<Load>, t: usize) -> Tally {
                 load.granted.fetch_add(1, Ordering::Relaxed);
                 true
             }
-            Ok(a) => a.status.as_u16() == 200 || a.status.as_u16() == 409,
+            Ok(a) => matches!(a.status.as_u16(), 200 | 201 | 409),
             Err(_) => false,
         };
         if !ok {
@@ -312,11 +324,25 @@ async fn worker(load: Arc<Load>, t: usize) -> Tally {
     tally
 }
 
+/// A single-seat hold of `owner`'s zone event through `edge`.
+async fn hold(
+    load: &Load,
+    edge: &str,
+    token: &str,
+    owner: usize,
+    key: &str,
+) -> anyhow::Result<seatfence_testkit::http_client::HttpAnswer> {
+    let body = json!({"event_id": zone_event(owner), "quantity": 1});
+    load.http
+        .post(&format!("{edge}/v1/holds"), Some(token), Some(key), &body)
+        .await
+}
+
 fn cells(tally: &Tally) -> Vec<Cell> {
     tally
         .iter()
         .map(|((buyer, owner, kind), (h, local, stale))| {
-            let read = KINDS[*kind] != "hold";
+            let read = KINDS[*kind].starts_with("read");
             Cell {
                 buyer_region: REGIONS[*buyer].to_string(),
                 owner_region: REGIONS[*owner].to_string(),

@@ -92,10 +92,13 @@ pub async fn ask(
         local.note_fallback();
     }
     let sent = std::time::Instant::now();
+    // Confirmed by the leader's lease (a read-index round when it is not
+    // fresh): a node that no longer leads refuses, so `stale_ms` never
+    // covers a deposed leader's or a follower's state.
     let (result, term) = edge
         .commands
         .client
-        .query(route.group, q, false)
+        .query_with(route.group, q, seatfence_raft::Read::Lease)
         .await
         .map_err(|e| edge.commands.client_error(e))?;
     Ok(Answer {

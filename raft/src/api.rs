@@ -180,13 +180,13 @@ impl NodeService for NodeApi {
             std::slice::from_ref(&cmd),
         )?;
         let group = GroupId(req.group_id);
-        let holds = crate::propose::origins::holds_in(std::slice::from_ref(&cmd));
         let mut outcome = self.proposer.write(group, cmd, req.expected_term).await;
         if self.after_election(group, &mut outcome).await {
             let cmd = decode("malformed_command", &req.command)?;
             outcome = self.proposer.write(group, cmd, req.expected_term).await;
         }
-        if let (Ok(_), Caller::Member(node)) = (&outcome, &caller) {
+        if let (Ok(c), Caller::Member(node)) = (&outcome, &caller) {
+            let holds = crate::propose::origins::holds_granted(std::slice::from_ref(&c.response));
             self.proposer.origins().note(group, *node, holds);
         }
         let result = match outcome {
@@ -216,7 +216,6 @@ impl NodeService for NodeApi {
             .collect::<Result<Vec<_>, _>>()?;
         may_write(&self.gate, &caller, req.group_id, &cmds)?;
         let group = GroupId(req.group_id);
-        let holds = crate::propose::origins::holds_in(&cmds);
         let mut outcome = self
             .proposer
             .write_batch(group, cmds, req.expected_term)
@@ -232,7 +231,8 @@ impl NodeService for NodeApi {
                 .write_batch(group, cmds, req.expected_term)
                 .await;
         }
-        if let (Ok(_), Caller::Member(node)) = (&outcome, &caller) {
+        if let (Ok(c), Caller::Member(node)) = (&outcome, &caller) {
+            let holds = crate::propose::origins::holds_granted(&c.responses);
             self.proposer.origins().note(group, *node, holds);
         }
         let result = match outcome {

@@ -54,7 +54,7 @@ struct Points {
 const LINGER: Duration = Duration::from_secs(10);
 
 /// The refreshers' pace bounds (a quarter of the bound, within these).
-const REFRESH_MIN: Duration = Duration::from_millis(50);
+const REFRESH_MIN: Duration = Duration::from_millis(250);
 const REFRESH_MAX: Duration = Duration::from_secs(5);
 
 /// A read answered in the region.

@@ -164,8 +164,9 @@ impl ClusterClient {
     pub async fn write(&self, group: GroupId, cmd: &Command) -> Result<Committed, ClientError> {
         if let Some(p) = self.local_leader(group) {
             if let Some(r) = self.local(group, p.write(group, cmd.clone(), None)).await {
-                if r.is_ok() {
-                    let holds = crate::propose::origins::holds_in(std::slice::from_ref(cmd));
+                if let Ok(c) = &r {
+                    let holds =
+                        crate::propose::origins::holds_granted(std::slice::from_ref(&c.response));
                     p.origins().note(group, p.node_id(), holds);
                 }
                 return r;

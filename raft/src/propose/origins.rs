@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use seatfence_core::inventory::EventAction;
-use seatfence_core::{Command, GroupId};
+use seatfence_core::inventory::Outcome;
+use seatfence_core::{GroupId, Response};
 
 /// Holds taken per group, per sending node id.
 pub type OriginCounts = HashMap<GroupId, HashMap<u64, u64>>;
@@ -36,15 +36,15 @@ impl Origins {
     }
 }
 
-/// How many of `cmds` are holds.
-pub fn holds_in(cmds: &[Command]) -> u64 {
-    cmds.iter()
-        .map(|c| match c {
-            Command::Event(e) if matches!(e.action, EventAction::Hold { .. }) => 1,
-            Command::Batch(inner) => holds_in(inner),
-            _ => 0,
+/// How many of `responses` are holds granted now (a refusal, or a replay
+/// of a recorded answer, counts nothing).
+pub fn holds_granted(responses: &[Response]) -> u64 {
+    responses
+        .iter()
+        .filter(|r| {
+            matches!(r, Response::Event(e) if !e.replayed && matches!(e.outcome, Outcome::Held(_)))
         })
-        .sum()
+        .count() as u64
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //!    per event group of the backup:
 //!  directory: Group{id, placement}   the group under its backed-up id (hold and booking ids name it)
 //!  group:     Records{..}*           its records, as stored (format envelopes), chunk by chunk
-//!  group:     Seal{..}               the epoch raised by EPOCH_JUMP; no more records
+//!  group:     Seal{..}               the epoch raised by EPOCH_JUMP, id sequences by ID_JUMP; no more records
 //!  directory: Route{route}           edges route to it
 //!  directory: Records{..}*           the audit trail, keyed answers, finished moves
 //!  directory: Finish{backup}
@@ -28,6 +28,13 @@ use crate::ids::{Epoch, GroupId};
 
 /// How far a restored event's epoch is raised.
 pub const EPOCH_JUMP: u64 = 1 << 32;
+
+/// How far a restored event's id sequences (holds, and so bookings, and
+/// outbox items) are raised at its seal: past every id the old cluster
+/// could have handed out after the backup (it would need 2^40 holds of
+/// one event), so no hold, booking or payment key of the old cluster is
+/// ever handed out again by the restored one.
+pub const ID_JUMP: u64 = 1 << 40;
 
 /// One step of a restore (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +81,38 @@ pub enum RestoreOp {
         /// The backup's id.
         backup: String,
     },
+    /// Directory: give up the restore of `backup` (`seatfence restore
+    /// --abort`). It ends like a finished one: no step of it applies
+    /// again, and a new restore needs a new, empty cluster.
+    Abort {
+        /// The backup's id.
+        backup: String,
+    },
+    /// Directory: [`RestoreOp::Begin`] by the operator certificate
+    /// `operator`. Only a node writes it (its gate turns an operator's
+    /// `Begin` into this, naming the caller's certificate): every later
+    /// step of the restore must come from the same certificate (an
+    /// `Abort` from any operator's).
+    BeginBy {
+        /// The backup's id.
+        backup: String,
+        /// The certificate that began it.
+        operator: String,
+    },
+}
+
+/// Directory key-value entries a restore writes (plain names, so every
+/// node's gate can read them from its replica of the directory).
+pub mod keys {
+    /// The operator certificate that began the running restore.
+    pub const OPERATOR: &str = "restore/operator";
+    /// The backup whose restore was aborted, if one was.
+    pub const ABORTED: &str = "restore/aborted";
+
+    /// The key naming the backup whose restore created group `id`.
+    pub fn group(id: crate::ids::GroupId) -> String {
+        format!("restore/group/{}", id.0)
+    }
 }
 
 impl RestoreOp {
@@ -81,11 +120,26 @@ impl RestoreOp {
     pub fn backup(&self) -> &str {
         match self {
             RestoreOp::Begin { backup }
+            | RestoreOp::BeginBy { backup, .. }
             | RestoreOp::Group { backup, .. }
             | RestoreOp::Records { backup, .. }
             | RestoreOp::Seal { backup }
             | RestoreOp::Route { backup, .. }
-            | RestoreOp::Finish { backup } => backup,
+            | RestoreOp::Finish { backup }
+            | RestoreOp::Abort { backup } => backup,
+        }
+    }
+
+    /// The step's name, for the audit trail.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RestoreOp::Begin { .. } | RestoreOp::BeginBy { .. } => "restore_begin",
+            RestoreOp::Group { .. } => "restore_group",
+            RestoreOp::Records { .. } => "restore_records",
+            RestoreOp::Seal { .. } => "restore_seal",
+            RestoreOp::Route { .. } => "restore_route",
+            RestoreOp::Finish { .. } => "restore_finish",
+            RestoreOp::Abort { .. } => "restore_abort",
         }
     }
 }
@@ -127,6 +181,22 @@ use crate::state::{DirectoryState, EventState};
 type Step = Result<RestoreDone, String>;
 
 impl DirectoryState {
+    /// The backup whose restore runs here (begun, neither finished nor
+    /// aborted), if one does.
+    pub fn restore_running(&self) -> Option<&str> {
+        self.restore
+            .as_ref()
+            .filter(|m| !m.done)
+            .map(|m| m.backup.as_str())
+    }
+
+    /// Whether group `id` was created by backup `backup`'s restore.
+    pub fn restored_by(&self, id: GroupId, backup: &str) -> bool {
+        self.kv
+            .get(&keys::group(id))
+            .is_some_and(|b| b.as_slice() == backup.as_bytes())
+    }
+
     /// Whether backup `backup`'s restore runs here.
     fn restoring(&self, backup: &str) -> Result<(), String> {
         match &self.restore {
@@ -155,7 +225,7 @@ impl DirectoryState {
 
     fn restore_inner(&mut self, op: &RestoreOp, changed: &mut Vec<RecordKey>) -> Step {
         match op {
-            RestoreOp::Begin { backup } => {
+            RestoreOp::Begin { backup } | RestoreOp::BeginBy { backup, .. } => {
                 if let Some(m) = &self.restore {
                     return match (m.backup == *backup, m.done) {
                         (true, false) => Ok(RestoreDone::Ok),
@@ -178,6 +248,9 @@ impl DirectoryState {
                     changes_through: 0,
                 });
                 changed.push(RecordKey::Restore);
+                if let RestoreOp::BeginBy { operator, .. } = op {
+                    self.put_kv(keys::OPERATOR, operator.as_bytes(), changed);
+                }
                 Ok(RestoreDone::Ok)
             }
             RestoreOp::Group {
@@ -189,16 +262,41 @@ impl DirectoryState {
                 if group_id.is_directory() {
                     return Err("group 0 is the directory".into());
                 }
+                // A restore creates its groups; it never takes over one
+                // that exists (a repeated step finds its own).
+                if self.directory.groups.contains_key(group_id)
+                    && !self.restored_by(*group_id, backup)
+                {
+                    return Err(format!(
+                        "group {group_id} exists and was not created by this restore"
+                    ));
+                }
                 match self.create_group(Some(*group_id), placement, changed) {
-                    Response::GroupCreated { members, .. } => Ok(RestoreDone::Group { members }),
+                    Response::GroupCreated { members, .. } => {
+                        self.put_kv(&keys::group(*group_id), backup.as_bytes(), changed);
+                        Ok(RestoreDone::Group { members })
+                    }
                     Response::PlacementFailed { reason } => Err(reason),
                     other => Err(format!("{other:?}")),
                 }
             }
             RestoreOp::Route { backup, route } => {
                 self.restoring(backup)?;
-                if !self.directory.groups.contains_key(&route.group) {
-                    return Err(format!("group {} is not restored yet", route.group));
+                if !self.restored_by(route.group, backup) {
+                    return Err(format!(
+                        "group {} was not created by this restore",
+                        route.group
+                    ));
+                }
+                // A route is never pointed elsewhere: only a repeated step
+                // writes an event's route again, to the same group.
+                if let Some(now) = self.directory.events.get(&route.event_id) {
+                    if now.group != route.group {
+                        return Err(format!(
+                            "event {} is routed to group {} already",
+                            route.event_id, now.group
+                        ));
+                    }
                 }
                 let route = EventRoute {
                     state: crate::directory::RouteState::Active,
@@ -212,12 +310,15 @@ impl DirectoryState {
                 self.restoring(backup)?;
                 self.restore_records(records, changed)
             }
-            RestoreOp::Finish { backup } => {
+            RestoreOp::Finish { backup } | RestoreOp::Abort { backup } => {
                 self.restoring(backup)?;
                 if let Some(m) = &mut self.restore {
                     m.done = true;
                 }
                 changed.push(RecordKey::Restore);
+                if matches!(op, RestoreOp::Abort { .. }) {
+                    self.put_kv(keys::ABORTED, backup.as_bytes(), changed);
+                }
                 Ok(RestoreDone::Ok)
             }
             RestoreOp::Seal { .. } => Err("Seal is for an event group".into()),
@@ -288,6 +389,11 @@ impl DirectoryState {
             self.append_audit(entry, changed);
         }
         Ok(RestoreDone::Ok)
+    }
+
+    fn put_kv(&mut self, key: &str, value: &[u8], changed: &mut Vec<RecordKey>) {
+        changed.push(RecordKey::Kv(key.to_owned()));
+        self.kv.insert(key.to_owned(), value.to_vec());
     }
 
     fn load(&mut self, rk: &RecordKey, k: &[u8], v: &[u8]) -> Result<(), String> {
@@ -380,6 +486,8 @@ impl EventState {
                 let mark = self.restore.as_mut().expect("checked above");
                 if !mark.done {
                     event.epoch = Epoch(event.epoch.0.saturating_add(EPOCH_JUMP));
+                    event.next_hold_seq = event.next_hold_seq.saturating_add(ID_JUMP);
+                    event.next_outbox_id = event.next_outbox_id.saturating_add(ID_JUMP);
                     mark.done = true;
                     mark.changes_through = through;
                     changed.push(RecordKey::Event);

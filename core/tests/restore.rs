@@ -6,7 +6,7 @@
 //! touch).
 
 use seatfence_core::inventory::{EventAction, EventCommand, EventSpec, SeatPick, Section};
-use seatfence_core::restore::{RestoreDone, RestoreOp, EPOCH_JUMP};
+use seatfence_core::restore::{RestoreDone, RestoreOp, EPOCH_JUMP, ID_JUMP};
 use seatfence_core::{
     Command, Epoch, EventId, GroupId, NodeId, NodeInfo, Placement, RecordKey, RegionId, Response,
     State, UserId,
@@ -284,4 +284,171 @@ fn the_directory_restores_only_into_an_empty_cluster_and_one_backup_at_a_time() 
         .0
         .unwrap_err()
         .contains("not empty"));
+}
+
+#[test]
+fn a_sealed_group_hands_out_no_id_the_old_cluster_could_have_given() {
+    let src = source();
+    let old_next = src.inventory().event().unwrap().next_hold_seq;
+    let mut s = State::new(G);
+    assert!(step(&mut s, G, load("b1", records(&src))).0.is_ok());
+    assert!(step(
+        &mut s,
+        G,
+        RestoreOp::Seal {
+            backup: "b1".into(),
+        },
+    )
+    .0
+    .is_ok());
+    let ev = s.inventory().event().unwrap();
+    assert_eq!(ev.next_hold_seq, old_next + ID_JUMP);
+    assert!(ev.next_outbox_id > ID_JUMP);
+    // The first hold after the restore is far past any the old cluster gave.
+    let a = s.apply(G, &hold(1 + EPOCH_JUMP, "cat"));
+    let held = format!("{:?}", a.response);
+    assert!(
+        held.contains(&format!("seq: {}", old_next + ID_JUMP)),
+        "{held}"
+    );
+}
+
+#[test]
+fn a_group_being_restored_sells_nothing_until_its_seal() {
+    let mut s = State::new(G);
+    assert!(step(&mut s, G, load("b1", records(&source()))).0.is_ok());
+    let before = s.clone();
+    let a = s.apply(G, &hold(1, "zed"));
+    assert!(
+        matches!(&a.response, Response::Restore(Err(r)) if r.contains("being restored")),
+        "{a:?}"
+    );
+    assert_eq!(s, before);
+}
+
+fn in_region() -> Placement {
+    Placement::InRegion {
+        region: RegionId::from("a"),
+        replicas: 3,
+    }
+}
+
+#[test]
+fn a_restore_creates_its_own_groups_and_never_reroutes_an_event() {
+    let mut d = directory();
+    // A group that exists before the restore (placed by CreateGroup).
+    d.apply(
+        DIR,
+        &Command::CreateGroup {
+            group_id: Some(GroupId(3)),
+            placement: in_region(),
+        },
+    );
+    assert!(step(
+        &mut d,
+        DIR,
+        RestoreOp::Begin {
+            backup: "b1".into()
+        }
+    )
+    .0
+    .is_ok());
+    let group = |id| RestoreOp::Group {
+        backup: "b1".into(),
+        group_id: GroupId(id),
+        placement: in_region(),
+    };
+    let before = d.clone();
+    let (r, changed) = step(&mut d, DIR, group(3));
+    assert!(r.unwrap_err().contains("not created by this restore"));
+    assert!(changed.is_empty());
+    assert_eq!(d, before);
+    assert!(step(&mut d, DIR, group(7)).0.is_ok());
+    assert!(step(&mut d, DIR, group(7)).0.is_ok(), "run again");
+    assert!(step(&mut d, DIR, group(8)).0.is_ok());
+
+    let route = |g: u64| seatfence_core::EventRoute {
+        event_id: EventId("e".into()),
+        group: GroupId(g),
+        home_region: "a".into(),
+        owner_region: "a".into(),
+        epoch: Epoch(1 + EPOCH_JUMP),
+        survival: Default::default(),
+        state: seatfence_core::RouteState::Active,
+    };
+    let to = |g| RestoreOp::Route {
+        backup: "b1".into(),
+        route: route(g),
+    };
+    assert!(
+        step(&mut d, DIR, to(3))
+            .0
+            .unwrap_err()
+            .contains("not created"),
+        "a route only to a group this restore made"
+    );
+    assert_eq!(step(&mut d, DIR, to(7)).0, Ok(RestoreDone::Ok));
+    assert_eq!(step(&mut d, DIR, to(7)).0, Ok(RestoreDone::Ok), "run again");
+    let before = d.clone();
+    let (r, changed) = step(&mut d, DIR, to(8));
+    assert!(r.unwrap_err().contains("is routed to group"));
+    assert!(changed.is_empty());
+    assert_eq!(d, before);
+}
+
+#[test]
+fn no_event_is_created_while_a_restore_runs_and_an_abort_ends_it() {
+    let mut d = directory();
+    let register = Command::RegisterEvent {
+        event_id: EventId("new".into()),
+        home_region: "a".into(),
+        survival: Default::default(),
+    };
+    assert!(step(
+        &mut d,
+        DIR,
+        RestoreOp::BeginBy {
+            backup: "b1".into(),
+            operator: "alice".into(),
+        },
+    )
+    .0
+    .is_ok());
+    assert_eq!(
+        d.kv().get(seatfence_core::restore::keys::OPERATOR),
+        Some(&b"alice".to_vec())
+    );
+    let before = d.clone();
+    let a = d.apply(DIR, &register);
+    assert!(
+        matches!(&a.response, Response::Restore(Err(r)) if r.contains("being restored")),
+        "{a:?}"
+    );
+    assert_eq!(d, before);
+
+    let abort = RestoreOp::Abort {
+        backup: "b1".into(),
+    };
+    assert_eq!(step(&mut d, DIR, abort.clone()).0, Ok(RestoreDone::Ok));
+    assert!(step(&mut d, DIR, abort).0.is_err(), "aborted once");
+    let group = RestoreOp::Group {
+        backup: "b1".into(),
+        group_id: G,
+        placement: in_region(),
+    };
+    assert!(
+        step(&mut d, DIR, group).0.is_err(),
+        "no step after the abort"
+    );
+    assert!(step(
+        &mut d,
+        DIR,
+        RestoreOp::Begin {
+            backup: "b2".into()
+        }
+    )
+    .0
+    .is_err());
+    let a = d.apply(DIR, &register);
+    assert!(matches!(a.response, Response::EventRegistered(_)), "{a:?}");
 }

@@ -123,6 +123,26 @@ pub struct Loaded {
 }
 
 impl Payments {
+    /// The provider key of a new booking for `l` ([`gateway::booking_key`]):
+    /// a restored event's keys name this cluster. `None`: the event is
+    /// restored and this node's directory replica has no cluster id yet.
+    pub fn booking_key(&self, l: &Loaded) -> Option<String> {
+        let restored = l
+            .fence
+            .as_ref()
+            .is_none_or(|(epoch, _)| epoch.0 >= seatfence_core::restore::EPOCH_JUMP);
+        let cluster = self
+            .tokens
+            .kv(seatfence_core::directory::CLUSTER_ID_KEY)
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        gateway::booking_key(
+            cluster.as_deref(),
+            restored,
+            &l.event_id.0,
+            &l.id.to_string(),
+        )
+    }
+
     /// Payments through the HTTP gateway of `config`, with the fleet's
     /// shared token; `public_url` is where buyers and the gateway reach
     /// this node's edge (the config's, if it names one); confirmation

@@ -14,7 +14,7 @@ use seatfence_core::{BookingId, HoldId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use seatfence_payments::gateway::{provider_key, CreatePayment, GatewayError};
+use seatfence_payments::gateway::{CreatePayment, GatewayError};
 use seatfence_payments::{Loaded, Payments};
 
 use super::fenced;
@@ -121,7 +121,12 @@ pub async fn create(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         .clone()
         .ok_or_else(|| ApiError::Internal("the event has no price".into()))?;
     let booking_id = id.to_string();
-    let key = provider_key(&l.event_id.0, &booking_id);
+    let key = payments.booking_key(&l).ok_or_else(|| {
+        ApiError::unavailable(
+            "cluster_id_unknown",
+            "this edge does not know the cluster's id yet (a restored event's payment keys name it)",
+        )
+    })?;
     let base = &payments.public_url;
     let created = payments
         .gateway

@@ -212,6 +212,13 @@ impl DirectoryState {
         if let Some(route) = self.directory.events.get(event_id) {
             return Response::EventRegistered(route.clone());
         }
+        // A cluster being restored takes its events from the backup alone
+        // until the restore finishes (or is aborted).
+        if let Some(backup) = self.restore_running() {
+            return Response::Restore(Err(format!(
+                "backup {backup} is being restored into this cluster: events are created once it finishes or is aborted"
+            )));
+        }
         let placement = EventRoute::placement(home_region, survival);
         // Exactly a `CreateGroup { group_id: None }` on the directory (this
         // command already passed the directory check).

@@ -30,6 +30,12 @@ impl EventState {
                     existed: self.kv.remove(key).is_some(),
                 }
             }
+            // A group a restore is loading sells nothing until its seal.
+            Command::Event(_) if self.restore.as_ref().is_some_and(|m| !m.done) => {
+                Response::Restore(Err(
+                    "this group is being restored: it takes no command until its seal".into(),
+                ))
+            }
             Command::Event(c) => Response::Event(self.inventory.apply(c, changed)),
             Command::Restore(op) => self.restore_step(op, changed),
             Command::PutShared { .. }

@@ -197,3 +197,24 @@ pub trait Gateway: Send + Sync {
 pub fn provider_key(event_id: &str, booking_id: &str) -> String {
     format!("seatfence-{event_id}-{booking_id}")
 }
+
+/// The provider key of a booking made in this cluster: [`provider_key`]
+/// for an event this cluster created; for an event restored from a
+/// backup (`restored`), the key also names this cluster
+/// (`seatfence-{cluster}-{event}-{booking}`), so a gateway shared with
+/// the old cluster (or with another restore of the same backup) never
+/// answers a new booking with a payment made for an old one. `None`: the
+/// event is restored and this cluster's id is not known yet (no payment
+/// may be created then).
+pub fn booking_key(
+    cluster_id: Option<&str>,
+    restored: bool,
+    event_id: &str,
+    booking_id: &str,
+) -> Option<String> {
+    match (restored, cluster_id) {
+        (false, _) => Some(provider_key(event_id, booking_id)),
+        (true, Some(c)) if !c.is_empty() => Some(format!("seatfence-{c}-{event_id}-{booking_id}")),
+        (true, _) => None,
+    }
+}

@@ -35,6 +35,14 @@ pub struct NodeInfo {
 /// once by the first node registered; a restored cluster has its own).
 pub const CLUSTER_ID_KEY: &str = "cluster_id";
 
+/// Whether the directory's shared key `key` holds a secret (the payment
+/// gateway's token and what goes with it, under `gateway/`; anything
+/// under `secret/`). Secrets stay in the cluster: no dump (so no backup)
+/// carries them, and a restored cluster takes its own from its config.
+pub fn is_secret(key: &str) -> bool {
+    key.starts_with("gateway/") || key.starts_with("secret/")
+}
+
 /// Where a new group's voters go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {

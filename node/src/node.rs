@@ -14,6 +14,7 @@ use seatfence_raft::network::gate::Gate;
 use seatfence_raft::network::tls::{node_server_name, Principal, Tls};
 use seatfence_raft::network::Dialer;
 use seatfence_raft::network::{PeerPool, RaftGrpc};
+use seatfence_raft::operator::Auditor;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::storage::{NodeDb, StoreIdent};
 use seatfence_raft::{ClusterClient, Proposer};
@@ -327,6 +328,9 @@ async fn serve_grpc(
             .add_service(
                 NodeApi::new(proposer.clone(), config.region.clone())
                     .with_gate(gate)
+                    .with_auditor(Auditor::new(crate::edge::node_client(
+                        config, registry, proposer,
+                    )))
                     .with_exposition(exposition.clone())
                     .into_server(),
             )

@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status};
 use crate::codec;
 use crate::network::gate::{Caller, Gate, Need};
 use crate::network::MAX_MESSAGE_BYTES;
+use crate::operator::Auditor;
 use crate::propose::{self, ProposeError, Proposer, Read};
 use crate::registry::Registry;
 use crate::status::to_status;
@@ -29,6 +30,7 @@ pub struct NodeApi {
     region: String,
     gate: Arc<Gate>,
     exposition: Exposition,
+    auditor: Auditor,
 }
 
 /// The node's whole Prometheus exposition, once its edge can render it
@@ -52,7 +54,37 @@ impl NodeApi {
             region,
             gate: Gate::open(),
             exposition: Exposition::default(),
+            auditor: Auditor::default(),
         }
+    }
+
+    /// Where operator actions are recorded (without one, an operator's
+    /// restore step or dump is refused: nothing it does goes unrecorded).
+    pub fn with_auditor(mut self, auditor: Auditor) -> NodeApi {
+        self.auditor = auditor;
+        self
+    }
+
+    /// `cmds` as proposed for `caller`: an operator's restore steps are
+    /// checked ([`crate::operator::restore_steps`]) and audited first.
+    async fn operator_steps(
+        &self,
+        caller: &Caller,
+        group: GroupId,
+        cmds: Vec<Command>,
+    ) -> Result<Vec<Command>, Status> {
+        let Caller::Operator(name) = caller else {
+            return Ok(cmds);
+        };
+        let cmds = crate::operator::restore_steps(self.registry(), name, group, cmds)?;
+        let action = match cmds.first() {
+            Some(Command::Restore(op)) => op.name(),
+            _ => "restore",
+        };
+        self.auditor
+            .record(name, action, crate::operator::restore_target(group, &cmds))
+            .await?;
+        Ok(cmds)
     }
 
     /// Where `Status { with_metrics }` takes the node's metrics from.
@@ -180,9 +212,16 @@ impl NodeService for NodeApi {
             std::slice::from_ref(&cmd),
         )?;
         let group = GroupId(req.group_id);
-        let mut outcome = self.proposer.write(group, cmd, req.expected_term).await;
+        let cmd = self
+            .operator_steps(&caller, group, vec![cmd])
+            .await?
+            .pop()
+            .expect("one step in, one out");
+        let mut outcome = self
+            .proposer
+            .write(group, cmd.clone(), req.expected_term)
+            .await;
         if self.after_election(group, &mut outcome).await {
-            let cmd = decode("malformed_command", &req.command)?;
             outcome = self.proposer.write(group, cmd, req.expected_term).await;
         }
         if let (Ok(c), Caller::Member(node)) = (&outcome, &caller) {
@@ -216,16 +255,12 @@ impl NodeService for NodeApi {
             .collect::<Result<Vec<_>, _>>()?;
         may_write(&self.gate, &caller, req.group_id, &cmds)?;
         let group = GroupId(req.group_id);
+        let cmds = self.operator_steps(&caller, group, cmds).await?;
         let mut outcome = self
             .proposer
-            .write_batch(group, cmds, req.expected_term)
+            .write_batch(group, cmds.clone(), req.expected_term)
             .await;
         if self.after_election(group, &mut outcome).await {
-            let cmds = req
-                .commands
-                .iter()
-                .map(|c| decode::<Command>("malformed_command", c))
-                .collect::<Result<Vec<_>, _>>()?;
             outcome = self
                 .proposer
                 .write_batch(group, cmds, req.expected_term)
@@ -297,6 +332,11 @@ impl NodeService for NodeApi {
     async fn dump(&self, req: Request<DumpRequest>) -> Result<Response<Self::DumpStream>, Status> {
         let caller = self.gate.check(&req, Need::Dump)?;
         let group = GroupId(req.get_ref().group_id);
+        if let Caller::Operator(name) = &caller {
+            self.auditor
+                .record(name, "backup", format!("dump of group {group}"))
+                .await?;
+        }
         let stream = crate::dump::serve(self.proposer.clone(), caller, group).await?;
         Ok(Response::new(stream))
     }

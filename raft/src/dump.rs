@@ -11,12 +11,14 @@
 //! The copy shares the state's persistent maps, so the dump costs the node
 //! little memory and applies go on meanwhile; the records stream out
 //! through a channel of two chunks, at the reader's pace. An operator's
-//! dump of the directory (the first thing a backup reads) is recorded in
-//! the audit trail.
+//! dump of any group is recorded in the audit trail before it starts
+//! (`crate::operator::Auditor`; no record, no dump), and no dump carries
+//! a secret the directory keeps (`seatfence_core::directory::is_secret`).
 
 use std::sync::Arc;
 
-use seatfence_core::{AuditEntry, Command, GroupId, State};
+use seatfence_core::directory::is_secret;
+use seatfence_core::{GroupId, RecordKey, State};
 use seatfence_proto::v1::{dump_chunk, DumpChunk, DumpHeader, DumpRecords, DumpTrailer};
 use tonic::Status;
 
@@ -50,9 +52,6 @@ pub(crate) async fn serve(
         }
         Err(e) => return Err(to_status(&e)),
     };
-    if let (Caller::Operator(name), true) = (&caller, group.is_directory()) {
-        audit(&proposer, name, applied_index).await;
-    }
     let kind = match state {
         State::Directory(_) => "directory",
         State::Event(_) => "event",
@@ -80,7 +79,8 @@ pub(crate) async fn serve(
             return;
         }
         let (mut keys, mut values, mut bytes, mut count) = (Vec::new(), Vec::new(), 0usize, 0u64);
-        for (k, v) in state.records() {
+        let secret = |k: &[u8]| matches!(RecordKey::decode(k), Some(RecordKey::Kv(name)) if is_secret(&name));
+        for (k, v) in state.records().filter(|(k, _)| !secret(k)) {
             bytes += k.len() + v.len();
             keys.push(k);
             values.push(v);
@@ -107,30 +107,4 @@ pub(crate) async fn serve(
         })));
     });
     Ok(DumpStream::new(rx))
-}
-
-/// Record an operator's backup in the audit trail (this node leads the
-/// directory: it has just dumped it). A failure is logged, not fatal.
-async fn audit(proposer: &Proposer, operator: &str, applied_index: u64) {
-    let at_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let entry = AuditEntry {
-        seq: 0,
-        at_ms,
-        actor: format!("certificate:{operator}"),
-        action: "backup".into(),
-        target: format!("directory at index {applied_index}"),
-        result: "ok".into(),
-        id: format!("{:032x}", rand::random::<u128>()),
-    };
-    if let Err(e) = proposer
-        .write(GroupId::DIRECTORY, Command::Audit(entry), None)
-        .await
-    {
-        tracing::warn!(
-            operator,
-            "recording a backup in the audit trail failed: {e}"
-        );
-    }
 }

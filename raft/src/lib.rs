@@ -58,6 +58,7 @@ pub mod joining;
 pub mod membership;
 pub mod metrics;
 pub mod network;
+pub mod operator;
 pub mod propose;
 pub mod registry;
 pub mod secret;

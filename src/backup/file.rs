@@ -212,6 +212,30 @@ impl RecordsReader {
     pub fn sha256(self) -> String {
         hex(&self.hash.finalize())
     }
+
+    /// Check what was read against the manifest's entry `g` (once the
+    /// file has been read to its end).
+    pub fn check(self, g: &GroupEntry, records: u64) -> anyhow::Result<()> {
+        let path = self.path.clone();
+        let bytes = self.bytes;
+        let sha = self.sha256();
+        if sha != g.sha256 {
+            bail!(
+                "{}: SHA-256 {sha}, the manifest says {} (damaged)",
+                path.display(),
+                g.sha256
+            );
+        }
+        if (records, bytes) != (g.records, g.bytes) {
+            bail!(
+                "{}: {records} records in {bytes} bytes, the manifest says {} in {}",
+                path.display(),
+                g.records,
+                g.bytes
+            );
+        }
+        Ok(())
+    }
 }
 
 use std::io::BufRead;
@@ -236,6 +260,19 @@ pub fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
             path.display(),
             m.version
         );
+    }
+    // A file is named by its group, under `groups/`: never a path of the
+    // manifest's choosing (`/etc/...`, `../x`).
+    for g in &m.groups {
+        if g.file != group_file(g.group_id) {
+            bail!(
+                "{}: group {} names file {:?}, not {:?} (a manifest names only its own files)",
+                path.display(),
+                g.group_id,
+                g.file,
+                group_file(g.group_id)
+            );
+        }
     }
     Ok(m)
 }

@@ -120,6 +120,12 @@ pub struct RestoreArgs {
     /// Print the summary as JSON (no progress bar).
     #[arg(long)]
     pub json: bool,
+    /// Give up this backup's restore, begun and never finished: nothing of
+    /// it applies after this (audited; any operator certificate may abort,
+    /// only the one that began it may go on). The cluster then takes new
+    /// events; a restore needs a new, empty cluster again.
+    #[arg(long)]
+    pub abort: bool,
     #[command(flatten)]
     pub conn: NodeConn,
 }
@@ -142,6 +148,9 @@ impl BackupArgs {
 impl RestoreArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         let client = self.conn.client(Duration::from_secs(60))?;
+        if self.abort {
+            return restore::abort(&client, &self.from, self.json).await;
+        }
         restore::run(&client, &self.from, self.json).await
     }
 }

@@ -6,7 +6,10 @@
 //! chunk by chunk, sealed (its epoch raised past any the old cluster could
 //! reach) and routed; then the directory's audit trail, keyed answers and
 //! finished moves. Every step is idempotent: a restore cut short is run
-//! again with the same backup.
+//! again with the same backup, from the same operator certificate (the
+//! directory names the one that began it), or given up with `--abort`.
+//! Each file is hashed again as it is sent: what reaches the cluster is
+//! what was verified, or the restore stops before that group's seal.
 
 use std::path::Path;
 use std::time::Instant;
@@ -41,37 +44,76 @@ async fn step(
     }
 }
 
-/// Send `records` to `group` in chunks; `keep` filters them.
+/// Send the records of `entry`'s file that `keep` takes to `group`, in
+/// chunks, hashing the file's bytes as they are read: at its end, what was
+/// read must be what the manifest (and so the verify) names, or the last
+/// chunk is not sent and the restore stops. An event group whose file was
+/// swapped after the verify is then left unsealed, and an unsealed group
+/// sells nothing and is routed nowhere. `buffer`: hold every record until
+/// the check passed (the directory's history, which applies as it lands).
 async fn load(
     client: &ClusterClient,
     group: GroupId,
     backup: &str,
-    mut records: impl FnMut() -> anyhow::Result<Option<(Vec<u8>, Vec<u8>)>>,
+    (dir, entry): (&Path, &GroupEntry),
+    buffer: bool,
+    keep: impl Fn(&[u8], &[u8]) -> bool,
 ) -> anyhow::Result<u64> {
-    let (mut chunk, mut bytes, mut sent) = (Vec::new(), 0usize, 0u64);
+    let mut reader = RecordsReader::open(&dir.join(&entry.file))?;
+    let (mut chunk, mut bytes, mut read, mut sent) = (Vec::new(), 0usize, 0u64, 0u64);
+    let mut held: Vec<Vec<(Vec<u8>, Vec<u8>)>> = Vec::new();
     loop {
-        let next = records()?;
+        let next = reader.next_record()?;
         let done = next.is_none();
         if let Some((k, v)) = next {
-            bytes += k.len() + v.len();
-            chunk.push((k, v));
-        }
-        if (done && !chunk.is_empty()) || bytes >= CHUNK_BYTES {
-            sent += chunk.len() as u64;
-            let op = RestoreOp::Records {
-                backup: backup.to_string(),
-                records: std::mem::take(&mut chunk),
-            };
-            step(client, group, op).await?;
-            bytes = 0;
+            read += 1;
+            if keep(&k, &v) {
+                bytes += k.len() + v.len();
+                chunk.push((k, v));
+            }
         }
         if done {
-            return Ok(sent);
+            reader
+                .check(entry, read)
+                .context("the backup changed after it was verified")?;
+            break;
+        }
+        if bytes >= CHUNK_BYTES {
+            let full = std::mem::take(&mut chunk);
+            bytes = 0;
+            if buffer {
+                held.push(full);
+            } else {
+                sent += full.len() as u64;
+                send(client, group, backup, full).await?;
+            }
         }
     }
+    held.push(chunk);
+    for part in held.into_iter().filter(|c| !c.is_empty()) {
+        sent += part.len() as u64;
+        send(client, group, backup, part).await?;
+    }
+    Ok(sent)
 }
 
-/// Restore one event group; its sealed route.
+async fn send(
+    client: &ClusterClient,
+    group: GroupId,
+    backup: &str,
+    records: Vec<(Vec<u8>, Vec<u8>)>,
+) -> anyhow::Result<()> {
+    let op = RestoreOp::Records {
+        backup: backup.to_string(),
+        records,
+    };
+    step(client, group, op).await.map(|_| ())
+}
+
+/// Restore one event group; its sealed route. Owner, home and survival
+/// come from the group's own event record (verified with its file), not
+/// from the directory's route, which a move finishing between the two
+/// dumps leaves behind.
 async fn restore_event(
     client: &ClusterClient,
     dir: &Path,
@@ -80,6 +122,25 @@ async fn restore_event(
     route: &EventRoute,
 ) -> anyhow::Result<EventRoute> {
     let group = GroupId(entry.group_id);
+    let state = load_group(dir, entry)?;
+    let event = state
+        .inventory()
+        .event()
+        .with_context(|| format!("group {group} of the backup holds no event record"))?;
+    if event.event_id != route.event_id {
+        bail!(
+            "group {group} holds event {}, the backup's directory routes {} to it",
+            event.event_id,
+            route.event_id
+        );
+    }
+    let route = EventRoute {
+        home_region: event.home_region.clone(),
+        owner_region: event.owner.clone(),
+        survival: event.survival,
+        ..route.clone()
+    };
+    drop(state);
     let placement = EventRoute::placement(&route.owner_region, route.survival);
     let op = RestoreOp::Group {
         backup: backup.to_string(),
@@ -87,8 +148,7 @@ async fn restore_event(
         placement,
     };
     step(client, GroupId::DIRECTORY, op).await?;
-    let mut reader = RecordsReader::open(&dir.join(&entry.file))?;
-    let loaded = load(client, group, backup, || reader.next_record()).await;
+    let loaded = load(client, group, backup, (dir, entry), false, |_, _| true).await;
     match loaded {
         Ok(_) => {}
         // Run again after a cut-short restore: this group was done.
@@ -106,10 +166,7 @@ async fn restore_event(
     else {
         bail!("group {group} did not say its epoch when sealed");
     };
-    let route = EventRoute {
-        epoch,
-        ..route.clone()
-    };
+    let route = EventRoute { epoch, ..route };
     let op = RestoreOp::Route {
         backup: backup.to_string(),
         route: route.clone(),
@@ -152,21 +209,23 @@ pub async fn run(client: &ClusterClient, dir: &Path, json: bool) -> anyhow::Resu
         pb.inc(1);
     }
     // The directory's history: the audit trail, keyed answers, finished moves.
-    let mut reader = RecordsReader::open(&dir.join(&m.groups[0].file))?;
     let finished_move = |v: &[u8]| {
         seatfence_core::format::decode::<seatfence_core::MoveRecord>(v)
             .is_ok_and(|mv| mv.state != seatfence_core::MoveState::Running)
     };
-    let history = load(client, GroupId::DIRECTORY, &backup, || loop {
-        let Some((k, v)) = reader.next_record()? else {
-            return Ok(None);
-        };
-        match RecordKey::decode(&k) {
-            Some(RecordKey::Audit(_) | RecordKey::Answer(..)) => return Ok(Some((k, v))),
-            Some(RecordKey::Move(_)) if finished_move(&v) => return Ok(Some((k, v))),
-            _ => {}
-        }
-    })
+    let keep = |k: &[u8], v: &[u8]| match RecordKey::decode(k) {
+        Some(RecordKey::Audit(_) | RecordKey::Answer(..)) => true,
+        Some(RecordKey::Move(_)) => finished_move(v),
+        _ => false,
+    };
+    let history = load(
+        client,
+        GroupId::DIRECTORY,
+        &backup,
+        (dir, &m.groups[0]),
+        true,
+        keep,
+    )
     .await?;
     step(
         client,
@@ -192,6 +251,27 @@ pub async fn run(client: &ClusterClient, dir: &Path, json: bool) -> anyhow::Resu
             events.len(),
             m.records
         );
+    }
+    Ok(())
+}
+
+/// `seatfence restore --from DIR --abort`: end the backup's restore
+/// unfinished.
+pub async fn abort(client: &ClusterClient, dir: &Path, json: bool) -> anyhow::Result<()> {
+    let m = super::file::read_manifest(dir)?;
+    let backup = m.backup_id;
+    step(
+        client,
+        GroupId::DIRECTORY,
+        RestoreOp::Abort {
+            backup: backup.clone(),
+        },
+    )
+    .await?;
+    if json {
+        println!("{}", json!({"backup_id": backup, "aborted": true}));
+    } else {
+        println!("the restore of backup {backup} was aborted: nothing of it applies from now on");
     }
     Ok(())
 }

@@ -24,23 +24,7 @@ pub fn load_group(dir: &Path, g: &GroupEntry) -> anyhow::Result<State> {
             .map_err(|e| anyhow::anyhow!("{}: record {n}: {}", path.display(), e.reason))?;
         n += 1;
     }
-    let bytes = r.bytes;
-    let sha = r.sha256();
-    if sha != g.sha256 {
-        bail!(
-            "{}: SHA-256 {sha}, the manifest says {} (damaged)",
-            path.display(),
-            g.sha256
-        );
-    }
-    if (n, bytes) != (g.records, g.bytes) {
-        bail!(
-            "{}: {n} records in {bytes} bytes, the manifest says {} in {}",
-            path.display(),
-            g.records,
-            g.bytes
-        );
-    }
+    r.check(g, n)?;
     state.rebuild_indexes();
     Ok(state)
 }

@@ -199,6 +199,14 @@ async fn create_event(edge: &Edge, req: &Req) -> Result<Reply, ApiError> {
         Response::PlacementFailed { reason } => {
             return Err(ApiError::bad("placement_failed", reason))
         }
+        // A backup is being restored into this cluster (DESIGN §2.3).
+        Response::Restore(Err(reason)) => {
+            return Err(ApiError::Conflict {
+                code: "restore_running",
+                message: reason,
+                extra: serde_json::json!({}),
+            })
+        }
         other => return Err(ApiError::Internal(format!("directory answered {other:?}"))),
     };
     if route.home_region != spec.home_region || route.survival != spec.survival {

@@ -77,6 +77,12 @@ impl NodeApi {
             return Ok(cmds);
         };
         let cmds = crate::operator::restore_steps(self.registry(), name, group, cmds)?;
+        // Recorded where it is proposed: a node that does not lead the
+        // group proposes nothing and sends the caller on to the leader,
+        // which records it then.
+        if !self.proposer.leads(group) {
+            return Ok(cmds);
+        }
         let action = match cmds.first() {
             Some(Command::Restore(op)) => op.name(),
             _ => "restore",
@@ -332,12 +338,8 @@ impl NodeService for NodeApi {
     async fn dump(&self, req: Request<DumpRequest>) -> Result<Response<Self::DumpStream>, Status> {
         let caller = self.gate.check(&req, Need::Dump)?;
         let group = GroupId(req.get_ref().group_id);
-        if let Caller::Operator(name) = &caller {
-            self.auditor
-                .record(name, "backup", format!("dump of group {group}"))
-                .await?;
-        }
-        let stream = crate::dump::serve(self.proposer.clone(), caller, group).await?;
+        let stream =
+            crate::dump::serve(self.proposer.clone(), caller, group, &self.auditor).await?;
         Ok(Response::new(stream))
     }
 

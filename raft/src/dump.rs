@@ -41,6 +41,7 @@ pub(crate) async fn serve(
     proposer: Arc<Proposer>,
     caller: Caller,
     group: GroupId,
+    auditor: &crate::operator::Auditor,
 ) -> Result<DumpStream, Status> {
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     let (state, applied_index, term) = match proposer.dump(group).await {
@@ -52,6 +53,17 @@ pub(crate) async fn serve(
         }
         Err(e) => return Err(to_status(&e)),
     };
+    // This node leads the group and holds its copy: record the dump
+    // before a record of it leaves.
+    if let Caller::Operator(name) = &caller {
+        auditor
+            .record(
+                name,
+                "backup",
+                format!("dump of group {group} at index {applied_index}"),
+            )
+            .await?;
+    }
     let kind = match state {
         State::Directory(_) => "directory",
         State::Event(_) => "event",

@@ -112,9 +112,11 @@ pub(crate) fn restore_target(group: GroupId, cmds: &[Command]) -> String {
             }
         }
     }
-    match records {
-        0 => format!("backup {backup} group {group}"),
-        n => format!("backup {backup} group {group} ({n} records)"),
+    match (group.is_directory(), records) {
+        (true, 0) => format!("backup {backup}"),
+        (true, n) => format!("backup {backup}: {n} directory records"),
+        (false, 0) => format!("backup {backup} group {group}"),
+        (false, n) => format!("backup {backup} group {group} ({n} records)"),
     }
 }
 

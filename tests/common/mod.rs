@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod backup;
 pub mod moves;
 pub mod payments;
 

@@ -288,3 +288,46 @@ pub fn write_manifest(dir: &Path, m: &Manifest) -> anyhow::Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(file: &str) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT.into(),
+            version: MANIFEST_VERSION,
+            backup_id: "b".into(),
+            cluster_id: "c".into(),
+            release: "r".into(),
+            data_format: 1,
+            started_ms: 0,
+            finished_ms: 0,
+            groups: vec![GroupEntry {
+                group_id: 3,
+                kind: "event".into(),
+                event_id: None,
+                file: file.into(),
+                applied_index: 0,
+                term: 0,
+                records: 0,
+                bytes: 0,
+                sha256: String::new(),
+            }],
+            records: 0,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_manifest_names_only_its_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["../x", "/etc/passwd", "groups/../../x", &group_file(4)] {
+            write_manifest(dir.path(), &manifest(bad)).unwrap();
+            let e = format!("{:#}", read_manifest(dir.path()).unwrap_err());
+            assert!(e.contains("names file"), "{bad}: {e}");
+        }
+        write_manifest(dir.path(), &manifest(&group_file(3))).unwrap();
+        assert!(read_manifest(dir.path()).is_ok());
+    }
+}

@@ -52,12 +52,10 @@ async fn step(
 /// sells nothing and is routed nowhere. `buffer`: hold every record until
 /// the check passed (the directory's history, which applies as it lands).
 async fn load(
-    client: &ClusterClient,
-    group: GroupId,
-    backup: &str,
     (dir, entry): (&Path, &GroupEntry),
     buffer: bool,
     keep: impl Fn(&[u8], &[u8]) -> bool,
+    mut send: impl AsyncFnMut(Vec<(Vec<u8>, Vec<u8>)>) -> anyhow::Result<()>,
 ) -> anyhow::Result<u64> {
     let mut reader = RecordsReader::open(&dir.join(&entry.file))?;
     let (mut chunk, mut bytes, mut read, mut sent) = (Vec::new(), 0usize, 0u64, 0u64);
@@ -79,20 +77,21 @@ async fn load(
             break;
         }
         if bytes >= CHUNK_BYTES {
-            let full = std::mem::take(&mut chunk);
             bytes = 0;
-            if buffer {
-                held.push(full);
-            } else {
-                sent += full.len() as u64;
-                send(client, group, backup, full).await?;
+            held.push(std::mem::take(&mut chunk));
+            // Streaming, one chunk stays held until the next is full, so
+            // the file's last records wait for its check.
+            if !buffer && held.len() > 1 {
+                let part = held.remove(0);
+                sent += part.len() as u64;
+                send(part).await?;
             }
         }
     }
     held.push(chunk);
     for part in held.into_iter().filter(|c| !c.is_empty()) {
         sent += part.len() as u64;
-        send(client, group, backup, part).await?;
+        send(part).await?;
     }
     Ok(sent)
 }
@@ -148,7 +147,13 @@ async fn restore_event(
         placement,
     };
     step(client, GroupId::DIRECTORY, op).await?;
-    let loaded = load(client, group, backup, (dir, entry), false, |_, _| true).await;
+    let loaded = load(
+        (dir, entry),
+        false,
+        |_, _| true,
+        async |part| send(client, group, backup, part).await,
+    )
+    .await;
     match loaded {
         Ok(_) => {}
         // Run again after a cut-short restore: this group was done.
@@ -218,14 +223,9 @@ pub async fn run(client: &ClusterClient, dir: &Path, json: bool) -> anyhow::Resu
         Some(RecordKey::Move(_)) => finished_move(v),
         _ => false,
     };
-    let history = load(
-        client,
-        GroupId::DIRECTORY,
-        &backup,
-        (dir, &m.groups[0]),
-        true,
-        keep,
-    )
+    let history = load((dir, &m.groups[0]), true, keep, async |part| {
+        send(client, GroupId::DIRECTORY, &backup, part).await
+    })
     .await?;
     step(
         client,
@@ -274,4 +274,81 @@ pub async fn abort(client: &ClusterClient, dir: &Path, json: bool) -> anyhow::Re
         println!("the restore of backup {backup} was aborted: nothing of it applies from now on");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::file::{group_file, RecordsWriter};
+
+    /// A group's file of `n` records of 64 KiB, and its manifest entry.
+    fn file(dir: &Path, n: usize) -> GroupEntry {
+        std::fs::create_dir_all(dir.join("groups")).unwrap();
+        let name = group_file(7);
+        let mut w = RecordsWriter::create(&dir.join(&name)).unwrap();
+        for i in 0..n {
+            w.record(format!("k{i:04}").as_bytes(), &vec![b'a'; 64 << 10])
+                .unwrap();
+        }
+        let (sha256, records, bytes, _) = w.finish().unwrap();
+        GroupEntry {
+            group_id: 7,
+            kind: "event".into(),
+            event_id: None,
+            file: name,
+            applied_index: 1,
+            term: 1,
+            records,
+            bytes,
+            sha256,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_changed_after_the_verify_is_not_sent_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        // 48 records of 64 KiB: six chunks, past the reader's 1 MiB buffer.
+        let entry = file(dir.path(), 48);
+        let path = dir.path().join(&entry.file);
+        let mut chunks = 0usize;
+        let r = load(
+            (dir.path(), &entry),
+            false,
+            |_, _| true,
+            async |_part| {
+                chunks += 1;
+                if chunks == 1 {
+                    // Swapped under the restore: same size, other bytes.
+                    let mut b = std::fs::read(&path).unwrap();
+                    let end = b.len() - 10;
+                    b[end] ^= 0x01;
+                    std::fs::write(&path, b).unwrap();
+                }
+                Ok(())
+            },
+        )
+        .await;
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(e.contains("changed after it was verified"), "{e}");
+        assert!(chunks < 6, "the last chunk was sent: {chunks}");
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_file_is_sent_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = file(dir.path(), 48);
+        let mut records = 0usize;
+        let sent = load(
+            (dir.path(), &entry),
+            false,
+            |_, _| true,
+            async |part| {
+                records += part.len();
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((sent, records), (48, 48));
+    }
 }

@@ -428,3 +428,77 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
         common::put(&client, group, "after-forgery", b"ok").await;
     }
 }
+
+/// A write of `cmd` to the directory through `channel`: its refusal, if any.
+async fn write_directory(channel: &Channel, cmd: &Command) -> Option<tonic::Status> {
+    NodeServiceClient::new(channel.clone())
+        .write(WriteRequest {
+            group_id: GroupId::DIRECTORY.0,
+            command: seatfence_raft::codec::encode(cmd).unwrap(),
+            expected_term: None,
+        })
+        .await
+        .err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t53_a_member_speaks_only_for_itself() {
+    init_logs();
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), test_tuning()).await;
+    let leader = cluster
+        .wait_leader(GroupId::DIRECTORY, PATIENCE)
+        .await
+        .unwrap();
+    let addr = cluster.addr(leader).unwrap();
+    let certs = cluster.certs_dir().expect("local clusters run TLS");
+    // A member other than the victim: node 2 speaks, node 3 is the victim.
+    let (speaker, victim) = (2u64, 3u64);
+    let ch = dial(&addr, Some(holder(&certs, &format!("node-{speaker}"))))
+        .await
+        .unwrap();
+    let before = cluster.addr(victim).unwrap();
+
+    tracing::info!("--- node 2 registers node 3 at another address");
+    let forged = Command::RegisterNode(NodeInfo {
+        id: NodeId(victim),
+        region: RegionId("us-east".into()),
+        grpc_addr: "127.0.0.1:1".into(),
+        incarnation: 0,
+        format_max: seatfence_core::format::newest(),
+    });
+    let e = write_directory(&ch, &forged).await.expect("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    assert!(e.message().starts_with("sender_mismatch"), "{e}");
+    // Packed in a batch too.
+    let e = write_directory(&ch, &Command::Batch(vec![forged]))
+        .await
+        .expect("refused");
+    assert!(e.message().starts_with("sender_mismatch"), "{e}");
+
+    tracing::info!("--- node 2 writes a rejoin floor");
+    let floor = Command::Node {
+        op: seatfence_core::NodeOp::RejoinDemoted {
+            node: NodeId(victim),
+            group: GroupId(1),
+            term: 1,
+        },
+        at_ms: 0,
+    };
+    let e = write_directory(&ch, &floor).await.expect("refused");
+    assert!(e.message().starts_with("sender_not_leader"), "{e}");
+
+    tracing::info!("--- the directory still dials node 3 where it is");
+    let status = cluster
+        .client()
+        .query(GroupId::DIRECTORY, &seatfence_core::Query::Directory, true)
+        .await
+        .unwrap()
+        .0;
+    let text = format!("{status:?}");
+    assert!(
+        text.contains(&before) && !text.contains("127.0.0.1:1\""),
+        "{text}"
+    );
+}

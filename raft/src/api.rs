@@ -170,16 +170,40 @@ fn may_write(gate: &Gate, caller: &Caller, group: u64, cmds: &[Command]) -> Resu
                 .iter()
                 .all(|c| matches!(c, Command::RegisterNode(n) if n.id.0 == id))
     };
-    // A node rejoins on an empty data dir only as itself: another
-    // member's certificate must not reset a node's store identity.
-    let foreign_rejoin = cmds.iter().any(|c| {
-        matches!(c, Command::Node { op: seatfence_core::NodeOp::Rejoin { node, .. }, .. }
-            if caller.node_id().is_some_and(|id| id != node.0))
+    use seatfence_core::NodeOp;
+    // What a node says about itself (its registration, its rejoin on an
+    // empty data dir) comes from its own certificate: another member's
+    // must not re-point a node's address or reset its store identity.
+    let foreign = any_command(cmds, &|c| match c {
+        Command::RegisterNode(n) => caller.node_id().is_some_and(|id| id != n.id.0),
+        Command::Node {
+            op: NodeOp::Rejoin { node, .. },
+            ..
+        } => caller.node_id().is_some_and(|id| id != node.0),
+        _ => false,
     });
-    if foreign_rejoin {
+    if foreign {
         return Err(crate::network::gate::denied(
             "sender_mismatch",
-            "a node may rejoin only as itself".to_string(),
+            "a node registers and rejoins only as itself".to_string(),
+        ));
+    }
+    // A rejoin's floor (the term its demotion committed at) is written by
+    // the directory's leader, in-process, as its rejoin duty sees the
+    // demotion: never sent by another node.
+    let floor = any_command(cmds, &|c| {
+        matches!(
+            c,
+            Command::Node {
+                op: NodeOp::RejoinDemoted { .. } | NodeOp::RejoinDirectoryDemoted { .. },
+                ..
+            }
+        )
+    });
+    if floor && !matches!(caller, Caller::Plaintext) {
+        return Err(crate::network::gate::denied(
+            "sender_not_leader",
+            "a rejoin's floor is written by the directory's leader alone".to_string(),
         ));
     }
     // An operator restores a backup into a new cluster (`seatfence
@@ -190,6 +214,14 @@ fn may_write(gate: &Gate, caller: &Caller, group: u64, cmds: &[Command]) -> Resu
         Caller::Operator(_) if restores => Ok(()),
         _ => gate.allows(caller, Need::Write),
     }
+}
+
+/// Whether `pred` holds for any of `cmds`, batches included.
+fn any_command(cmds: &[Command], pred: &dyn Fn(&Command) -> bool) -> bool {
+    cmds.iter().any(|c| match c {
+        Command::Batch(inner) => any_command(inner, pred),
+        c => pred(c),
+    })
 }
 
 fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, Status> {

@@ -121,3 +121,58 @@ async fn t75_stale_epochs_are_refused_on_every_replica() {
     assert_eq!(av.body["held"], 1, "{}", av.body);
     assert_eq!(av.body["available"], 9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t75_an_event_the_directory_routes_is_never_not_found() {
+    init_logs();
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_regions(dir.path(), 1, 3).await;
+    let edges: Vec<String> = cluster.nodes.iter().filter_map(|n| n.edge_url()).collect();
+
+    tracing::info!("--- the directory routes an event whose group does not hold it yet");
+    // What an edge sees between a create's two steps, or while a replica
+    // that does not hold the event yet answers: "not now", never "no such event".
+    let registered = cluster
+        .client()
+        .write(
+            GroupId::DIRECTORY,
+            &Command::RegisterEvent {
+                event_id: EventId("half".into()),
+                home_region: RegionId("us-east".into()),
+                survival: Default::default(),
+            },
+        )
+        .await
+        .unwrap();
+    let Response::EventRegistered(route) = registered.response else {
+        panic!("{:?}", registered.response)
+    };
+    cluster.wait_leader(route.group, PATIENCE).await.unwrap();
+    let http = HttpClient::default();
+    let buyer = token(&cluster, "bea", false);
+    let a = http
+        .post(
+            &format!("{}/v1/holds", edges[0]),
+            Some(&buyer),
+            None,
+            &json!({"event_id": "half", "quantity": 1}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 503, "{}", a.body);
+    assert_eq!(a.code(), Some("no_leader"), "{}", a.body);
+
+    tracing::info!("--- an event nobody created is still 404");
+    let a = http
+        .post(
+            &format!("{}/v1/holds", edges[0]),
+            Some(&buyer),
+            None,
+            &json!({"event_id": "never", "quantity": 1}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 404, "{}", a.body);
+    assert_eq!(a.code(), Some("event_not_found"), "{}", a.body);
+}

@@ -10,6 +10,7 @@
 //!  execute(route, cmd) ─▶ cmd.epoch = route.epoch ─▶ ClusterClient::write (in-process when led here)
 //!     OutcomeUnknown ─▶ retry (same key)        StaleEpoch{current > ours} ─▶ adopt, retry
 //!     reply fence below the highest seen ─▶ forget the leader, retry
+//!     EventNotFound, yet the directory routes the event ─▶ re-route, retry (never a false 404)
 //!     otherwise ─▶ (reply, fence)
 //! ```
 
@@ -164,7 +165,10 @@ impl Commands {
     }
 
     /// Run an event command at the leader of the event's group (see the
-    /// module's diagram).
+    /// module's diagram). A group that answers `EventNotFound` for an event
+    /// the directory routes (to it or elsewhere) is asked again: an
+    /// existing event is never "not found" (503 `no_leader` once the
+    /// attempts are spent).
     pub async fn execute(
         &self,
         route: &EventRoute,
@@ -217,6 +221,32 @@ impl Commands {
                     route.owner_region = owner.clone();
                     last = format!("epoch {} is stale, now {current}", cmd.epoch);
                     continue;
+                }
+            }
+            if matches!(reply.outcome, Outcome::EventNotFound)
+                && !matches!(cmd.action, EventAction::Create(_))
+            {
+                // The group says it has no such event, yet it was routed
+                // here: ask the directory before a buyer hears "it does
+                // not exist". Routed elsewhere now: go there; routed here
+                // still (a replica that does not hold the event yet, a
+                // create not committed yet): "not now" (503), never 404.
+                match self.routes.refresh(&cmd.event_id).await {
+                    Ok(now) => {
+                        last = format!(
+                            "group {} answered event_not_found while the directory routes the event to group {}",
+                            route.group, now.group
+                        );
+                        if now.epoch > route.epoch || now.group != route.group {
+                            route = now;
+                        }
+                        continue;
+                    }
+                    Err(RouteError::NotFound(_)) => {}
+                    Err(RouteError::Directory(e)) => return Err(self.client_error(e)),
+                    Err(RouteError::BadAnswer) => {
+                        return Err(CommandError::Internal("directory answered oddly".into()))
+                    }
                 }
             }
             let fence = Fence {

@@ -1,32 +1,39 @@
 //! The `follow_buyers` duty: every window, for each event group this node
 //! leads whose policy is on (`seatfence_regions::follow::POLICY_KEY`),
-//! the holds it took per buyer region (the region of the node whose edge
-//! took each, `Proposer::origins`) go through
+//! the distinct buyers it granted holds to, per buyer region (the region
+//! of the node whose edge took each hold, `Proposer::origins`), go through
 //! `seatfence_regions::follow::plan`; a region that leads clearly for long
 //! enough gets the event through the operators' move path (`MoveOp::Start`,
 //! actor `follow-buyers`: learners, joint change, epoch bump), recorded in
-//! the audit trail like an operator's move.
+//! the audit trail like an operator's move. Before it proposes the move,
+//! the duty commits the move's time to the event group
+//! (`follow::LAST_MOVE_KEY`): the cooldown is the group's, whichever node
+//! leads it next.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use seatfence_core::{AuditEntry, Command, EventId, GroupId, MoveOp, NodeId, RegionId, RouteState};
+use seatfence_core::{
+    AuditEntry, Command, EventId, GroupId, MoveOp, NodeId, RegionId, Response, RouteState,
+};
 use seatfence_raft::clock::Clock;
 use seatfence_raft::registry::Registry;
 use seatfence_raft::{ClusterClient, Proposer};
-use seatfence_regions::follow::{plan, Memory, Rule, ON, POLICY_KEY};
+use seatfence_regions::follow::{
+    encode_last_move, last_move_ms, plan, Memory, Rule, Window, LAST_MOVE_KEY, ON, POLICY_KEY,
+};
 use tokio::sync::watch;
 
 /// The actor the audit trail and the move record name.
 pub const ACTOR: &str = "follow-buyers";
 
-/// What one window saw of an event led here: its group, the holds per
-/// buyer region, its owner, whether a move runs.
+/// What one window saw of an event led here: its group, the distinct
+/// buyers per buyer region, its owner, whether a move runs.
 struct Seen {
     event: EventId,
     group: GroupId,
-    counts: BTreeMap<RegionId, u64>,
+    buyers: BTreeMap<RegionId, u64>,
     owner: RegionId,
     moving: bool,
 }
@@ -44,7 +51,7 @@ pub async fn run(
     let mut memory: HashMap<GroupId, Memory> = HashMap::new();
     // Holds before the first window are not a whole window's.
     proposer.origins().take();
-    for window in 1u64.. {
+    loop {
         tokio::select! {
             _ = rx_stop.wait_for(|s| *s) => return,
             _ = tokio::time::sleep(every) => {}
@@ -55,21 +62,35 @@ pub async fn run(
             let Some(g) = registry.get(s.group) else {
                 continue;
             };
-            let on =
-                g.leads() && g.read(|st| st.state.kv().get(POLICY_KEY).is_some_and(|v| v == ON));
-            if !on {
+            let policy = g.leads().then(|| {
+                g.read(|st| {
+                    let kv = st.state.kv();
+                    let on = kv.get(POLICY_KEY).is_some_and(|v| v == ON);
+                    (on, last_move_ms(kv.get(LAST_MOVE_KEY).map(Vec::as_slice)))
+                })
+            });
+            let Some((true, last_move_ms)) = policy else {
                 memory.remove(&s.group);
                 continue;
-            }
+            };
+            let now_ms = clock.now_ms();
+            let window = Window {
+                window_ms: every.as_millis().try_into().unwrap_or(u64::MAX),
+                now_ms,
+                buyers: &s.buyers,
+                owner: &s.owner,
+                moving: s.moving,
+                last_move_ms,
+            };
             let mem = memory.entry(s.group).or_default();
-            if let Some(to) = plan(mem, &rule, window, &s.counts, &s.owner, s.moving) {
-                start_move(&client, clock.as_ref(), &s, &to, window).await;
+            if let Some(to) = plan(mem, &rule, &window) {
+                start_move(&client, clock.as_ref(), &s, &to, now_ms).await;
             }
         }
     }
 }
 
-/// The holds counted since the last window, by event and buyer region.
+/// The buyers counted since the last window, by event and buyer region.
 fn window_seen(registry: &Registry, proposer: &Proposer) -> Vec<Seen> {
     let counts = proposer.origins().take();
     if counts.is_empty() {
@@ -83,17 +104,12 @@ fn window_seen(registry: &Registry, proposer: &Proposer) -> Vec<Seen> {
         d.events
             .values()
             .filter_map(|route| {
-                let per_node = counts.get(&route.group)?;
-                let mut per_region: BTreeMap<RegionId, u64> = BTreeMap::new();
-                for (node, n) in per_node {
-                    if let Some(info) = d.nodes.get(&NodeId(*node)) {
-                        *per_region.entry(info.region.clone()).or_default() += n;
-                    }
-                }
+                let buyers = counts.get(&route.group)?;
+                let region_of = |node| d.nodes.get(&NodeId(node)).map(|i| i.region.clone());
                 Some(Seen {
                     event: route.event_id.clone(),
                     group: route.group,
-                    counts: per_region,
+                    buyers: buyers.per_key(region_of),
                     owner: route.owner_region.clone(),
                     moving: route.state != RouteState::Active,
                 })
@@ -102,23 +118,41 @@ fn window_seen(registry: &Registry, proposer: &Proposer) -> Vec<Seen> {
     })
 }
 
-/// Start moving `s.event` to `to` as [`ACTOR`], and record it (or the
-/// refusal) in the audit trail.
+/// Start moving `s.event` to `to` as [`ACTOR`]: first the move's time in
+/// the event group (the cooldown; not committed: no move), then the move,
+/// and record it (or the refusal) in the audit trail.
 async fn start_move(
     client: &ClusterClient,
     clock: &dyn Clock,
     s: &Seen,
     to: &RegionId,
-    window: u64,
+    now_ms: u64,
 ) {
-    let total: u64 = s.counts.values().sum();
-    let from_there = s.counts.get(to).copied().unwrap_or(0);
+    let total: u64 = s.buyers.values().sum();
+    let from_there = s.buyers.get(to).copied().unwrap_or(0);
+    let stamp = Command::Put {
+        key: LAST_MOVE_KEY.to_string(),
+        value: encode_last_move(now_ms),
+    };
+    match client.write(s.group, &stamp).await {
+        Ok(c) if matches!(c.response, Response::Written { .. }) => {}
+        Ok(c) => {
+            tracing::warn!(event = %s.event, response = ?c.response,
+                "follow-buyers: the move's time was not recorded, no move");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(event = %s.event, "follow-buyers: recording the move's time failed, no move: {e}");
+            return;
+        }
+    }
     let op = MoveOp::Start {
         event_id: s.event.clone(),
         to_region: to.clone(),
         actor: ACTOR.to_string(),
-        // One start per event and window, whoever retries it.
-        request: format!("follow:{}:{}:{window}", s.event.0, s.group.0),
+        // One start per event and decision (its recorded time), whoever
+        // retries it.
+        request: format!("follow:{}:{}:{now_ms}", s.event.0, s.group.0),
     };
     let result = match seatfence_regions::ops::propose_move(client, clock.now_ms(), op).await {
         Ok(Ok(m)) => {
@@ -135,7 +169,7 @@ async fn start_move(
         actor: ACTOR.to_string(),
         action: "move".to_string(),
         target: format!(
-            "event {} to {to} ({from_there} of {total} holds from there in the last window)",
+            "event {} to {to} ({from_there} of {total} buyers from there in the last window)",
             s.event
         ),
         result,

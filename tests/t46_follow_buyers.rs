@@ -2,7 +2,9 @@
 //! `follow_buyers` on stays put while its own region's buyers hold seats,
 //! moves once (through the move path, audited as `follow-buyers`) when its
 //! buyers shift to another region, and does not move again while they
-//! stay there.
+//! stay there; one buyer cycling holds (hold, cancel, again) through
+//! another region moves nothing, however many holds it is granted (issue
+//! 59, item 9: the policy counts distinct buyers, not holds).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -99,8 +101,19 @@ async fn owner(http: &HttpClient, edge: &str, op: &str) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_event_follows_its_buyers_once_and_stays() {
+/// A cluster of three regions with the duty's window short, and the event
+/// "tour" created in us-east with `follow_buyers` on.
+struct Sale {
+    _dir: tempfile::TempDir,
+    _cluster: LocalCluster,
+    secret: String,
+    op: String,
+    us: String,
+    ap: String,
+    http: HttpClient,
+}
+
+async fn sale() -> Sale {
     let dir = tempfile::tempdir().unwrap();
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_seatfence"));
     let moves = MovesConfig {
@@ -134,25 +147,46 @@ async fn an_event_follows_its_buyers_once_and_stays() {
         .unwrap();
     assert_eq!(created.status.as_u16(), 201, "{}", created.body);
     assert_eq!(created.body["follow_buyers"], true);
+    Sale {
+        _dir: dir,
+        _cluster: cluster,
+        secret,
+        op,
+        us,
+        ap,
+        http,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_follows_its_buyers_once_and_stays() {
+    let s = sale().await;
+    let (secret, op, us, ap, http) = (
+        s.secret.as_str(),
+        s.op.as_str(),
+        s.us.as_str(),
+        s.ap.as_str(),
+        &s.http,
+    );
 
     // Its own region's buyers: four windows, no move.
-    let home = buy_through(&http, &us, &secret, "usb");
+    let home = buy_through(http, us, secret, "usb");
     tokio::time::sleep(Duration::from_millis(4 * WINDOW_MS)).await;
     let sold_home = home.stop().await;
     assert!(sold_home >= 20, "{sold_home} holds from us-east");
     assert!(
-        moves_of(&http, &us, &op).await.is_empty(),
+        moves_of(http, us, op).await.is_empty(),
         "no move while the owner's buyers buy"
     );
 
     // The buyers are in ap-south now: one move there.
-    let far = buy_through(&http, &ap, &secret, "apb");
+    let far = buy_through(http, ap, secret, "apb");
     let started = Instant::now();
-    while owner(&http, &us, &op).await != "ap-south" {
+    while owner(http, us, op).await != "ap-south" {
         assert!(
             started.elapsed() < Duration::from_secs(90),
             "still owned by us-east; moves: {:?}",
-            moves_of(&http, &us, &op).await
+            moves_of(http, us, op).await
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -160,15 +194,15 @@ async fn an_event_follows_its_buyers_once_and_stays() {
     tokio::time::sleep(Duration::from_millis(4 * WINDOW_MS)).await;
     let sold_far = far.stop().await;
     assert!(sold_far >= 20, "{sold_far} holds from ap-south");
-    let moves = moves_of(&http, &us, &op).await;
+    let moves = moves_of(http, us, op).await;
     assert_eq!(moves.len(), 1, "{moves:#?}");
     assert_eq!(moves[0]["to_region"], "ap-south");
     assert_eq!(moves[0]["actor"], "follow-buyers");
     assert_eq!(moves[0]["state"], "done", "{:#}", moves[0]);
-    assert_eq!(owner(&http, &us, &op).await, "ap-south");
+    assert_eq!(owner(http, us, op).await, "ap-south");
     // Audited like an operator's move.
     let audit = http
-        .get(&format!("{us}/v1/admin/audit?limit=50"), Some(&op))
+        .get(&format!("{us}/v1/admin/audit?limit=50"), Some(op))
         .await
         .unwrap();
     let entry = audit.body["entries"]
@@ -192,7 +226,7 @@ async fn an_event_follows_its_buyers_once_and_stays() {
     let off = http
         .post(
             &format!("{ap}/v1/admin/events/tour/follow-buyers"),
-            Some(&op),
+            Some(op),
             None,
             &json!({"enabled": false}),
         )
@@ -203,11 +237,69 @@ async fn an_event_follows_its_buyers_once_and_stays() {
     let bad = http
         .post(
             &format!("{ap}/v1/admin/events/tour/follow-buyers"),
-            Some(&op),
+            Some(op),
             None,
             &json!({"enabled": "yes"}),
         )
         .await
         .unwrap();
     assert_eq!(bad.status.as_u16(), 400, "{}", bad.body);
+}
+
+/// Send `req` again while the edge answers 429 (the buyer's rate limit),
+/// after the `Retry-After` it names.
+async fn unthrottled<F, Fut>(req: F) -> seatfence_testkit::http_client::HttpAnswer
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<seatfence_testkit::http_client::HttpAnswer>>,
+{
+    loop {
+        let a = req().await.unwrap();
+        if a.status.as_u16() != 429 {
+            return a;
+        }
+        let secs: u64 = a.header("retry-after").parse().unwrap_or(1);
+        tokio::time::sleep(Duration::from_millis(100).max(Duration::from_secs(secs) / 4)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_buyer_cycling_holds_moves_nothing() {
+    let s = sale().await;
+    let token = seatfence_api::auth::mint(&s.secret, "mallory", false, 3600);
+    tracing::info!("--- one buyer: 600 holds granted and cancelled through ap-south");
+    let started = Instant::now();
+    let (holds, body) = (
+        format!("{}/v1/holds", s.ap),
+        json!({"event_id": "tour", "quantity": 1}),
+    );
+    for n in 0..600 {
+        let key = format!("mallory-{n}");
+        let held = unthrottled(|| s.http.post(&holds, Some(&token), Some(&key), &body)).await;
+        assert_eq!(held.status.as_u16(), 201, "hold {n}: {}", held.body);
+        let url = format!("{holds}/{}", held.body["hold_id"].as_str().unwrap());
+        let cancelled = unthrottled(|| {
+            s.http
+                .send(hyper::Method::DELETE, &url, Some(&token), None, None)
+        })
+        .await;
+        assert_eq!(
+            cancelled.status.as_u16(),
+            200,
+            "cancel {n}: {}",
+            cancelled.body
+        );
+    }
+    let windows = started.elapsed().as_millis() as u64 / WINDOW_MS;
+    // Enough granted holds a window, all from ap-south, to move the event
+    // if holds were what counts (`follow_min_holds` is 10).
+    assert!(
+        600 / windows.max(1) >= 10,
+        "600 holds over {windows} windows"
+    );
+    tracing::info!("--- two more windows for the duty to judge the last ones");
+    tokio::time::sleep(Duration::from_millis(2 * WINDOW_MS + 500)).await;
+    let moves = moves_of(&s.http, &s.us, &s.op).await;
+    assert!(moves.is_empty(), "one buyer moved the event: {moves:#?}");
+    assert_eq!(owner(&s.http, &s.us, &s.op).await, "us-east");
 }

@@ -33,10 +33,12 @@ pub struct MovesConfig {
     /// nodes (a node added to a region); 0: never.
     pub rebalance_parallel: usize,
     /// The window (ms) over which an event with `follow_buyers` on counts
-    /// its holds per buyer region (`seatfence_regions::follow`); 0: the
-    /// policy is never acted on by this node.
+    /// the distinct buyers of its granted holds per buyer region
+    /// (`seatfence_regions::follow`); 0: the policy is never acted on by
+    /// this node.
     pub follow_window_ms: u64,
-    /// A window with fewer holds than this moves nothing.
+    /// A window whose granted holds came from fewer distinct buyers than
+    /// this moves nothing (one buyer holding again and again is one).
     pub follow_min_holds: u64,
 }
 

@@ -377,7 +377,7 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
         snapshot_call(
             &insider[(peer - 1) as usize],
             g,
-            Vote::new_committed(1, outsider),
+            Vote::new_committed(1_000, outsider),
         )
         .await,
         tonic::Code::InvalidArgument,
@@ -397,7 +397,7 @@ async fn t53_forged_raft_messages_are_refused_and_every_group_still_elects() {
         snapshot_of(
             &insider[(peer - 1) as usize],
             g,
-            Vote::new_committed(1, outsider),
+            Vote::new_committed(1_000, outsider),
             planted,
         )
         .await,
@@ -501,4 +501,78 @@ async fn t53_a_member_speaks_only_for_itself() {
         text.contains(&before) && !text.contains("127.0.0.1:1\""),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t53_a_snapshot_comes_from_the_leader_and_a_stalled_one_is_cut() {
+    init_logs();
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), test_tuning()).await;
+    let certs = cluster.certs_dir().expect("local clusters run TLS");
+    let g = new_group(&cluster).await;
+    let leader = cluster.wait_leader(g, PATIENCE).await.unwrap();
+    let follower = [1, 2, 3].into_iter().find(|n| *n != leader).unwrap();
+    let other = [1, 2, 3]
+        .into_iter()
+        .find(|n| *n != leader && *n != follower)
+        .unwrap();
+    let term = cluster
+        .client()
+        .status_at(&cluster.addr(follower).unwrap())
+        .await
+        .unwrap()
+        .groups
+        .iter()
+        .find(|s| s.group_id == g.0)
+        .map(|s| s.term)
+        .unwrap();
+    let ch = dial(
+        &cluster.addr(follower).unwrap(),
+        Some(holder(&certs, &format!("node-{other}"))),
+    )
+    .await
+    .unwrap();
+
+    tracing::info!("--- a member that does not lead offers a snapshot at the current term");
+    let e = snapshot_call(&ch, g, Vote::new_committed(term, other))
+        .await
+        .unwrap_err();
+    assert_eq!(e.0, tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.1.starts_with("snapshot_not_from_leader"), "{e:?}");
+
+    tracing::info!("--- a stream that sends one chunk and stalls is cut");
+    let chunk = seatfence_proto::v1::SnapshotChunk {
+        group_id: g.0,
+        vote: seatfence_raft::codec::encode(&Vote::new_committed(term + 1, other)).unwrap(),
+        meta: seatfence_raft::codec::encode(&seatfence_raft::types::SnapshotMeta::default())
+            .unwrap(),
+        data: vec![0; 64 << 10],
+        done: false,
+    };
+    let stalled =
+        futures::StreamExt::chain(futures::stream::iter([chunk]), futures::stream::pending());
+    // No client-side timeout on this channel: the node is the one to cut it.
+    let patient = Endpoint::from_shared(format!("https://{}", cluster.addr(follower).unwrap()))
+        .unwrap()
+        .tls_config(holder(&certs, &format!("node-{other}")))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raft = RaftServiceClient::new(patient);
+    let call = raft.install_snapshot(stalled);
+    let e = tokio::time::timeout(Duration::from_secs(120), call)
+        .await
+        .expect("the node cut the stream")
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e}");
+    assert!(e.message().starts_with("snapshot_idle"), "{e}");
+
+    tracing::info!("--- the group still takes writes");
+    let put = Command::Put {
+        key: "after".into(),
+        value: b"1".to_vec(),
+    };
+    cluster.client().write(g, &put).await.unwrap();
 }

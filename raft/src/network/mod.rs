@@ -14,6 +14,7 @@ pub mod dial;
 pub mod gate;
 mod pool;
 mod service;
+pub mod snapshot_in;
 pub mod tls;
 
 pub use coalesce::{IN_FLIGHT, MAX_PACK};

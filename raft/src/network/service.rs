@@ -18,7 +18,7 @@ use seatfence_proto::v1::{
 use tonic::{Request, Response, Status, Streaming};
 
 use super::gate::{Caller, Gate, Need};
-use super::MAX_MESSAGE_BYTES;
+use super::{snapshot_in, MAX_MESSAGE_BYTES};
 use crate::codec;
 use crate::propose::ProposeError;
 use crate::registry::{GroupHandle, Registry};
@@ -27,29 +27,6 @@ use crate::types::{Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest snapshot a node accepts.
 const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
-
-/// Most snapshot bytes a node holds in memory at once, over every stream
-/// being received (a member could otherwise open any number of 1 GiB
-/// streams). Counted in KiB permits.
-pub const SNAPSHOT_BUDGET_BYTES: usize = 1 << 30;
-
-static SNAPSHOT_BUDGET: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
-    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_BUDGET_BYTES >> 10)));
-
-/// Take `bytes` of the snapshot budget, or RESOURCE_EXHAUSTED
-/// `snapshot_budget` (the sender retries later) when other streams hold it.
-fn take_budget(bytes: usize) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
-    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-    SNAPSHOT_BUDGET
-        .clone()
-        .try_acquire_many_owned(kib)
-        .map_err(|_| {
-            crate::metrics::METRICS.raft_refused("snapshot_budget");
-            Status::resource_exhausted(format!(
-                "snapshot_budget: snapshot streams hold {SNAPSHOT_BUDGET_BYTES} bytes on this node already"
-            ))
-        })
-}
 
 /// Most messages one [`RaftBatch`] may carry (a sender packs fewer).
 pub const MAX_BATCH_MESSAGES: usize = 4096;
@@ -141,6 +118,30 @@ impl RaftGrpc {
             )));
         }
         Ok(())
+    }
+
+    /// A snapshot comes from the group's leader: the one this replica
+    /// follows, or one of a term above this replica's (a leader it has not
+    /// heard from yet). Anything else openraft would refuse only once the
+    /// whole stream sat in memory.
+    fn check_snapshot_sender(&self, g: &GroupHandle, vote: &Vote) -> Result<(), Status> {
+        use openraft::async_runtime::watch::WatchReceiver;
+        let (mine, leader) = {
+            let m = g.raft.metrics();
+            let m = m.borrow_watched();
+            (m.current_term, m.current_leader)
+        };
+        let term = vote.leader_id.term;
+        let claimed = vote.leader_id.voted_for;
+        if term > mine || (term == mine && leader.is_none_or(|l| l == claimed)) {
+            return Ok(());
+        }
+        crate::metrics::METRICS.raft_refused("snapshot_not_from_leader");
+        Err(Status::failed_precondition(format!(
+            "snapshot_not_from_leader: node {claimed} at term {term} is not group {}'s leader here \
+             (term {mine}, leader {leader:?})",
+            g.id
+        )))
     }
 
     /// A campaign (vote, pre-vote, leadership transfer) for the directory
@@ -430,8 +431,7 @@ impl RaftService for RaftGrpc {
         let caller = self.gate.check(&req, Need::Ping)?;
         self.check_admitted()?;
         let mut stream = req.into_inner();
-        let first = stream
-            .message()
+        let first = snapshot_in::next(snapshot_in::IDLE, stream.message())
             .await?
             .ok_or_else(|| malformed("empty snapshot stream".into()))?;
         self.gate
@@ -441,19 +441,20 @@ impl RaftService for RaftGrpc {
         let vote: Vote =
             codec::decode(&first.vote).map_err(|e| malformed(format!("snapshot vote: {e}")))?;
         self.check_sender(&caller, &group, &vote)?;
+        self.check_snapshot_sender(&group, &vote)?;
         self.check_rejoin_floor(&group, &vote)?;
         let meta: SnapshotMeta =
             codec::decode(&first.meta).map_err(|e| malformed(format!("snapshot meta: {e}")))?;
         // Chunks are held in memory until the last one: nothing reaches the
         // state machine unless the whole snapshot arrived. Every byte held
-        // takes its share of the node-wide budget first, so however many
-        // streams run at once they hold at most `SNAPSHOT_BUDGET_BYTES`.
-        let mut held = take_budget(first.data.len())?;
+        // takes its share of the node's and its sender's budgets first, and
+        // a stream that stops sending is cut (`snapshot_in`).
+        let mut held = snapshot_in::Budget::global().start(vote.leader_id.voted_for);
+        held.take(first.data.len())?;
         let mut data = first.data;
         let mut done = first.done;
         while !done {
-            let chunk = stream
-                .message()
+            let chunk = snapshot_in::next(snapshot_in::IDLE, stream.message())
                 .await?
                 .ok_or_else(|| malformed("snapshot stream ended early".into()))?;
             if chunk.group_id != first.group_id {
@@ -462,7 +463,7 @@ impl RaftService for RaftGrpc {
             if data.len() + chunk.data.len() > MAX_SNAPSHOT_BYTES {
                 return Err(Status::resource_exhausted("snapshot_too_large"));
             }
-            held.merge(take_budget(chunk.data.len())?);
+            held.take(chunk.data.len())?;
             data.extend_from_slice(&chunk.data);
             done = chunk.done;
         }

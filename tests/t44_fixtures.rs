@@ -346,7 +346,10 @@ async fn t44_the_first_formats_data_dirs_and_messages_read_back_and_serve() {
     let addr = cluster.addrs()[0].clone();
     let mut secrets = 0;
     for key in [TOKEN_KEY, REJECTED_KEY] {
-        let r = cluster.client().read_at(&addr, GroupId::DIRECTORY, key).await;
+        let r = cluster
+            .client()
+            .read_at(&addr, GroupId::DIRECTORY, key)
+            .await;
         if r.expect("read a secret where it lives").found {
             secrets += 1;
         }

@@ -1,6 +1,8 @@
-//! Admission control: a bound on mutations in flight per edge and a token
-//! bucket per user. Beyond either the edge answers 429 with `Retry-After`;
-//! nothing waits in a hidden queue.
+//! Admission control: a bound on mutations in flight per edge, a token
+//! bucket per user, and a budget of request body bytes held in memory at
+//! once. Beyond a slot or a rate the edge answers 429 with `Retry-After`,
+//! beyond the budget 503 `edge_overloaded`; nothing waits in a hidden
+//! queue.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,9 @@ use seatfence_core::UserId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+
+/// The body budget when none is configured: 64 MiB.
+pub const DEFAULT_BODY_BUDGET: usize = 64 << 20;
 
 struct Bucket {
     tokens: f64,
@@ -30,7 +35,14 @@ pub struct Admission {
     burst: f64,
     /// Held only for one map update, never across `.await`.
     buckets: Mutex<HashMap<UserId, Bucket>>,
+    /// Request body bytes every connection together may hold: one permit
+    /// per byte, taken before a body is read and held until its answer.
+    bodies: Arc<Semaphore>,
+    body_budget: usize,
 }
+
+/// The most body bytes one permit call takes (a [`Semaphore`] counts in `u32`).
+const MAX_ONE_BODY: usize = u32::MAX as usize;
 
 /// Take a token of `key`'s bucket (`rate` per second, up to `burst`);
 /// whether there was one. The mutex is held for this one update only.
@@ -71,7 +83,37 @@ impl Admission {
             rate: f64::from(rate_per_sec.max(1)),
             burst: f64::from(burst.max(1)),
             buckets: Mutex::new(HashMap::new()),
+            bodies: Arc::new(Semaphore::new(DEFAULT_BODY_BUDGET)),
+            body_budget: DEFAULT_BODY_BUDGET,
         }
+    }
+
+    /// Every connection together holds at most `bytes` of request bodies
+    /// (at least 1 MiB, the largest body a route reads).
+    pub fn with_body_budget(mut self, bytes: usize) -> Admission {
+        let bytes = bytes.clamp(crate::message::MAX_BODY_BYTES, MAX_ONE_BODY);
+        self.bodies = Arc::new(Semaphore::new(bytes));
+        self.body_budget = bytes;
+        self
+    }
+
+    /// Room for a body of `bytes` (a declared length, or the route's limit
+    /// when none is declared), held until the permit drops; 503
+    /// `edge_overloaded` when the budget has no room now. `bytes` is at
+    /// most the budget: a route's limit is never larger.
+    pub fn enter_body(&self, bytes: usize) -> Result<OwnedSemaphorePermit, ApiError> {
+        let n = bytes.min(self.body_budget) as u32;
+        self.bodies.clone().try_acquire_many_owned(n).map_err(|_| {
+            ApiError::unavailable(
+                "edge_overloaded",
+                "request bodies on this edge are at their memory budget; retry shortly",
+            )
+        })
+    }
+
+    /// Body bytes held now (reserved by requests being read or handled).
+    pub fn body_bytes_held(&self) -> usize {
+        self.body_budget - self.bodies.available_permits()
     }
 
     /// The anonymous routes' rate per address (burst: twice that).
@@ -151,6 +193,25 @@ mod tests {
         assert_eq!(a.check_anonymous(one).unwrap_err().code(), "rate_limited");
         a.check_anonymous(crate::conn::Peer::of("198.51.100.8".parse().unwrap()))
             .unwrap();
+    }
+
+    #[test]
+    fn body_bytes_beyond_the_budget_are_refused_until_released() {
+        let mib = crate::message::MAX_BODY_BYTES;
+        let a = Admission::new(1, 1, 1, 1).with_body_budget(2 * mib);
+        let big = a.enter_body(mib).unwrap();
+        let small = a.enter_body(mib - 10).unwrap();
+        assert_eq!(a.body_bytes_held(), 2 * mib - 10);
+        let e = a.enter_body(11).unwrap_err();
+        assert_eq!((e.code(), e.retry_after()), ("edge_overloaded", Some(1)));
+        assert_eq!(e.status().as_u16(), 503);
+        let _fits = a.enter_body(10).unwrap();
+        drop(big);
+        let _again = a.enter_body(mib).unwrap();
+        drop(small);
+        // A budget below the largest body is raised to it.
+        let tiny = Admission::new(1, 1, 1, 1).with_body_budget(1);
+        let _whole = tiny.enter_body(mib).unwrap();
     }
 
     #[test]

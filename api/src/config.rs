@@ -59,12 +59,19 @@ pub struct EdgeConfig {
     pub max_connections: usize,
     /// Open connections from one address (an IPv4 address, or an IPv6
     /// /64) this edge serves at once; more are closed on accept, so one
-    /// stranger cannot take every connection. Default: half of
+    /// stranger cannot take every connection. Default: a sixteenth of
     /// `max_connections` (the smaller of the two applies). Behind a proxy
     /// or load balancer that connects from one address, raise it to
     /// `max_connections` and limit per client there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_ip: Option<usize>,
+    /// MiB of request bodies all of this edge's connections together may
+    /// hold in memory at once (a body takes its declared length, or its
+    /// route's limit when it declares none, before its first byte is read,
+    /// and gives it back with its answer); beyond it, 503 `edge_overloaded`
+    /// with `Retry-After`. At least 1.
+    #[serde(default = "default_body_buffer_mb")]
+    pub max_body_buffer_mb: usize,
     /// How buyers' clients reach this edge (an http(s) URL). Answers about
     /// an event name the edge of its group's leader in
     /// `X-Seatfence-Leader-Edge`, so clients can go there directly.
@@ -102,6 +109,9 @@ fn default_idle_timeout() -> u64 {
 fn default_max_connections() -> usize {
     10_000
 }
+fn default_body_buffer_mb() -> usize {
+    crate::admission::DEFAULT_BODY_BUDGET >> 20
+}
 
 fn default_inflight() -> usize {
     4096
@@ -125,11 +135,12 @@ fn default_timeout() -> u64 {
 
 impl EdgeConfig {
     /// Connections one address may have open: `max_connections_per_ip`,
-    /// else half of `max_connections`, never more than `max_connections`
-    /// and at least 1.
+    /// else a sixteenth of `max_connections` (so a stranger needs sixteen
+    /// addresses, or sixteen IPv6 /64s, to take every slot), never more
+    /// than `max_connections` and at least 1.
     pub fn connections_per_ip(&self) -> usize {
         self.max_connections_per_ip
-            .unwrap_or(self.max_connections / 2)
+            .unwrap_or(self.max_connections / 16)
             .min(self.max_connections)
             .max(1)
     }
@@ -173,6 +184,9 @@ impl EdgeConfig {
                 "header_timeout_ms, body_timeout_ms, idle_timeout_ms and max_connections must be positive"
                     .into(),
             );
+        }
+        if self.max_body_buffer_mb == 0 {
+            return Err("max_body_buffer_mb must be at least 1".into());
         }
         if self.max_connections_per_ip == Some(0) {
             return Err("max_connections_per_ip must be at least 1".into());

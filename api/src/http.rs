@@ -1,19 +1,22 @@
-//! The hyper server of the edge: connection handling, body limit, auth,
-//! routing, and the single place where results become HTTP responses.
+//! The hyper server of the edge: the gate on each request's head (route,
+//! caller, admission, body budget) before its body is read, the body's
+//! limits, routing, and the single place where results become HTTP
+//! responses.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::body::{Body as _, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
+use tokio::sync::OwnedSemaphorePermit;
 
 pub use crate::conn::serve;
 use crate::error::ApiError;
-use crate::message::{Body, Reply, Req, MAX_BODY_BYTES};
-use crate::routes::{self, Matched, Route};
+use crate::message::{Body, Reply, Req};
+use crate::routes::{self, Matched, Route, Who};
 use crate::{admin, events, holds, lifecycle, moves, payments, Edge};
 
 /// A body declared oversized but no larger than this is read and dropped
@@ -30,14 +33,11 @@ pub(crate) async fn handle(
     let matched = routes::find(req.method(), req.uri().path());
     let label = matched.label();
     let request_id = request_id(req.headers().get("x-request-id"));
-    let (result, group) = match read_request(&edge, req).await {
-        Ok(r) => {
-            // Boxed: the handler's future is large (every route's state),
-            // and each move of it showed as memmove in the profile.
-            seatfence_regions::hint::scope(Box::pin(dispatch(&edge, matched, r, peer))).await
-        }
-        Err(e) => (Err(e), None),
-    };
+    let (parts, body) = req.into_parts();
+    // Boxed: the handler's future is large (every route's state), and each
+    // move of it showed as memmove in the profile.
+    let dispatched = dispatch(&edge, matched, head(&parts), body, peer);
+    let (result, group) = seatfence_regions::hint::scope(Box::pin(dispatched)).await;
     let (status, body, content_type, headers) = match result {
         Ok(reply) => match reply.body {
             Body::Json(v) => (reply.status, v.to_string(), JSON, reply.headers),
@@ -93,35 +93,62 @@ fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
     }
 }
 
-/// The request's head and its whole body, each body read bounded in time
+/// The request's head as a [`Req`] with no body yet: everything the gate
+/// (the caller, admission, the body budget) decides on.
+fn head(parts: &hyper::http::request::Parts) -> Req {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    Req {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(str::to_string),
+        auth: header("authorization"),
+        // Not `header`: a key with non-ASCII bytes must be refused (400
+        // `invalid_idempotency_key`), not read as "no key".
+        idempotency_key: parts
+            .headers
+            .get("idempotency-key")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        gateway_signature: header("x-gateway-signature"),
+        admission_ticket: header("admission-ticket"),
+        body: Bytes::new(),
+        verified: None,
+    }
+}
+
+/// The request's whole body, read only once the gate let the request in,
+/// bounded in size (`limit`, the route's: a declared larger body is 413 at
+/// once, [`DRAIN_LIMIT`] of it read and dropped), in memory (its declared
+/// length, or `limit` when it declares none, taken from the edge's body
+/// budget before the first byte: 503 `edge_overloaded` when there is no
+/// room; the permit is held until the answer) and in time
 /// (`body_timeout_ms`, the same deadline for a body within the limit and
-/// for the drain of an oversized one) and in size ([`MAX_BODY_BYTES`]
-/// kept, [`DRAIN_LIMIT`] read). A body that runs out of time counts as a
-/// body timeout.
-async fn read_request(edge: &Edge, req: Request<Incoming>) -> Result<Req, ApiError> {
+/// for the drain of an oversized one; a body that runs out of time counts
+/// as a body timeout).
+async fn read_body(
+    edge: &Edge,
+    body: Incoming,
+    limit: usize,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), ApiError> {
+    let declared = body.size_hint().exact();
+    if declared == Some(0) {
+        return Ok((Bytes::new(), None));
+    }
     let body_timeout = Duration::from_millis(edge.config.body_timeout_ms);
-    let timed_out = || {
-        edge.metrics.inc(|m| &m.body_timeouts);
-        ApiError::RequestTimeout {
-            ms: body_timeout.as_millis() as u64,
-        }
-    };
-    let too_large = ApiError::PayloadTooLarge {
-        limit: MAX_BODY_BYTES,
-    };
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES as u64) {
+    let too_large = ApiError::PayloadTooLarge { limit };
+    if let Some(n) = declared.filter(|n| *n > limit as u64) {
         // A moderately oversized body is read and dropped, so that a client
         // still writing it sees the 413 instead of a reset; but only within
         // the body timeout, like any body (a client that declares 2 MiB and
         // sends nothing held its connection forever, issue 39). Either way
         // the answer is the 413, with `Connection: close`.
         if n <= DRAIN_LIMIT
-            && tokio::time::timeout(body_timeout, drain(req.into_body(), DRAIN_LIMIT))
+            && tokio::time::timeout(body_timeout, drain(body, DRAIN_LIMIT))
                 .await
                 .is_err()
         {
@@ -129,42 +156,19 @@ async fn read_request(edge: &Edge, req: Request<Incoming>) -> Result<Req, ApiErr
         }
         return Err(too_large);
     }
-    let header = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let auth = header("authorization");
-    // Not `header`: a key with non-ASCII bytes must be refused (400
-    // `invalid_idempotency_key`), not read as "no key".
-    let idempotency_key = req
-        .headers()
-        .get("idempotency-key")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let gateway_signature = header("x-gateway-signature");
-    let admission_ticket = header("admission-ticket");
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().map(str::to_string);
-    let collect = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
-    let body = match tokio::time::timeout(body_timeout, collect).await {
-        Err(_) => return Err(timed_out()),
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large),
-        Ok(Err(e)) => return Err(ApiError::bad("bad_body", format!("cannot read body: {e}"))),
-    };
-    Ok(Req {
-        method,
-        path,
-        query,
-        auth,
-        idempotency_key,
-        gateway_signature,
-        admission_ticket,
-        body,
-        verified: None,
-    })
+    let permit = edge.admit_body(declared.map_or(limit, |n| n as usize))?;
+    let collect = Limited::new(body, limit).collect();
+    match tokio::time::timeout(body_timeout, collect).await {
+        Err(_) => {
+            edge.metrics.inc(|m| &m.body_timeouts);
+            Err(ApiError::RequestTimeout {
+                ms: body_timeout.as_millis() as u64,
+            })
+        }
+        Ok(Ok(b)) => Ok((b.to_bytes(), Some(permit))),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large),
+        Ok(Err(e)) => Err(ApiError::bad("bad_body", format!("cannot read body: {e}"))),
+    }
 }
 
 /// Read `body`'s frames and drop them, until it ends, fails or has
@@ -181,14 +185,19 @@ async fn drain(mut body: Incoming, limit: u64) {
     }
 }
 
-/// Route the request through [`routes::ROUTES`]: admission (buyer
-/// mutations: a rate token and a mutation slot; every other request but
-/// probes and `/metrics`: a slot of its own pool), the handler, and an audit record for operator actions (who,
-/// what, on what, with what result), refused ones included.
+/// Route the request through [`routes::ROUTES`]: the gate on its head
+/// (the caller its route needs: 401, 403), admission (buyer mutations: a
+/// rate token and a mutation slot; every other request but probes and
+/// `/metrics`: a slot of its own pool; the routes anyone may call: their
+/// address's rate), then its body ([`read_body`]: nothing of it is read
+/// before all that let it in), the handler, and an audit record for
+/// operator actions (who, what, on what, with what result), refused ones
+/// included.
 async fn dispatch(
     edge: &Edge,
     matched: Matched,
     mut req: Req,
+    body: Incoming,
     peer: crate::conn::Peer,
 ) -> Result<Reply, ApiError> {
     let def = match matched {
@@ -201,34 +210,36 @@ async fn dispatch(
         Matched::NoRoute => return Err(ApiError::NoRoute(req.path.clone())),
     };
     let params = routes::params(def, &req.path);
-    // The caller is verified once, here, for routes that need it before
-    // the handler (admission, the audit); handlers reuse it.
-    let _permit = if def.admitted {
-        let caller = req.caller(edge)?;
-        let permit = edge.admit(&caller.user)?;
-        req.verified = Some(caller);
-        Some(permit)
-    } else {
-        if def.audit.is_some() {
-            req.verified = req.caller(edge).ok();
+    // The caller is verified once, here, from the headers; handlers reuse
+    // it (and check it again for what they need).
+    match def.who() {
+        Who::Anyone => {}
+        Who::Token => req.verified = Some(req.caller(edge)?),
+        Who::Operator => req.verified = Some(req.operator(edge)?),
+    }
+    let _permit = match &req.verified {
+        Some(caller) if def.admitted => Some(edge.admit(&caller.user)?),
+        _ => {
+            // The routes anyone may call without a token cost an address
+            // at most its rate (before any work: the callback and webhook
+            // are checked against the gateway only after).
+            if matches!(
+                def.route,
+                Route::Healthz
+                    | Route::Readyz
+                    | Route::Metrics
+                    | Route::PaymentCallback
+                    | Route::PaymentWebhook
+            ) {
+                edge.admit_anonymous(peer)?;
+            }
+            // Probes and /metrics answer even when the edge is saturated.
+            let probe = matches!(def.route, Route::Healthz | Route::Readyz | Route::Metrics);
+            (!probe).then(|| edge.admit_other()).transpose()?
         }
-        // The routes anyone may call without a token cost an address at
-        // most its rate (before any work: the callback and webhook are
-        // checked against the gateway only after).
-        if matches!(
-            def.route,
-            Route::Healthz
-                | Route::Readyz
-                | Route::Metrics
-                | Route::PaymentCallback
-                | Route::PaymentWebhook
-        ) {
-            edge.admit_anonymous(peer)?;
-        }
-        // Probes and /metrics answer even when the edge is saturated.
-        let probe = matches!(def.route, Route::Healthz | Route::Readyz | Route::Metrics);
-        (!probe).then(|| edge.admit_other()).transpose()?
     };
+    let (bytes, _held) = read_body(edge, body, def.body_limit()).await?;
+    req.body = bytes;
     let result = call(edge, &req, def.route, &params).await;
     if let Some(audit) = def.audit {
         if let Some(actor) = req.verified.as_ref().filter(|c| c.operator) {

@@ -115,6 +115,9 @@ impl Edge {
     /// This node's whole Prometheus exposition: what `GET /metrics`
     /// answers, and what the node gives the fleet view.
     pub fn metrics_text(&self) -> String {
+        self.metrics
+            .body_bytes
+            .set(self.admission.body_bytes_held() as f64);
         self.metrics.render(self.commands.client.redirects())
             + &moves::progress_metrics(self)
             + &metrics::runtime_metrics(self.commands.client.write_queues())
@@ -142,7 +145,8 @@ impl Edge {
                 config.user_rate_per_sec,
                 config.user_burst,
             )
-            .with_anonymous_rate(config.anonymous_rate_per_ip),
+            .with_anonymous_rate(config.anonymous_rate_per_ip)
+            .with_body_budget(config.max_body_buffer_mb.saturating_mul(1 << 20)),
             config,
             commands,
             metrics: EdgeMetrics::default(),
@@ -206,6 +210,17 @@ impl Edge {
         self.admission
             .check_anonymous(peer)
             .inspect_err(|_| self.metrics.inc(|m| &m.rejected_anonymous))
+    }
+
+    /// Room in the edge's body budget for `bytes` of one request's body
+    /// (503 `edge_overloaded`), held until the permit drops.
+    pub(crate) fn admit_body(
+        &self,
+        bytes: usize,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.admission
+            .enter_body(bytes)
+            .inspect_err(|_| self.metrics.inc(|m| &m.rejected_body_budget))
     }
 
     /// A slot for a request that is not a buyer's mutation.

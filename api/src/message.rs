@@ -12,7 +12,8 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::Edge;
 
-/// The largest request body the edge reads (1 MiB); a larger one is 413.
+/// The largest request body any route reads (1 MiB: an event's creation,
+/// with its seat map); each route's own limit is `RouteDef::body_limit`.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
 /// A successful answer.
@@ -98,7 +99,8 @@ pub struct Req {
     pub gateway_signature: Option<String>,
     /// `Admission-Ticket` (holds in an event with a waiting room).
     pub admission_ticket: Option<String>,
-    /// The whole body, at most [`MAX_BODY_BYTES`].
+    /// The whole body, at most its route's limit (read only once the
+    /// request's head let it in).
     pub body: Bytes,
     /// The caller, once verified (admission verifies before the handler).
     pub(crate) verified: Option<Caller>,

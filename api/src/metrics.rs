@@ -52,7 +52,7 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (
         Kind::Counter,
         "seatfence_admission_rejections_total",
-        "Requests answered 429, by reason.",
+        "Requests refused at admission, by reason: 429 for inflight, rate and anonymous_rate, 503 edge_overloaded for body_budget.",
     ),
     (
         Kind::Counter,
@@ -68,6 +68,11 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
         Kind::Gauge,
         "seatfence_http_connections",
         "HTTP connections open on this edge.",
+    ),
+    (
+        Kind::Gauge,
+        "seatfence_http_body_bytes_held",
+        "Request body bytes this edge holds now (reserved before each body is read, up to max_body_buffer_mb).",
     ),
     (
         Kind::Counter,
@@ -128,11 +133,16 @@ pub struct EdgeMetrics {
     pub rejected_rate: Counter,
     /// Anonymous routes refused for their address's rate.
     pub rejected_anonymous: Counter,
+    /// Requests refused 503 `edge_overloaded`: the edge's body budget was
+    /// full (`reason="body_budget"`).
+    pub rejected_body_budget: Counter,
     /// `seatfence_no_leader_total`: requests answered 503 for want of a leader;
     /// `Commands` counts them into the same series.
     pub no_leader: Counter,
     /// HTTP connections open now (`seatfence_http_connections`).
     pub connections: Gauge,
+    /// Body bytes held now (`seatfence_http_body_bytes_held`, set at scrape).
+    pub body_bytes: Gauge,
     /// Connections closed on accept at `max_connections`.
     pub connections_refused: Counter,
     /// Connections closed on accept at `max_connections_per_ip` for their address.
@@ -175,8 +185,10 @@ impl Default for EdgeMetrics {
             rejected_inflight: refused("inflight"),
             rejected_rate: refused("rate"),
             rejected_anonymous: refused("anonymous_rate"),
+            rejected_body_budget: refused("body_budget"),
             no_leader: counter!("seatfence_no_leader_total"),
             connections: gauge!("seatfence_http_connections"),
+            body_bytes: gauge!("seatfence_http_body_bytes_held"),
             connections_refused: counter!("seatfence_http_connections_refused_total"),
             connections_refused_per_ip: counter!("seatfence_http_connections_refused_per_ip_total"),
             tls_handshake_failures: counter!("seatfence_http_tls_handshake_failures_total"),

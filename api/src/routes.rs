@@ -513,5 +513,8 @@ impl Audited {
     }
 }
 
+mod gate;
+pub use gate::{Who, BODY_LIMIT, WEBHOOK_BODY_LIMIT};
+
 #[cfg(test)]
 mod tests;

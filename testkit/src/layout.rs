@@ -274,6 +274,7 @@ pub(crate) fn layout(
                 idle_timeout_ms: 60_000,
                 max_connections: 10_000,
                 max_connections_per_ip: None,
+                max_body_buffer_mb: 64,
                 public_url: None,
                 tls: None,
             }),

@@ -7,6 +7,7 @@
 pub mod backup;
 pub mod moves;
 pub mod payments;
+pub mod raw_http;
 
 use std::future::Future;
 use std::path::Path;

@@ -95,3 +95,50 @@ fn audit_targets_read_params_and_body() {
         .filter(|d| d.audit.is_some())
         .all(|d| d.method == Method::POST));
 }
+
+/// The gate: every audited action is an operator's, buyers' mutations need
+/// a token, and only the probes, the console and the gateway's routes are
+/// open to anyone; every body limit is the small one but an event's
+/// creation (its seat map) and the gateway's webhook.
+#[test]
+fn the_gate_knows_every_route_from_its_head() {
+    let anyone: Vec<Route> = ROUTES
+        .iter()
+        .filter(|d| d.who() == Who::Anyone)
+        .map(|d| d.route)
+        .collect();
+    assert_eq!(
+        anyone,
+        [
+            Route::Healthz,
+            Route::Readyz,
+            Route::Metrics,
+            Route::Console,
+            Route::ConsoleAsset,
+            Route::PaymentCallback,
+            Route::PaymentWebhook
+        ]
+    );
+    for d in ROUTES {
+        if d.audit.is_some() || d.path.starts_with("/v1/admin/") {
+            assert_eq!(d.who(), Who::Operator, "{d:?}");
+        }
+        if d.admitted {
+            assert_eq!(d.who(), Who::Token, "{d:?}");
+        }
+        assert!(d.body_limit() <= crate::message::MAX_BODY_BYTES, "{d:?}");
+        if d.method == Method::GET || d.method == Method::DELETE {
+            assert_eq!(d.body_limit(), BODY_LIMIT, "{d:?}");
+        }
+    }
+    let limit = |m: Method, path: &str| match find(&m, path) {
+        Matched::Route(d) => d.body_limit(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(limit(Method::POST, "/v1/holds"), BODY_LIMIT);
+    assert_eq!(limit(Method::POST, "/v1/bookings"), BODY_LIMIT);
+    assert_eq!(
+        limit(Method::POST, "/v1/events"),
+        crate::message::MAX_BODY_BYTES
+    );
+}

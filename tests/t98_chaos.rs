@@ -251,3 +251,41 @@ fn global_drill_over_far_regions_passes() {
         info["geo"]
     );
 }
+
+/// A drill whose nemesis wipes disks: a follower of the hot group is
+/// SIGKILLed, its data dir deleted and the node started again with
+/// `--rejoin-empty` (and so again whenever `kill-minority` kills it
+/// mid-rejoin): every checker passes over the sale, and the wipe took
+/// effect. Before `allow_log_reversion`, a wiped directory learner's
+/// first append panicked the directory's leader, and the drill never
+/// settled.
+#[test]
+fn wiped_disk_drill_passes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = RunDir::new();
+    let run = dir.path().join("run");
+    let faults = "wipe-disk,kill-minority";
+    // Fewer sleeping groups than the default 200: a node rejoins about two
+    // groups a second, and a wipe waits for the last one to be back.
+    let args = [
+        "--net",
+        "proxy",
+        "--faults",
+        faults,
+        "--sleeping-events",
+        "30",
+    ];
+    let (code, summary) = drill(&run, 7, 60, &args);
+    assert_eq!(summary["verdict"], "PASS", "{summary:#}");
+    assert_eq!(code, 0);
+    for c in summary["checkers"].as_array().expect("checkers") {
+        assert_eq!(c["verdict"], "PASS", "{c}");
+    }
+    assert_eq!(summary["faults_injected"], summary["faults_scheduled"]);
+    let cov = checker(&summary, "coverage");
+    let line = cov["summary"].as_str().unwrap();
+    assert!(!line.contains("not reached"), "{cov}");
+    let schedule = std::fs::read_to_string(run.join("schedule.json")).expect("schedule.json");
+    assert!(schedule.contains("\"wipe-disk\""), "{schedule}");
+    assert!(summary["ops"]["ok"].as_u64().unwrap() > 100, "{summary}");
+}

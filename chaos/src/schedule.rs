@@ -50,6 +50,16 @@ pub enum Fault {
     FsyncFail,
     /// Every link delays each chunk by `ms` (the proxy mechanism only).
     SlowNetwork { ms: u64 },
+    /// SIGKILL a follower of the hottest group, delete its data dir (a
+    /// wiped or replaced disk) and start it again at heal with
+    /// `--rejoin-empty`: it rejoins every group it was a voter of as a
+    /// learner and votes again only once a caught-up majority made it a
+    /// voter again. Never a directory voter (nodes 1–3): group 0's rejoin
+    /// is not fenced like the event groups' yet. One at a time: it waits
+    /// for the last wiped node to have rejoined every group (two voters of
+    /// a group wiped together is a majority's log lost). Only when
+    /// `--faults` names it (not yet in the default schedule).
+    WipeDisk,
     /// SIGKILL a node for good and delete its data (a dead disk): the
     /// directory's leader declares it dead and repairs every group it was
     /// a voter of onto its region's spare node. At most once per drill,
@@ -77,6 +87,7 @@ impl Fault {
             Fault::PauseLeader => "pause-leader",
             Fault::KillMinority => "kill-minority",
             Fault::LoseNode => "lose-node",
+            Fault::WipeDisk => "wipe-disk",
             Fault::CutEdge => "cut-edge",
             Fault::ClockSkew { .. } => "clock-skew",
             Fault::TimerSkew { .. } => "timer-skew",
@@ -108,6 +119,7 @@ impl Fault {
                 Fault::KillMinority
                     | Fault::PauseLeader
                     | Fault::LoseNode
+                    | Fault::WipeDisk
                     | Fault::FsyncFail
                     | Fault::DiskFull
             )

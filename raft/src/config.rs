@@ -129,6 +129,16 @@ impl RaftTuning {
             // stage per group (1,024 by default: ~140 KiB a group, for
             // statistics we never read).
             log_stage_capacity: Some(1),
+            // A replica whose log went back is one that came back on an
+            // empty data dir under `--rejoin-empty` (a fresh one is not
+            // admitted without it): its votes are refused until its group
+            // took it back (`joining`), and a learner never votes. Without
+            // this, the first append its leader sent to it after the wipe
+            // panicked the leader (`follower log reversion is not
+            // allowed`), and every next leader of the group the same: the
+            // drill's `wipe-disk` of a directory learner stopped the
+            // directory for good.
+            allow_log_reversion: Some(true),
             ..Default::default()
         };
         Arc::new(

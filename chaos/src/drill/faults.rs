@@ -36,7 +36,7 @@ fn loses_node(args: &DrillArgs, nodes: usize) -> bool {
 pub(super) fn check_fault_names(names: &[String]) -> anyhow::Result<()> {
     let known: Vec<String> = all_kinds(true, true)
         .iter()
-        .chain([&Fault::LoseNode])
+        .chain([&Fault::LoseNode, &Fault::WipeDisk])
         .map(Fault::kind)
         .collect();
     for f in names {
@@ -79,6 +79,10 @@ pub(super) fn fault_kinds(
     let mut drawn = all_kinds(true, true);
     if !args.faults.is_empty() {
         drawn.retain(|k| args.faults.contains(&k.kind()));
+    }
+    // A wiped disk only when named (not yet in the default schedule).
+    if args.faults.iter().any(|f| f == "wipe-disk") {
+        drawn.push(Fault::WipeDisk);
     }
     let lose = (args.faults.is_empty() || args.faults.iter().any(|f| f == "lose-node"))
         && loses_node(args, nodes);

@@ -71,7 +71,7 @@ impl Nemesis {
         }
         let mut c = self.cluster.lock().expect("cluster lock poisoned");
         match c.exited(node) {
-            Ok(Some(_)) => c.restart(node).map(|()| None),
+            Ok(Some(_)) => self.start(&mut c, node).map(|()| None),
             Ok(None) => Ok(Some(format!(
                 "node {node} was still running at the heal: no flush of its failed \
                  (a build without the storage fault hook, or no write reached it)"
